@@ -1,0 +1,3 @@
+from npu_trace.cli import main
+
+raise SystemExit(main())

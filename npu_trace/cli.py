@@ -1,0 +1,52 @@
+"""`npu-trace` entry point: one parser, one module per subcommand, errors become one line + exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import List, NoReturn, Optional
+
+from npu_trace import __version__
+from npu_trace.errors import EXIT_USAGE, NpuTraceError
+
+# Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
+COMMANDS = ("doctor", "sim", "demo", "stream", "cleanup")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"npu-trace: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="npu-trace",
+        description="Kernel-level tracing for Ascend NPU hosts (ftrace + eBPF).",
+    )
+    parser.add_argument("--version", action="version", version=f"npu-trace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"npu_trace.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except NpuTraceError as exc:
+        print(f"npu-trace: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. `| head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

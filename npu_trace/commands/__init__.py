@@ -1,0 +1,1 @@
+"""Subcommands of the npu-trace CLI, one module each."""

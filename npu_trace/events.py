@@ -1,0 +1,91 @@
+"""The event model shared by sources, detectors and sinks.
+
+A decoded ftrace record is a `TraceEvent`: a plain tuple (cheap to build at millions per second) holding the
+timestamp on the trace clock (ns), the CPU, the pid, the event's `EventFormat` and the field values in the
+order of the format's non-common fields. `fields()` turns it into a dict keyed by the format's field names.
+
+Loss is data too: `Loss` records say which source and CPU lost how many events, and are counted in a
+`LossLedger` that every sink can show.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Tuple
+
+if TYPE_CHECKING:
+    from npu_trace.ftrace.format import EventFormat
+
+
+class TraceEvent(NamedTuple):
+    ts_ns: int
+    cpu: int
+    pid: int
+    fmt: EventFormat
+    values: Tuple[Any, ...]
+
+    @property
+    def event(self) -> str:
+        """ "system:name"."""
+        return self.fmt.full_name
+
+    def fields(self) -> Dict[str, Any]:
+        return dict(zip(self.fmt.field_names, self.values))
+
+
+class Loss(NamedTuple):
+    """`lost` events lost by `source` on `cpu` (-1: not per CPU), seen at `ts_ns` (0 if unknown).
+
+    kind: "page_missed" (the ring-buffer page said events were overwritten before it was read; `lost` may be 0
+    when the kernel did not store the number), "overrun" (per_cpu stats), "dropped" (buffer full, no overwrite),
+    "malformed" (a record that could not be decoded).
+    """
+
+    source: str
+    cpu: int
+    kind: str
+    lost: int
+    ts_ns: int = 0
+
+
+class LossLedger:
+    """Totals of every loss, per (source, kind, cpu). Nothing is lost silently: every stage adds here."""
+
+    def __init__(self) -> None:
+        self.counts: Dict[Tuple[str, str, int], int] = {}
+        self.flagged: Dict[Tuple[str, str, int], int] = {}
+
+    def add(self, loss: Loss) -> None:
+        key = (loss.source, loss.kind, loss.cpu)
+        self.counts[key] = self.counts.get(key, 0) + loss.lost
+        self.flagged[key] = self.flagged.get(key, 0) + 1
+
+    def set_total(self, source: str, kind: str, cpu: int, count: int) -> None:
+        """For counters the kernel keeps as totals (per_cpu stats): the ledger holds the latest value."""
+        key = (source, kind, cpu)
+        self.counts[key] = count
+        self.flagged.setdefault(key, 0)
+
+    @property
+    def total(self) -> int:
+        """Events lost. "page_missed" rows only say *where* a loss showed in the stream: the same events are
+        counted by the kernel's overrun counter, so they are not added twice."""
+        return sum(n for (_, kind, _), n in self.counts.items() if kind != "page_missed")
+
+    def incomplete(self) -> bool:
+        """True when anything was lost, including page-missed flags whose count the kernel did not keep."""
+        return self.total > 0 or any(n for (_, kind, _), n in self.flagged.items() if kind == "page_missed")
+
+    def rows(self) -> List[Tuple[str, str, int, int]]:
+        """(source, kind, cpu, count) sorted, zero rows included for counters that were checked."""
+        return sorted((s, k, c, n) for (s, k, c), n in self.counts.items())
+
+    def summary(self) -> str:
+        if not self.incomplete():
+            return "loss: none (0 events lost)"
+        parts = []
+        for source, kind, cpu, count in self.rows():
+            if count or self.flagged.get((source, kind, cpu)):
+                where = f"cpu{cpu}" if cpu >= 0 else "all"
+                label = f"{count}" if count else "unknown number (flagged)"
+                parts.append(f"{source}/{kind}/{where}={label}")
+        return f"loss: {self.total} events lost ({', '.join(parts)})"

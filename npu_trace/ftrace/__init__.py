@@ -1,0 +1,1 @@
+"""ftrace: format parsing and binary page decoding (pure)."""

@@ -1,0 +1,400 @@
+"""Binary decoding of ftrace ring-buffer pages (as read from per_cpu/cpuN/trace_pipe_raw).
+
+Pure functions and small classes, bytes in and `TraceEvent`s out; no file access. Each event format is
+compiled once into a precompiled `struct.Struct` over its fixed part (common_pid first, then every field), with
+a short list of fix-ups for the fields that need more than an integer (strings, dynamic arrays, struct bytes).
+
+Page layout (kernel/trace/ring_buffer.c): a header (u64 timestamp, local_t commit whose top bits flag missed
+events, then data). Each record starts with a u32: type_len (5 bits) and time_delta (27 bits).
+type_len 1..28: a data record of type_len*4 bytes; 0: a data record whose length is in the next u32;
+29: padding (delta 0: the rest of the page); 30: time extend; 31: absolute time stamp.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from itertools import accumulate, repeat
+from operator import and_, rshift
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from npu_trace.errors import FormatError
+from npu_trace.events import Loss, LossLedger, TraceEvent
+from npu_trace.ftrace.format import (
+    ARRAY,
+    BYTES,
+    CHAR_ARRAY,
+    DATA_LOC,
+    INT,
+    REL_LOC,
+    TAIL,
+    EventFormat,
+    Field,
+    PageHeader,
+)
+
+BULK_MIN_RUN = 8  # records: below this, the scalar loop is as fast
+BULK_MIN_BYTES = 128  # bytes left in the page before a bulk run is tried
+_TL_BYTES = [bytes([i]) for i in range(32)]
+TYPE_PADDING = 29
+TYPE_TIME_EXTEND = 30
+TYPE_TIME_STAMP = 31
+TS_SHIFT = 27
+TS_DELTA_MASK = (1 << TS_SHIFT) - 1
+TS_MSB = 0xF8 << 56
+MISSED_EVENTS = 1 << 31
+MISSED_STORED = 1 << 30
+COMMIT_MASK = MISSED_STORED - 1
+
+_INT_CODES = {(1, False): "B", (1, True): "b", (2, False): "H", (2, True): "h", (4, False): "I", (4, True): "i",
+              (8, False): "Q", (8, True): "q"}  # fmt: skip
+
+# A struct layout known by name, to expand struct-typed fields (the real driver's trs_id_inst etc.):
+# (member name, struct code) in order, little-endian packing is taken from the record's byte order.
+StructLayouts = Mapping[str, Sequence[Tuple[str, str]]]
+
+# (value unpacked by the struct, the whole record payload) -> decoded value
+Fixup = Callable[[Any, bytes], Any]
+
+
+def _c_string(raw: bytes) -> str:
+    end = raw.find(b"\0")
+    return (raw if end < 0 else raw[:end]).decode("utf-8", "backslashreplace")
+
+
+class RecordDecoder:
+    """Decodes one event type's record payloads into value tuples (the format's own fields, in order)."""
+
+    __slots__ = ("fixups", "fmt", "size", "struct")
+
+    def __init__(
+        self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
+    ):
+        self.fmt = fmt
+        end = "<" if byteorder == "little" else ">"
+        pid = fmt.field("common_pid")
+        codes = [_int_code(pid)]
+        pos = pid.offset + pid.size
+        fixups: List[Tuple[int, Fixup]] = []
+        for index, field in enumerate(fmt.fields):
+            if field.offset < pos:
+                raise FormatError(f"{fmt.full_name}: field {field.name!r} overlaps the previous field")
+            if field.offset > pos:
+                codes.append(f"{field.offset - pos}x")
+            code, fixup = _field_code(field, end, layouts or {})
+            codes.append(code)
+            pos = field.offset + field.size
+            if fixup is not None:
+                fixups.append((index, fixup))
+        self.struct = struct.Struct(end + "".join(codes))
+        self.size = pid.offset + self.struct.size
+        self.fixups = tuple(fixups)
+
+    def decode(self, buf: bytes, start: int, length: int) -> Tuple[int, Tuple[Any, ...]]:
+        """(pid, values) of the record payload at buf[start:start+length]. Raises struct.error / ValueError."""
+        if length < self.size:
+            raise ValueError(f"{self.fmt.full_name}: record of {length} bytes, need {self.size}")
+        vals = self.struct.unpack_from(buf, start + 4)
+        if not self.fixups:
+            return vals[0], vals[1:]
+        out = list(vals[1:])
+        rec = buf[start : start + length]
+        for index, fixup in self.fixups:
+            out[index] = fixup(out[index], rec)
+        return vals[0], tuple(out)
+
+
+def _int_code(field: Field) -> str:
+    try:
+        return _INT_CODES[(field.size, field.signed)]
+    except KeyError as exc:
+        raise FormatError(f"field {field.name!r}: unsupported integer size {field.size}") from exc
+
+
+def _field_code(field: Field, end: str, layouts: StructLayouts) -> Tuple[str, Optional[Fixup]]:
+    kind = field.kind
+    if kind == INT:
+        return _int_code(field), None
+    if kind == CHAR_ARRAY:
+        return f"{field.size}s", lambda raw, rec: _c_string(raw)
+    if kind == ARRAY:
+        elem = _INT_CODES[(field.elem_size, field.signed)]
+        return f"{field.size}s", _array_fixup(end + f"{field.count}{elem}")
+    if kind in (DATA_LOC, REL_LOC):
+        return "I", _dynamic_fixup(field, end)
+    if kind == TAIL:
+        raise FormatError(f"field {field.name!r}: a flexible array must be the last field")
+    if kind == BYTES:
+        layout = layouts.get(field.type)
+        return f"{field.size}s", (_struct_fixup(layout, end) if layout else lambda raw, rec: raw.hex())
+    raise FormatError(f"field {field.name!r}: unknown kind {kind}")
+
+
+def _array_fixup(fmt: str) -> Fixup:
+    st = struct.Struct(fmt)
+    return lambda raw, rec: list(st.unpack(raw))
+
+
+def _struct_fixup(layout: Sequence[Tuple[str, str]], end: str) -> Fixup:
+    st = struct.Struct(end + "".join(code for _, code in layout))
+    names = [name for name, _ in layout]
+
+    def fix(raw: bytes, rec: bytes) -> Dict[str, Any]:
+        return dict(zip(names, st.unpack_from(raw.ljust(st.size, b"\0"), 0)))
+
+    return fix
+
+
+def _dynamic_fixup(field: Field, end: str) -> Fixup:
+    rel = field.kind == REL_LOC
+    base_off = field.offset + field.size
+    elem = field.type.replace("const ", "").strip()
+    is_string = elem in ("char", "unsigned char", "signed char")
+    elem_code = {"u8": "B", "s8": "b", "u16": "H", "s16": "h", "u32": "I", "s32": "i", "u64": "Q", "s64": "q",
+                 "int": "i", "unsigned int": "I", "long": "q", "unsigned long": "Q", "short": "h",
+                 "unsigned short": "H"}.get(elem)  # fmt: skip
+
+    def fix(loc: int, rec: bytes) -> Any:
+        offset, length = loc & 0xFFFF, loc >> 16
+        if rel:
+            offset += base_off
+        if offset + length > len(rec):
+            raise ValueError(
+                f"{field.name}: dynamic data [{offset}:+{length}] beyond the record ({len(rec)})"
+            )
+        raw = rec[offset : offset + length]
+        if is_string:
+            return _c_string(raw)
+        if elem_code:
+            size = struct.calcsize(elem_code)
+            return list(struct.unpack(f"{end}{length // size}{elem_code}", raw[: length - length % size]))
+        return raw.hex()
+
+    return fix
+
+
+class TailDecoder(RecordDecoder):
+    """An event whose last field is a flexible `char name[]` (ftrace:print): the rest of the record."""
+
+    __slots__ = ("tail_offset",)
+
+    def __init__(
+        self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
+    ):
+        tail = fmt.fields[-1]
+        head = EventFormat(fmt.id, fmt.system, fmt.name, fmt.common, fmt.fields[:-1], fmt.print_fmt)
+        super().__init__(head, byteorder, layouts)
+        self.fmt = fmt
+        self.tail_offset = tail.offset
+
+    def decode(self, buf: bytes, start: int, length: int) -> Tuple[int, Tuple[Any, ...]]:
+        pid, vals = super().decode(buf, start, length)
+        tail = _c_string(buf[start + self.tail_offset : start + length])
+        return pid, (*vals, tail)
+
+
+def make_decoder(
+    fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
+) -> RecordDecoder:
+    tails = [f for f in fmt.fields if f.kind == TAIL]
+    if tails:
+        if tails[-1] is not fmt.fields[-1] or len(tails) > 1:
+            raise FormatError(f"{fmt.full_name}: a flexible array must be the last field")
+        return TailDecoder(fmt, byteorder, layouts)
+    return RecordDecoder(fmt, byteorder, layouts)
+
+
+class PageDecoder:
+    """Decodes whole ring-buffer pages of one CPU into TraceEvents; losses and malformed records are counted.
+
+    Events whose type id is not in `decoders` (not selected) are skipped and counted in `skipped`.
+    """
+
+    def __init__(
+        self,
+        header: PageHeader,
+        decoders: Mapping[int, RecordDecoder],
+        cpu: int,
+        byteorder: str = sys.byteorder,
+        source: str = "tracefs",
+        ledger: Optional[LossLedger] = None,
+    ) -> None:
+        self.header = header
+        self.decoders = dict(decoders)
+        # event id -> (unpack_from of the fixed part, format, minimum payload size, decoder when fix-ups exist)
+        self._fast = {
+            eid: (d.struct.unpack_from, d.fmt, d.size, d if d.fixups or isinstance(d, TailDecoder) else None)
+            for eid, d in self.decoders.items()
+        }
+        self._plain = self.decoders
+        self._runs: Dict[Tuple[int, int, int], Tuple[struct.Struct, int]] = {}
+        self.cpu = cpu
+        self.source = source
+        self.ledger = ledger if ledger is not None else LossLedger()
+        self.byteorder = byteorder
+        end = self._end = "<" if byteorder == "little" else ">"
+        self._u32 = struct.Struct(end + "I").unpack_from
+        self._hdr = struct.Struct(end + "IH").unpack_from
+        self._page = struct.Struct(end + "Q" + ("Q" if header.commit_size == 8 else "I")).unpack_from
+        self.skipped = 0
+        self.malformed = 0
+        self.last_malformed = ""
+        self.pages = 0
+        self.last_ts = 0
+
+    def decode(self, page: bytes, out: List[Any]) -> int:
+        """Append this page's events (and Loss records) to `out`; returns the number of events appended."""
+        h = self.header
+        if len(page) < h.data_offset:
+            self._malformed(out, 0, "short page")
+            return 0
+        page_ts, commit = self._page(page, h.ts_offset)
+        self.pages += 1
+        length = commit & COMMIT_MASK
+        end = h.data_offset + length
+        if end > len(page):
+            self._malformed(out, page_ts, f"commit {length} beyond the page ({len(page)} bytes)")
+            end = len(page)
+        if commit & MISSED_EVENTS:
+            missed = 0  # the kernel did not say how many (it stores the count only when there is room)
+            word = h.commit_size  # the count is an unsigned long, the same width as local_t commit
+            if commit & MISSED_STORED and end + word <= len(page):
+                missed = int.from_bytes(page[end : end + word], "little" if self.byteorder == "little" else "big")
+            self._loss(out, Loss(self.source, self.cpu, "page_missed", missed, page_ts))
+        return self._records(page, h.data_offset, end, page_ts, out)
+
+    def _records(self, page: bytes, pos: int, end: int, ts: int, out: List[Any]) -> int:
+        # The hot loop: locals only, one struct call per record on the common path (see module docstring).
+        u32, hdr_of, fast, cpu = self._u32, self._hdr, self._fast, self.cpu
+        new, append, get = tuple.__new__, out.append, fast.get
+        n = 0
+        while pos + 6 <= end:
+            hdr, etype = hdr_of(page, pos)
+            tl = hdr & 31
+            if 0 < tl <= 28:
+                ts += hdr >> 5
+                size = tl << 2
+                start = pos + 4
+                pos = start + size
+                entry = get(etype)
+                if entry is None:
+                    self.skipped += 1
+                    continue
+                unpack, fmt, need, dec = entry
+                if dec is None and size >= need and pos <= end:
+                    if end - pos >= BULK_MIN_BYTES:
+                        done = self._bulk(page, start - 4, end, ts - (hdr >> 5), tl, etype, out)
+                        if done is not None:
+                            pos, ts, count = done
+                            n += count
+                            continue
+                    vals = unpack(page, start + 4)
+                    append(new(TraceEvent, (ts, cpu, vals[0], fmt, vals[1:])))
+                    n += 1
+                    continue
+            elif tl == 0:
+                if pos + 8 > end:
+                    break
+                ts += hdr >> 5
+                size = u32(page, pos + 4)[0] - 4
+                start = pos + 8
+                pos = start + size
+                entry = get(page[start] | (page[start + 1] << 8)) if size >= 2 and pos <= end else None
+                if entry is None:
+                    if size < 8 or pos > end:
+                        self._malformed(out, ts, f"record length {size} at offset {start - 8}")
+                        break
+                    self.skipped += 1
+                    continue
+                unpack, fmt, need, dec = entry
+            elif tl == TYPE_TIME_EXTEND:
+                ts += (u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5)
+                pos += 8
+                continue
+            elif tl == TYPE_TIME_STAMP:
+                ts = self._abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
+                pos += 8
+                continue
+            else:  # padding: delta 0 ends the page, otherwise a discarded record of array[0] bytes
+                if hdr >> 5 == 0:
+                    break
+                pos += 4 + u32(page, pos + 4)[0]
+                continue
+            if pos > end or size < need:
+                self._malformed(out, ts, f"{fmt.full_name}: record of {size} bytes, need {need}")
+                if pos > end:
+                    break
+                continue
+            try:
+                pid, vals = (dec or self._plain[etype]).decode(page, start, size)
+            except (struct.error, ValueError, UnicodeError):
+                self._malformed(out, ts, f"{fmt.full_name} record undecodable")
+                continue
+            append(new(TraceEvent, (ts, cpu, pid, fmt, vals)))
+            n += 1
+        self.last_ts = ts
+        return n
+
+    def _bulk(
+        self, page: bytes, pos: int, end: int, ts: int, tl: int, etype: int, out: List[Any]
+    ) -> Optional[Tuple[int, int, int]]:
+        """Decode a run of same-type, same-length records starting at `pos` with C-level passes only.
+
+        One struct call unpacks as many records as fit; the run is cut at the first record whose type_len or
+        event id differs (padding, time extends and other events go back to the scalar loop). Returns
+        (next position, timestamp of the last record, records decoded), or None when the run is too short.
+        """
+        stride = 4 + (tl << 2)
+        count = (end - pos) // stride
+        st, width = self._run_struct(etype, tl, count)
+        flat = st.unpack_from(page, pos)
+        hdrs = flat[0::width]
+        lens = bytes(map(and_, hdrs, repeat(31, count)))
+        run = count - len(lens.lstrip(_TL_BYTES[tl]))
+        types = flat[1::width][:run]
+        if types.count(etype) != run:
+            run = next(i for i, t in enumerate(types) if t != etype)
+        if run < BULK_MIN_RUN:
+            return None
+        times = list(accumulate(map(rshift, hdrs[:run], repeat(5, run)), initial=ts))
+        del times[0]
+        fmt = self.decoders[etype].fmt
+        nfields = width - 3
+        values = zip(*[flat[3 + i :: width][:run] for i in range(nfields)]) if nfields else repeat((), run)
+        rows = zip(times, repeat(self.cpu, run), flat[2::width][:run], repeat(fmt, run), values)
+        out.extend(map(tuple.__new__, repeat(TraceEvent, run), rows))
+        return pos + run * stride, times[-1], run
+
+    def _run_struct(self, etype: int, tl: int, count: int) -> Tuple[struct.Struct, int]:
+        key = (etype, tl, count)
+        hit = self._runs.get(key)
+        if hit is None:
+            dec = self.decoders[etype]
+            pid_offset = dec.fmt.field("common_pid").offset
+            body = dec.struct.format.lstrip("<>=!@")
+            record = f"IH{pid_offset - 2}x{body}{(tl << 2) - dec.size}x"
+            hit = self._runs[key] = (struct.Struct(self._end + record * count), 3 + len(dec.fmt.fields))
+        return hit
+
+    @staticmethod
+    def _abs_ts(abs_ts: int, prev: int) -> int:
+        if prev & TS_MSB:
+            abs_ts |= prev & TS_MSB
+            if abs_ts < prev:
+                abs_ts += 1 << 59
+        return abs_ts
+
+    def _malformed(self, out: List[Any], ts: int, why: str) -> None:
+        self.malformed += 1
+        self.last_malformed = why
+        self._loss(out, Loss(self.source, self.cpu, "malformed", 1, ts))
+
+    def _loss(self, out: List[Any], loss: Loss) -> None:
+        self.ledger.add(loss)
+        out.append(loss)
+
+
+def build_decoders(
+    formats: Iterable[EventFormat], byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
+) -> Dict[int, RecordDecoder]:
+    return {fmt.id: make_decoder(fmt, byteorder, layouts) for fmt in formats}

@@ -1,0 +1,1 @@
+"""Sinks: where decoded events go (terminal text, NDJSON, later recordings and the TUI)."""

@@ -1,0 +1,81 @@
+"""Terminal renderings of events: human text and NDJSON. Untrusted strings are escaped, never interpreted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, TextIO
+
+from npu_trace.events import Loss, TraceEvent
+
+CommOf = Callable[[int], str]
+
+# Control characters (ANSI escapes, newlines in kernel strings) are shown escaped, never sent to the terminal.
+_CONTROL = {i: f"\\x{i:02x}" for i in [*range(0x20), 0x7F]}
+_CONTROL.update({ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
+
+
+def safe_text(value: str) -> str:
+    return value.translate(_CONTROL)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}={_value_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def format_text(ev: TraceEvent, comm: str) -> str:
+    secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
+    hexed = ev.fmt.hex_fields
+    fields = " ".join(
+        f"{k}={hex(v) if k in hexed and isinstance(v, int) else _value_text(v)}"
+        for k, v in zip(ev.fmt.field_names, ev.values)
+    )
+    return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {safe_text(comm)}-{ev.pid} {ev.fmt.full_name}: {fields}"
+
+
+def event_dict(ev: TraceEvent, comm: str) -> Dict[str, Any]:
+    return {
+        "ts_ns": ev.ts_ns,
+        "cpu": ev.cpu,
+        "pid": ev.pid,
+        "comm": comm,
+        "event": ev.fmt.full_name,
+        "fields": ev.fields(),
+    }
+
+
+def loss_dict(loss: Loss) -> Dict[str, Any]:
+    return {"ts_ns": loss.ts_ns, "cpu": loss.cpu, "event": "npu_trace:lost", "source": loss.source,
+            "kind": loss.kind, "count": loss.lost}  # fmt: skip
+
+
+class StreamPrinter:
+    """Writes events and losses to a text stream, as text or NDJSON."""
+
+    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf) -> None:
+        self.out = out
+        self.ndjson = fmt == "ndjson"
+        self.comm_of = comm_of
+        self.lines = 0
+
+    def write(self, item: Any) -> None:
+        if isinstance(item, TraceEvent):
+            comm = self.comm_of(item.pid)
+            line = json.dumps(event_dict(item, comm)) if self.ndjson else format_text(item, comm)
+        elif isinstance(item, Loss):
+            line = json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
+        else:
+            return
+        self.out.write(line + "\n")
+        self.lines += 1
+
+    @staticmethod
+    def _loss_text(loss: Loss) -> str:
+        secs, nsecs = divmod(loss.ts_ns, 1_000_000_000)
+        count = str(loss.lost) if loss.lost else "an unknown number of"
+        return f"{secs:6d}.{nsecs:09d} [{loss.cpu:03d}] !! LOST {count} events ({loss.source}/{loss.kind})"

@@ -1,0 +1,1 @@
+"""Sources: the I/O edge. Each owns its kernel resources and cleans them up."""

@@ -1,0 +1,201 @@
+"""The tracefs source: a private instance, events chosen by glob, per-CPU trace_pipe_raw decoded in binary.
+
+Never wakes up per event: `read()` drains every CPU's pipe without blocking and the caller polls it on a
+few-millisecond interval. Loss is counted three ways and kept in `ledger`: the missed-events flag of a page
+(where, in the stream), the per-CPU `overrun`/`dropped events` counters (how many), and malformed records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from npu_trace.errors import FormatError, KernelFeatureError, SourceError
+from npu_trace.events import LossLedger
+from npu_trace.ftrace.decode import PageDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
+from npu_trace.ftrace.select import match_globs, resolve_globs
+from npu_trace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
+
+DEFAULT_BUFFER_KB = 8192
+# Written to the buffer without being enabled (trace_marker writes): always decoded, never enabled.
+IMPLICIT_EVENTS = ("ftrace:print",)
+STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
+
+
+def cleanup_stale(fs: Tracefs) -> List[str]:
+    """Remove instances left by crashed or killed runs; returns their names."""
+    removed = []
+    for name in fs.stale_instances():
+        fs.remove_instance(name)
+        removed.append(name)
+    return removed
+
+
+def load_formats(fs: Tracefs, events: Sequence[str]) -> List[EventFormat]:
+    formats = []
+    for event in events:
+        system, name = event.split(":", 1)
+        try:
+            formats.append(parse_format(fs.event_format(system, name), system))
+        except FormatError as exc:
+            raise FormatError(f"format of {event}: {exc}") from exc
+    return formats
+
+
+class TracefsSession:
+    """One tracing session on a private tracefs instance. Use as a context manager; cleanup is on every path."""
+
+    def __init__(
+        self,
+        events: Sequence[str] = (),
+        *,
+        optional: Sequence[str] = (),
+        missing_hint: str = "",
+        fs: Optional[Tracefs] = None,
+        buffer_kb: int = DEFAULT_BUFFER_KB,
+        clock: str = "mono",
+        layouts: Optional[StructLayouts] = None,
+        tag: str = "",
+    ) -> None:
+        if not events and not optional:
+            raise SourceError("no events selected")
+        self.patterns = list(events)  # each must match an event
+        self.optional = list(optional)  # a profile's: those that match are used, the others are reported
+        self.missing_hint = missing_hint
+        self.unmatched: List[str] = []
+        self.fs = fs
+        self.buffer_kb = buffer_kb
+        self.clock = clock
+        self.layouts = layouts
+        self.name = f"{INSTANCE_PREFIX}{os.getpid()}" + (f"-{tag}" if tag else "")
+        self.ledger = LossLedger()
+        self.selected: List[str] = []
+        self.formats: List[EventFormat] = []
+        self.header: Optional[PageHeader] = None
+        self.instance: Optional[Instance] = None
+        self._fds: Dict[int, int] = {}
+        self._decoders: Dict[int, PageDecoder] = {}
+        self._read_size = 4096
+        self.events_read = 0
+        self.pages_read = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> TracefsSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        fs = self.fs = self.fs or Tracefs.find()
+        cleanup_stale(fs)
+        self.selected = self._select(fs.available_events())
+        self.formats = load_formats(fs, self.selected) + load_formats(fs, self._implicit(fs))
+        self.header = parse_header_page(fs.header_page())
+        self.instance = fs.create_instance(self.name)
+        try:
+            self._configure(self.instance)
+        except BaseException:
+            self.close()
+            raise
+
+    def _select(self, available: List[str]) -> List[str]:
+        chosen = resolve_globs(self.patterns, available)
+        extra, self.unmatched = match_globs(self.optional, available)
+        chosen += [ev for ev in extra if ev not in chosen]
+        if not chosen:
+            hint = f": {self.missing_hint}" if self.missing_hint else ""
+            raise KernelFeatureError(
+                f"none of the events {', '.join(self.optional)} exists on this host{hint}"
+            )
+        return chosen
+
+    def _implicit(self, fs: Tracefs) -> List[str]:
+        return [
+            e for e in IMPLICIT_EVENTS if e not in self.selected and fs.has_event_format(*e.split(":", 1))
+        ]
+
+    def _configure(self, inst: Instance) -> None:
+        assert self.header is not None
+        inst.tracing_on(False)
+        inst.set_clock(self.clock)
+        inst.set_buffer_size_kb(self.buffer_kb)
+        for event in self.selected:
+            inst.enable_event(event)
+        self._read_size = self._subbuf_size(inst, self.header)
+        table = build_decoders(self.formats, sys.byteorder, self.layouts)
+        for cpu in inst.cpus():
+            self._fds[cpu] = inst.open_raw(cpu)
+            self._decoders[cpu] = PageDecoder(self.header, table, cpu, ledger=self.ledger)
+        inst.tracing_on(True)
+
+    def _subbuf_size(self, inst: Instance, header: PageHeader) -> int:
+        try:
+            return int(self.fs.read_text(f"{inst.rel}/buffer_subbuf_size_kb").split()[0]) * 1024  # type: ignore[union-attr]
+        except (SourceError, ValueError, IndexError):
+            return header.page_size
+
+    def stop(self, out: Optional[List[Any]] = None) -> None:
+        """Stop tracing, read what is left in the buffers into `out`, and take the final loss counters."""
+        if self.instance is None:
+            return
+        self.instance.tracing_on(False)
+        if out is not None:
+            while self.read(out):
+                pass
+        self.update_loss()
+
+    def close(self) -> None:
+        """Close the pipes and remove the instance (idempotent; called on every exit path)."""
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):  # already closed: nothing left to release
+                os.close(fd)
+        self._fds.clear()
+        if self.instance is not None and self.fs is not None:
+            inst, self.instance = self.instance, None
+            self.fs.remove_instance(inst.name)
+
+    # ---- data ----------------------------------------------------------------------------------
+    def read(self, out: List[Any]) -> int:
+        """Drain every CPU's pipe once without blocking; append events and Loss records. Returns pages read."""
+        pages = 0
+        for cpu, fd in self._fds.items():
+            dec = self._decoders[cpu]
+            while True:
+                try:
+                    page = os.read(fd, self._read_size)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EINTR:
+                        continue
+                    raise SourceError(f"reading cpu{cpu} trace_pipe_raw: {exc.strerror}") from exc
+                if not page:
+                    break
+                pages += 1
+                self.events_read += dec.decode(page, out)
+        self.pages_read += pages
+        return pages
+
+    def update_loss(self) -> None:
+        """Copy the kernel's per-CPU loss counters into the ledger (they are totals for this instance)."""
+        if self.instance is None:
+            return
+        for cpu in self._decoders:
+            stats = self.instance.cpu_stats(cpu)
+            for stat, kind in STAT_KINDS:
+                if stat in stats:
+                    self.ledger.set_total("tracefs", kind, cpu, stats[stat])
+
+    @property
+    def malformed(self) -> int:
+        return sum(d.malformed for d in self._decoders.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(d.skipped for d in self._decoders.values())
