@@ -1,0 +1,414 @@
+"""What this host supports for npu-trace, and what to fix.
+
+Each check is a small function of a `Host` (a root directory plus the few facts that are not files),
+returning a `Check` value. Tests point `Host.root` at a fake tree; nothing here raises for a missing or
+unreadable file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import gzip
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Optional, Tuple
+
+from npu_trace.errors import NpuTraceError
+from npu_trace.tracefs import MOUNT_POINTS, Tracefs, find_optional
+
+HUAWEI_PCI_VENDOR = "0x19e5"
+# Modules of the Ascend host driver package (910B); the first two carry the trs_chan/trs_core tracepoints.
+DRIVER_MODULES = (
+    "asdrv_trsbase",
+    "asdrv_trs",
+    "drv_pcie_host",
+    "asdrv_pbl",
+    "asdrv_svm",
+    "asdrv_dms",
+    "asdrv_fms",
+    "asdrv_esched",
+    "drv_pcie_hdc_host",
+    "drv_seclib_host",
+    "ascend_kernel_open_adapt",
+    "ascend_soc_platform",
+    "ts_agent",
+)
+DRIVER_SYSTEMS = ("trs_chan", "trs_core")
+SIM_SYSTEM = "ascend"
+TRACE_SWITCH_GLOBS = ("proc/trs_chan/dev*-ts*/trace_enable", "proc/trs_core/ts_inst/dev*-ts*/trace_enable")
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+
+FIX_SETUP = "run scripts/setup"
+FIX_DRIVER = "load the Ascend driver (asdrv_trsbase, asdrv_trs) or use the simulator: npu-trace sim load"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. `essential` checks decide the exit code; others are informational (`--`)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    essential: bool = False
+
+    @property
+    def mark(self) -> str:
+        if self.ok:
+            return "ok"
+        return "!!" if self.essential else "--"
+
+
+def _probe_bcc() -> Tuple[bool, str]:
+    """Import bcc in a child interpreter (bcc is imported by one module only, and loading it can be slow)."""
+    code = "import bcc; print(getattr(bcc, '__version__', '?'))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"cannot run {sys.executable}: {exc}"
+    if proc.returncode == 0:
+        return True, f"bcc {proc.stdout.strip()} ({sys.executable})"
+    lines = proc.stderr.strip().splitlines()
+    return False, f"{lines[-1] if lines else 'import failed'} ({sys.executable})"
+
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "arm64": 280, "riscv64": 280, "ppc64le": 361, "s390x": 351}
+
+
+def _probe_bpf_syscall() -> Tuple[bool, str]:
+    """Create (and close) a one-entry BPF array map: proves the bpf() syscall works for this process."""
+    nr = _BPF_SYSCALL.get(platform.machine())
+    if nr is None:
+        return False, f"unknown bpf syscall number on {platform.machine()}"
+    attr = (ctypes.c_uint32 * 32)(2, 4, 4, 1)  # BPF_MAP_TYPE_ARRAY, key 4 B, value 4 B, 1 entry
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(nr, 0, ctypes.byref(attr), ctypes.sizeof(attr))  # cmd 0 = BPF_MAP_CREATE
+    if fd < 0:
+        return False, f"bpf() failed: {os.strerror(ctypes.get_errno())}"
+    os.close(fd)
+    return True, "bpf() works"
+
+
+@dataclass
+class Host:
+    """Where to look. Defaults describe this machine; tests replace any part."""
+
+    root: str = "/"
+    release: str = field(default_factory=lambda: os.uname().release)
+    euid: int = field(default_factory=os.geteuid)
+    which: Callable[[str], Optional[str]] = shutil.which
+    bcc_probe: Callable[[], Tuple[bool, str]] = _probe_bcc
+    bpf_probe: Callable[[], Tuple[bool, str]] = _probe_bpf_syscall
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel.lstrip("/"))
+
+    def read(self, rel: str) -> Optional[str]:
+        try:
+            with open(self.path(rel), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return os.path.exists(self.path(rel))
+
+    def glob(self, pattern: str) -> List[str]:
+        return sorted(glob.glob(self.path(pattern)))
+
+    def tracefs(self) -> Optional[Tracefs]:
+        if self.root == "/":
+            return find_optional()
+        for mount in MOUNT_POINTS:
+            if self.exists(f"{mount}/available_events"):
+                return Tracefs(self.path(mount))
+        return None
+
+
+# ---- pure parsers ----------------------------------------------------------------------------------------
+def parse_cap_eff(status: str) -> int:
+    """The CapEff mask from /proc/<pid>/status text (0 when absent)."""
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            value = line.split(":", 1)[1].strip()
+            return int(value, 16) if all(ch in "0123456789abcdefABCDEF" for ch in value) and value else 0
+    return 0
+
+
+def parse_kconfig(text: str) -> Dict[str, str]:
+    """Kernel .config text -> {"CONFIG_X": "y"|"m"|value}; "# CONFIG_X is not set" lines are left out."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("CONFIG_") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_modules(text: str) -> List[str]:
+    """Module names from /proc/modules text."""
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def events_in(available: List[str], systems: Tuple[str, ...]) -> List[str]:
+    return [ev for ev in available if ev.split(":", 1)[0] in systems]
+
+
+# ---- host readers ----------------------------------------------------------------------------------------
+def _read_gzip(path: str) -> Optional[str]:
+    try:
+        with gzip.open(path, "rt", errors="replace") as f:
+            return f.read()
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
+def kernel_config(host: Host) -> Optional[Dict[str, str]]:
+    """The kernel config from /proc/config.gz, else /boot/config-<release>; None when neither reads."""
+    text = _read_gzip(host.path("/proc/config.gz"))
+    if text is None:
+        text = host.read(f"/boot/config-{host.release}")
+    return parse_kconfig(text) if text is not None else None
+
+
+def available_events(fs: Optional[Tracefs]) -> List[str]:
+    if fs is None:
+        return []
+    try:
+        return fs.available_events()
+    except NpuTraceError:
+        return []
+
+
+# ---- the checks ------------------------------------------------------------------------------------------
+def check_privileges(host: Host) -> Check:
+    caps = parse_cap_eff(host.read("/proc/self/status") or "")
+    names = [n for n, bit in (("CAP_SYS_ADMIN", CAP_SYS_ADMIN), ("CAP_BPF", CAP_BPF)) if caps >> bit & 1]
+    ok = host.euid == 0 or bool(caps >> CAP_SYS_ADMIN & 1)
+    detail = f"euid {host.euid}, capabilities: {', '.join(names) or 'none'}"
+    return Check("privileges", ok, detail, "" if ok else "run as root (sudo .venv/bin/npu-trace ...)", True)
+
+
+def check_tracefs(host: Host, fs: Optional[Tracefs]) -> Check:
+    if fs is not None:
+        return Check("tracefs", True, f"mounted at {fs.root}", essential=True)
+    path = host.path("/sys/kernel/tracing")
+    if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+        return Check("tracefs", False, f"{path} not readable", "run as root", True)
+    if os.path.isdir(path):
+        fix = "mount -t tracefs nodev /sys/kernel/tracing (or run scripts/setup)"
+        return Check("tracefs", False, "not mounted", fix, True)
+    return Check("tracefs", False, "kernel has no tracefs", "a kernel with CONFIG_FTRACE is needed", True)
+
+
+def check_trace_clock(fs: Optional[Tracefs]) -> Check:
+    if fs is None:
+        return Check("trace clock", False, "no tracefs", "mount tracefs first")
+    try:
+        clocks = fs.trace_clocks()
+    except NpuTraceError as exc:
+        return Check("trace clock", False, str(exc), "run as root")
+    detail = "clocks: " + " ".join(clocks)
+    return Check("trace clock", "mono" in clocks, detail, "" if "mono" in clocks else "kernel lacks 'mono'")
+
+
+def check_uprobes(fs: Optional[Tracefs]) -> Check:
+    if fs is None:
+        return Check("uprobe events", False, "no tracefs", "mount tracefs first")
+    if os.path.exists(fs.path("uprobe_events")):
+        return Check("uprobe events", True, f"{fs.path('uprobe_events')} present")
+    return Check(
+        "uprobe events", False, "no uprobe_events file", "a kernel with CONFIG_UPROBE_EVENTS is needed"
+    )
+
+
+def check_kprobes(host: Host, fs: Optional[Tracefs]) -> Check:
+    has_file = fs is not None and os.path.exists(fs.path("kprobe_events"))
+    config = kernel_config(host)
+    kconfig = (
+        "unknown (no /proc/config.gz or /boot/config)"
+        if config is None
+        else config.get("CONFIG_KPROBES", "n")
+    )
+    detail = f"kprobe_events {'present' if has_file else 'absent'}, CONFIG_KPROBES={kconfig}"
+    fix = (
+        ""
+        if has_file
+        else "driver symbols need a kernel with CONFIG_KPROBES; tracepoints and uprobes still work"
+    )
+    return Check("kprobes", has_file, detail, fix)
+
+
+def check_bpf(host: Host) -> Check:
+    ok, detail = host.bpf_probe()
+    flag = (host.read("/proc/sys/kernel/unprivileged_bpf_disabled") or "?").strip()
+    fix = "" if ok else "run as root; the kernel needs CONFIG_BPF_SYSCALL"
+    return Check("BPF", ok, f"{detail}; unprivileged_bpf_disabled={flag}", fix)
+
+
+def check_btf(host: Host) -> Check:
+    ok = host.exists("/sys/kernel/btf/vmlinux")
+    return Check(
+        "BTF", ok, "/sys/kernel/btf/vmlinux " + ("present" if ok else "absent"), "" if ok else "optional"
+    )
+
+
+def check_headers(host: Host) -> Check:
+    build = host.path(f"/lib/modules/{host.release}/build")
+    if os.path.exists(build):
+        return Check("kernel headers", True, f"{build} -> {os.path.realpath(build)}")
+    return Check("kernel headers", False, f"{build} missing (bcc cannot compile)", FIX_SETUP)
+
+
+def check_bcc(host: Host) -> Check:
+    ok, detail = host.bcc_probe()
+    if ok:
+        return Check("bcc", True, detail)
+    fix = f"{FIX_SETUP} and use .venv/bin/npu-trace (bcc needs /usr/bin/python3 with system site-packages)"
+    return Check("bcc", False, detail, fix)
+
+
+def check_pci(host: Host) -> Check:
+    found = []
+    for vendor_file in host.glob("/sys/bus/pci/devices/*/vendor"):
+        slot = os.path.dirname(vendor_file)
+        if _read_abs(vendor_file).strip().lower() == HUAWEI_PCI_VENDOR:
+            found.append(f"{os.path.basename(slot)} ({_read_abs(os.path.join(slot, 'device')).strip()})")
+    if found:
+        return Check("Ascend PCI devices", True, ", ".join(found))
+    return Check(
+        "Ascend PCI devices",
+        False,
+        f"no PCI vendor {HUAWEI_PCI_VENDOR}",
+        "no Ascend card here; the simulator stands in: npu-trace sim load",
+    )
+
+
+def _read_abs(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def check_npu_smi(host: Host) -> Check:
+    path = host.which("npu-smi")
+    if path:
+        return Check("npu-smi", True, path)
+    return Check(
+        "npu-smi", False, "not on PATH", "install the Ascend driver package (health readings need it)"
+    )
+
+
+def check_modules(host: Host) -> Check:
+    loaded = set(parse_modules(host.read("/proc/modules") or ""))
+    ours = [m for m in DRIVER_MODULES if m in loaded]
+    if ours:
+        return Check("driver modules", True, " ".join(ours))
+    return Check("driver modules", False, "no Ascend driver module loaded", FIX_DRIVER)
+
+
+def check_trace_switches(host: Host) -> Check:
+    switches = [p for pattern in TRACE_SWITCH_GLOBS for p in host.glob(pattern)]
+    if not switches:
+        return Check(
+            "driver trace switches", False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER
+        )
+    off = [p for p in switches if _read_abs(p).split()[-1:] != ["1"]]
+    detail = f"{len(switches) - len(off)}/{len(switches)} on"
+    if not off:
+        return Check("driver trace switches", True, detail)
+    return Check(
+        "driver trace switches", False, detail, f"echo 1 > {off[0]} (npu-trace enables them when tracing)"
+    )
+
+
+def check_driver_events(events: List[str]) -> Check:
+    found = events_in(events, DRIVER_SYSTEMS)
+    if found:
+        return Check("driver tracepoints", True, f"{len(found)} events: " + " ".join(found))
+    return Check("driver tracepoints", False, "no trs_chan:* / trs_core:* events", FIX_DRIVER)
+
+
+def check_simulator(events: List[str]) -> Check:
+    found = events_in(events, (SIM_SYSTEM,))
+    if found:
+        return Check("simulator", True, f"{len(found)} {SIM_SYSTEM}:* events loaded")
+    return Check("simulator", False, f"no {SIM_SYSTEM}:* events", "npu-trace sim load")
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+def run_checks(host: Optional[Host] = None) -> List[Check]:
+    host = host or Host()
+    fs = host.tracefs()
+    events = available_events(fs)
+    checks = [
+        check_privileges(host),
+        check_tracefs(host, fs),
+        check_trace_clock(fs),
+        check_uprobes(fs),
+        check_driver_events(events),
+        check_kprobes(host, fs),
+        check_bpf(host),
+        check_btf(host),
+        check_headers(host),
+        check_bcc(host),
+        check_pci(host),
+        check_npu_smi(host),
+        check_modules(host),
+        check_trace_switches(host),
+        check_simulator(events),
+    ]
+    return _mark_event_sources(checks)
+
+
+def _mark_event_sources(checks: List[Check]) -> List[Check]:
+    """Uprobes or the driver's tracepoints: one is essential. With neither, both are flagged `!!`."""
+    sources = ("uprobe events", "driver tracepoints")
+    if any(c.ok for c in checks if c.name in sources):
+        return checks
+    return [replace(c, essential=True) if c.name in sources else c for c in checks]
+
+
+def essentials_ok(checks: List[Check]) -> bool:
+    by_name = {c.name: c for c in checks}
+    sources = [by_name[n].ok for n in ("uprobe events", "driver tracepoints") if n in by_name]
+    return all(c.ok for c in checks if c.essential) and any(sources)
+
+
+def format_text(checks: List[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.mark}  {c.name:<{width}}  {c.detail}")
+        if c.fix and not c.ok:
+            lines.append(f"    {'':<{width}}  fix: {c.fix}")
+    return "\n".join(lines)
+
+
+def to_json_obj(checks: List[Check], exit_code: int, release: str) -> Dict[str, object]:
+    return {
+        "ok": exit_code == 0,
+        "exit_code": exit_code,
+        "kernel": release,
+        "checks": [
+            {
+                "name": c.name,
+                "status": c.mark,
+                "ok": c.ok,
+                "essential": c.essential,
+                "detail": c.detail,
+                "fix": c.fix,
+            }
+            for c in checks
+        ],
+    }

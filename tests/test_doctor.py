@@ -1,0 +1,202 @@
+"""npu_trace.doctor on fake host trees, plus one real `npu-trace doctor --json` run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import pytest
+
+from npu_trace import doctor
+from npu_trace.doctor import Check, Host
+
+RELEASE = "6.1.0-test"
+ROOT_CAPS = "CapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n"
+NO_CAPS = "CapInh:\t0000000000000000\nCapEff:\t0000000000000000\n"
+DRIVER_EVENTS = "trs_chan:sqe\ntrs_chan:cqe\ntrs_chan:recv\ntrs_core:logic_cqe\ntrs_core:logic_cq_recv\n"
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def make_tracefs(root: Path, events: str = "sched:sched_switch\n", uprobes: bool = True) -> None:
+    write(root, "sys/kernel/tracing/available_events", events)
+    write(root, "sys/kernel/tracing/trace_clock", "[local] global counter uptime perf mono mono_raw boot\n")
+    if uprobes:
+        write(root, "sys/kernel/tracing/uprobe_events", "")
+
+
+def make_ascend_host(root: Path) -> None:
+    """A host with the real driver loaded, one 910B card, both event sources and the simulator."""
+    make_tracefs(root, events="sched:sched_switch\n" + DRIVER_EVENTS + "ascend:ascend_mem_alloc\n")
+    write(root, "sys/kernel/tracing/kprobe_events", "")
+    write(root, "proc/self/status", ROOT_CAPS)
+    write(
+        root,
+        "proc/modules",
+        "asdrv_trs 1 0 - Live 0x0\nasdrv_trsbase 1 1 asdrv_trs, Live 0x0\next4 1 0 - Live\n",
+    )
+    write(root, "proc/trs_chan/dev0-ts0/trace_enable", "1\n")
+    write(root, "proc/trs_core/ts_inst/dev0-ts0/trace_enable", "1\n")
+    write(root, "proc/sys/kernel/unprivileged_bpf_disabled", "2\n")
+    write(root, "sys/kernel/btf/vmlinux", "")
+    write(root, "sys/bus/pci/devices/0000:81:00.0/vendor", "0x19e5\n")
+    write(root, "sys/bus/pci/devices/0000:81:00.0/device", "0xd802\n")
+    write(root, "sys/bus/pci/devices/0000:00:01.0/vendor", "0x8086\n")
+    (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
+    (root / "proc/config.gz").write_bytes(gzip.compress(b"CONFIG_KPROBES=y\n# CONFIG_X is not set\n"))
+
+
+def fake_host(root: Path, euid: int = 0, npu_smi: Optional[str] = "/usr/local/bin/npu-smi") -> Host:
+    def which(name: str) -> Optional[str]:
+        return npu_smi if name == "npu-smi" else None
+
+    def probe() -> Tuple[bool, str]:
+        return True, "probed"
+
+    return Host(root=str(root), release=RELEASE, euid=euid, which=which, bcc_probe=probe, bpf_probe=probe)
+
+
+def by_name(checks: list[Check]) -> Dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
+    make_ascend_host(tmp_path)
+    checks = doctor.run_checks(fake_host(tmp_path))
+    assert [c.name for c in checks if not c.ok] == []
+    assert doctor.essentials_ok(checks)
+    found = by_name(checks)
+    assert "0000:81:00.0 (0xd802)" in found["Ascend PCI devices"].detail
+    assert "0000:00:01.0" not in found["Ascend PCI devices"].detail
+    assert found["driver modules"].detail == "asdrv_trsbase asdrv_trs"
+    assert found["driver trace switches"].detail == "2/2 on"
+    assert "CONFIG_KPROBES=y" in found["kprobes"].detail
+    assert found["tracefs"].detail == f"mounted at {tmp_path}/sys/kernel/tracing"
+
+
+def test_empty_host_fails_essentials_with_fixes(tmp_path: Path) -> None:
+    (tmp_path / "sys/kernel/tracing").mkdir(parents=True)
+    checks = doctor.run_checks(fake_host(tmp_path, euid=1000, npu_smi=None))
+    found = by_name(checks)
+    assert not doctor.essentials_ok(checks)
+    assert "mount -t tracefs nodev /sys/kernel/tracing" in found["tracefs"].fix
+    assert found["privileges"].mark == "!!" and "root" in found["privileges"].fix
+    # neither event source: both flagged essential
+    assert found["uprobe events"].mark == "!!"
+    assert found["driver tracepoints"].mark == "!!"
+    assert found["simulator"].mark == "--" and found["simulator"].fix == "npu-trace sim load"
+    assert all(c.fix for c in checks if not c.ok)
+
+
+def test_driver_tracepoints_alone_are_enough(tmp_path: Path) -> None:
+    make_tracefs(tmp_path, events=DRIVER_EVENTS, uprobes=False)
+    write(tmp_path, "proc/self/status", ROOT_CAPS)
+    checks = doctor.run_checks(fake_host(tmp_path))
+    found = by_name(checks)
+    assert doctor.essentials_ok(checks)
+    assert found["uprobe events"].mark == "--"
+    assert found["driver tracepoints"].detail.startswith("5 events")
+
+
+def test_uprobes_alone_are_enough_and_tracefs_under_debugfs(tmp_path: Path) -> None:
+    write(tmp_path, "sys/kernel/debug/tracing/available_events", "ascend:ascend_mem_alloc\n")
+    write(tmp_path, "sys/kernel/debug/tracing/uprobe_events", "")
+    checks = doctor.run_checks(fake_host(tmp_path))
+    found = by_name(checks)
+    assert doctor.essentials_ok(checks)
+    assert found["tracefs"].detail.endswith("sys/kernel/debug/tracing")
+    assert found["simulator"].ok
+    assert not found["trace clock"].ok  # no trace_clock file in this tree: reported, not raised
+
+
+def test_non_root_with_cap_sys_admin_is_privileged(tmp_path: Path) -> None:
+    write(tmp_path, "proc/self/status", "CapEff:\t0000000000200000\n")
+    check = doctor.check_privileges(fake_host(tmp_path, euid=1000))
+    assert check.ok and "CAP_SYS_ADMIN" in check.detail and "CAP_BPF" not in check.detail
+    write(tmp_path, "proc/self/status", NO_CAPS)
+    assert not doctor.check_privileges(fake_host(tmp_path, euid=1000)).ok
+
+
+def test_trace_switch_off_gets_echo_fix(tmp_path: Path) -> None:
+    write(tmp_path, "proc/trs_chan/dev0-ts0/trace_enable", "1\n")
+    write(tmp_path, "proc/trs_chan/dev1-ts0/trace_enable", "0\n")
+    check = doctor.check_trace_switches(fake_host(tmp_path))
+    assert not check.ok and check.detail == "1/2 on"
+    assert check.fix.startswith(f"echo 1 > {tmp_path}/proc/trs_chan/dev1-ts0/trace_enable")
+
+
+def test_kprobes_config_from_boot(tmp_path: Path) -> None:
+    write(tmp_path, f"boot/config-{RELEASE}", "# CONFIG_KPROBES is not set\n")
+    check = doctor.check_kprobes(fake_host(tmp_path), None)
+    assert not check.ok and "CONFIG_KPROBES=n" in check.detail
+    assert "unknown" in doctor.check_kprobes(fake_host(tmp_path / "none"), None).detail
+
+
+def test_missing_headers_and_bcc(tmp_path: Path) -> None:
+    host = fake_host(tmp_path)
+    host.bcc_probe = lambda: (False, "ModuleNotFoundError: No module named 'bcc'")
+    assert doctor.check_headers(host).fix == "run scripts/setup"
+    bcc = doctor.check_bcc(host)
+    assert not bcc.ok and "scripts/setup" in bcc.fix and "No module named" in bcc.detail
+
+
+def test_parsers() -> None:
+    assert doctor.parse_cap_eff(ROOT_CAPS) == 0x1FFFFFFFFFF
+    assert doctor.parse_cap_eff("Name: x\n") == 0
+    assert doctor.parse_cap_eff("CapEff:\tzz\n") == 0
+    assert doctor.parse_kconfig('CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C="s"\n') == {
+        "CONFIG_A": "y",
+        "CONFIG_C": '"s"',
+    }
+    assert doctor.parse_modules("a 1 0 - Live\n\nb 2 1 a, Live\n") == ["a", "b"]
+
+
+def test_text_is_aligned_and_json_serialisable(tmp_path: Path) -> None:
+    checks = doctor.run_checks(fake_host(tmp_path))
+    lines = doctor.format_text(checks).splitlines()
+    marks = [line[:4] for line in lines if not line.startswith("    ")]
+    assert len(marks) == len(checks) and set(marks) <= {"ok  ", "--  ", "!!  "}
+    detail_column = {line.index(c.detail) for line, c in zip([ln for ln in lines if ln[:2] != "  "], checks)}
+    assert len(detail_column) == 1
+    obj = json.loads(json.dumps(doctor.to_json_obj(checks, 3, RELEASE)))
+    assert obj["exit_code"] == 3 and obj["ok"] is False and len(obj["checks"]) == len(checks)
+
+
+def test_real_doctor_json_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "npu_trace", "doctor", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" not in proc.stderr
+    obj = json.loads(proc.stdout)
+    assert proc.returncode == obj["exit_code"] and proc.returncode in (0, 3)
+    names = {c["name"] for c in obj["checks"]}
+    assert {"privileges", "tracefs", "uprobe events", "BPF", "bcc", "simulator"} <= names
+    assert all(c["status"] in ("ok", "--", "!!") for c in obj["checks"])
+
+
+@pytest.mark.privileged
+def test_real_doctor_essentials_on_this_host() -> None:
+    """Where CI runs (root, tracefs, uprobes) the essentials must be there."""
+    checks = doctor.run_checks()
+    if not doctor.essentials_ok(checks):
+        missing = [f"{c.name}: {c.detail}" for c in checks if c.essential and not c.ok]
+        pytest.skip("host lacks essentials: " + "; ".join(missing))
+    assert by_name(checks)["tracefs"].ok
+
+
+def test_corrupt_files_are_reported_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/config.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    write(tmp_path, "sys/kernel/tracing/available_events", "")
+    (tmp_path / "sys/kernel/tracing/trace_clock").mkdir()  # reading a directory fails
+    checks = by_name(doctor.run_checks(fake_host(tmp_path)))
+    assert "unknown" in checks["kprobes"].detail
+    assert not checks["trace clock"].ok
