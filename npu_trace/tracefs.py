@@ -47,9 +47,7 @@ class Tracefs:
                 return cls(MOUNT_POINTS[0])
         if os.geteuid() != 0:
             raise PrivilegeError("tracefs is not mounted and only root can mount it (run as root)")
-        raise KernelFeatureError(
-            "tracefs is not available on this kernel (CONFIG_FTRACE / CONFIG_EVENT_TRACING)"
-        )
+        raise KernelFeatureError("tracefs is not available on this kernel (CONFIG_FTRACE / CONFIG_EVENT_TRACING)")
 
     @staticmethod
     def _mount(path: str) -> None:
@@ -191,9 +189,7 @@ class Instance:
         self.fs.write_text(self._rel(f"events/{system}/{name}/enable"), "1")
 
     def enabled_events(self) -> List[str]:
-        return [
-            line.strip() for line in self.fs.read_text(self._rel("set_event")).splitlines() if line.strip()
-        ]
+        return [line.strip() for line in self.fs.read_text(self._rel("set_event")).splitlines() if line.strip()]
 
     def disable_all(self) -> None:
         if not os.path.isdir(self.fs.path(self.rel)):

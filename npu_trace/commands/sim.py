@@ -1,0 +1,81 @@
+"""`npu-trace sim load|unload|status|run`: the simulated NPU (loaded like a driver, apart from tracing)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from npu_trace import sim
+from npu_trace.sim import build, probes
+from npu_trace.tracefs import Tracefs
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("sim", help="the simulated NPU: load/unload its uprobes, run scenarios")
+    sub = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND", parser_class=type(parser))
+    sub.add_parser("load", help="build the simulator and register its ascend:* uprobe events").set_defaults(
+        func=cmd_load
+    )
+    sub.add_parser("unload", help="remove every ascend:* uprobe event").set_defaults(func=cmd_unload)
+    sub.add_parser("status", help="is the simulator loaded, with which binary").set_defaults(func=cmd_status)
+    run = sub.add_parser("run", help="run a scenario (loads the simulator first when needed)")
+    run.add_argument("--scenario", choices=sim.SCENARIOS, default="steady")
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--duration", type=float, default=2.0, help="seconds (default 2)")
+    run.add_argument("--rate", type=float, default=500.0, help="background calls per second (default 500)")
+    run.add_argument("--devices", type=int, default=1, help="simulated devices (default 1)")
+    run.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
+    run.add_argument("--no-load", action="store_true", help="do not register the uprobes (just run)")
+    run.set_defaults(func=cmd_run)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    loaded = sim.load(Tracefs.find())
+    state = "loaded" if loaded.changed else "already loaded"
+    n = len(loaded.definitions)
+    print(f"simulated NPU {state}: {n} uprobe events on {loaded.binary}", file=sys.stderr)
+    return 0
+
+
+def cmd_unload(args: argparse.Namespace) -> int:
+    n = sim.unload(Tracefs.find())
+    print(f"simulated NPU unloaded: {n} uprobe events removed", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    fs = Tracefs.find()
+    lines = probes.registered(fs)
+    current = sim.is_loaded(fs)
+    state = "loaded" if current else ("stale (other binary or definitions)" if lines else "not loaded")
+    print(f"simulated NPU: {state}")
+    print(f"binary: {build.binary_path()}")
+    print(f"registered ascend uprobe events: {len(lines)}")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    truth = sim.run_scenario(
+        args.scenario,
+        args.seed,
+        args.duration,
+        args.rate,
+        args.devices,
+        args.truth,
+        ensure_loaded=not args.no_load,
+    )
+    n = len(truth["actions"])
+    secs = (truth["end_ns"] - truth["start_ns"]) / 1e9
+    kinds = " ".join(f"{k}={v}" for k, v in truth["kind_counts"].items())
+    dest = f", truth in {args.truth}" if args.truth else ""
+    print(f"sim {args.scenario} seed={args.seed}: {n} calls in {secs:.2f}s ({kinds}){dest}", file=sys.stderr)
+    return 0

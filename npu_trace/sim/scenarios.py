@@ -1,0 +1,389 @@
+"""Deterministic scenario planner: (scenario, seed, duration, rate, devices) -> the list of actions to inject.
+
+Pure: no I/O, randomness only from random.Random(seed). `rate` is the steady background traffic in calls per
+second (all devices together); special phases (spikes, failures, ECC climb, reset steps, IRQ storm) add
+their calls on top. Each Action is one call of one exported simulator function; `args` follow abi.FUNCS'
+parameter order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+from npu_trace.errors import InputError
+from npu_trace.sim import abi
+
+SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed")
+KINDS = ("call", "spike", "alloc_fail", "timeout", "heartbeat_lost", "ecc", "reset_step", "irq")
+NS = 1_000_000_000
+US = 1_000
+MS = 1_000_000
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+HBM_BYTES = 64 * GIB
+VA_BASE = 0x100000000000
+VA_STRIDE = 0x10000000000
+IRQ_NAMES = ("cq_update_irq", "func_cq_irq", "sq_send_trigger_irq", "dma_done_irq", "devdrv_load_irq")
+MAX_ACTIONS = 2_000_000
+
+Value = Union[int, str]
+
+
+@dataclass(frozen=True)
+class Action:
+    t_ns: int  # planned start offset from the executor's start
+    func: str
+    args: Tuple[Value, ...]  # in abi parameter order (args[0] is the device)
+    ret: Optional[int] = None  # HAL calls only: what the call returns
+    delay_ns: int = 0  # HAL calls only: latency injected inside the call
+    kind: str = "call"
+    group: int = 0  # actions of one logical operation (alloc + alloc_done, send + completion ...)
+    phase: str = "steady"
+
+    @property
+    def dev(self) -> int:
+        return int(self.args[0])
+
+    def fields(self) -> Dict[str, Value]:
+        names = abi.FUNC_BY_NAME[self.func].field_names
+        return dict(zip(names, self.args))
+
+
+def irq_number(dev: int, name: str) -> int:
+    """A stable MSI-X vector number per (device, IRQ name)."""
+    idx = IRQ_NAMES.index(name) if name in IRQ_NAMES else len(IRQ_NAMES)
+    return 128 + dev * 16 + idx
+
+
+def mbox_irq_name(dev: int, ts: int = 0) -> str:
+    return f"trs-mbox-{dev}-{ts}"
+
+
+class Heap:
+    """First-fit device memory model, so alloc results and free/largest-free hints are consistent."""
+
+    def __init__(self, dev: int, capacity: int = HBM_BYTES) -> None:
+        self.base = VA_BASE + dev * VA_STRIDE
+        self.holes: List[Tuple[int, int]] = [(0, capacity)]
+        self.live: Dict[int, int] = {}
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(size for _, size in self.holes)
+
+    @property
+    def largest(self) -> int:
+        return max((size for _, size in self.holes), default=0)
+
+    def alloc(self, size: int) -> Optional[int]:
+        for i, (off, hole) in enumerate(self.holes):
+            if hole >= size:
+                self.holes[i : i + 1] = [(off + size, hole - size)] if hole > size else []
+                self.live[self.base + off] = size
+                return self.base + off
+        return None
+
+    def release(self, va: int) -> None:
+        size = self.live.pop(va)
+        holes = sorted([*self.holes, (va - self.base, size)])
+        merged: List[Tuple[int, int]] = []
+        for off, sz in holes:
+            if merged and merged[-1][0] + merged[-1][1] == off:
+                merged[-1] = (merged[-1][0], merged[-1][1] + sz)
+            else:
+                merged.append((off, sz))
+        self.holes = merged
+
+
+Window = Tuple[int, int, int]  # (dev, from_ns, to_ns): no background traffic on dev meanwhile
+
+
+class Planner:
+    """Accumulates actions; the scenario functions below drive it."""
+
+    def __init__(self, seed: int, devices: int) -> None:
+        self.rng = random.Random(seed)
+        self.devices = devices
+        self.actions: List[Action] = []
+        self.heaps = {d: Heap(d) for d in range(devices)}
+        self.next_task = dict.fromkeys(range(devices), 0)
+        self.groups = 0
+        self.quiet: List[Window] = []
+        self.no_alloc: set = set()
+
+    def group(self) -> int:
+        self.groups += 1
+        return self.groups
+
+    def add(self, t: float, func: str, args: Tuple[Value, ...], **kw: object) -> None:
+        self.actions.append(Action(int(t), func, args, **kw))  # type: ignore[arg-type]
+
+    def hal_delay(self) -> int:
+        return self.rng.randint(1 * US, 20 * US)
+
+    def is_quiet(self, dev: int, t: float) -> bool:
+        return any(d == dev and lo <= t < hi for d, lo, hi in self.quiet)
+
+    def finish(self) -> List[Action]:
+        order = sorted(range(len(self.actions)), key=lambda i: (self.actions[i].t_ns, i))
+        return [self.actions[i] for i in order]
+
+
+# ---- operations (each returns how many calls it planned) ------------------------------------------------
+def op_alloc(
+    p: Planner,
+    t: float,
+    dev: int,
+    size: int,
+    kind: str = "call",
+    phase: str = "steady",
+    delay: Optional[int] = None,
+) -> int:
+    heap = p.heaps[dev]
+    va = heap.alloc(size)
+    ret = 0 if va is not None else abi.ENOMEM
+    kind = kind if va is not None else "alloc_fail"
+    g = p.group()
+    d = p.hal_delay() if delay is None else delay
+    p.add(t, "halMemAlloc", (dev, size, 0), ret=ret, delay_ns=d, kind=kind, group=g, phase=phase)
+    done = (dev, size, va or 0, ret, heap.free_bytes, heap.largest)
+    p.add(t + d + 2 * US, "devmm_alloc_done", done, kind="call" if va else kind, group=g, phase=phase)
+    return 2
+
+
+def op_free(p: Planner, t: float, dev: int, va: int, phase: str = "steady") -> int:
+    p.heaps[dev].release(va)
+    p.add(t, "halMemFree", (dev, va), ret=0, delay_ns=p.hal_delay(), group=p.group(), phase=phase)
+    return 1
+
+
+def op_irq(
+    p: Planner, t: float, dev: int, name: str, dur_ns: int, phase: str = "steady", group: Optional[int] = None
+) -> int:
+    g = p.group() if group is None else group
+    irq = irq_number(dev, name)
+    p.add(t, "irq_handler_entry", (dev, irq, name), kind="irq", group=g, phase=phase)
+    p.add(t + dur_ns, "irq_handler_exit", (dev, irq, abi.IRQ_HANDLED), kind="irq", group=g, phase=phase)
+    return 2
+
+
+def op_task(
+    p: Planner, t: float, dev: int, kind: str = "call", phase: str = "steady", delay: Optional[int] = None
+) -> int:
+    g = p.group()
+    task = p.next_task[dev]
+    p.next_task[dev] = (task + 1) & 0xFFFF
+    stream = p.rng.randrange(8)
+    d = p.hal_delay() if delay is None else delay
+    p.add(t, "halSqTaskSend", (dev, 0, stream, task), ret=0, delay_ns=d, kind=kind, group=g, phase=phase)
+    t_irq = t + d + p.rng.randint(30 * US, 200 * US)
+    irq = irq_number(dev, "cq_update_irq")
+    p.add(t_irq, "irq_handler_entry", (dev, irq, "cq_update_irq"), kind="irq", group=g, phase=phase)
+    p.add(t_irq + 2 * US, "trs_logic_cq_enque", (dev, stream, task, 0), group=g, phase=phase)
+    p.add(t_irq + 4 * US, "irq_handler_exit", (dev, irq, abi.IRQ_HANDLED), kind="irq", group=g, phase=phase)
+    p.add(
+        t_irq + 6 * US,
+        "halCqReportRecv",
+        (dev, 0, stream, 100),
+        ret=1,
+        delay_ns=p.hal_delay(),
+        group=g,
+        phase=phase,
+    )
+    return 5
+
+
+def op_random(p: Planner, t: float, dev: int) -> int:
+    roll = p.rng.random()
+    heap = p.heaps[dev]
+    if roll < 0.45:
+        return op_task(p, t, dev)
+    if roll < 0.75 and dev not in p.no_alloc:
+        size = p.rng.randint(1, 4096) * 4 * KIB
+        if len(heap.live) < 64 and heap.largest >= size:
+            return op_alloc(p, t, dev, size)
+    if roll < 0.9 and heap.live and dev not in p.no_alloc:
+        return op_free(p, t, dev, p.rng.choice(sorted(heap.live)))
+    name = p.rng.choice(("dma_done_irq", mbox_irq_name(dev), "func_cq_irq"))
+    return op_irq(p, t, dev, name, p.rng.randint(2 * US, 30 * US))
+
+
+# ---- phases ---------------------------------------------------------------------------------------------
+def steady(p: Planner, t0: float, t1: float, rate: float) -> None:
+    """Background traffic at `rate` calls/s over [t0, t1) on every device not in a quiet window."""
+    t = t0
+    while t < t1:
+        devs = [d for d in range(p.devices) if not p.is_quiet(d, t)]
+        n = op_random(p, t, p.rng.choice(devs)) if devs else 1
+        t += n * NS / rate * p.rng.uniform(0.5, 1.5)
+
+
+def spikes(p: Planner, t0: float, t1: float, count: int) -> None:
+    """`count` HAL calls with 5-50 ms of injected latency, at random times in [t0, t1)."""
+    for _ in range(count):
+        t = p.rng.uniform(t0, t1)
+        devs = [d for d in range(p.devices) if not p.is_quiet(d, t)]
+        if not devs:
+            continue
+        dev, delay = p.rng.choice(devs), p.rng.randint(5 * MS, 50 * MS)
+        if dev in p.no_alloc or p.rng.random() < 0.6:
+            op_task(p, t, dev, kind="spike", phase="spike", delay=delay)
+        else:
+            op_alloc(p, t, dev, p.rng.randint(1, 256) * 4 * KIB, kind="spike", phase="spike", delay=delay)
+
+
+def fragmentation(p: Planner, t0: float, t1: float, dev: int, holes: int = 16, hole: int = 8 * MIB) -> None:
+    """Fill `dev`'s memory with alternating hole/filler blocks, free the holes, then fail a large allocation
+    (enough free bytes in total, no block large enough) three times; finally free the fillers and succeed."""
+    heap, step = p.heaps[dev], max(20 * US, int((t1 - t0) / 200))
+    filler = (heap.free_bytes - holes * hole) // holes // (4 * KIB) * (4 * KIB)
+    t, kept, gaps = t0, [], []
+    for i in range(holes):
+        op_alloc(p, t, dev, hole, phase="fragment")
+        gaps.append(max(heap.live))
+        size = filler if i < holes - 1 else heap.largest
+        op_alloc(p, t + step / 2, dev, size, phase="fragment")
+        kept.append(max(heap.live))
+        t += step
+    for va in gaps:
+        op_free(p, t, dev, va, phase="fragment")
+        t += step / 2
+    request = min(heap.free_bytes, 4 * heap.largest)
+    for i in range(3):
+        op_alloc(p, t + i * (t1 - t) / 6, dev, request, phase="fragment")
+    t += (t1 - t) / 2
+    for va in kept:
+        op_free(p, t, dev, va, phase="recover")
+        t += step / 2
+    op_alloc(p, t, dev, request, phase="recover")
+    op_free(p, t + step, dev, max(heap.live), phase="recover")
+
+
+def ecc_reset(p: Planner, t0: float, t1: float, dev: int) -> None:
+    """ECC counts and temperature climb, timeouts, heartbeat lost, full hot reset, then healthy."""
+    span = t1 - t0
+    p.quiet.append((dev, int(t0 + 0.5 * span), int(t0 + 0.87 * span)))
+    ce = 0
+    for k in range(8):
+        ce += 1 << k
+        args = (dev, abi.ECC_CE_EVENT, ce, 0, 62 + 4 * k)
+        t = t0 + span * 0.05 * (k + 1)
+        p.add(t, "dms_event_report", args, kind="ecc", group=p.group(), phase="degrade")
+    uce = (dev, abi.ECC_UCE_EVENT, ce, 1, 96)
+    p.add(t0 + 0.46 * span, "dms_event_report", uce, kind="ecc", group=p.group(), phase="degrade")
+    _timeouts(p, t0 + 0.5 * span, t0 + 0.6 * span, dev)
+    lost = (dev, 4)
+    p.add(
+        t0 + 0.62 * span,
+        "hb_report_heart_beat_lost_event",
+        lost,
+        kind="heartbeat_lost",
+        group=p.group(),
+        phase="degrade",
+    )
+    _reset_steps(p, t0 + 0.65 * span, t0 + 0.85 * span, dev)
+
+
+def _timeouts(p: Planner, t0: float, t1: float, dev: int) -> None:
+    for i in range(3):
+        t, g, stream = t0 + i * (t1 - t0) / 3, p.group(), p.rng.randrange(8)
+        p.add(t, "drv_timeout", (dev, 1, stream, 20_000), kind="timeout", group=g, phase="degrade")
+        p.add(
+            t + 5 * US,
+            "halCqReportRecv",
+            (dev, 0, stream, 20),
+            ret=abi.ETIMEDOUT,
+            delay_ns=20 * MS,
+            kind="timeout",
+            group=g,
+            phase="degrade",
+        )
+        mbox = (dev, 2, 0, 1_000 * (i + 1))
+        p.add(t + 21 * MS, "drv_timeout", mbox, kind="timeout", group=g, phase="degrade")
+
+
+def _reset_steps(p: Planner, t0: float, t1: float, dev: int) -> None:
+    g, n = p.group(), len(abi.RESET_STEPS)
+    for i, name in enumerate(abi.RESET_STEPS):
+        t = t0 + i * (t1 - t0) / n
+        if name == "os_load_success":
+            op_irq(p, t - 20 * US, dev, "devdrv_load_irq", 5 * US, phase="reset", group=g)
+        p.add(t, "devdrv_reset_step", (dev, i + 1, name, 0), kind="reset_step", group=g, phase="reset")
+
+
+def irq_storm(p: Planner, t0: float, t1: float, dev: int, per_s: int = 20_000) -> None:
+    """IRQ entry/exit pairs at `per_s` on `dev`: mostly cq_update_irq, some mailbox ACKs."""
+    gap, t = NS / per_s, t0
+    while t < t1:
+        name = mbox_irq_name(dev) if p.rng.random() < 0.2 else "cq_update_irq"
+        op_irq(p, t, dev, name, 2 * US, phase="storm")
+        t += gap
+
+
+# ---- scenarios ------------------------------------------------------------------------------------------
+def _plan_steady(p: Planner, end: int, rate: float) -> None:
+    steady(p, 0, end, rate)
+
+
+def _plan_spikes(p: Planner, end: int, rate: float) -> None:
+    spikes(p, 0.05 * end, 0.95 * end, max(3, int(4 * end / NS)))
+    steady(p, 0, end, rate)
+
+
+def _plan_fragmentation(p: Planner, end: int, rate: float) -> None:
+    p.no_alloc.update(range(p.devices))
+    fragmentation(p, 0.05 * end, 0.95 * end, 0)
+    steady(p, 0, end, rate)
+
+
+def _plan_ecc_reset(p: Planner, end: int, rate: float) -> None:
+    ecc_reset(p, 0.05 * end, end, 0)
+    steady(p, 0, end, rate)
+
+
+def _plan_irq_storm(p: Planner, end: int, rate: float) -> None:
+    start = 0.4 * end
+    irq_storm(p, start, start + min(0.2 * NS, 0.2 * end), 0)
+    steady(p, 0, end, rate)
+
+
+def _plan_mixed(p: Planner, end: int, rate: float) -> None:
+    p.no_alloc.add(0)
+    ecc_dev = p.devices - 1
+    fragmentation(p, 0.03 * end, 0.35 * end, 0)
+    irq_storm(p, 0.36 * end, 0.36 * end + min(0.1 * NS, 0.05 * end), 0)
+    ecc_reset(p, 0.4 * end, end, ecc_dev)
+    spikes(p, 0.05 * end, 0.95 * end, max(3, int(2 * end / NS)))
+    steady(p, 0, end, rate)
+
+
+_PLANNERS: Dict[str, Callable[[Planner, int, float], None]] = {
+    "steady": _plan_steady,
+    "spikes": _plan_spikes,
+    "fragmentation": _plan_fragmentation,
+    "ecc-reset": _plan_ecc_reset,
+    "irq-storm": _plan_irq_storm,
+    "mixed": _plan_mixed,
+}
+
+
+def validate(scenario: str, duration_s: float, rate: float, devices: int) -> None:
+    if scenario not in _PLANNERS:
+        raise InputError(f"unknown scenario {scenario!r} (one of: {', '.join(SCENARIOS)})")
+    if not 0 < duration_s <= 3600:
+        raise InputError(f"--duration must be in (0, 3600] seconds, not {duration_s}")
+    if not 0 < rate <= 200_000:
+        raise InputError(f"--rate must be in (0, 200000] calls/s, not {rate}")
+    if not 1 <= devices <= 64:
+        raise InputError(f"--devices must be in [1, 64], not {devices}")
+    if duration_s * rate > MAX_ACTIONS:
+        raise InputError(f"duration x rate is over {MAX_ACTIONS} calls: shorten the run or lower the rate")
+
+
+def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int) -> List[Action]:
+    """The actions of `scenario`, sorted by planned start; the same arguments always give the same plan."""
+    validate(scenario, duration_s, rate, devices)
+    p = Planner(seed, devices)
+    _PLANNERS[scenario](p, int(duration_s * NS), float(rate))
+    return p.finish()
