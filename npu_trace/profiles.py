@@ -13,23 +13,25 @@ from typing import Dict, Mapping, Sequence, Tuple
 from npu_trace.errors import UsageError
 
 # Struct layouts of the real driver's struct-typed tracepoint fields (their format files only say
-# `struct trs_chan_sq_trace sq_trace; size:40`): member name and struct code, in declaration order.
+# `struct trs_chan_sq_trace sq_trace; size:40`): member names as in C (nested structs as "outer.inner")
+# and struct codes, in declaration order.
 # Sources: ascend_kernel_hal.h (trs_id_inst, trs_chan_type, trs_chan_sq_trace, trs_chan_cq_trace),
 # chan_trace.h (trs_chan_recv_trace), trs_core_trace.h (trs_logic_cqe_trace, trs_logic_cq_recv_trace_t).
 _U32 = "I"
+_CHAN_TYPES = (("types.type", _U32), ("types.sub_type", _U32))  # struct trs_chan_type, inlined
 ASCEND_LAYOUTS: Dict[str, Sequence[Tuple[str, str]]] = {
     "struct trs_id_inst": (("devid", _U32), ("tsid", _U32)),
     "struct trs_chan_sq_trace": (
-        ("sqid", _U32), ("status", _U32), ("sq_head", _U32), ("sq_tail", _U32), ("chan_id", _U32),
-        ("chan_type", _U32), ("chan_sub_type", _U32), ("sqe_type", _U32), ("task_id", _U32), ("stream_id", _U32),
+        ("sqid", _U32), ("status", _U32), ("sq_head", _U32), ("sq_tail", _U32), ("chan_id", _U32), *_CHAN_TYPES,
+        ("type", _U32), ("task_id", _U32), ("stream_id", _U32),
     ),
     "struct trs_chan_cq_trace": (
-        ("cqid", _U32), ("cq_head", _U32), ("round", _U32), ("chan_id", _U32), ("chan_type", _U32),
-        ("chan_sub_type", _U32), ("task_id", _U32), ("sq_id", _U32), ("sq_head", _U32), ("stream_id", _U32),
+        ("cqid", _U32), ("cq_head", _U32), ("round", _U32), ("chan_id", _U32), *_CHAN_TYPES,
+        ("task_id", _U32), ("sq_id", _U32), ("sq_head", _U32), ("stream_id", _U32),
     ),
     "struct trs_chan_recv_trace": (
-        ("chan_id", _U32), ("chan_type", _U32), ("chan_sub_type", _U32), ("cqid", _U32), ("cq_head", _U32),
-        ("cqe_num", _U32), ("recv_cqe_num", _U32), ("timeout", "i"),
+        ("chan_id", _U32), *_CHAN_TYPES, ("cqid", _U32), ("cq_head", _U32), ("cqe_num", _U32),
+        ("recv_cqe_num", _U32), ("timeout", "i"),
     ),
     "struct trs_logic_cqe_trace": (
         ("logic_cqid", _U32), ("head", _U32), ("tail", _U32), ("task_id", _U32), ("stream_id", _U32),

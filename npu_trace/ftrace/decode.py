@@ -67,9 +67,7 @@ class RecordDecoder:
 
     __slots__ = ("fixups", "fmt", "size", "struct")
 
-    def __init__(
-        self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
-    ):
+    def __init__(self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None):
         self.fmt = fmt
         end = "<" if byteorder == "little" else ">"
         pid = fmt.field("common_pid")
@@ -159,9 +157,7 @@ def _dynamic_fixup(field: Field, end: str) -> Fixup:
         if rel:
             offset += base_off
         if offset + length > len(rec):
-            raise ValueError(
-                f"{field.name}: dynamic data [{offset}:+{length}] beyond the record ({len(rec)})"
-            )
+            raise ValueError(f"{field.name}: dynamic data [{offset}:+{length}] beyond the record ({len(rec)})")
         raw = rec[offset : offset + length]
         if is_string:
             return _c_string(raw)
@@ -178,9 +174,7 @@ class TailDecoder(RecordDecoder):
 
     __slots__ = ("tail_offset",)
 
-    def __init__(
-        self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
-    ):
+    def __init__(self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None):
         tail = fmt.fields[-1]
         head = EventFormat(fmt.id, fmt.system, fmt.name, fmt.common, fmt.fields[:-1], fmt.print_fmt)
         super().__init__(head, byteorder, layouts)
@@ -307,6 +301,10 @@ class PageDecoder:
                     self.skipped += 1
                     continue
                 unpack, fmt, need, dec = entry
+            elif pos + 8 > end:  # every remaining kind carries a second word
+                if not (tl == TYPE_PADDING and hdr >> 5 == 0):
+                    self._malformed(out, ts, f"record of type {tl} cut at offset {pos}")
+                break
             elif tl == TYPE_TIME_EXTEND:
                 ts += (u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5)
                 pos += 8

@@ -17,7 +17,14 @@ _FIELD_RE = re.compile(
     r"^\s*field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);(?:\s*signed:(?P<signed>-?\d+);)?"
 )
 _ARRAY_RE = re.compile(r"^(?P<type>.*?)\s*(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]]*)\]$")
-_DYN_RE = re.compile(r"^(?P<type>.*?)\s*\[\s*\]\s*(?P<name>[A-Za-z_]\w*)$")
+_DYN_RE = re.compile(r"^(?P<type>.*?)\s*(?:\[\s*\]\s*|\s)(?P<name>[A-Za-z_]\w*)$")  # "char[] name", "cpumask_t m"
+_ELEM_SIZES = {
+    "u8": 1, "s8": 1, "__u8": 1, "__s8": 1, "unsigned char": 1, "signed char": 1, "bool": 1, "uint8_t": 1,
+    "u16": 2, "s16": 2, "__u16": 2, "__s16": 2, "short": 2, "unsigned short": 2, "uint16_t": 2,
+    "u32": 4, "s32": 4, "__u32": 4, "__s32": 4, "int": 4, "unsigned int": 4, "unsigned": 4, "uint32_t": 4,
+    "u64": 8, "s64": 8, "__u64": 8, "__s64": 8, "long": 8, "unsigned long": 8, "long long": 8,
+    "unsigned long long": 8, "uint64_t": 8,
+}  # fmt: skip
 _PLAIN_RE = re.compile(r"^(?P<type>.*?[\s*])(?P<name>[A-Za-z_]\w*)$")
 
 # Field kinds
@@ -118,8 +125,9 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
         return Field(name, ctype, offset, 0, signed, TAIL)
     try:
         count = int(count_text, 0)
-    except ValueError:
-        count = 0
+    except ValueError:  # a symbolic length (TASK_COMM_LEN): the element type gives it
+        elem = _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
+        count = size // elem if elem and size % elem == 0 else 0
     probe = Field(name, ctype, offset, size, signed, ARRAY, count or 1)
     if probe.is_string:
         return Field(name, ctype, offset, size, signed, CHAR_ARRAY, count or size)
