@@ -22,9 +22,7 @@ def add_parser(sub: Any) -> None:
         description="Trace on a private tracefs instance and print every decoded event.",
     )
     add_trace_options(p)
-    p.add_argument(
-        "--format", choices=("text", "ndjson"), default="text", help="output format (default text)"
-    )
+    p.add_argument("--format", choices=("text", "ndjson"), default="text", help="output format (default text)")
     p.set_defaults(func=run)
 
 
@@ -66,14 +64,22 @@ def session_from_args(args: argparse.Namespace, fs: Tracefs) -> TracefsSession:
     )
 
 
+def announce(session: TracefsSession) -> None:
+    print(
+        f"npu-trace: tracing {len(session.selected)} event types on tracefs instance {session.name} "
+        f"(clock {session.clock}); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def print_summary(session: TracefsSession, printed: int) -> None:
     err = sys.stderr
     if session.unmatched:
         print(f"npu-trace: not on this host: {', '.join(session.unmatched)}", file=err)
     extra = f", {session.malformed} malformed" if session.malformed else ""
     print(
-        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}; "
-        f"{session.ledger.summary()}",
+        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}; {session.ledger.summary()}",
         file=err,
     )
 
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     stop.install()
     tune_gc()
     with session:
+        announce(session)
         pump(session, sink, duration=args.duration, stop=stop)
     print_summary(session, session.events_read)
     return 0

@@ -8,19 +8,20 @@ few-millisecond interval. Loss is counted three ways and kept in `ledger`: the m
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
+import struct
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError
 from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import PageDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.decode import COMMIT_MASK, PageDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
 
 DEFAULT_BUFFER_KB = 8192
+PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read
 # Written to the buffer without being enabled (trace_marker writes): always decoded, never enabled.
 IMPLICIT_EVENTS = ("ftrace:print",)
 STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
@@ -110,15 +111,11 @@ class TracefsSession:
         chosen += [ev for ev in extra if ev not in chosen]
         if not chosen:
             hint = f": {self.missing_hint}" if self.missing_hint else ""
-            raise KernelFeatureError(
-                f"none of the events {', '.join(self.optional)} exists on this host{hint}"
-            )
+            raise KernelFeatureError(f"none of the events {', '.join(self.optional)} exists on this host{hint}")
         return chosen
 
     def _implicit(self, fs: Tracefs) -> List[str]:
-        return [
-            e for e in IMPLICIT_EVENTS if e not in self.selected and fs.has_event_format(*e.split(":", 1))
-        ]
+        return [e for e in IMPLICIT_EVENTS if e not in self.selected and fs.has_event_format(*e.split(":", 1))]
 
     def _configure(self, inst: Instance) -> None:
         assert self.header is not None
@@ -164,23 +161,37 @@ class TracefsSession:
     def read(self, out: List[Any]) -> int:
         """Drain every CPU's pipe once without blocking; append events and Loss records. Returns pages read."""
         pages = 0
+        for cpu, page in self.raw_pages():
+            pages += 1
+            self.events_read += self._decoders[cpu].decode(page, out)
+        return pages
+
+    def raw_pages(self) -> Iterator[Tuple[int, bytes]]:
+        """(cpu, page bytes) for the pages readable now, without blocking (each one consumed from the kernel).
+
+        A page far from full means the reader has caught up with the writer on that CPU: the next read would
+        only return the few events written since, so that CPU waits for the next poll (no spinning)."""
+        assert self.header is not None
+        h = self.header
+        partial = h.data_size - PARTIAL_SLACK
+        order = "<" if sys.byteorder == "little" else ">"
+        unpack_commit = struct.Struct(order + ("Q" if h.commit_size == 8 else "I")).unpack_from
         for cpu, fd in self._fds.items():
-            dec = self._decoders[cpu]
             while True:
                 try:
                     page = os.read(fd, self._read_size)
                 except BlockingIOError:
                     break
+                except InterruptedError:
+                    continue
                 except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
                     raise SourceError(f"reading cpu{cpu} trace_pipe_raw: {exc.strerror}") from exc
                 if not page:
                     break
-                pages += 1
-                self.events_read += dec.decode(page, out)
-        self.pages_read += pages
-        return pages
+                self.pages_read += 1
+                yield cpu, page
+                if len(page) < h.data_offset or unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK < partial:
+                    break
 
     def update_loss(self) -> None:
         """Copy the kernel's per-CPU loss counters into the ledger (they are totals for this instance)."""

@@ -1,0 +1,37 @@
+"""`npu-trace cleanup`: remove what crashed or killed runs left in the kernel."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from npu_trace import sim
+from npu_trace.sources.tracefs_source import cleanup_stale
+from npu_trace.tracefs import Tracefs
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "cleanup",
+        help="remove tracefs instances left by dead npu-trace runs (and, with --sim, the simulator's probes)",
+        description="Remove npu-trace-<pid> tracefs instances whose process is gone. Every session also does "
+        "this when it starts. With --sim, also unload the simulated NPU's uprobe events.",
+    )
+    p.add_argument("--sim", action="store_true", help="also unload the simulator (ascend/* uprobe events)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    fs = Tracefs.find()
+    removed = cleanup_stale(fs)
+    for name in removed:
+        print(f"removed tracefs instance {name}", file=sys.stderr)
+    if args.sim:
+        n = sim.unload(fs)
+        print(f"unloaded the simulator ({n} uprobe events)", file=sys.stderr)
+    elif sim.is_loaded(fs):
+        print("the simulator is loaded (npu-trace sim unload, or cleanup --sim, removes it)", file=sys.stderr)
+    if not removed and not args.sim:
+        print("nothing to clean", file=sys.stderr)
+    return 0

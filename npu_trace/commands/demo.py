@@ -1,0 +1,73 @@
+"""`npu-trace demo`: the simulated NPU's mixed scenario, traced live and streamed to the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, List
+
+from npu_trace import sim
+from npu_trace.commands.stream import announce, print_summary
+from npu_trace.errors import UsageError
+from npu_trace.profiles import get_profile
+from npu_trace.runner import StopFlag, pump, tune_gc
+from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sources.comm import CommCache
+from npu_trace.sources.tracefs_source import TracefsSession
+from npu_trace.tracefs import Tracefs
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the simulated NPU and trace it live",
+        description="Load the simulated NPU, run a scenario and stream its kernel events live. "
+        "The simulator is unloaded at the end unless it was loaded before.",
+    )
+    p.add_argument("--scenario", default="mixed", choices=sorted(sim.SCENARIOS), help="scenario (default mixed)")
+    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="scenario length (default 10 s)")
+    p.add_argument("--rate", type=float, default=200.0, help="HAL calls per second (default 200)")
+    p.add_argument("--devices", type=int, default=2, help="simulated NPUs (default 2)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--format", choices=("text", "ndjson"), default="text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration <= 0 or args.rate <= 0 or args.devices <= 0:
+        raise UsageError("--duration, --rate and --devices must be positive")
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    try:
+        return _trace_scenario(args, fs)
+    finally:
+        if not was_loaded:
+            sim.unload(fs)
+
+
+def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
+    profile = get_profile("sim")
+    printer = StreamPrinter(sys.stdout, args.format, CommCache())
+
+    def sink(batch: List[Any]) -> None:
+        for item in batch:
+            printer.write(item)
+        sys.stdout.flush()
+
+    stop = StopFlag()
+    stop.install()
+    tune_gc()
+    session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
+    with session:
+        announce(session)
+        run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False)
+        try:
+            pump(session, sink, stop=stop, until=lambda: run.poll() is not None)
+            truth = run.wait() if not stop.stopped else None
+        finally:
+            run.terminate()
+    print_summary(session, session.events_read)
+    if truth is not None:
+        print(f"npu-trace: scenario {args.scenario}: {len(truth['actions'])} injected actions", file=sys.stderr)
+    return 0

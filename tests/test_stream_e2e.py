@@ -1,0 +1,70 @@
+"""End to end, for real: `npu-trace stream` traces while the simulator runs a scenario; every injected call
+appears exactly once with its arguments and return value, in the executor's own timestamps, with zero loss."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from npu_trace import sim
+from npu_trace.tracefs import Tracefs
+
+CLI = [sys.executable, "-m", "npu_trace"]
+
+
+def start_stream(*extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([*CLI, "stream", "--format", "ndjson", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert "tracing" in first, first + proc.stderr.read()
+    return proc
+
+
+def stop_stream(proc: subprocess.Popen[str]) -> tuple[List[Dict[str, Any]], str]:
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+@pytest.fixture
+def loaded_sim() -> Any:
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    yield fs
+    if not was_loaded:
+        sim.unload(fs)
+    assert not [n for n in fs.instance_names() if n.startswith("npu-trace-")]
+
+
+@pytest.mark.privileged
+def test_stream_sees_every_injected_call_of_the_spikes_scenario(loaded_sim: Tracefs, tmp_path: Any) -> None:
+    proc = start_stream("--events", "ascend:*")
+    try:
+        truth = sim.run_scenario("spikes", 3, 1.0, 400, 2, str(tmp_path / "truth.json"), ensure_loaded=False)
+    finally:
+        events, err = stop_stream(proc)
+    mine = [e for e in events if e["event"].startswith("ascend:")]  # only the simulator fires these
+    expected = []
+    for action in truth["actions"]:
+        expected.append((f"ascend:ascend_{action['func']}", action["args"], action))
+        if len(action["events"]) == 2:
+            expected.append((f"ascend:ascend_{action['func']}_ret", {"ret": action["ret"]}, action))
+    assert len(mine) == len(expected), err
+    spikes = 0
+    for got, (name, args, action) in zip(mine, expected):
+        assert got["event"] == name
+        fields = {k: v for k, v in got["fields"].items() if not k.startswith("__probe")}
+        assert fields == args, (got, action)
+        assert action["start_ns"] - 1000 <= got["ts_ns"] <= action["end_ns"] + 1000, (got, action)
+        spikes += action["kind"] == "spike" and name.endswith("_ret")
+    assert spikes == truth["kind_counts"]["spike"] > 0
+    assert "loss: none (0 events lost)" in err
+    assert not [e for e in events if e["event"] == "npu_trace:lost"]
