@@ -1,0 +1,1 @@
+"""Benchmarks of npu-trace (run with `scripts/bench`): they print figures and ratios, never pass/fail on timing."""
