@@ -225,25 +225,15 @@ def check_uprobes(fs: Optional[Tracefs]) -> Check:
         return Check("uprobe events", False, "no tracefs", "mount tracefs first")
     if os.path.exists(fs.path("uprobe_events")):
         return Check("uprobe events", True, f"{fs.path('uprobe_events')} present")
-    return Check(
-        "uprobe events", False, "no uprobe_events file", "a kernel with CONFIG_UPROBE_EVENTS is needed"
-    )
+    return Check("uprobe events", False, "no uprobe_events file", "a kernel with CONFIG_UPROBE_EVENTS is needed")
 
 
 def check_kprobes(host: Host, fs: Optional[Tracefs]) -> Check:
     has_file = fs is not None and os.path.exists(fs.path("kprobe_events"))
     config = kernel_config(host)
-    kconfig = (
-        "unknown (no /proc/config.gz or /boot/config)"
-        if config is None
-        else config.get("CONFIG_KPROBES", "n")
-    )
+    kconfig = "unknown (no /proc/config.gz or /boot/config)" if config is None else config.get("CONFIG_KPROBES", "n")
     detail = f"kprobe_events {'present' if has_file else 'absent'}, CONFIG_KPROBES={kconfig}"
-    fix = (
-        ""
-        if has_file
-        else "driver symbols need a kernel with CONFIG_KPROBES; tracepoints and uprobes still work"
-    )
+    fix = "" if has_file else "driver symbols need a kernel with CONFIG_KPROBES; tracepoints and uprobes still work"
     return Check("kprobes", has_file, detail, fix)
 
 
@@ -256,9 +246,7 @@ def check_bpf(host: Host) -> Check:
 
 def check_btf(host: Host) -> Check:
     ok = host.exists("/sys/kernel/btf/vmlinux")
-    return Check(
-        "BTF", ok, "/sys/kernel/btf/vmlinux " + ("present" if ok else "absent"), "" if ok else "optional"
-    )
+    return Check("BTF", ok, "/sys/kernel/btf/vmlinux " + ("present" if ok else "absent"), "" if ok else "optional")
 
 
 def check_headers(host: Host) -> Check:
@@ -304,9 +292,7 @@ def check_npu_smi(host: Host) -> Check:
     path = host.which("npu-smi")
     if path:
         return Check("npu-smi", True, path)
-    return Check(
-        "npu-smi", False, "not on PATH", "install the Ascend driver package (health readings need it)"
-    )
+    return Check("npu-smi", False, "not on PATH", "install the Ascend driver package (health readings need it)")
 
 
 def check_modules(host: Host) -> Check:
@@ -320,16 +306,12 @@ def check_modules(host: Host) -> Check:
 def check_trace_switches(host: Host) -> Check:
     switches = [p for pattern in TRACE_SWITCH_GLOBS for p in host.glob(pattern)]
     if not switches:
-        return Check(
-            "driver trace switches", False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER
-        )
+        return Check("driver trace switches", False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER)
     off = [p for p in switches if _read_abs(p).split()[-1:] != ["1"]]
     detail = f"{len(switches) - len(off)}/{len(switches)} on"
     if not off:
         return Check("driver trace switches", True, detail)
-    return Check(
-        "driver trace switches", False, detail, f"echo 1 > {off[0]} (npu-trace enables them when tracing)"
-    )
+    return Check("driver trace switches", False, detail, f"echo 1 > {off[0]} (npu-trace enables them when tracing)")
 
 
 def check_driver_events(events: List[str]) -> Check:

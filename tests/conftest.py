@@ -52,6 +52,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if hasattr(report, "wasxfail"):
         return
     report.outcome = "failed"
-    report.longrepr = (
-        f"privileged test skipped while {REQUIRE_ENV}=1 (CI requires it to run): {_skip_reason(report)}"
-    )
+    report.longrepr = f"privileged test skipped while {REQUIRE_ENV}=1 (CI requires it to run): {_skip_reason(report)}"

@@ -41,17 +41,13 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, euid: int =
     return pytester.runpytest("-rA", "-p", "no:cacheprovider")
 
 
-def test_privileged_skip_is_a_skip_by_default(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_privileged_skip_is_a_skip_by_default(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NPU_TRACE_REQUIRE_PRIVILEGED", raising=False)
     result = _run(pytester, monkeypatch)
     result.assert_outcomes(passed=1, skipped=3, xfailed=1)
 
 
-def test_privileged_skip_fails_when_required(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_privileged_skip_fails_when_required(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NPU_TRACE_REQUIRE_PRIVILEGED", "1")
     result = _run(pytester, monkeypatch)
     # the call-phase skip is a failure, the setup-phase skip an error; plain skips and xfails are untouched
@@ -61,9 +57,7 @@ def test_privileged_skip_fails_when_required(
     result.stdout.fnmatch_lines(["*NPU_TRACE_REQUIRE_PRIVILEGED=1*no uprobes here*"])
 
 
-def test_privileged_test_skips_without_root(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_privileged_test_skips_without_root(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NPU_TRACE_REQUIRE_PRIVILEGED", raising=False)
     result = _run(pytester, monkeypatch, euid=1000)
     result.assert_outcomes(passed=1, skipped=4)

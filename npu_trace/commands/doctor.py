@@ -28,9 +28,7 @@ def run(args: argparse.Namespace) -> int:
         return code
     print(format_text(checks))
     verdict = (
-        "essentials ok"
-        if code == EXIT_OK
-        else "essentials missing (privilege, tracefs, uprobes or driver events)"
+        "essentials ok" if code == EXIT_OK else "essentials missing (privilege, tracefs, uprobes or driver events)"
     )
     print(f"\n{verdict}: exit {code}")
     return code
