@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 from npu_trace.errors import KernelFeatureError, PrivilegeError, SourceError
 
 MOUNT_POINTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+ROOT_ENV = "NPU_TRACE_TRACEFS"  # use this directory as the tracefs mount (another mount point, or tests)
 INSTANCE_PREFIX = "npu-trace-"
 _INSTANCE_RE = re.compile(r"^npu-trace-(\d+)(?:-\w+)?$")
 
@@ -37,16 +38,20 @@ class Tracefs:
     # ---- locating / mounting -------------------------------------------------------------------
     @classmethod
     def find(cls, mount: bool = True) -> Tracefs:
-        """The tracefs mount; mounts it at /sys/kernel/tracing when absent and `mount` is set (root only)."""
-        for root in MOUNT_POINTS:
+        """The tracefs mount ($NPU_TRACE_TRACEFS, else the usual places); mounts it at /sys/kernel/tracing when
+        absent and `mount` is set (root only)."""
+        override = os.environ.get(ROOT_ENV)
+        for root in (override,) if override else MOUNT_POINTS:
             if os.path.exists(os.path.join(root, "available_events")):
                 return cls(root)
+        if os.geteuid() != 0:
+            raise PrivilegeError("tracing needs root: tracefs is readable by root only (run npu-trace as root)")
+        if override:
+            raise KernelFeatureError(f"no tracefs at {override} (set by {ROOT_ENV})")
         if mount:
             cls._mount(MOUNT_POINTS[0])
             if os.path.exists(os.path.join(MOUNT_POINTS[0], "available_events")):
                 return cls(MOUNT_POINTS[0])
-        if os.geteuid() != 0:
-            raise PrivilegeError("tracefs is not mounted and only root can mount it (run as root)")
         raise KernelFeatureError("tracefs is not available on this kernel (CONFIG_FTRACE / CONFIG_EVENT_TRACING)")
 
     @staticmethod
@@ -143,7 +148,7 @@ class Tracefs:
         return Instance(self, name)
 
     def remove_instance(self, name: str) -> None:
-        Instance(self, name).disable_all()
+        """rmdir the instance: the kernel disables its events and frees its buffers (open pipes make it EBUSY)."""
         path = self.path(f"instances/{name}")
         try:
             os.rmdir(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List
+from typing import Any, List, Optional
 
 from npu_trace.errors import SourceError, UsageError
 from npu_trace.profiles import get_profile
@@ -47,7 +47,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def session_from_args(args: argparse.Namespace, fs: Tracefs) -> TracefsSession:
+def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) -> TracefsSession:
+    """Checks the arguments (before anything touches the kernel) and builds the session."""
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     if args.buffer_kb <= 0:
@@ -85,9 +86,8 @@ def print_summary(session: TracefsSession, printed: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    fs = Tracefs.find()
-    session = session_from_args(args, fs)
-    printer = StreamPrinter(sys.stdout, args.format, CommCache(lambda: _saved_cmdlines(fs)))
+    session = session_from_args(args)
+    printer = StreamPrinter(sys.stdout, args.format, CommCache(lambda: _saved_cmdlines(session.fs)))
 
     def sink(batch: List[Any]) -> None:
         for item in batch:
@@ -104,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _saved_cmdlines(fs: Tracefs) -> str:
+def _saved_cmdlines(fs: Optional[Tracefs]) -> str:
+    if fs is None:
+        return ""
     try:
         return fs.read_text("saved_cmdlines")
     except SourceError:  # display only: an unreadable file means "<...>" names

@@ -101,8 +101,11 @@ class TracefsSession:
         self.instance = fs.create_instance(self.name)
         try:
             self._configure(self.instance)
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            try:
+                self.close()
+            except SourceError as cleanup:  # say both: why it failed, and what is left (removed at next start)
+                raise SourceError(f"{exc}; and the instance could not be removed: {cleanup}") from exc
             raise
 
     def _select(self, available: List[str]) -> List[str]:

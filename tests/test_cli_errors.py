@@ -1,0 +1,127 @@
+"""Bad input gets one clear line and a non-zero exit (2 usage/input, 3 privilege/kernel), never a traceback,
+and leaves no tracefs state behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from goldens import kernel_dirs
+
+CLI = [sys.executable, "-m", "npu_trace"]
+
+
+def run_cli(args: List[str], env: Optional[Dict[str, str]] = None, **kw: Any) -> "subprocess.CompletedProcess[str]":
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env, timeout=120, **kw)
+
+
+def assert_one_line_error(proc: "subprocess.CompletedProcess[str]", code: int, *words: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("npu-trace: "), lines
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def our_instances() -> List[str]:
+    root = "/sys/kernel/tracing/instances"
+    return [n for n in os.listdir(root) if n.startswith("npu-trace-")] if os.path.isdir(root) else []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["stream", "--duration", "-1"], ["stream", "--buffer-kb", "0"], ["stream", "--profile", "nosuch"],
+     ["stream", "--format", "xml"], ["nosuchcommand"], ["sim", "run", "--scenario", "nosuch"]],
+)  # fmt: skip
+def test_usage_errors_exit_2(args: List[str]) -> None:
+    proc = run_cli(args, env={"NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_tracefs_absent_exits_3(tmp_path: Any) -> None:
+    proc = run_cli(["stream", "--duration", "1"], env={"NPU_TRACE_TRACEFS": str(tmp_path / "none")})
+    assert_one_line_error(proc, 3, "tracefs" if os.geteuid() == 0 else "root")
+
+
+def _fake_tracefs(tmp_path: Any, broken: str, drop: str = "") -> str:
+    """A directory shaped like tracefs, from the golden capture, with one format file broken."""
+    src = kernel_dirs()[0]
+    root = str(tmp_path / "tracefs")
+    shutil.copytree(os.path.join(src, "events"), os.path.join(root, "events"))
+    if drop:
+        shutil.rmtree(os.path.join(root, "events", drop))
+    for name in ("header_page", "header_event"):
+        shutil.copy(os.path.join(src, name), os.path.join(root, "events", name))
+    os.mkdir(os.path.join(root, "instances"))
+    events = sorted(f"{s}:{e}" for s in os.listdir(os.path.join(root, "events"))
+                    if os.path.isdir(os.path.join(root, "events", s))
+                    for e in os.listdir(os.path.join(root, "events", s)))  # fmt: skip
+    with open(os.path.join(root, "available_events"), "w") as f:
+        f.write("\n".join(events) + "\n")
+    system, name = broken.split(":")
+    with open(os.path.join(root, "events", system, name, "format"), "w") as f:
+        f.write("name: broken\nID: 12\nformat:\n\tfield:what is this\n")
+    return root
+
+
+def test_malformed_format_file_exits_2_naming_the_event(tmp_path: Any) -> None:
+    root = _fake_tracefs(tmp_path, "irq:irq_handler_entry")
+    proc = run_cli(["stream", "--events", "irq:irq_handler_*", "--duration", "1"], env={"NPU_TRACE_TRACEFS": root})
+    if os.geteuid() != 0:
+        assert_one_line_error(proc, 3, "root")
+        return
+    assert_one_line_error(proc, 2, "irq:irq_handler_entry")
+    assert os.listdir(os.path.join(root, "instances")) == []
+
+
+def test_unknown_glob_in_a_fake_tracefs_exits_2(tmp_path: Any) -> None:
+    root = _fake_tracefs(tmp_path, "irq:irq_handler_exit")
+    proc = run_cli(["stream", "--events", "nosuch_*"], env={"NPU_TRACE_TRACEFS": root})
+    if os.geteuid() != 0:
+        assert_one_line_error(proc, 3, "root")
+        return
+    assert_one_line_error(proc, 2, "nosuch_*")
+
+
+@pytest.mark.privileged
+def test_unknown_event_glob_on_the_real_kernel_exits_2_and_leaves_nothing() -> None:
+    before = our_instances()
+    proc = run_cli(["stream", "--events", "ascend_nosuch_*", "--duration", "1"])
+    assert_one_line_error(proc, 2, "ascend_nosuch_*")
+    assert our_instances() == before
+
+
+@pytest.mark.privileged
+def test_missing_privilege_exits_3_and_leaves_nothing() -> None:
+    before = our_instances()
+
+    def drop() -> None:
+        os.setgid(65534)
+        os.setuid(65534)
+
+    proc = run_cli(["stream", "--events", "irq:*", "--duration", "1"], preexec_fn=drop, cwd="/")
+    assert_one_line_error(proc, 3, "root")
+    assert our_instances() == before
+
+
+@pytest.mark.privileged
+def test_profile_names_its_absent_events_once_and_traces_the_rest() -> None:
+    proc = run_cli(["stream", "--profile", "ascend", "--duration", "0.5"])
+    assert proc.returncode == 0, proc.stderr
+    assert "not on this host: trs_chan:*, trs_core:*" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_profile_without_any_of_its_events_exits_3_with_a_hint(tmp_path: Any) -> None:
+    root = _fake_tracefs(tmp_path, "irq:irq_handler_exit", drop="ascend")
+    proc = run_cli(["stream", "--profile", "sim", "--duration", "1"], env={"NPU_TRACE_TRACEFS": root})
+    assert_one_line_error(proc, 3, "npu-trace sim load" if os.geteuid() == 0 else "root")
