@@ -21,6 +21,14 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+def prepare_process() -> StopFlag:
+    """For a CLI process about to trace: SIGINT/SIGTERM end the session cleanly, GC tuned for throughput."""
+    stop = StopFlag()
+    stop.install()
+    tune_gc()
+    return stop
+
+
 class StopFlag:
     """Set by SIGTERM/SIGINT (installed by `install`) or by a caller; checked once per poll."""
 

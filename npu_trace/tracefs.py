@@ -142,7 +142,7 @@ class Tracefs:
         try:
             os.mkdir(path)
         except FileExistsError:
-            pass
+            raise SourceError(f"tracefs instance {name} already exists (another session of this process?)") from None
         except OSError as exc:
             raise _os_error("cannot create tracefs instance", path, exc) from exc
         return Instance(self, name)
@@ -195,12 +195,6 @@ class Instance:
 
     def enabled_events(self) -> List[str]:
         return [line.strip() for line in self.fs.read_text(self._rel("set_event")).splitlines() if line.strip()]
-
-    def disable_all(self) -> None:
-        if not os.path.isdir(self.fs.path(self.rel)):
-            return
-        self.tracing_on(False)
-        self.fs.write_text(self._rel("events/enable"), "0")
 
     def tracing_on(self, on: bool) -> None:
         self.fs.write_text(self._rel("tracing_on"), "1" if on else "0")

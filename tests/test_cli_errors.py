@@ -16,12 +16,12 @@ from goldens import kernel_dirs
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
-def run_cli(args: List[str], env: Optional[Dict[str, str]] = None, **kw: Any) -> "subprocess.CompletedProcess[str]":
+def run_cli(args: List[str], env: Optional[Dict[str, str]] = None, **kw: Any) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env, timeout=120, **kw)
 
 
-def assert_one_line_error(proc: "subprocess.CompletedProcess[str]", code: int, *words: str) -> None:
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -6,8 +6,8 @@ import glob
 import os
 
 import pytest
-from goldens import DATA, kernel_dirs, load_formats, read
 
+from goldens import DATA, kernel_dirs, load_formats, read
 from npu_trace.errors import FormatError
 from npu_trace.ftrace.decode import make_decoder
 from npu_trace.ftrace.format import (

@@ -11,12 +11,12 @@ import re
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from goldens import kernel_dirs, load_formats, load_pages, read
-from oracle import LINE_RE, render_pattern
 
+from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.decode import PageDecoder, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader
+from oracle import LINE_RE, render_pattern
 
 # Event names as the kernel's text shows them, where they differ from the format name.
 _TEXT_NAME = {"ftrace:print": "tracing_mark_write"}

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List
+from typing import Any
 
 from npu_trace import sim
-from npu_trace.commands.stream import announce, print_summary
+from npu_trace.commands.stream import announce, print_summary, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.profiles import get_profile
-from npu_trace.runner import StopFlag, pump, tune_gc
-from npu_trace.sinks.text import StreamPrinter
-from npu_trace.sources.comm import CommCache
+from npu_trace.runner import prepare_process, pump
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 
@@ -48,22 +46,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     profile = get_profile("sim")
-    printer = StreamPrinter(sys.stdout, args.format, CommCache())
-
-    def sink(batch: List[Any]) -> None:
-        for item in batch:
-            printer.write(item)
-        sys.stdout.flush()
-
-    stop = StopFlag()
-    stop.install()
-    tune_gc()
     session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
+    printer = terminal_printer(session, args.format)
+    stop = prepare_process()
     with session:
         announce(session)
         run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False)
         try:
-            pump(session, sink, stop=stop, until=lambda: run.poll() is not None)
+            pump(session, printer.write_batch, stop=stop, until=lambda: run.poll() is not None)
             truth = run.wait() if not stop.stopped else None
         finally:
             run.terminate()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from npu_trace.errors import SourceError, UsageError
 from npu_trace.profiles import get_profile
-from npu_trace.runner import StopFlag, pump, tune_gc
+from npu_trace.runner import prepare_process, pump
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
@@ -85,21 +85,18 @@ def print_summary(session: TracefsSession, printed: int) -> None:
     )
 
 
+def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
+    """Prints to stdout; pids are named from /proc, or the session's saved_cmdlines for exited processes."""
+    return StreamPrinter(sys.stdout, fmt, CommCache(lambda: _saved_cmdlines(session.fs)))
+
+
 def run(args: argparse.Namespace) -> int:
     session = session_from_args(args)
-    printer = StreamPrinter(sys.stdout, args.format, CommCache(lambda: _saved_cmdlines(session.fs)))
-
-    def sink(batch: List[Any]) -> None:
-        for item in batch:
-            printer.write(item)
-        sys.stdout.flush()
-
-    stop = StopFlag()
-    stop.install()
-    tune_gc()
+    printer = terminal_printer(session, args.format)
+    stop = prepare_process()
     with session:
         announce(session)
-        pump(session, sink, duration=args.duration, stop=stop)
+        pump(session, printer.write_batch, duration=args.duration, stop=stop)
     print_summary(session, session.events_read)
     return 0
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, TextIO
+from typing import Any, Callable, Dict, List, TextIO
 
 from npu_trace.events import Loss, TraceEvent
 
@@ -73,6 +73,11 @@ class StreamPrinter:
             return
         self.out.write(line + "\n")
         self.lines += 1
+
+    def write_batch(self, batch: List[Any]) -> None:
+        for item in batch:
+            self.write(item)
+        self.out.flush()
 
     @staticmethod
     def _loss_text(loss: Loss) -> str:
