@@ -276,7 +276,7 @@ class PageDecoder:
                     continue
                 unpack, fmt, need, dec = entry
                 if dec is None and size >= need and pos <= end:
-                    if end - pos >= BULK_MIN_BYTES:
+                    if end - pos >= BULK_MIN_BYTES and self._run_ahead(page, pos, end, size + 4, hdr & 31, etype):
                         done = self._bulk(page, start - 4, end, ts - (hdr >> 5), tl, etype, out)
                         if done is not None:
                             pos, ts, count = done
@@ -332,6 +332,17 @@ class PageDecoder:
             n += 1
         self.last_ts = ts
         return n
+
+    def _run_ahead(self, page: bytes, pos: int, end: int, stride: int, tl: int, etype: int) -> bool:
+        """Do the next two records have this record's length and event id? Only then is a bulk run worth its
+        one big unpack (in a mixed stream, trying at every record would cost a page-sized unpack each time)."""
+        for nxt in (pos, pos + stride):
+            if nxt + 6 > end:
+                return False
+            hdr, other = self._hdr(page, nxt)
+            if hdr & 31 != tl or other != etype:
+                return False
+        return True
 
     def _bulk(
         self, page: bytes, pos: int, end: int, ts: int, tl: int, etype: int, out: List[Any]
