@@ -34,7 +34,7 @@ GEN_SOURCE = os.path.join(HERE, "gen_syscalls.c")
 SHIM_SOURCE = "/work/shared/anchor-tools/trace-cmd-eperm-shim.c"
 EVENT = "syscalls:sys_enter_getpid"
 ANCHOR_INSTANCE = "npubench"
-DEFAULT_RATES = "3e6,2e6,1.5e6,1e6,5e5"
+DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near the ~1.4M/s the generator reaches traced
 GC_THRESHOLD = 100_000
 # The reader sleeps after a pass that found fewer pages than this. Not "only after 0 pages": at low rates every
 # pass finds a partly filled page (a few events), so that policy would spin a CPU (seen: 14 us CPU per event).

@@ -30,6 +30,10 @@ class FormatError(DecodeError):
     """A tracefs `format` or `header_page` text that cannot be parsed."""
 
 
+class RecordingError(InputError):
+    """A recording file that cannot be written or read (exists, cut inside its header, corrupt, unknown schema)."""
+
+
 class SourceError(NpuTraceError):
     """A source could not start or read (exit 3 by default: kernel side)."""
 

@@ -1,0 +1,257 @@
+"""The `.npt` recording format: constants, limits, and validation of every record a reader trusts.
+
+Pure: maps in, value objects (or a `RecordingError`) out. The layout is described in docs/recording-format.md.
+Every length the reader accepts is bounded here, so a hostile file costs at most ~200 MiB and never hangs.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import msgpack
+import zstandard
+
+from npu_trace.errors import RecordingError
+from npu_trace.events import Loss
+
+MAGIC = b"NPUTRACE"
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMAS = (1,)
+PREAMBLE = struct.Struct(">8sH")  # magic, schema version (big-endian u16)
+
+CODECS = ("zstd", "none")
+MAX_HEADER_BYTES = 16 << 20  # the header map, format texts included
+MAX_CHUNK_RAW = 64 << 20  # a chunk's pages, uncompressed
+MAX_DATA_BYTES = MAX_CHUNK_RAW + (1 << 20)  # a chunk's stored data (zstd may grow incompressible input a little)
+MAX_RECORD_BYTES = MAX_DATA_BYTES + (1 << 20)  # one record after the header, whole
+MAX_PAGE_BYTES = 1 << 20  # one ring-buffer page (subbuffers go up to 1 MiB on current kernels)
+MAX_PAGES_PER_CHUNK = 1 << 16
+MAX_ARRAY_LEN = 1 << 17
+MAX_ITEMS_PER_RECORD = 1 << 20  # list elements + map entries in one record: bounds object inflation
+MAX_CPU = 1 << 16
+
+
+class Chunk(NamedTuple):
+    """One chunk: its sequence number and its pages, (cpu, page bytes) in the order they were read."""
+
+    seq: int
+    pages: List[Tuple[int, bytes]]
+    first_ts: Optional[int] = None
+    last_ts: Optional[int] = None
+
+
+def fail(where: str, why: str) -> RecordingError:
+    return RecordingError(f"{where}: {why}")
+
+
+def make_unpacker(file: Any, max_bytes: int, budget: List[int]) -> msgpack.Unpacker:
+    """A msgpack stream reader bounding every length; `budget[0]` counts items of the record being read."""
+
+    def list_hook(items: List[Any]) -> List[Any]:
+        _spend(budget, len(items))
+        return items
+
+    def map_hook(pairs: Dict[Any, Any]) -> Dict[Any, Any]:
+        _spend(budget, len(pairs))
+        return pairs
+
+    return msgpack.Unpacker(
+        file,
+        raw=False,
+        use_list=True,
+        list_hook=list_hook,
+        object_hook=map_hook,
+        read_size=min(1 << 20, max_bytes),
+        max_buffer_size=max_bytes,
+        max_bin_len=min(max_bytes, MAX_DATA_BYTES),
+        max_str_len=min(max_bytes, MAX_HEADER_BYTES),
+        max_array_len=MAX_ARRAY_LEN,
+        max_map_len=MAX_ARRAY_LEN,
+        max_ext_len=1024,
+    )
+
+
+def _spend(budget: List[int], n: int) -> None:
+    budget[0] += n
+    if budget[0] > MAX_ITEMS_PER_RECORD:
+        raise RecordingError(f"a record holds more than {MAX_ITEMS_PER_RECORD} items")
+
+
+# ---- field checks ------------------------------------------------------------------------------
+def need(rec: Dict[str, Any], key: str, kind: Any, where: str, optional: bool = False) -> Any:
+    """rec[key], checked to be of `kind` (bools are not ints); a clear error when absent or mistyped."""
+    if key not in rec:
+        if optional:
+            return None
+        raise fail(where, f"field {key!r} is missing")
+    value = rec[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise fail(where, f"field {key!r} is {type(value).__name__}, not {names}")
+    return value
+
+
+def need_ints(rec: Dict[str, Any], key: str, where: str, low: int, high: int) -> List[int]:
+    values = need(rec, key, list, where)
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v < high:
+            raise fail(where, f"field {key!r} holds {v!r}, not an integer in [{low}, {high})")
+    return values
+
+
+def need_range(rec: Dict[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = need(rec, key, int, where)
+    if not low <= value <= high:
+        raise fail(where, f"field {key!r} is {value}, outside [{low}, {high}]")
+    return int(value)
+
+
+# ---- header ------------------------------------------------------------------------------------
+_HEADER_STRINGS = ("tool_version", "host", "kernel", "machine", "byteorder", "clock", "profile", "header_page")
+_HEADER_STRINGS += ("compression", "created_by")
+
+
+def check_preamble(blob: bytes) -> int:
+    """The 10 leading bytes -> schema version; a clear error for another file or an unknown schema."""
+    if len(blob) < PREAMBLE.size:
+        raise RecordingError(f"not an npu-trace recording: {len(blob)} bytes, shorter than the {PREAMBLE.size}-byte magic")
+    magic, schema = PREAMBLE.unpack_from(blob)
+    if magic != MAGIC:
+        raise RecordingError(f"not an npu-trace recording (magic {magic!r}, expected {MAGIC!r})")
+    if schema not in SUPPORTED_SCHEMAS:
+        supported = ", ".join(str(s) for s in SUPPORTED_SCHEMAS)
+        raise RecordingError(f"recording schema version {schema} is not supported by this build (reads: {supported})")
+    return int(schema)
+
+
+def validate_header(header: Any) -> Dict[str, Any]:
+    """Type-check every header field a reader uses; returns the header."""
+    where = "recording header"
+    if not isinstance(header, dict):
+        raise fail(where, f"is {type(header).__name__}, not a map")
+    for key in _HEADER_STRINGS:
+        need(header, key, str, where)
+    for key in ("cpus", "page_size", "schema"):
+        need_range(header, key, where, 0, 1 << 31)
+    if header["byteorder"] not in ("little", "big"):
+        raise fail(where, f"byteorder {header['byteorder']!r} is neither 'little' nor 'big'")
+    if header["compression"] not in CODECS:
+        raise fail(where, f"compression {header['compression']!r} is not one of {', '.join(CODECS)}")
+    _validate_anchor(need(header, "clock_anchor", dict, where))
+    _validate_strings(need(header, "events", list, where), "events")
+    for i, entry in enumerate(need(header, "formats", list, where)):
+        _validate_format_entry(entry, i)
+    need(header, "extra", dict, where, optional=True)
+    return header
+
+
+def _validate_anchor(anchor: Dict[str, Any]) -> None:
+    for key in ("mono_ns", "realtime_ns"):
+        need(anchor, key, int, "recording header clock_anchor")
+
+
+def _validate_strings(values: Sequence[Any], key: str) -> None:
+    for v in values:
+        if not isinstance(v, str):
+            raise fail("recording header", f"{key} holds {type(v).__name__} {v!r}, not a string")
+
+
+def _validate_format_entry(entry: Any, i: int) -> None:
+    where = f"recording header formats[{i}]"
+    if not isinstance(entry, dict):
+        raise fail(where, f"is {type(entry).__name__}, not a map")
+    for key in ("system", "name", "text"):
+        need(entry, key, str, where)
+
+
+# ---- records -----------------------------------------------------------------------------------
+def record_type(rec: Any, offset: int) -> str:
+    if not isinstance(rec, dict):
+        raise fail(f"record at byte {offset}", f"is {type(rec).__name__}, not a map")
+    return str(need(rec, "t", str, f"record at byte {offset}"))
+
+
+def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
+    """A chunk record -> Chunk: fields checked, data decompressed within its declared length, CRC verified."""
+    where = f"chunk at byte {offset}"
+    seq = need(rec, "seq", int, where)
+    if seq != expected_seq:
+        raise fail(where, f"sequence number {seq} where {expected_seq} was expected")
+    where = f"chunk {seq} at byte {offset}"
+    n_pages = need_range(rec, "n_pages", where, 0, MAX_PAGES_PER_CHUNK)
+    cpus = need_ints(rec, "cpus", where, 0, MAX_CPU)
+    lens = need_ints(rec, "lens", where, 0, MAX_PAGE_BYTES + 1)
+    if len(cpus) != n_pages or len(lens) != n_pages:
+        raise fail(where, f"{n_pages} pages but {len(cpus)} cpus and {len(lens)} lengths")
+    raw = _chunk_data(rec, where)
+    if sum(lens) != len(raw):
+        raise fail(where, f"page lengths add up to {sum(lens)}, data holds {len(raw)} bytes")
+    first_ts, last_ts = need(rec, "first_ts", int, where, True), need(rec, "last_ts", int, where, True)
+    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts)
+
+
+def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:
+    codec = need(rec, "codec", str, where)
+    raw_len = need_range(rec, "raw_len", where, 0, MAX_CHUNK_RAW)
+    data = need(rec, "data", bytes, where)
+    if codec == "zstd":
+        raw = _unzstd(data, raw_len, where)
+    elif codec == "none":
+        raw = data
+    else:
+        raise fail(where, f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    if len(raw) != raw_len:
+        raise fail(where, f"data holds {len(raw)} bytes, raw_len says {raw_len}")
+    crc = need(rec, "crc32", int, where)
+    if zlib.crc32(raw) != crc:
+        raise fail(where, "CRC-32 mismatch: the data is corrupt")
+    return raw
+
+
+def _unzstd(data: bytes, raw_len: int, where: str) -> bytes:
+    """Decompress one zstd frame, never producing more than raw_len + 1 bytes whatever the frame says."""
+    try:
+        size = zstandard.frame_content_size(data)
+        if size != raw_len:
+            raise fail(where, f"zstd frame declares {size} bytes, raw_len says {raw_len}")
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            return bytes(reader.read(raw_len + 1))
+    except zstandard.ZstdError as exc:
+        raise fail(where, f"corrupt zstd data ({exc})") from None
+
+
+def _split(raw: bytes, cpus: List[int], lens: List[int]) -> List[Tuple[int, bytes]]:
+    pages, pos = [], 0
+    for cpu, n in zip(cpus, lens):
+        pages.append((cpu, raw[pos : pos + n]))
+        pos += n
+    return pages
+
+
+def decode_loss(rec: Dict[str, Any], offset: int) -> Loss:
+    where = f"loss record at byte {offset}"
+    source, kind = need(rec, "source", str, where), need(rec, "kind", str, where)
+    cpu, lost, ts = need(rec, "cpu", int, where), need(rec, "lost", int, where), need(rec, "ts_ns", int, where)
+    return Loss(source, cpu, kind, lost, ts)
+
+
+def validate_trailer(rec: Dict[str, Any], chunks: int, offset: int) -> Dict[str, Any]:
+    where = f"trailer at byte {offset}"
+    for key in ("chunks", "pages", "bytes_raw"):
+        need(rec, key, int, where)
+    need(rec, "losses", list, where)
+    need(rec, "index", list, where)
+    if rec["chunks"] != chunks:
+        raise fail(where, f"says {rec['chunks']} chunks, the file holds {chunks}")
+    return rec
+
+
+def loss_record(loss: Loss) -> Dict[str, Any]:
+    return {"t": "loss", "source": loss.source, "cpu": loss.cpu, "kind": loss.kind, "lost": loss.lost,
+            "ts_ns": loss.ts_ns}  # fmt: skip
+
+
+UnpackHook = Callable[[Any], Any]
