@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import msgpack
 import zstandard
@@ -110,14 +110,17 @@ def need_range(rec: Dict[str, Any], key: str, where: str, low: int, high: int) -
 
 
 # ---- header ------------------------------------------------------------------------------------
-_HEADER_STRINGS = ("tool_version", "host", "kernel", "machine", "byteorder", "clock", "profile", "header_page")
-_HEADER_STRINGS += ("compression", "created_by")
+_HEADER_STRINGS = (
+    "magic", "tool_version", "host", "kernel", "machine", "byteorder", "clock", "profile", "header_page",
+    "compression", "created_by",
+)  # fmt: skip
 
 
 def check_preamble(blob: bytes) -> int:
     """The 10 leading bytes -> schema version; a clear error for another file or an unknown schema."""
     if len(blob) < PREAMBLE.size:
-        raise RecordingError(f"not an npu-trace recording: {len(blob)} bytes, shorter than the {PREAMBLE.size}-byte magic")
+        what = "recording cut inside its magic" if MAGIC.startswith(blob[:8]) else "not an npu-trace recording"
+        raise RecordingError(f"{what}: {len(blob)} bytes, shorter than the {PREAMBLE.size}-byte preamble")
     magic, schema = PREAMBLE.unpack_from(blob)
     if magic != MAGIC:
         raise RecordingError(f"not an npu-trace recording (magic {magic!r}, expected {MAGIC!r})")
@@ -252,6 +255,3 @@ def validate_trailer(rec: Dict[str, Any], chunks: int, offset: int) -> Dict[str,
 def loss_record(loss: Loss) -> Dict[str, Any]:
     return {"t": "loss", "source": loss.source, "cpu": loss.cpu, "kind": loss.kind, "lost": loss.lost,
             "ts_ns": loss.ts_ns}  # fmt: skip
-
-
-UnpackHook = Callable[[Any], Any]

@@ -1,0 +1,206 @@
+"""Reading `.npt` recordings: the header, then chunks and loss records in file order, decoded lazily.
+
+A file cut anywhere after its header reads to its last whole record (`truncated`, `truncation` say where it
+ends); a file cut inside its magic or header, a corrupt record, or an unknown schema is a `RecordingError`.
+Every length is bounded (see `format`), so hostile input neither hangs the reader nor exhausts memory.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+
+import msgpack
+
+from npu_trace.errors import FormatError, RecordingError
+from npu_trace.events import LossLedger
+from npu_trace.ftrace.decode import PageDecoder, RecordDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.format import PageHeader, parse_format, parse_header_page
+from npu_trace.recording.format import (
+    MAX_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    PREAMBLE,
+    Chunk,
+    check_preamble,
+    decode_chunk,
+    decode_loss,
+    fail,
+    make_unpacker,
+    record_type,
+    validate_header,
+    validate_trailer,
+)
+
+Record = Tuple[str, Any]  # ("chunk", Chunk) | ("loss", Loss) | ("note", dict)
+_UNPACK_ERRORS = (ValueError, msgpack.UnpackException, UnicodeDecodeError, TypeError)
+
+
+class RecordingReader:
+    """Opens a recording and reads its header; `records()` streams the rest (re-iterable)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.truncated = False
+        self.truncation = ""
+        self.trailer: Optional[Dict[str, Any]] = None
+        self.skipped_records: Dict[str, int] = {}  # unknown record types, skipped: type -> count
+        self.chunks_read = 0
+        self._offset = 0
+        with self._open() as f:
+            self.schema = check_preamble(f.read(PREAMBLE.size))
+            self.header, self.data_offset = _read_header(f, os.fstat(f.fileno()).st_size)
+
+    def _open(self) -> IO[bytes]:
+        try:
+            return open(self.path, "rb")
+        except OSError as exc:
+            raise RecordingError(f"cannot open recording {self.path}: {exc.strerror}") from None
+
+    def position(self) -> int:
+        """File offset of the record being read (for progress displays)."""
+        return self._offset
+
+    @property
+    def byteorder(self) -> str:
+        return str(self.header["byteorder"])
+
+    def records(self) -> Iterator[Record]:
+        """("chunk", Chunk), ("loss", Loss) and ("note", dict) in file order, up to the trailer or the cut."""
+        self.truncated, self.truncation, self.trailer = False, "", None
+        self.skipped_records, self.chunks_read = {}, 0
+        with self._open() as f:
+            f.seek(self.data_offset)
+            yield from self._stream(f)
+
+    def _stream(self, f: IO[bytes]) -> Iterator[Record]:
+        budget = [0]
+        unpacker = make_unpacker(f, MAX_RECORD_BYTES, budget)
+        while True:
+            start = self._offset = self.data_offset + unpacker.tell()
+            budget[0] = 0
+            rec = _next_record(unpacker, start)
+            if rec is None:
+                self._at_end(start, os.fstat(f.fileno()).st_size)
+                return
+            kind = record_type(rec, start)
+            if kind == "trailer":
+                self.trailer = validate_trailer(rec, self.chunks_read, start)
+                self._after_trailer(self.data_offset + unpacker.tell(), os.fstat(f.fileno()).st_size)
+                return
+            item = self._item(kind, rec, start)
+            if item is not None:
+                yield item
+
+    def _item(self, kind: str, rec: Dict[str, Any], start: int) -> Optional[Record]:
+        if kind == "chunk":
+            chunk = decode_chunk(rec, self.chunks_read, start)
+            self.chunks_read += 1
+            return "chunk", chunk
+        if kind == "loss":
+            return "loss", decode_loss(rec, start)
+        if kind == "note":
+            return "note", rec
+        self.skipped_records[kind] = self.skipped_records.get(kind, 0) + 1
+        return None
+
+    def _at_end(self, start: int, size: int) -> None:
+        self.truncated = True
+        whole = f"read {self.chunks_read} whole chunks"
+        if start < size:
+            self.truncation = f"file ends inside the record at byte {start} (file size {size}); {whole}, no trailer"
+        else:
+            self.truncation = f"file ends at byte {size} without a trailer; {whole}"
+
+    def _after_trailer(self, end: int, size: int) -> None:
+        if end != size:
+            raise fail(f"recording {self.path}", f"{size - end} bytes after the trailer (at byte {end})")
+
+    def pages(self) -> Iterator[Tuple[int, bytes]]:
+        """Every (cpu, page) of the recording in file order."""
+        for kind, item in self.records():
+            if kind == "chunk":
+                yield from item.pages
+
+
+def _next_record(unpacker: msgpack.Unpacker, start: int) -> Any:
+    """The next record, or None at the end of the file (whole or cut inside the record)."""
+    try:
+        return unpacker.unpack()
+    except msgpack.OutOfData:
+        return None
+    except RecordingError as exc:
+        raise fail(f"record at byte {start}", str(exc)) from None
+    except _UNPACK_ERRORS as exc:
+        raise fail(f"record at byte {start}", f"not valid msgpack ({exc})") from None
+
+
+def _read_header(f: IO[bytes], size: int) -> Tuple[Dict[str, Any], int]:
+    """The header map after the preamble -> (header, offset of the first record)."""
+    budget = [0]
+    unpacker = make_unpacker(f, MAX_HEADER_BYTES, budget)
+    try:
+        header = unpacker.unpack()
+    except msgpack.OutOfData:
+        raise RecordingError(f"recording cut inside its header (file size {size}): nothing can be read") from None
+    except RecordingError as exc:
+        raise fail("recording header", str(exc)) from None
+    except msgpack.BufferFull:
+        raise fail("recording header", f"larger than {MAX_HEADER_BYTES} bytes") from None
+    except _UNPACK_ERRORS as exc:
+        raise fail("recording header", f"not valid msgpack ({exc})") from None
+    return validate_header(header), PREAMBLE.size + unpacker.tell()
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+def open_decoder(
+    reader: RecordingReader, layouts: Optional[StructLayouts] = None
+) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
+    """The page layout and record decoders described by the recording's own format texts."""
+    header = reader.header
+    try:
+        page_header = parse_header_page(header["header_page"])
+    except FormatError as exc:
+        raise RecordingError(f"recording header: header_page: {exc}") from None
+    formats = []
+    for entry in header["formats"]:
+        formats.append(_parse_entry(entry))
+    try:
+        return page_header, build_decoders(formats, reader.byteorder, layouts)
+    except (FormatError, struct.error, ValueError) as exc:
+        raise RecordingError(f"recording header: cannot build decoders: {exc}") from None
+
+
+def _parse_entry(entry: Dict[str, str]) -> Any:
+    name = f"{entry['system']}:{entry['name']}"
+    try:
+        return parse_format(entry["text"], entry["system"])
+    except FormatError as exc:
+        raise RecordingError(f"recording header: format of {name}: {exc}") from None
+
+
+def iter_events(
+    reader: RecordingReader, layouts: Optional[StructLayouts] = None, ledger: Optional[LossLedger] = None
+) -> Iterator[Any]:
+    """TraceEvents and Loss items in file order, each CPU's pages decoded by its own PageDecoder (as live)."""
+    page_header, table = open_decoder(reader, layouts)
+    ledger = ledger if ledger is not None else LossLedger()
+    decoders: Dict[int, PageDecoder] = {}
+    out: List[Any] = []
+    for kind, item in reader.records():
+        if kind == "loss":
+            ledger.add(item)
+            yield item
+        elif kind == "chunk":
+            _decode_chunk(item, decoders, (page_header, table, reader.byteorder, ledger), out)
+            yield from out
+            out.clear()
+
+
+def _decode_chunk(chunk: Chunk, decoders: Dict[int, PageDecoder], setup: Tuple[Any, ...], out: List[Any]) -> None:
+    page_header, table, byteorder, ledger = setup
+    for cpu, page in chunk.pages:
+        dec = decoders.get(cpu)
+        if dec is None:
+            dec = decoders[cpu] = PageDecoder(page_header, table, cpu, byteorder, ledger=ledger)
+        dec.decode(page, out)

@@ -1,0 +1,248 @@
+"""Writing `.npt` recordings: raw ftrace pages in self-contained chunks, appended with plain `os.write`.
+
+No Python buffering: a chunk is on disk (in the page cache) as soon as it is flushed, so a SIGKILL loses at
+most the chunk being filled (bounded by `chunk_bytes` and `flush_interval`). `fsync=True` also survives a
+power cut, at the cost of one fsync per chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import zlib
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import msgpack
+import zstandard
+
+import npu_trace
+from npu_trace.errors import RecordingError
+from npu_trace.events import Loss, LossLedger
+from npu_trace.recording.format import (
+    CODECS,
+    MAGIC,
+    MAX_CHUNK_RAW,
+    MAX_PAGE_BYTES,
+    MAX_PAGES_PER_CHUNK,
+    PREAMBLE,
+    SCHEMA_VERSION,
+    loss_record,
+    validate_header,
+)
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_FLUSH_INTERVAL = 1.0
+
+
+def clock_anchor() -> Dict[str, int]:
+    """CLOCK_MONOTONIC and CLOCK_REALTIME read together (the realtime read is bracketed by two mono reads)."""
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    real = time.time_ns()
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    return {"mono_ns": (before + after) // 2, "realtime_ns": real}
+
+
+def build_header(
+    session: Any,
+    profile_name: str,
+    format_texts: Mapping[str, str],
+    header_page_text: str,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """The header of a recording of a started TracefsSession (duck-typed: .formats, .header, .selected, .clock).
+
+    `format_texts` maps "system:name" to the tracefs format text of every format in `session.formats`
+    (from `Tracefs.event_format`); `header_page_text` is events/header_page.
+    """
+    uname = os.uname()
+    header: Dict[str, Any] = {
+        "tool_version": npu_trace.__version__,
+        "host": socket.gethostname(),
+        "kernel": uname.release,
+        "machine": uname.machine,
+        "cpus": os.cpu_count() or 0,
+        "byteorder": sys.byteorder,
+        "clock": session.clock,
+        "clock_anchor": clock_anchor(),
+        "profile": profile_name,
+        "events": list(session.selected),
+        "formats": _format_entries(session.formats, format_texts),
+        "header_page": header_page_text,
+        "page_size": session.header.page_size if session.header is not None else 0,
+        "created_by": f"npu-trace {npu_trace.__version__} (npu_trace.recording, tracefs raw pages)",
+    }
+    if extra:
+        header["extra"] = dict(extra)
+    return header
+
+
+def _format_entries(formats: Any, texts: Mapping[str, str]) -> List[Dict[str, str]]:
+    entries = []
+    for fmt in formats:
+        if fmt.full_name not in texts:
+            raise RecordingError(f"no format text for {fmt.full_name}: the recording could not be decoded")
+        entries.append({"system": fmt.system, "name": fmt.name, "text": texts[fmt.full_name]})
+    return entries
+
+
+def _open_excl(path: str, overwrite: bool) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        return os.open(path, flags, 0o644)
+    except FileExistsError:
+        raise RecordingError(f"{path} already exists: refusing to overwrite a recording") from None
+    except OSError as exc:
+        raise RecordingError(f"cannot create recording {path}: {exc.strerror}") from None
+
+
+class RecordingWriter:
+    """Appends pages and loss records to a new `.npt` file. Use as a context manager; `close()` is idempotent."""
+
+    def __init__(
+        self,
+        path: str,
+        header_fields: Dict[str, Any],
+        *,
+        compression: str = "zstd",
+        level: int = 3,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        fsync: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        if compression not in CODECS:
+            raise RecordingError(f"compression {compression!r} is not one of {', '.join(CODECS)}")
+        if not 0 < chunk_bytes <= MAX_CHUNK_RAW - MAX_PAGE_BYTES:
+            raise RecordingError(f"chunk_bytes {chunk_bytes} outside (0, {MAX_CHUNK_RAW - MAX_PAGE_BYTES}]")
+        header = dict(header_fields, magic=MAGIC.decode(), schema=SCHEMA_VERSION, compression=compression)
+        validate_header(header)
+        self.path = path
+        self.compression = compression
+        self.chunk_bytes = chunk_bytes
+        self.flush_interval = flush_interval
+        self.fsync = fsync
+        self.ledger = LossLedger()
+        self._zstd = zstandard.ZstdCompressor(level=level) if compression == "zstd" else None
+        self._pending: List[Tuple[int, bytes]] = []
+        self._pending_bytes = 0
+        self._pending_ts: List[int] = []
+        self._pending_losses: List[Loss] = []
+        self._started = 0.0
+        self._index: List[Tuple[int, int]] = []
+        self._pages = self._bytes_raw = self._bytes_written = 0
+        self._fd: Optional[int] = _open_excl(path, overwrite)
+        self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> RecordingWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self, totals: Optional[Dict[str, Any]] = None) -> None:
+        """Flush, write the trailer and close. `totals` may hold "losses" (LossLedger rows, else the writer's
+        own ledger) and any other counters, kept under the trailer's "totals"."""
+        if self._fd is None:
+            return
+        try:
+            self.flush()
+            self._write(msgpack.packb(self._trailer(dict(totals or {})), use_bin_type=True))
+            if self.fsync:
+                os.fsync(self._fd)
+        finally:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def _trailer(self, totals: Dict[str, Any]) -> Dict[str, Any]:
+        losses = totals.pop("losses", None)
+        rows = [list(r) for r in (self.ledger.rows() if losses is None else losses)]
+        trailer = {"t": "trailer", "chunks": len(self._index), "pages": self._pages, "bytes_raw": self._bytes_raw}
+        trailer.update(losses=rows, index=[list(i) for i in self._index], totals=totals)
+        return trailer
+
+    # ---- data ----------------------------------------------------------------------------------
+    def add_page(self, cpu: int, page: bytes, ts_ns: Optional[int] = None) -> None:
+        """Queue one raw page read from `cpu` (ts_ns: its timestamp when the caller knows it, for the index)."""
+        if len(page) > MAX_PAGE_BYTES:
+            raise RecordingError(f"page of {len(page)} bytes exceeds the {MAX_PAGE_BYTES}-byte limit")
+        if not self._pending:
+            self._started = time.monotonic()
+        self._pending.append((cpu, bytes(page)))
+        self._pending_bytes += len(page)
+        if ts_ns is not None:
+            self._pending_ts.append(ts_ns)
+        if self._pending_bytes >= self.chunk_bytes or len(self._pending) >= MAX_PAGES_PER_CHUNK:
+            self.flush()
+
+    def add_loss(self, loss: Loss) -> None:
+        """Queue a loss record; it is written after the chunk holding the pages queued before it."""
+        self.ledger.add(loss)
+        self._pending_losses.append(loss)
+        if not self._pending:
+            self._started = time.monotonic()
+
+    def maybe_flush(self, now: float) -> bool:
+        """Flush when the queued data is older than flush_interval (now: time.monotonic()). True if flushed."""
+        if (self._pending or self._pending_losses) and now - self._started >= self.flush_interval:
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """Write the queued pages as one chunk, then the queued loss records."""
+        if self._fd is None:
+            raise RecordingError(f"recording {self.path} is closed")
+        blob = self._chunk_bytes() if self._pending else b""
+        blob += b"".join(msgpack.packb(loss_record(loss)) for loss in self._pending_losses)
+        self._pending_losses.clear()
+        if blob:
+            self._write(blob)
+            if self.fsync:
+                os.fsync(self._fd)
+
+    def _chunk_bytes(self) -> bytes:
+        raw = b"".join(page for _, page in self._pending)
+        data = self._zstd.compress(raw) if self._zstd is not None else raw
+        rec: Dict[str, Any] = {"t": "chunk", "seq": len(self._index), "codec": self.compression}
+        rec.update(n_pages=len(self._pending), cpus=[c for c, _ in self._pending])
+        rec.update(lens=[len(p) for _, p in self._pending], raw_len=len(raw), crc32=zlib.crc32(raw))
+        if self._pending_ts:
+            rec.update(first_ts=min(self._pending_ts), last_ts=max(self._pending_ts))
+        rec["data"] = data
+        self._index.append((len(self._index), self._bytes_written))
+        self._pages += len(self._pending)
+        self._bytes_raw += len(raw)
+        self._pending, self._pending_bytes, self._pending_ts = [], 0, []
+        return bytes(msgpack.packb(rec, use_bin_type=True))
+
+    def _write(self, blob: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(blob)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+                self._bytes_written += n
+        except OSError as exc:
+            raise RecordingError(f"writing recording {self.path}: {exc.strerror}") from None
+
+    # ---- counters ------------------------------------------------------------------------------
+    @property
+    def bytes_written(self) -> int:
+        return self._bytes_written
+
+    @property
+    def pages(self) -> int:
+        """Pages written to the file (queued pages not included)."""
+        return self._pages
+
+    @property
+    def chunks(self) -> int:
+        return len(self._index)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None

@@ -1,0 +1,279 @@
+"""Recordings: round trip against the golden capture, truncation everywhere, crash safety, refusal to overwrite."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+import msgpack
+import pytest
+
+from goldens import kernel_dirs, load_formats, load_pages, read
+from npu_trace.errors import InputError, RecordingError
+from npu_trace.events import Loss, TraceEvent
+from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.recording import RecordingReader, RecordingWriter, build_header, iter_events
+from npu_trace.recording.format import PREAMBLE
+
+ROOT = next(d for d in kernel_dirs() if "6.18.44" in d)
+PAGE = 4096
+
+
+def golden_header(root: str = ROOT, only: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    page_header, formats = load_formats(root)
+    if only:
+        formats = [f for f in formats if f.full_name in only]
+    texts = {f.full_name: read(os.path.join(root, "events", f.system, f.name, "format")) for f in formats}
+    session = SimpleNamespace(
+        formats=formats, header=page_header, selected=[f.full_name for f in formats], clock="mono"
+    )
+    return build_header(session, "test", texts, read(os.path.join(root, "header_page")), extra={"run": 1})
+
+
+def write(path: str, pages: List[Tuple[int, bytes]], **kw: Any) -> None:
+    header = kw.pop("header", None) or golden_header()
+    with RecordingWriter(path, header, **kw) as w:
+        for i, (cpu, page) in enumerate(pages):
+            w.add_page(cpu, page)
+            if i == 5:
+                w.add_loss(Loss("tracefs", 1, "overrun", 7, 123))
+
+
+def read_all(path: str) -> Tuple[RecordingReader, List[Tuple[str, Any]]]:
+    reader = RecordingReader(path)
+    return reader, list(reader.records())
+
+
+def direct_events(pages: List[Tuple[int, bytes]]) -> List[Any]:
+    page_header, formats = load_formats(ROOT)
+    table = build_decoders(formats, "little")
+    decoders: Dict[int, PageDecoder] = {}
+    out: List[Any] = []
+    for cpu, page in pages:
+        decoders.setdefault(cpu, PageDecoder(page_header, table, cpu, "little")).decode(page, out)
+    return out
+
+
+def key(item: Any) -> Any:
+    if isinstance(item, TraceEvent):
+        return (item.ts_ns, item.cpu, item.pid, item.event, item.fields())
+    return item
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_round_trip_pages_and_events(tmp_path: Any, codec: str) -> None:
+    pages = load_pages(ROOT)
+    path = str(tmp_path / "r.npt")
+    write(path, pages, compression=codec, chunk_bytes=3 * PAGE)
+    reader, records = read_all(path)
+    got = [p for kind, c in records if kind == "chunk" for p in c.pages]
+    assert got == pages
+    assert [c.seq for kind, c in records if kind == "chunk"] == [0, 1, 2, 3]
+    assert ("loss", Loss("tracefs", 1, "overrun", 7, 123)) in records
+    assert not reader.truncated and reader.trailer is not None
+    assert reader.trailer["pages"] == len(pages) and reader.trailer["losses"] == [["tracefs", "overrun", 1, 7]]
+    assert reader.header["compression"] == codec and reader.header["extra"] == {"run": 1}
+    events = [key(e) for e in iter_events(RecordingReader(path)) if isinstance(e, TraceEvent)]
+    expected = [key(e) for e in direct_events(pages) if isinstance(e, TraceEvent)]
+    assert events == expected and len(events) > 100
+
+
+def test_index_points_at_chunks(tmp_path: Any) -> None:
+    path = str(tmp_path / "r.npt")
+    write(path, load_pages(ROOT), chunk_bytes=4 * PAGE)
+    reader, _ = read_all(path)
+    assert reader.trailer is not None
+    with open(path, "rb") as f:
+        blob = f.read()
+    for seq, offset in reader.trailer["index"]:
+        rec = next(iter(msgpack.Unpacker(__import__("io").BytesIO(blob[offset:]), raw=False)))
+        assert rec["t"] == "chunk" and rec["seq"] == seq
+
+
+def test_header_has_no_paths_and_a_clock_anchor(tmp_path: Any) -> None:
+    path = str(tmp_path / "r.npt")
+    write(path, load_pages(ROOT)[:1])
+    header = RecordingReader(path).header
+    assert header["magic"] == "NPUTRACE" and header["schema"] == 1 and header["clock"] == "mono"
+    assert set(header["clock_anchor"]) == {"mono_ns", "realtime_ns"}
+    assert "/" not in header["created_by"] and str(tmp_path) not in str(header)
+
+
+# ---- truncation --------------------------------------------------------------------------------
+def small_recording(tmp_path: Any, codec: str = "zstd") -> Tuple[bytes, List[Tuple[int, bytes]]]:
+    pages = load_pages(ROOT)[:2] + load_pages(ROOT)[8:9]  # 3 chunks, one page each
+    path = str(tmp_path / f"small-{codec}.npt")
+    header = golden_header(only=("sched:sched_switch",))
+    write(path, pages, compression=codec, chunk_bytes=PAGE, header=header)
+    with open(path, "rb") as f:
+        return f.read(), pages
+
+
+CUT_HEADER = re.compile("cut inside its (magic|header)")
+
+
+def check_cut(path: str, blob: bytes, cut: int, pages: List[Tuple[int, bytes]], header_end: int) -> None:
+    """Cuts must come in decreasing order: the file is truncated in place (rewriting it is 10x slower)."""
+    os.truncate(path, cut)
+    if cut < header_end:
+        try:
+            RecordingReader(path)
+        except RecordingError as exc:
+            assert CUT_HEADER.search(str(exc)), exc
+            return
+        raise AssertionError(f"cut at {cut} inside the header was not refused")
+    reader, records = read_all(path)
+    got = [p for kind, c in records if kind == "chunk" for p in c.pages]
+    assert got == pages[: len(got)]
+    assert reader.truncated == (cut < len(blob))
+    if reader.truncated:
+        assert reader.truncation and "\n" not in reader.truncation and reader.trailer is None
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_truncation_at_every_byte(tmp_path: Any, codec: str) -> None:
+    blob, pages = small_recording(tmp_path, codec)
+    header_end = RecordingReader(str(tmp_path / f"small-{codec}.npt")).data_offset
+    path = str(tmp_path / "cut.npt")
+    with open(path, "wb") as f:
+        f.write(blob)
+    step = 1 if codec == "zstd" else 11  # the uncompressed file is 4x larger: every 11th byte + every boundary
+    cuts = set(range(0, len(blob) + 1, step)) | boundaries(tmp_path, codec, blob)
+    for cut in sorted(cuts, reverse=True):
+        check_cut(path, blob, cut, pages, header_end)
+
+
+def boundaries(tmp_path: Any, codec: str, blob: bytes) -> set:
+    reader, _ = read_all(str(tmp_path / f"small-{codec}.npt"))
+    assert reader.trailer is not None
+    offsets = [off for _, off in reader.trailer["index"]] + [reader.data_offset, len(blob)]
+    return {o + d for o in offsets for d in (-1, 0, 1) if 0 <= o + d <= len(blob)}
+
+
+def test_cut_at_chunk_boundary_reads_whole_chunks(tmp_path: Any) -> None:
+    blob, _ = small_recording(tmp_path)
+    reader, _ = read_all(str(tmp_path / "small-zstd.npt"))
+    assert reader.trailer is not None
+    path = str(tmp_path / "cut.npt")
+    for n, (_, offset) in enumerate(reader.trailer["index"]):
+        with open(path, "wb") as f:
+            f.write(blob[:offset])
+        cut, records = read_all(path)
+        assert sum(kind == "chunk" for kind, _ in records) == n == cut.chunks_read
+        assert cut.truncated and f"read {n} whole chunks" in cut.truncation
+
+
+# ---- errors ------------------------------------------------------------------------------------
+def test_unknown_schema_is_one_clear_error(tmp_path: Any) -> None:
+    blob, _ = small_recording(tmp_path)
+    path = tmp_path / "v9.npt"
+    path.write_bytes(PREAMBLE.pack(b"NPUTRACE", 9) + blob[PREAMBLE.size :])
+    with pytest.raises(RecordingError, match=r"schema version 9 is not supported by this build \(reads: 1\)"):
+        RecordingReader(str(path))
+
+
+def test_not_a_recording(tmp_path: Any) -> None:
+    path = tmp_path / "x.npt"
+    path.write_bytes(b"hello world, not a trace")
+    with pytest.raises(InputError, match="not an npu-trace recording"):
+        RecordingReader(str(path))
+
+
+def test_unknown_record_types_are_skipped_and_counted(tmp_path: Any) -> None:
+    blob, pages = small_recording(tmp_path)
+    reader, _ = read_all(str(tmp_path / "small-zstd.npt"))
+    assert reader.trailer is not None
+    first = reader.trailer["index"][1][1]
+    path = tmp_path / "x.npt"
+    path.write_bytes(blob[:first] + msgpack.packb({"t": "future", "x": [1, 2]}) + blob[first:])
+    patched, records = read_all(str(path))
+    assert patched.skipped_records == {"future": 1} and not patched.truncated
+    assert [p for kind, c in records if kind == "chunk" for p in c.pages] == pages
+    path.write_bytes(blob[: reader.trailer["index"][-1][1]] + msgpack.packb({"t": "future"}))
+    cut, records = read_all(str(path))
+    assert cut.skipped_records == {"future": 1} and cut.truncated
+
+
+def test_refuses_to_overwrite(tmp_path: Any) -> None:
+    path = str(tmp_path / "r.npt")
+    write(path, load_pages(ROOT)[:1])
+    with pytest.raises(RecordingError, match="already exists: refusing to overwrite"):
+        RecordingWriter(path, golden_header())
+    write(path, load_pages(ROOT)[:2], overwrite=True)
+    assert len(list(RecordingReader(path).pages())) == 2
+
+
+def test_close_is_idempotent_and_counts(tmp_path: Any) -> None:
+    path = str(tmp_path / "r.npt")
+    w = RecordingWriter(path, golden_header(), chunk_bytes=2 * PAGE)
+    for cpu, page in load_pages(ROOT)[:5]:
+        w.add_page(cpu, page, ts_ns=1000 + cpu)
+    assert (w.pages, w.chunks) == (4, 2)
+    w.close({"events": 42})
+    size = w.bytes_written
+    w.close()
+    assert os.path.getsize(path) == size and (w.pages, w.chunks) == (5, 3)
+    reader, records = read_all(path)
+    assert reader.trailer is not None and reader.trailer["totals"] == {"events": 42}
+    assert records[0][1].first_ts == 1000
+
+
+def test_maybe_flush_after_interval(tmp_path: Any) -> None:
+    path = str(tmp_path / "r.npt")
+    with RecordingWriter(path, golden_header(), flush_interval=0.5) as w:
+        w.add_page(*load_pages(ROOT)[0])
+        assert not w.maybe_flush(time.monotonic())
+        assert w.maybe_flush(time.monotonic() + 1.0) and w.chunks == 1
+        reader, records = read_all(path)
+        assert reader.truncated and len(records) == 1  # readable while being written
+
+
+def test_bad_header_fields_refused_by_writer(tmp_path: Any) -> None:
+    header = dict(golden_header(), cpus="four")
+    with pytest.raises(RecordingError, match="'cpus' is str, not int"):
+        RecordingWriter(str(tmp_path / "r.npt"), header)
+
+
+def test_malformed_format_text_is_a_clear_error(tmp_path: Any) -> None:
+    header = golden_header(only=("sched:sched_switch",))
+    header["formats"][0]["text"] = "name: broken\nformat:\n"
+    path = str(tmp_path / "r.npt")
+    write(path, load_pages(ROOT)[:1], header=header)
+    with pytest.raises(RecordingError, match="format of sched:sched_switch"):
+        list(iter_events(RecordingReader(path)))
+
+
+# ---- crash safety ------------------------------------------------------------------------------
+KILLED_WRITER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from test_recording import golden_header, load_pages, ROOT
+from npu_trace.recording import RecordingWriter
+w = RecordingWriter({path!r}, golden_header(), chunk_bytes=4096)
+pages = load_pages(ROOT)
+for i in range(10 ** 6):
+    w.add_page(*pages[i % len(pages)])
+    if i == 20:
+        print("ready", flush=True)
+"""
+
+
+def test_sigkill_mid_write_reads_to_last_whole_chunk(tmp_path: Any) -> None:
+    path = str(tmp_path / "killed.npt")
+    script = KILLED_WRITER.format(tests=os.path.dirname(__file__), path=path)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    reader, records = read_all(path)
+    assert reader.truncated and reader.trailer is None and reader.chunks_read > 20
+    pages = load_pages(ROOT)
+    got = [p for kind, c in records if kind == "chunk" for p in c.pages]
+    assert got == [pages[i % len(pages)] for i in range(len(got))]
