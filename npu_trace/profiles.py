@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 from npu_trace.errors import UsageError
+from npu_trace.sim.abi import ETIMEDOUT, RESET_STEPS, TIMEOUT_KINDS
 
 # Struct layouts of the real driver's struct-typed tracepoint fields (their format files only say
 # `struct trs_chan_sq_trace sq_trace; size:40`): member names as in C (nested structs as "outer.inner")
@@ -52,6 +53,84 @@ class Profile:
     events: Tuple[str, ...]  # globs; those of a profile are optional one by one, but at least one must exist
     layouts: Mapping[str, Sequence[Tuple[str, str]]] = field(default_factory=dict)
     hint: str = ""  # what to do when none of the events exists
+    # raw event -> NpuEvent rules (npu_trace.model documents the rule keys)
+    mapping: Mapping[str, Any] = field(default_factory=dict)
+    # reset-sequence state machine (npu_trace.detectors.reset documents the keys); empty: no reset detection
+    reset: Mapping[str, Any] = field(default_factory=dict)
+    # latency detector settings (npu_trace.detectors.latency documents the keys); empty: the detector's defaults
+    latency: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
+_S = 1_000_000_000
+
+
+def _hal(name: str, entry: Dict[str, Any], ret: Dict[str, Any]) -> Dict[str, Any]:
+    """Entry and return probe rules of one HAL call; the return is paired with its entry by (pid, op)."""
+    return {
+        f"ascend:ascend_{name}": {"op": name, "pair": "entry", **entry},
+        f"ascend:ascend_{name}_ret": {"op": name, "pair": "return", **ret},
+    }
+
+
+SIM_MAPPING: Dict[str, Any] = {
+    **_hal("halMemAlloc", {"kind": "call"}, {"kind": "call"}),
+    # a free takes effect when the call returns 0 (the return carries the entry's va)
+    **_hal("halMemFree", {"kind": "call"}, {"kind": "free", "kind_if": [["ret", "!=", 0, "call"]]}),
+    # a task is submitted when the send returns 0 (as trs_chan:sqe fires after the SQE is written)
+    **_hal("halSqTaskSend", {"kind": "call"}, {"kind": "submit", "kind_if": [["ret", "!=", 0, "call"]]}),
+    # a wait that ends in -ETIMEDOUT is a timeout, not a slow call
+    **_hal("halCqReportRecv", {"kind": "call"}, {"kind": "call", "kind_if": [["ret", "==", ETIMEDOUT, "timeout"]]}),
+    "ascend:ascend_devmm_alloc_done": {
+        "kind": "alloc", "op": "halMemAlloc", "kind_if": [["ret", "!=", 0, "alloc_fail"]],
+    },
+    "ascend:ascend_trs_logic_cq_enque": {"kind": "complete", "op": "task"},
+    "ascend:ascend_irq_handler_entry": {"kind": "irq", "op": "irq", "set": {"edge": "entry"}},
+    "ascend:ascend_irq_handler_exit": {"kind": "irq", "op": "irq", "set": {"edge": "exit"}},
+    "ascend:ascend_drv_timeout": {
+        "kind": "timeout", "op_field": "kind", "op_names": {str(k): v for k, v in TIMEOUT_KINDS.items()},
+        "args": {"code": "kind", "chan": "chan", "wait_us": "wait_us"},
+    },
+    "ascend:ascend_hb_report_heart_beat_lost_event": {"kind": "timeout", "op": "heartbeat"},
+    "ascend:ascend_dms_event_report": {"kind": "ecc", "op": "dms_event"},
+    "ascend:ascend_devdrv_reset_step": {
+        "kind": "reset_step", "op": "reset", "args": {"step": "step_name", "index": "step", "ret": "ret"},
+    },
+}  # fmt: skip
+
+_TRS_DEV = "inst.devid"
+ASCEND_MAPPING: Dict[str, Any] = {
+    "trs_chan:sqe": [{
+        "match": {"str": "Task Send"}, "kind": "submit", "op": "sqe", "dev": _TRS_DEV,
+        "args": {"ts": "inst.tsid", "stream": "sq_trace.stream_id", "task": "sq_trace.task_id",
+                 "sqid": "sq_trace.sqid"},
+    }],
+    "trs_core:logic_cqe": [{
+        "match": {"str": "Logic Cq Enque"}, "kind": "complete", "op": "task", "dev": _TRS_DEV,
+        "args": {"ts": "inst.tsid", "stream": "cq_trace.stream_id", "task": "cq_trace.task_id",
+                 "errcode": "cq_trace.errcode", "errtype": "cq_trace.errtype"},
+    }],
+    "irq:irq_handler_entry": {"kind": "irq", "op": "irq", "dev": "", "set": {"edge": "entry"}},
+    "irq:irq_handler_exit": {"kind": "irq", "op": "irq", "dev": "", "set": {"edge": "exit"}},
+}  # fmt: skip
+
+# ---- reset sequences (see npu_trace.detectors.reset for the keys) ----------------------------------------
+SIM_RESET: Dict[str, Any] = {
+    "steps": list(RESET_STEPS),  # the expected order
+    "start": ["ready_for_hotreset", "unbind", "remove", "reset_begin"],  # steps that may open a sequence
+    "end": ["heartbeat_resume"],  # the device is healthy again
+    "triggers": [{"kind": "timeout"}],  # the last one before the first step (driver timeout, heartbeat lost)
+    "trigger_window_ns": 600 * _S,  # a trigger older than this before the first step is not attached
+    "step_timeout_ns": 120 * _S,  # the real drain waits up to 120 s; rescan retries 20 x 3 s
+    "precursor_window_ns": 600 * _S,
+}
+
+# ---- latency (see npu_trace.detectors.latency for the keys) ----------------------------------------------
+SIM_LATENCY: Dict[str, Any] = {
+    # the simulated device completes tasks on the executor's only thread: a slow call delays the completions
+    # queued behind it, so task latency is measured (p50/p99/max) but never judged as a spike
+    "ops": {"task": {"adaptive": False, "absolute_ns": None}},
+}
 
 
 PROFILES: Dict[str, Profile] = {
@@ -61,6 +140,9 @@ PROFILES: Dict[str, Profile] = {
         ("ascend:*",),
         ASCEND_LAYOUTS,
         "load the simulated NPU first: npu-trace sim load",
+        mapping=SIM_MAPPING,
+        reset=SIM_RESET,
+        latency=SIM_LATENCY,
     ),
     "ascend": Profile(
         "ascend",
@@ -68,6 +150,7 @@ PROFILES: Dict[str, Profile] = {
         ("trs_chan:*", "trs_core:*", "irq:irq_handler_entry", "irq:irq_handler_exit"),
         ASCEND_LAYOUTS,
         "load the Ascend driver (asdrv_trs, asdrv_trsbase) and enable /proc/trs_*/.../trace_enable",
+        mapping=ASCEND_MAPPING,
     ),
 }
 

@@ -1,0 +1,79 @@
+"""`Analysis`: the Normalizer and every detector, fed raw TraceEvent/Loss batches, ending in a report dict.
+
+The report is a deterministic function of the item sequence, whatever the batch split: time comes only from
+event timestamps, findings are totally ordered (`Finding.sort_key`), summaries are built from sorted keys,
+and every number is an int.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional
+
+from npu_trace.detectors.base import Detector, Finding, sort_findings
+from npu_trace.detectors.latency import LatencyDetector
+from npu_trace.detectors.loss import LossDetector
+from npu_trace.detectors.memory import MemoryDetector
+from npu_trace.detectors.reset import ResetDetector
+from npu_trace.detectors.timeouts import TimeoutDetector
+from npu_trace.model import Item, Normalizer, NpuEvent
+from npu_trace.profiles import Profile
+
+
+class Analysis:
+    """feed(items) -> the findings those items completed; finish() -> {"findings": [...], "summary": {...}}."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.normalizer = Normalizer(profile.mapping)
+        self.latency = LatencyDetector(profile.latency)  # typed access (histograms) for check/diff
+        self.detectors: Dict[str, Detector] = {
+            "latency": self.latency,
+            "reset": ResetDetector(profile.reset),
+            "memory": MemoryDetector(),
+            "timeouts": TimeoutDetector(),
+            "loss": LossDetector(),
+        }
+        self.findings: List[Finding] = []
+        self.kind_counts: Dict[str, int] = {}
+        self.first_ts: Optional[int] = None
+        self.last_ts: Optional[int] = None
+        self._report: Optional[Dict[str, Any]] = None
+
+    def feed(self, items: Iterable[Item]) -> List[Finding]:
+        return self.feed_events(self.normalizer.feed(items))
+
+    def feed_events(self, events: List[NpuEvent]) -> List[Finding]:
+        """Already-normalized events (sources that produce NpuEvents themselves)."""
+        self._count(events)
+        new: List[Finding] = []
+        for detector in self.detectors.values():
+            new.extend(detector.feed(events))
+        self.findings.extend(new)
+        return sort_findings(new)
+
+    def finish(self) -> Dict[str, Any]:
+        """Flush every detector (once) and return the report."""
+        if self._report is None:
+            for detector in self.detectors.values():
+                self.findings.extend(detector.flush())
+            findings = [f.to_dict() for f in sort_findings(self.findings)]
+            self._report = {"findings": findings, "summary": self.summary()}
+        return self._report
+
+    def summary(self) -> Dict[str, Any]:
+        by_kind: Dict[str, int] = {}
+        for f in self.findings:
+            by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
+        return {
+            "events": {"total": sum(self.kind_counts.values()), "by_kind": dict(sorted(self.kind_counts.items())),
+                       "first_ts_ns": self.first_ts, "last_ts_ns": self.last_ts},
+            "findings": dict(sorted(by_kind.items())),
+            "pairing": dict(sorted(self.normalizer.stats.items())),
+            **{name: d.summary() for name, d in sorted(self.detectors.items())},
+        }  # fmt: skip
+
+    def _count(self, events: List[NpuEvent]) -> None:
+        for ev in events:
+            self.kind_counts[ev.kind] = self.kind_counts.get(ev.kind, 0) + 1
+            if ev.kind != "lost" or ev.ts_ns:
+                self.first_ts = ev.ts_ns if self.first_ts is None else min(self.first_ts, ev.ts_ns)
+                self.last_ts = ev.ts_ns if self.last_ts is None else max(self.last_ts, ev.ts_ns)

@@ -1,0 +1,221 @@
+"""Reset sequences: a declarative per-device state machine, defined as data in the profile (`reset`).
+
+Definition keys:
+    steps                the expected step names, in order (reset_step events carry args["step"])
+    end                  steps after which the device is healthy again: the sequence is complete
+    triggers             [{"kind": k, "op": o}, ...] ("op" optional): events that may start a reset (timeouts,
+                         heartbeat lost); the last one within `trigger_window_ns` before the first step is
+                         the sequence's trigger
+    step_timeout_ns      the longest wait for the next step; longer: the sequence is incomplete
+    precursor_window_ns  how far before the trigger (or the first step, without one) precursors are summarised
+
+A sequence opens at the first reset step of a device with none open. It closes complete (an `end` step),
+failed (a step with ret != 0), or incomplete (no step for step_timeout_ns, judged at the next event of any
+device, or the session ended). Each closed sequence is one `reset_sequence` finding at its first step's time.
+
+Precursors (per device, within the window): timeout counts (total and per op), ECC counts (first/last of
+ce_count and uce_count and their deltas; the baseline is the last report before the window when known, else
+the first in it) and the highest temperature (temp_c of ecc/thermal events).
+History is bounded: entries older than precursor + trigger window are pruned, at most MAX_HISTORY kept.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from npu_trace.detectors.base import Finding
+from npu_trace.model import NpuEvent
+
+S = 1_000_000_000
+MAX_HISTORY = 10_000
+DEFAULTS: Dict[str, Any] = {
+    "steps": [], "end": [], "triggers": [{"kind": "timeout"}], "trigger_window_ns": 600 * S,
+    "step_timeout_ns": 120 * S, "precursor_window_ns": 600 * S,
+}  # fmt: skip
+
+Ecc = Tuple[int, int, int]  # (ts, ce_count, uce_count)
+
+
+@dataclass
+class ResetRun:
+    dev: int
+    steps: List[Tuple[str, int, int]]  # (name, ts, ret)
+    trigger: Optional[NpuEvent]
+    precursor: Dict[str, Any]
+
+    @property
+    def first_ts(self) -> int:
+        return self.steps[0][1]
+
+    @property
+    def last_ts(self) -> int:
+        return self.steps[-1][1]
+
+
+@dataclass
+class DeviceHistory:
+    timeouts: Deque[Tuple[int, str]] = field(default_factory=deque)
+    ecc: Deque[Ecc] = field(default_factory=deque)
+    temps: Deque[Tuple[int, int]] = field(default_factory=deque)
+    ecc_before: Optional[Ecc] = None  # the last ECC report pruned from `ecc`
+    trigger: Optional[NpuEvent] = None
+
+    def prune(self, oldest: int) -> None:
+        for queue in (self.timeouts, self.ecc, self.temps):
+            while queue and (queue[0][0] < oldest or len(queue) > MAX_HISTORY):
+                item = queue.popleft()
+                if queue is self.ecc:
+                    self.ecc_before = item  # type: ignore[assignment]
+
+
+class ResetDetector:
+    def __init__(self, definition: Optional[Mapping[str, Any]] = None) -> None:
+        cfg = {**DEFAULTS, **(definition or {})}
+        self.enabled = bool(definition)
+        self.steps: List[str] = list(cfg["steps"])
+        self.end = frozenset(cfg["end"])
+        self.triggers = [(t["kind"], t.get("op")) for t in cfg["triggers"]]
+        self.trigger_window = int(cfg["trigger_window_ns"])
+        self.step_timeout = int(cfg["step_timeout_ns"])
+        self.window = int(cfg["precursor_window_ns"])
+        self.relevant = frozenset(("timeout", "ecc", "thermal", "reset_step", *(k for k, _ in self.triggers)))
+        self.history: Dict[int, DeviceHistory] = {}
+        self.open: Dict[int, ResetRun] = {}
+        self.last_status: Dict[int, str] = {}
+        self.counts: Dict[str, int] = {"complete": 0, "failed": 0, "incomplete": 0}
+
+    def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
+        out: List[Finding] = []
+        if not self.enabled:
+            return out
+        relevant = self.relevant
+        for ev in events:
+            if self.open:
+                self._expire(ev.ts_ns, out)
+            if ev.dev is not None and ev.kind in relevant:
+                self._event(ev, out)
+        return out
+
+    def flush(self) -> List[Finding]:
+        return [self._close(seq, "incomplete", "session_end") for seq in self._take_open(lambda s: True)]
+
+    def summary(self) -> Dict[str, Any]:
+        devices = {str(d): self._state(d) for d in sorted(set(self.history) | set(self.last_status))}
+        return {"sequences": sum(self.counts.values()), **self.counts, "devices": devices}
+
+    # ---- per event ----------------------------------------------------------------------------------
+    def _event(self, ev: NpuEvent, out: List[Finding]) -> None:
+        dev = int(ev.dev)  # type: ignore[arg-type]
+        hist = self.history.setdefault(dev, DeviceHistory())
+        hist.prune(ev.ts_ns - self.window - self.trigger_window)
+        if ev.kind == "timeout":
+            hist.timeouts.append((ev.ts_ns, ev.op))
+        if ev.kind == "ecc" and isinstance(ev.args.get("ce_count"), int):
+            hist.ecc.append((ev.ts_ns, int(ev.args["ce_count"]), int(ev.args.get("uce_count", 0))))
+        if ev.kind in ("ecc", "thermal") and isinstance(ev.args.get("temp_c"), int):
+            hist.temps.append((ev.ts_ns, int(ev.args["temp_c"])))
+        if any(ev.kind == k and (o is None or ev.op == o) for k, o in self.triggers):
+            hist.trigger = ev
+        if ev.kind == "reset_step":
+            self._step(dev, ev, hist, out)
+
+    def _step(self, dev: int, ev: NpuEvent, hist: DeviceHistory, out: List[Finding]) -> None:
+        seq = self.open.get(dev)
+        if seq is None:
+            seq = self.open[dev] = self._start(dev, ev.ts_ns, hist)
+        ret = ev.args.get("ret", 0)
+        seq.steps.append((str(ev.args.get("step", ev.op)), ev.ts_ns, int(ret) if isinstance(ret, int) else 0))
+        if seq.steps[-1][2] != 0:
+            out.append(self._close(self.open.pop(dev), "failed", "step_failed"))
+        elif seq.steps[-1][0] in self.end:
+            out.append(self._close(self.open.pop(dev), "complete", None))
+
+    def _start(self, dev: int, ts: int, hist: DeviceHistory) -> ResetRun:
+        trigger = hist.trigger
+        if trigger is not None and ts - trigger.ts_ns > self.trigger_window:
+            trigger = None
+        hist.trigger = None
+        ref = ts if trigger is None else trigger.ts_ns
+        return ResetRun(dev, [], trigger, self._precursor(hist, ref))
+
+    def _expire(self, now: int, out: List[Finding]) -> None:
+        for seq in self._take_open(lambda s: now - s.last_ts > self.step_timeout):
+            out.append(self._close(seq, "incomplete", "step_timeout"))
+
+    def _take_open(self, pred: Callable[[ResetRun], bool]) -> List[ResetRun]:
+        done = [self.open.pop(d) for d in sorted(self.open) if pred(self.open[d])]
+        return done
+
+    # ---- findings -----------------------------------------------------------------------------------
+    def _close(self, seq: ResetRun, status: str, reason: Optional[str]) -> Finding:
+        self.counts[status] += 1
+        self.last_status[seq.dev] = status
+        names = [name for name, _, _ in seq.steps]
+        details = {
+            "status": status, "reason": reason, "steps": _steps(seq),
+            "missing": [s for s in self.steps if s not in names],
+            "out_of_order": self._out_of_order(names), "duration_ns": seq.last_ts - seq.first_ts,
+            "failed_step": names[-1] if status == "failed" else None,
+            "waiting_for": self._next(names) if status == "incomplete" else None,
+            "trigger": _trigger(seq.trigger), "precursor": seq.precursor,
+            "since_trigger_ns": None if seq.trigger is None else seq.last_ts - seq.trigger.ts_ns,
+        }  # fmt: skip
+        return Finding("reset_sequence", seq.dev, "reset", seq.first_ts, details)
+
+    def _out_of_order(self, names: List[str]) -> bool:
+        idx = [self.steps.index(n) for n in names if n in self.steps]
+        return any(b < a for a, b in zip(idx, idx[1:]))
+
+    def _next(self, names: List[str]) -> Optional[str]:
+        known = [self.steps.index(n) for n in names if n in self.steps]
+        after = max(known) + 1 if known else 0
+        return self.steps[after] if after < len(self.steps) else None
+
+    def _precursor(self, hist: DeviceHistory, ref: int) -> Dict[str, Any]:
+        lo = ref - self.window
+        timeouts = [op for ts, op in hist.timeouts if lo <= ts <= ref]
+        by_op: Dict[str, int] = {}
+        for op in timeouts:
+            by_op[op] = by_op.get(op, 0) + 1
+        temps = [t for ts, t in hist.temps if lo <= ts <= ref]
+        return {
+            "window_ns": self.window, "from_ns": lo, "to_ns": ref, "timeouts": len(timeouts),
+            "timeouts_by_op": dict(sorted(by_op.items())), "ecc": _ecc(hist, lo, ref),
+            "max_temp_c": max(temps) if temps else None,
+        }  # fmt: skip
+
+    def _state(self, dev: int) -> str:
+        if dev in self.open:
+            return "resetting"
+        if self.last_status.get(dev) in ("failed", "incomplete"):
+            return "offline"
+        hist = self.history.get(dev)
+        return "degraded" if hist is not None and hist.trigger is not None else "ok"
+
+
+def _ecc(hist: DeviceHistory, lo: int, ref: int) -> Dict[str, Any]:
+    inside = [e for e in hist.ecc if lo <= e[0] <= ref]
+    before = [e for e in hist.ecc if e[0] < lo]
+    base = before[-1] if before else hist.ecc_before
+    if not inside:
+        return {"reports": 0, "ce_first": None, "ce_last": None, "ce_delta": 0, "uce_first": None, "uce_last": None,
+                "uce_delta": 0}  # fmt: skip
+    first = base if base is not None else inside[0]
+    last = inside[-1]
+    return {
+        "reports": len(inside), "ce_first": first[1], "ce_last": last[1], "ce_delta": last[1] - first[1],
+        "uce_first": first[2], "uce_last": last[2], "uce_delta": last[2] - first[2],
+    }  # fmt: skip
+
+
+def _steps(seq: ResetRun) -> List[Dict[str, Any]]:
+    return [{"step": n, "ts_ns": ts, "ret": ret, "since_start_ns": ts - seq.first_ts} for n, ts, ret in seq.steps]
+
+
+def _trigger(ev: Optional[NpuEvent]) -> Optional[Dict[str, Any]]:
+    if ev is None:
+        return None
+    args = {k: v for k, v in sorted(ev.args.items()) if isinstance(v, (int, str)) and k != "entry_ts_ns"}
+    return {"kind": ev.kind, "op": ev.op, "ts_ns": ev.ts_ns, "args": args}

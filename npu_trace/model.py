@@ -1,0 +1,251 @@
+"""The normalized event model: what detectors and sinks see, whatever source an event came from.
+
+An `NpuEvent` is (ts_ns, kind, dev, op, pid, cpu, args). `kind` is one of `KINDS`; `dev` is the NPU's device
+id or None; `op` names the operation within the kind (a HAL function, "task", a timeout kind, "reset" ...);
+`args` holds the event's own values (JSON-able).
+
+`Normalizer(mapping)` turns raw `TraceEvent`/`Loss` items into NpuEvents. The mapping is data (a profile's
+`mapping`): event "system:name" -> a rule dict, or a list of rule dicts tried in order (the first whose
+`match` holds wins). Rule keys:
+
+    kind      the NpuEvent kind (required)
+    op        the operation name (default: the event's name)
+    op_field  take op from this field instead, renamed through `op_names` (keys are str(value))
+    dev       field path of the device id (default "dev"; "" = no device). A path "a.b" reads member b of
+              the struct field a.
+    args      {arg name: field path}; absent: every field except the device field and "__*" probe fields
+    set       constant args to add ({"edge": "entry"})
+    kind_if   [[field, "==" | "!=" | "<" | ">", value, kind], ...]: the first that holds changes the kind
+    match     {field: value}: the rule applies only when every field equals its value
+    pair      "entry" | "return": call pairing (below)
+
+Call pairing is done here, once: an "entry" event is remembered per (pid, op) (a stack, for nesting); its
+"return" takes the entry's device and args, plus `ret` fields, `latency_ns` and `entry_ts_ns`. Return probes
+carry no device, so this is where they get one. A return without an entry keeps dev None and has no latency.
+Pending entries are bounded (`MAX_PENDING`); evicted ones are counted in `stats["unpaired_entries"]`.
+
+Events without a rule become kind "log" (op = "system:name", args = their fields): nothing is dropped
+silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss kind, args source/lost);
+`ftrace:print` (trace_marker writes) becomes kind "marker" with args {"text": ...} unless a profile maps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+from npu_trace.errors import UsageError
+from npu_trace.events import Loss, TraceEvent
+
+KINDS: Tuple[str, ...] = (
+    "call", "irq", "alloc", "free", "alloc_fail", "submit", "complete", "timeout", "reset_step", "ecc",
+    "link", "thermal", "log", "lost", "marker",
+)  # fmt: skip
+MAX_PENDING = 100_000  # call entries waiting for their return, all (pid, op) together
+MAX_DEPTH = 64  # nested entries of one (pid, op)
+
+COMMON_MAPPING: Dict[str, Any] = {
+    "ftrace:print": {"kind": "marker", "op": "marker", "dev": "", "args": {"text": "buf"}},
+}
+
+
+class NpuEvent(NamedTuple):
+    ts_ns: int
+    kind: str
+    dev: Optional[int]
+    op: str
+    pid: int
+    cpu: int
+    args: Dict[str, Any]
+
+
+_CMP = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled mapping rule (see the module docstring for the keys)."""
+
+    kind: str
+    op: str = ""
+    op_field: str = ""
+    op_names: Tuple[Tuple[str, str], ...] = ()
+    dev: str = "dev"
+    args: Tuple[Tuple[str, str], ...] = ()
+    set: Tuple[Tuple[str, Any], ...] = ()
+    kind_if: Tuple[Tuple[str, str, Any, str], ...] = ()
+    match: Tuple[Tuple[str, Any], ...] = ()
+    pair: str = ""
+
+
+def compile_rule(spec: Mapping[str, Any]) -> Rule:
+    """A rule dict from a profile -> Rule; unknown keys or kinds are a UsageError."""
+    unknown = set(spec) - set(Rule.__dataclass_fields__)
+    if unknown or spec.get("kind") not in KINDS:
+        raise UsageError(f"bad mapping rule {dict(spec)!r}: unknown keys {sorted(unknown)} or kind")
+    for cond in spec.get("kind_if", ()):
+        if len(cond) != 4 or cond[1] not in _CMP or cond[3] not in KINDS:
+            raise UsageError(f"bad kind_if condition {cond!r}")
+    if spec.get("pair", "") not in ("", "entry", "return"):
+        raise UsageError(f"bad pair {spec['pair']!r} (entry or return)")
+    return Rule(
+        kind=spec["kind"],
+        op=spec.get("op", ""),
+        op_field=spec.get("op_field", ""),
+        op_names=tuple(sorted(spec.get("op_names", {}).items())),
+        dev=spec.get("dev", "dev"),
+        args=tuple(spec.get("args", {}).items()),
+        set=tuple(spec.get("set", {}).items()),
+        kind_if=tuple((c[0], c[1], c[2], c[3]) for c in spec.get("kind_if", ())),
+        match=tuple(spec.get("match", {}).items()),
+        pair=spec.get("pair", ""),
+    )
+
+
+def compile_mapping(mapping: Mapping[str, Any]) -> Dict[str, Tuple[Rule, ...]]:
+    """A profile mapping (with COMMON_MAPPING under it) -> event name -> rules in order."""
+    merged = {**COMMON_MAPPING, **mapping}
+    out: Dict[str, Tuple[Rule, ...]] = {}
+    for name, spec in merged.items():
+        specs = spec if isinstance(spec, (list, tuple)) else [spec]
+        out[name] = tuple(compile_rule(s) for s in specs)
+    return out
+
+
+def field_value(fields: Mapping[str, Any], path: str) -> Any:
+    """fields[path], or for "a.b" the member b of the struct field a (None when absent)."""
+    if path in fields:
+        return fields[path]
+    head, _, rest = path.partition(".")
+    inner = fields.get(head)
+    if rest and isinstance(inner, Mapping):
+        return field_value(inner, rest)
+    return None
+
+
+def _matches(rule: Rule, fields: Mapping[str, Any]) -> bool:
+    return not rule.match or all(field_value(fields, f) == v for f, v in rule.match)
+
+
+def _kind(rule: Rule, fields: Mapping[str, Any]) -> str:
+    if not rule.kind_if:
+        return rule.kind
+    for name, cmp, value, kind in rule.kind_if:
+        got = field_value(fields, name)
+        if got is not None and _CMP[cmp](got, value):
+            return kind
+    return rule.kind
+
+
+def _op(rule: Rule, fields: Mapping[str, Any], default: str) -> str:
+    if not rule.op_field:
+        return rule.op or default
+    value = field_value(fields, rule.op_field)
+    return dict(rule.op_names).get(str(value), f"{rule.op_field}={value}")
+
+
+def _args(rule: Rule, fields: Mapping[str, Any]) -> Dict[str, Any]:
+    if rule.args:
+        out = {name: field_value(fields, path) for name, path in rule.args}
+    else:
+        out = {k: v for k, v in fields.items() if not k.startswith("__") and k != rule.dev}
+    out.update(rule.set)
+    return out
+
+
+def _dev(rule: Rule, fields: Mapping[str, Any]) -> Optional[int]:
+    value = field_value(fields, rule.dev) if rule.dev else None
+    return int(value) if isinstance(value, int) else None
+
+
+def lost_event(loss: Loss) -> NpuEvent:
+    args = {"source": loss.source, "lost": loss.lost}
+    return NpuEvent(loss.ts_ns, "lost", None, loss.kind, -1, loss.cpu, args)
+
+
+Item = Union[TraceEvent, Loss]
+_Pending = Tuple[int, Optional[int], Dict[str, Any]]  # (entry ts, dev, args)
+
+
+class Normalizer:
+    """Raw TraceEvent/Loss items -> NpuEvents, by a profile's mapping (see the module docstring)."""
+
+    def __init__(self, mapping: Mapping[str, Any]) -> None:
+        self.rules = compile_mapping(mapping)
+        self._formats: Dict[int, Tuple[Any, Tuple[str, ...], str, Tuple[Rule, ...]]] = {}
+        self._pending: Dict[Tuple[int, str], List[_Pending]] = {}
+        self._pending_count = 0
+        self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
+
+    def feed(self, items: Iterable[Item]) -> List[NpuEvent]:
+        out: List[NpuEvent] = []
+        for item in items:
+            if isinstance(item, Loss):
+                out.append(lost_event(item))
+            else:
+                out.append(self._event(item))
+        return out
+
+    def _format(self, ev: TraceEvent) -> Tuple[Tuple[str, ...], str, Tuple[Rule, ...]]:
+        cached = self._formats.get(id(ev.fmt))
+        if cached is None or cached[0] is not ev.fmt:
+            name = ev.fmt.full_name
+            cached = (ev.fmt, ev.fmt.field_names, name, self.rules.get(name, ()))
+            self._formats[id(ev.fmt)] = cached
+        return cached[1], cached[2], cached[3]
+
+    def _event(self, ev: TraceEvent) -> NpuEvent:
+        names, full_name, rules = self._format(ev)
+        fields = dict(zip(names, ev.values))
+        rule = next((r for r in rules if _matches(r, fields)), None)
+        if rule is None:
+            args = {k: v for k, v in fields.items() if not k.startswith("__")}
+            return NpuEvent(ev.ts_ns, "log", None, full_name, ev.pid, ev.cpu, args)
+        op = _op(rule, fields, ev.fmt.name)
+        kind, dev, args = _kind(rule, fields), _dev(rule, fields), _args(rule, fields)
+        if kind == "marker" and isinstance(args.get("text"), str):
+            args["text"] = args["text"].rstrip("\n")
+        if rule.pair == "entry":
+            self._push((ev.pid, op), (ev.ts_ns, dev, args))
+        elif rule.pair == "return":
+            dev, args = self._pop((ev.pid, op), ev.ts_ns, args)
+        return NpuEvent(ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args)
+
+    def _push(self, key: Tuple[int, str], entry: _Pending) -> None:
+        stack = self._pending.setdefault(key, [])
+        if len(stack) >= MAX_DEPTH or self._pending_count >= MAX_PENDING:
+            self._evict(key if len(stack) >= MAX_DEPTH else next(iter(self._pending)))
+            stack = self._pending.setdefault(key, [])
+        stack.append(entry)
+        self._pending_count += 1
+
+    def _evict(self, key: Tuple[int, str]) -> None:
+        """Forget the oldest pending entry of `key` (insertion order: deterministic for a given input)."""
+        stack = self._pending[key]
+        stack.pop(0)
+        self._pending_count -= 1
+        self.stats["unpaired_entries"] += 1
+        if not stack:
+            del self._pending[key]
+
+    def _pop(self, key: Tuple[int, str], ts_ns: int, ret_args: Dict[str, Any]) -> Tuple[Optional[int], Dict]:
+        stack = self._pending.get(key)
+        if not stack:
+            self.stats["unpaired_returns"] += 1
+            return None, ret_args
+        entry_ts, dev, args = stack.pop()
+        self._pending_count -= 1
+        if not stack:
+            del self._pending[key]
+        merged = {**args, **ret_args, "latency_ns": ts_ns - entry_ts, "entry_ts_ns": entry_ts}
+        return dev, merged
+
+
+def normalize(mapping: Mapping[str, Any], items: Sequence[Item]) -> List[NpuEvent]:
+    """One-shot convenience: a fresh Normalizer over `items`."""
+    return Normalizer(mapping).feed(items)

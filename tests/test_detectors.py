@@ -1,0 +1,296 @@
+"""Unit tests of each detector on hand-built NpuEvents, and of Analysis' determinism."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, List, Optional
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npu_trace.detectors import (
+    Analysis,
+    Finding,
+    Histogram,
+    LatencyDetector,
+    LossDetector,
+    MemoryDetector,
+    ResetDetector,
+    TimeoutDetector,
+)
+from npu_trace.events import Loss
+from npu_trace.model import NpuEvent
+from npu_trace.profiles import PROFILES, SIM_RESET
+from npu_trace.sim.abi import RESET_STEPS
+from npu_trace.sim.scenarios import plan
+from synth import synth_events
+
+US, MS, S = 1_000, 1_000_000, 1_000_000_000
+
+
+def E(ts: int, kind: str, dev: Optional[int], op: str, **args: Any) -> NpuEvent:
+    return NpuEvent(ts, kind, dev, op, 7, 0, args)
+
+
+def call(ts: int, dev: int, op: str, latency: int) -> NpuEvent:
+    return E(ts + latency, "call", dev, op, latency_ns=latency, entry_ts_ns=ts)
+
+
+# ---- histogram / latency ---------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=10**11), min_size=1, max_size=400))
+def test_histogram_percentiles_are_within_half_a_percent(values: List[int]) -> None:
+    h = Histogram()
+    for v in values:
+        h.add(v)
+    ordered = sorted(values)
+    for q in (0.5, 0.9, 0.99, 1.0):
+        exact = ordered[max(1, -(-int(q * 1000) * len(values) // 1000)) - 1]
+        assert abs(h.percentile(q) - exact) <= exact / 250 + 1
+    assert (h.min, h.max, h.count) == (ordered[0], ordered[-1], len(values))
+
+
+def test_latency_stats_per_device_and_op() -> None:
+    det = LatencyDetector()
+    det.feed([call(i * MS, i % 2, "halMemFree", (i + 1) * US) for i in range(100)])
+    rows = det.summary()["ops"]
+    assert [(r["device"], r["op"], r["count"]) for r in rows] == [(0, "halMemFree", 50), (1, "halMemFree", 50)]
+    assert rows[0]["min_ns"] == 1 * US and rows[0]["max_ns"] == 99 * US
+    assert abs(rows[0]["p50_ns"] - 49 * US) <= 49 * US // 250
+
+
+def test_absolute_threshold_fires_even_during_warm_up() -> None:
+    (spike,) = LatencyDetector().feed([call(0, 0, "halMemAlloc", 6 * MS)])
+    assert spike.kind == "spike" and spike.ts_ns == 0 and spike.op == "halMemAlloc"
+    assert spike.details["rules"] == ["absolute"] and spike.details["threshold_ns"] == 4 * MS
+    assert spike.details["baseline_ns"] is None and spike.details["latency_ns"] == 6 * MS
+
+
+def test_adaptive_baseline_warms_up_then_fires_above_k_times_median() -> None:
+    det = LatencyDetector({"floor_ns": 1 * MS, "k": 4, "warmup": 8})
+    slow = [call(i * 10 * MS, 0, "custom", 2 * MS) for i in range(8)]
+    assert det.feed(slow) == []  # no absolute threshold for "custom", adaptive still warming up
+    assert det.feed([call(100 * MS, 0, "custom", 7 * MS)]) == []  # 7 ms < 4 x 2 ms
+    (spike,) = det.feed([call(200 * MS, 0, "custom", 9 * MS)])
+    assert spike.details["rules"] == ["adaptive"] and spike.details["threshold_ns"] == 8 * MS
+    assert spike.details["baseline_ns"] == 2 * MS
+
+
+def test_scheduling_noise_never_fires_and_spikes_stay_out_of_the_baseline() -> None:
+    rng = random.Random(5)
+    det = LatencyDetector()
+    events = [call(i * MS, 0, "halSqTaskSend", rng.randint(1 * US, 20 * US)) for i in range(500)]
+    events += [call(600 * MS + i * MS, 0, "halSqTaskSend", rng.randint(500 * US, 2 * MS)) for i in range(20)]
+    assert det.feed(events) == []
+    spikes = det.feed([call(S + i * 100 * MS, 0, "halSqTaskSend", 5 * MS) for i in range(100)])
+    assert len(spikes) == 100  # a run of spikes does not teach the baseline that 5 ms is normal
+
+
+def test_task_latency_pairs_submit_and_complete_by_device_stream_task() -> None:
+    det = LatencyDetector()
+    out = det.feed(
+        [
+            E(0, "submit", 0, "halSqTaskSend", stream=1, task=5),
+            E(10, "submit", 1, "halSqTaskSend", stream=1, task=5),
+            E(100 * US, "complete", 1, "task", stream=1, task=5),
+            E(9 * MS, "complete", 0, "task", stream=1, task=5),
+            E(9 * MS, "complete", 0, "task", stream=1, task=6),
+        ]
+    )
+    rows = {(r["device"], r["op"]): r for r in det.summary()["ops"]}
+    assert rows[(1, "task")]["max_ns"] == 100 * US - 10 and rows[(0, "task")]["max_ns"] == 9 * MS
+    assert det.summary()["unmatched_completes"] == 1
+    assert out == []  # "task" has no absolute threshold, and the adaptive rule is still warming up
+
+
+def test_per_op_config_disables_rules() -> None:
+    det = LatencyDetector(PROFILES["sim"].latency)
+    for i in range(50):
+        det.feed(
+            [
+                E(i * MS, "submit", 0, "s", stream=0, task=i),
+                E(i * MS + 50 * US, "complete", 0, "task", stream=0, task=i),
+            ]
+        )
+    assert (
+        det.feed([E(S, "submit", 0, "s", stream=0, task=99), E(S + 60 * MS, "complete", 0, "task", stream=0, task=99)])
+        == []
+    )
+
+
+# ---- reset sequences ----------------------------------------------------------------------------------
+def reset_run(dev: int, t0: int, gap: int, steps: Any = RESET_STEPS, fail: str = "") -> List[NpuEvent]:
+    return [
+        E(t0 + i * gap, "reset_step", dev, "reset", step=s, index=i + 1, ret=-1 if s == fail else 0)
+        for i, s in enumerate(steps)
+    ]
+
+
+def precursors(dev: int) -> List[NpuEvent]:
+    evs = [E(S * k, "ecc", dev, "dms_event", ce_count=10 * k, uce_count=k // 3, temp_c=60 + k) for k in range(1, 6)]
+    evs += [E(6 * S, "timeout", dev, "mbox", wait_us=1000), E(7 * S, "timeout", dev, "heartbeat", lost_count=4)]
+    return evs
+
+
+def test_complete_reset_sequence_with_trigger_and_precursors() -> None:
+    det = ResetDetector({**SIM_RESET, "precursor_window_ns": 4 * S})
+    out = det.feed([*precursors(0), *reset_run(0, 8 * S, S // 10)])
+    (f,) = out
+    d = f.details
+    assert (f.kind, f.device, f.op, f.ts_ns) == ("reset_sequence", 0, "reset", 8 * S)
+    assert d["status"] == "complete" and [s["step"] for s in d["steps"]] == list(RESET_STEPS)
+    assert d["missing"] == [] and not d["out_of_order"] and d["duration_ns"] == 10 * S // 10
+    assert d["trigger"]["op"] == "heartbeat" and d["trigger"]["ts_ns"] == 7 * S
+    p = d["precursor"]
+    assert (p["from_ns"], p["to_ns"], p["timeouts"]) == (3 * S, 7 * S, 2)
+    assert p["timeouts_by_op"] == {"heartbeat": 1, "mbox": 1}
+    # window [3 s, 7 s]: reports at 3, 4, 5 s; the baseline is the report at 2 s (ce 20, uce 0)
+    assert p["ecc"] == {"reports": 3, "ce_first": 20, "ce_last": 50, "ce_delta": 30, "uce_first": 0, "uce_last": 1,
+                        "uce_delta": 1}  # fmt: skip
+    assert p["max_temp_c"] == 65
+    assert det.flush() == [] and det.summary()["devices"] == {"0": "ok"}
+
+
+def test_failed_step_closes_the_sequence() -> None:
+    det = ResetDetector(SIM_RESET)
+    (f,) = det.feed(reset_run(1, 0, MS, RESET_STEPS[:6], fail="rescan"))
+    assert f.details["status"] == "failed" and f.details["failed_step"] == "rescan"
+    assert f.details["reason"] == "step_failed" and f.details["trigger"] is None
+    assert det.summary()["devices"] == {"1": "offline"}
+
+
+def test_step_timeout_makes_it_incomplete_and_a_late_step_opens_another() -> None:
+    det = ResetDetector({**SIM_RESET, "step_timeout_ns": 10 * S})
+    assert det.feed(reset_run(0, 0, S, RESET_STEPS[:4])) == []
+    assert det.summary()["devices"] == {"0": "resetting"}
+    out = det.feed([E(14 * S, "ecc", 1, "dms_event", ce_count=1, uce_count=0, temp_c=50)])
+    (f,) = out
+    assert f.details["status"] == "incomplete" and f.details["reason"] == "step_timeout"
+    assert f.details["waiting_for"] == "bus_remove" and "bus_remove" in f.details["missing"]
+    late = det.flush()
+    assert late == []
+    (g,) = det.feed(reset_run(0, 20 * S, S, RESET_STEPS[4:]))
+    assert g.details["status"] == "complete" and g.details["missing"] == list(RESET_STEPS[:4])
+
+
+def test_session_end_leaves_an_incomplete_sequence() -> None:
+    det = ResetDetector(SIM_RESET)
+    det.feed(reset_run(2, 0, S, RESET_STEPS[:3]))
+    (f,) = det.flush()
+    assert f.details["status"] == "incomplete" and f.details["reason"] == "session_end"
+    assert f.details["waiting_for"] == "reset_begin"
+
+
+def test_out_of_order_steps_and_stale_trigger() -> None:
+    det = ResetDetector({**SIM_RESET, "trigger_window_ns": 5 * S})
+    steps = ["ready_for_hotreset", "remove", "unbind", "heartbeat_resume"]
+    (f,) = det.feed([E(0, "timeout", 0, "heartbeat"), *reset_run(0, 10 * S, S, steps)])
+    assert f.details["out_of_order"] and f.details["trigger"] is None
+
+
+def test_without_a_definition_the_reset_detector_is_off() -> None:
+    assert ResetDetector({}).feed(reset_run(0, 0, S)) == []
+
+
+# ---- memory, timeouts, loss ---------------------------------------------------------------------------
+def test_memory_live_bytes_failures_and_leaks() -> None:
+    det = MemoryDetector()
+    evs = [
+        E(1, "alloc", 0, "halMemAlloc", size=100, va=0x10),
+        E(2, "alloc", 0, "halMemAlloc", size=50, va=0x20),
+        E(3, "alloc", 1, "halMemAlloc", size=7, va=0x10),
+        E(4, "free", 0, "halMemFree", va=0x10),
+        E(5, "free", 0, "halMemFree", va=0x99),
+        E(6, "alloc_fail", 0, "halMemAlloc", size=10 << 30, free_bytes=20 << 30, largest_free=2 << 30, ret=6),
+        E(7, "alloc_fail", 0, "halMemAlloc", size=30 << 30, free_bytes=20 << 30, largest_free=20 << 30, ret=6),
+    ]
+    fails = det.feed(evs)
+    assert [f.details["fragmentation"] for f in fails] == [True, False]
+    assert fails[0].details["free_bytes"] == 20 << 30 and fails[0].details["live_bytes"] == 50
+    s = det.summary()
+    assert s["devices"] == [
+        {"device": 0, "live_bytes": 50, "peak_bytes": 150},
+        {"device": 1, "live_bytes": 7, "peak_bytes": 7},
+    ]
+    assert s["unknown_frees"] == 1 and s["failures"] == 2
+    leaks = det.flush()
+    assert [(f.device, f.ts_ns, f.details["count"], f.details["bytes"]) for f in leaks] == [(0, 2, 1, 50), (1, 3, 1, 7)]
+
+
+def test_timeouts_become_findings_with_their_wait() -> None:
+    out = TimeoutDetector().feed(
+        [
+            E(5, "timeout", 0, "mbox", code=2, wait_us=3000),
+            E(20 * MS, "timeout", 0, "halCqReportRecv", latency_ns=20 * MS - 5, entry_ts_ns=5, ret=-110),
+            E(30 * MS, "timeout", 0, "heartbeat", lost_count=4),
+            E(31 * MS, "call", 0, "halMemFree"),
+        ]
+    )
+    assert [(f.op, f.ts_ns, f.details["wait_ns"]) for f in out] == [
+        ("mbox", 5, 3_000_000),
+        ("halCqReportRecv", 5, 20 * MS - 5),
+        ("heartbeat", 30 * MS, None),
+    ]
+
+
+def test_loss_is_aggregated_per_source_kind_cpu() -> None:
+    det = LossDetector()
+    det.feed(
+        [
+            E(0, "call", 0, "x"),
+            NpuEvent(50, "lost", None, "overrun", -1, 1, {"source": "tracefs", "lost": 3}),
+            NpuEvent(70, "lost", None, "overrun", -1, 1, {"source": "tracefs", "lost": 4}),
+            NpuEvent(60, "lost", None, "page_missed", -1, 0, {"source": "tracefs", "lost": 0}),
+        ]
+    )
+    out = det.flush()
+    assert [
+        (f.ts_ns, f.details["loss_kind"], f.details["cpu"], f.details["lost"], f.details["records"]) for f in out
+    ] == [
+        (50, "overrun", 1, 7, 2),
+        (60, "page_missed", 0, 0, 1),
+    ]
+    assert det.summary()["incomplete"] and det.summary()["lost"] == 7
+    assert LossDetector().summary()["incomplete"] is False
+
+
+# ---- the pipeline ---------------------------------------------------------------------------------------
+def run(items: List[Any], cuts: List[int]) -> str:
+    a = Analysis(PROFILES["sim"])
+    bounds = [0, *sorted(cuts), len(items)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        a.feed(items[lo:hi])
+    return json.dumps(a.finish(), sort_keys=False)
+
+
+def test_report_is_identical_whatever_the_batch_split() -> None:
+    items: List[Any] = list(synth_events(plan("mixed", 3, 1.5, 1500, 2)))
+    items.insert(len(items) // 2, Loss("tracefs", 0, "overrun", 5, items[len(items) // 2].ts_ns))
+    whole = run(items, [])
+    rng = random.Random(1)
+    for _ in range(3):
+        assert run(items, rng.sample(range(1, len(items)), 40)) == whole
+    assert run(items, list(range(1, len(items)))[:: max(1, len(items) // 500)]) == whole
+    report = json.loads(whole)
+    assert report["summary"]["loss"]["incomplete"] and report["summary"]["loss"]["lost"] == 5
+    keys = [
+        (f["ts_ns"], f["kind"], -1 if f["device"] is None else f["device"], f["op"] or "") for f in report["findings"]
+    ]
+    assert keys == sorted(keys)
+
+
+def test_feed_returns_findings_as_they_happen_and_finish_is_idempotent() -> None:
+    a = Analysis(PROFILES["sim"])
+    live = a.feed(synth_events(plan("spikes", 1, 1.0, 1000, 1)))
+    assert live and all(isinstance(f, Finding) and f.kind == "spike" for f in live)
+    assert a.finish() is a.finish()
+
+
+def test_histogram_merge_equals_adding_every_value() -> None:
+    a, b, both = Histogram(), Histogram(), Histogram()
+    a.add_all([5, 900, 10**6])
+    b.add_all([3, 10**9])
+    both.add_all([5, 900, 10**6, 3, 10**9])
+    a.merge(b)
+    assert (a.buckets, a.min, a.max, a.count, a.total) == (both.buckets, both.min, both.max, both.count, both.total)

@@ -1,0 +1,94 @@
+"""Ground truth: for every simulator scenario, the detectors find exactly what the scenario injected.
+
+The raw events are synthesized (tests/synth.py) from the planner's actions, the way the kernel would record
+them; with a real run, pass the executor's truth dict to `synth_events` / `truth_expectations` instead.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Dict, List
+
+import pytest
+
+from npu_trace.detectors import Analysis
+from npu_trace.profiles import PROFILES
+from npu_trace.sim.runner import build_truth
+from npu_trace.sim.scenarios import SCENARIOS, plan
+from synth import records, synth_events, timed, truth_expectations
+
+DURATION_S, RATE, DEVICES = 2.0, 2000, 2
+
+
+def analyse(source: Any) -> Dict[str, Any]:
+    analysis = Analysis(PROFILES["sim"])
+    analysis.feed(synth_events(source))
+    return analysis.finish()
+
+
+def of_kind(report: Dict[str, Any], kind: str) -> List[Dict[str, Any]]:
+    return [f for f in report["findings"] if f["kind"] == kind]
+
+
+def check_against_truth(report: Dict[str, Any], exp: Dict[str, Any]) -> None:
+    spikes = collections.Counter((f["device"], f["op"]) for f in of_kind(report, "spike"))
+    assert spikes == exp["spikes"]
+    fails = of_kind(report, "alloc_fail")
+    assert collections.Counter(f["device"] for f in fails) == exp["alloc_fail"]
+    timeouts = collections.Counter((f["device"], f["op"]) for f in of_kind(report, "timeout"))
+    assert timeouts == exp["timeouts"]
+    leaks = {f["device"]: (f["details"]["count"], f["details"]["bytes"]) for f in of_kind(report, "leak")}
+    assert leaks == exp["leaks"]
+    check_resets(of_kind(report, "reset_sequence"), exp)
+    assert of_kind(report, "loss") == [] and not report["summary"]["loss"]["incomplete"]
+    expected_total = sum(exp["spikes"].values()) + len(fails) + sum(exp["timeouts"].values()) + len(leaks)
+    assert len(report["findings"]) == expected_total + len(exp["resets"])
+
+
+def check_resets(found: List[Dict[str, Any]], exp: Dict[str, Any]) -> None:
+    assert sorted(f["device"] for f in found) == sorted(exp["resets"])
+    for f in found:
+        d, dev = f["details"], f["device"]
+        assert d["status"] == "complete" and not d["out_of_order"] and d["missing"] == []
+        assert [s["step"] for s in d["steps"]] == exp["resets"][dev]
+        assert [s["ts_ns"] for s in d["steps"]] == sorted(s["ts_ns"] for s in d["steps"])
+        assert d["trigger"]["op"] == "heartbeat" and d["trigger"]["ts_ns"] < f["ts_ns"]
+        p, want = d["precursor"], exp["precursor"][dev]
+        assert p["ecc"]["ce_last"] == want["ce_last"] and p["ecc"]["uce_last"] == want["uce_last"]
+        assert p["ecc"]["ce_delta"] > 0 and p["ecc"]["uce_delta"] == 1  # the climb, then the uncorrectable one
+        assert p["max_temp_c"] == want["max_temp_c"]
+        assert p["timeouts"] == sum(n for (d_, _), n in exp["timeouts"].items() if d_ == dev)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_findings_equal_the_truth(scenario: str, seed: int) -> None:
+    actions = plan(scenario, seed, DURATION_S, RATE, DEVICES)
+    exp = truth_expectations(actions)
+    report = analyse(actions)
+    check_against_truth(report, exp)
+    kinds = collections.Counter(f["kind"] for f in report["findings"])
+    must = {"spikes": "spike", "fragmentation": "alloc_fail", "ecc-reset": "reset_sequence", "mixed": "reset_sequence"}
+    if scenario in must:
+        assert kinds[must[scenario]] > 0
+    if scenario == "fragmentation":
+        assert all(f["details"]["fragmentation"] for f in of_kind(report, "alloc_fail"))
+
+
+def test_truth_dict_with_executor_times() -> None:
+    """The truth file path: records carry start_ns/end_ns (here: a replay of the executor, offset in time)."""
+    actions = plan("mixed", 7, DURATION_S, RATE, 3)
+    rows = [(start + 10**12, end + 10**12, a.ret or 0) for (start, end, _), a in zip(timed(records(actions)), actions)]
+    truth = build_truth({"scenario": "mixed"}, actions, rows)
+    report = analyse(truth)
+    check_against_truth(report, truth_expectations(truth))
+    assert report["summary"]["events"]["first_ts_ns"] >= 10**12
+
+
+def test_summary_has_latency_stats_for_every_hal_call() -> None:
+    report = analyse(plan("steady", 1, DURATION_S, RATE, 1))
+    ops = {(r["device"], r["op"]) for r in report["summary"]["latency"]["ops"]}
+    assert {(0, "halMemAlloc"), (0, "halMemFree"), (0, "halSqTaskSend"), (0, "halCqReportRecv"), (0, "task")} <= ops
+    for row in report["summary"]["latency"]["ops"]:
+        assert row["min_ns"] <= row["p50_ns"] <= row["p99_ns"] <= row["max_ns"]
+    assert report["summary"]["pairing"] == {"unpaired_entries": 0, "unpaired_returns": 0}
