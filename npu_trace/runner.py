@@ -53,32 +53,38 @@ def pump(
     stop: Optional[StopFlag] = None,
     until: Optional[Callable[[], bool]] = None,
     poll_s: float = POLL_INTERVAL_S,
+    raw: bool = False,
 ) -> None:
     """Read `session` until `duration` passes, `stop` is set or `until()` is true; then drain what is left.
 
-    `sink` gets time-ordered batches (each read drains every CPU, so a batch is sorted before it is handed on).
+    Decoded: `sink` gets time-ordered batches of events and losses (each read drains every CPU, so a batch is
+    sorted before it is handed on), only when there is something. Raw: `sink` gets the (cpu, page) pairs of
+    every pass, possibly none, so that a recorder can flush on time.
     """
     deadline = None if duration is None else time.monotonic() + duration
     stop = stop or StopFlag()
+    read = session.read_raw if raw else session.read
     batch: List[Any] = []
     while not stop.stopped:
-        pages = session.read(batch)
-        _flush(batch, sink)
+        pages = read(batch)
+        _flush(batch, sink, raw)
         if deadline is not None and time.monotonic() >= deadline:
             break
         if until is not None and until():
             break
         if not pages:
             time.sleep(poll_s)
-    session.stop(batch)
-    _flush(batch, sink)
+    session.stop(batch, raw=raw)
+    _flush(batch, sink, raw)
 
 
-def _flush(batch: List[Any], sink: Sink) -> None:
-    if batch:
+def _flush(batch: List[Any], sink: Sink, raw: bool) -> None:
+    if raw:
+        sink(batch)
+    elif batch:
         batch.sort(key=_ts)
         sink(batch)
-        batch.clear()
+    batch.clear()
 
 
 def _ts(item: Any) -> int:

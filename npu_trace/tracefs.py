@@ -186,8 +186,11 @@ class Instance:
     def set_buffer_size_kb(self, kb: int) -> None:
         self.fs.write_text(self._rel("buffer_size_kb"), str(int(kb)))
 
-    def set_overwrite(self, on: bool) -> None:
-        self.fs.write_text(self._rel("options/overwrite"), "1" if on else "0")
+    def has_option(self, name: str) -> bool:
+        return os.path.exists(self.fs.path(self._rel(f"options/{name}")))
+
+    def set_option(self, name: str, on: bool) -> None:
+        self.fs.write_text(self._rel(f"options/{name}"), "1" if on else "0")
 
     def enable_event(self, event: str) -> None:
         system, name = event.split(":", 1)

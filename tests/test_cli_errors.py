@@ -125,3 +125,27 @@ def test_profile_without_any_of_its_events_exits_3_with_a_hint(tmp_path: Any) ->
     root = _fake_tracefs(tmp_path, "irq:irq_handler_exit", drop="ascend")
     proc = run_cli(["stream", "--profile", "sim", "--duration", "1"], env={"NPU_TRACE_TRACEFS": root})
     assert_one_line_error(proc, 3, "npu-trace sim load" if os.geteuid() == 0 else "root")
+
+
+@pytest.mark.parametrize("command", ["replay", "check"])
+def test_unreadable_recordings_exit_2_in_one_line(tmp_path: Any, command: str) -> None:
+    missing = run_cli([command, str(tmp_path / "nope.npt")])
+    assert_one_line_error(missing, 2, "nope.npt")
+    junk = tmp_path / "junk.npt"
+    junk.write_bytes(b"GIF89a" + bytes(range(256)) * 4)
+    assert_one_line_error(run_cli([command, str(junk)]), 2)
+    cut = tmp_path / "cut.npt"
+    cut.write_bytes(b"NPUTRACE\x00\x01\x85")
+    assert_one_line_error(run_cli([command, str(cut)]), 2, "header")
+
+
+def test_bad_rules_file_exits_2_with_file_and_line(tmp_path: Any) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[timeouts]\nmax = 'none'\n")
+    proc = run_cli(["check", str(tmp_path / "whatever.npt"), "--rules", str(rules)])
+    assert_one_line_error(proc, 2, "rules.toml:2: timeouts.max: expected")
+
+
+def test_record_refuses_a_bad_size() -> None:
+    proc = run_cli(["record", "-o", "/tmp/x.npt", "--max-size", "lots"])
+    assert proc.returncode == 2 and "not a size" in proc.stderr and "Traceback" not in proc.stderr

@@ -65,10 +65,11 @@ def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) ->
     )
 
 
-def announce(session: TracefsSession) -> None:
+def announce(session: TracefsSession, doing: str = "") -> None:
+    what = f"; {doing}" if doing else ""
     print(
         f"npu-trace: tracing {len(session.selected)} event types on tracefs instance {session.name} "
-        f"(clock {session.clock}); Ctrl-C stops",
+        f"(clock {session.clock}){what}; Ctrl-C stops",
         file=sys.stderr,
         flush=True,
     )

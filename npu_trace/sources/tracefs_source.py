@@ -24,6 +24,7 @@ DEFAULT_BUFFER_KB = 8192
 PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read
 # Written to the buffer without being enabled (trace_marker writes): always decoded, never enabled.
 IMPLICIT_EVENTS = ("ftrace:print",)
+COPY_MARKERS = "copy_trace_marker"  # instance option (Linux 6.17+)
 STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
 
 
@@ -36,14 +37,18 @@ def cleanup_stale(fs: Tracefs) -> List[str]:
     return removed
 
 
-def load_formats(fs: Tracefs, events: Sequence[str]) -> List[EventFormat]:
+def load_formats(fs: Tracefs, events: Sequence[str], texts: Optional[Dict[str, str]] = None) -> List[EventFormat]:
+    """Parse each event's format file; the texts are kept in `texts` (recordings carry them)."""
     formats = []
     for event in events:
         system, name = event.split(":", 1)
+        text = fs.event_format(system, name)
         try:
-            formats.append(parse_format(fs.event_format(system, name), system))
+            formats.append(parse_format(text, system))
         except FormatError as exc:
             raise FormatError(f"format of {event}: {exc}") from exc
+        if texts is not None:
+            texts[event] = text
     return formats
 
 
@@ -83,6 +88,7 @@ class TracefsSession:
         self._read_size = 4096
         self.events_read = 0
         self.pages_read = 0
+        self._read_events = 0
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> TracefsSession:
@@ -96,8 +102,10 @@ class TracefsSession:
         fs = self.fs = self.fs or Tracefs.find()
         cleanup_stale(fs)
         self.selected = self._select(fs.available_events())
-        self.formats = load_formats(fs, self.selected) + load_formats(fs, self._implicit(fs))
-        self.header = parse_header_page(fs.header_page())
+        self.format_texts: Dict[str, str] = {}
+        self.formats = load_formats(fs, [*self.selected, *self._implicit(fs)], self.format_texts)
+        self.header_page_text = fs.header_page()
+        self.header = parse_header_page(self.header_page_text)
         self.instance = fs.create_instance(self.name)
         try:
             self._configure(self.instance)
@@ -125,6 +133,8 @@ class TracefsSession:
         inst.tracing_on(False)
         inst.set_clock(self.clock)
         inst.set_buffer_size_kb(self.buffer_kb)
+        if inst.has_option(COPY_MARKERS):  # trace_marker writes at the top level land in this instance too
+            inst.set_option(COPY_MARKERS, True)
         for event in self.selected:
             inst.enable_event(event)
         self._read_size = self._subbuf_size(inst, self.header)
@@ -140,13 +150,15 @@ class TracefsSession:
         except (SourceError, ValueError, IndexError):
             return header.page_size
 
-    def stop(self, out: Optional[List[Any]] = None) -> None:
-        """Stop tracing, read what is left in the buffers into `out`, and take the final loss counters."""
+    def stop(self, out: Optional[List[Any]] = None, raw: bool = False) -> None:
+        """Stop tracing, read what is left in the buffers into `out` (decoded, or raw (cpu, page) pairs), and
+        take the final loss counters."""
         if self.instance is None:
             return
         self.instance.tracing_on(False)
         if out is not None:
-            while self.read(out):
+            read = self.read_raw if raw else self.read
+            while read(out):
                 pass
         self.update_loss()
 
@@ -168,6 +180,12 @@ class TracefsSession:
             pages += 1
             self.events_read += self._decoders[cpu].decode(page, out)
         return pages
+
+    def read_raw(self, out: List[Any]) -> int:
+        """Like read(), but append undecoded (cpu, page) pairs: what a recording stores."""
+        before = len(out)
+        out.extend(self.raw_pages())
+        return len(out) - before
 
     def raw_pages(self) -> Iterator[Tuple[int, bytes]]:
         """(cpu, page bytes) for the pages readable now, without blocking (each one consumed from the kernel).
@@ -200,11 +218,18 @@ class TracefsSession:
         """Copy the kernel's per-CPU loss counters into the ledger (they are totals for this instance)."""
         if self.instance is None:
             return
+        read = 0
         for cpu in self._decoders:
             stats = self.instance.cpu_stats(cpu)
+            read += stats.get("read_events", 0)
             for stat, kind in STAT_KINDS:
                 if stat in stats:
                     self.ledger.set_total("tracefs", kind, cpu, stats[stat])
+        self._read_events = read
+
+    def kernel_events_read(self) -> int:
+        """Events the kernel handed to this reader (per_cpu stats "read events"; kept after stop())."""
+        return self._read_events
 
     @property
     def malformed(self) -> int:

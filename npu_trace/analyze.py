@@ -1,0 +1,97 @@
+"""Running the detectors over a recording: the replay source feeding `Analysis`, as `check` and `diff` use it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, TextIO
+
+from npu_trace.detectors.histogram import Histogram
+from npu_trace.detectors.pipeline import Analysis
+from npu_trace.errors import UsageError
+from npu_trace.profiles import PROFILES, Profile, get_profile
+from npu_trace.sources.replay_source import ReplaySource
+
+
+class Progress:
+    """A one-line progress display on a terminal (stderr); silent otherwise."""
+
+    def __init__(self, total_bytes: int, out: TextIO = sys.stderr) -> None:
+        self.total = max(1, total_bytes)
+        self.out = out
+        self.enabled = out.isatty()
+        self.shown = 0.0
+
+    def update(self, done_bytes: int, events: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.shown < 0.2:
+            return
+        self.shown = now
+        frac = min(1.0, done_bytes / self.total)
+        bar = "#" * int(frac * 30)
+        self.out.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  {events} events")
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.shown:
+            self.out.write("\r" + " " * 60 + "\r")
+            self.out.flush()
+
+
+def profile_for(source: ReplaySource, name: Optional[str]) -> Profile:
+    if name:
+        return get_profile(name)
+    recorded = str(source.header.get("profile", ""))
+    if recorded not in PROFILES:
+        raise UsageError(f"the recording's profile {recorded!r} is unknown here: name one with --profile")
+    return PROFILES[recorded]
+
+
+def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
+    """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}} for one recording."""
+    source = ReplaySource(path)
+    analysis = Analysis(profile_for(source, profile_name))
+    bar = Progress(os.path.getsize(path) if progress else 0)
+    bar.enabled = bar.enabled and progress
+    for batch in source.batches():
+        analysis.feed(batch)
+        bar.update(source.reader_position(), source.events_read)
+    bar.done()
+    result = analysis.finish()
+    return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis)}
+
+
+def reading_of(source: ReplaySource) -> Dict[str, Any]:
+    reader = source.reader
+    return {
+        "events": source.events_read,
+        "pages": source.pages_read,
+        "schema": reader.schema,
+        "profile": source.header.get("profile"),
+        "kernel": source.header.get("kernel"),
+        "truncated": reader.truncated,
+        "truncation": reader.truncation,
+        "lost": source.ledger.total,
+        "incomplete": source.ledger.incomplete(),
+        "loss": [list(row) for row in source.ledger.rows()],
+    }
+
+
+def op_histograms(analysis: Analysis) -> Dict[str, Histogram]:
+    """Latency per operation over every device (the per-device histograms merged bucket by bucket)."""
+    merged: Dict[str, Histogram] = {}
+    for (_dev, op), hist in sorted(analysis.latency.histograms().items(), key=lambda kv: (kv[0][1], kv[0][0] or -1)):
+        merged.setdefault(op, Histogram()).merge(hist)
+    return merged
+
+
+def p99_by_op(histograms: Dict[str, Histogram]) -> Dict[str, int]:
+    return {op: h.percentile(0.99) for op, h in sorted(histograms.items())}
+
+
+def op_rows(histograms: Dict[str, Histogram]) -> List[Dict[str, Any]]:
+    return [
+        {"op": op, "count": h.count, "p50_ns": h.percentile(0.5), "p99_ns": h.percentile(0.99), "max_ns": h.max}
+        for op, h in sorted(histograms.items())
+    ]

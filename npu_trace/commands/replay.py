@@ -1,0 +1,55 @@
+"""`npu-trace replay FILE`: a recording through the same decode path as live tracing, as text or NDJSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, List
+
+from npu_trace.errors import UsageError
+from npu_trace.runner import prepare_process
+from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sources.replay_source import Pacer, ReplaySource
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("replay", help="replay a recorded session (headless)",
+                       description="Decode a recording with the formats it carries and print its events, at the "
+                       "recorded pace (--speed) or as fast as possible (--max).")  # fmt: skip
+    p.add_argument("file", help="session file (.npt)")
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=None, metavar="N", help="N x the recorded pace (default 1)")
+    pace.add_argument("--max", action="store_true", help="as fast as possible")
+    p.add_argument("--format", choices=("text", "ndjson"), default="text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.speed is not None and args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    speed = None if args.max else (args.speed or 1.0)
+    source = ReplaySource(args.file)
+    printer = StreamPrinter(sys.stdout, args.format, source.comm)
+    pacer = Pacer(speed)
+    stop = prepare_process()
+    for batch in source.batches():
+        if stop.stopped:
+            break
+        _emit(sorted(batch, key=lambda x: x.ts_ns), pacer, printer)
+    print_replay_summary(source)
+    return 0
+
+
+def _emit(batch: List[Any], pacer: Pacer, printer: StreamPrinter) -> None:
+    for item in batch:
+        if item.ts_ns:
+            pacer.wait_for(item.ts_ns)
+        printer.write(item)
+    printer.out.flush()
+
+
+def print_replay_summary(source: ReplaySource) -> None:
+    reader = source.reader
+    cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
+    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages; "
+          f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip

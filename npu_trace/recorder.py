@@ -1,0 +1,123 @@
+"""The recorder sink: raw pages of a tracefs session into `.npt` files, with size/time rotation.
+
+Pages are written as the kernel produced them (decoded lazily on replay), so recording costs no decoding.
+The kernel's per-CPU loss counters are written as loss records: at each rotation the losses since the previous
+file, so every file says what it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from npu_trace.events import Loss
+from npu_trace.recording.writer import RecordingWriter, build_header
+from npu_trace.sources.tracefs_source import TracefsSession
+
+
+def numbered(path: str, index: int) -> str:
+    """run.npt, 3 -> run.0003.npt (rotation keeps the extension last)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{index:04d}{ext or '.npt'}"
+
+
+def proc_comms(proc: str = "/proc") -> Dict[str, str]:
+    """pid -> comm of every process now (msgpack map keys as strings)."""
+    out: Dict[str, str] = {}
+    for name in os.listdir(proc):
+        if name.isdigit():
+            try:
+                with open(f"{proc}/{name}/comm") as f:
+                    out[name] = f.read().strip()
+            except OSError:  # the process exited meanwhile
+                continue
+    return out
+
+
+class Recorder:
+    """Receives (cpu, page) batches from runner.pump(raw=True); rotates by size and/or time."""
+
+    def __init__(
+        self,
+        session: TracefsSession,
+        path: str,
+        profile: str,
+        *,
+        compression: str = "zstd",
+        max_size: Optional[int] = None,
+        max_time: Optional[float] = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.session = session
+        self.path = path
+        self.profile = profile
+        self.compression = compression
+        self.max_size = max_size
+        self.max_time = max_time
+        self.overwrite = overwrite
+        self.rotating = max_size is not None or max_time is not None
+        self.files: List[str] = []
+        self.bytes_done = 0  # bytes of the files already closed
+        self.pages = 0
+        self._reported: Dict[Tuple[str, str, int], int] = {}
+        self._opened_at = 0.0
+        self.writer: Optional[RecordingWriter] = None
+        self._open()
+
+    def _open(self) -> None:
+        path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
+        extra = {"comms": proc_comms()}  # names of the processes alive at the start, for replay's display
+        header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
+                              extra)  # fmt: skip
+        self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite)
+        self.files.append(path)
+        self._opened_at = time.monotonic()
+
+    @property
+    def bytes_written(self) -> int:
+        return self.bytes_done + (self.writer.bytes_written if self.writer is not None else 0)
+
+    def __call__(self, batch: List[Any]) -> None:
+        writer = self.writer
+        assert writer is not None
+        for cpu, page in batch:
+            writer.add_page(cpu, page)
+        self.pages += len(batch)
+        now = time.monotonic()
+        writer.maybe_flush(now)
+        if self._due(writer, now):
+            self._finish_file()
+            self._open()
+
+    def _due(self, writer: RecordingWriter, now: float) -> bool:
+        if self.max_size is not None and writer.bytes_written >= self.max_size:
+            return True
+        return self.max_time is not None and now - self._opened_at >= self.max_time
+
+    def _finish_file(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return
+        self.session.update_loss()
+        for loss in self._new_losses():
+            writer.add_loss(loss)
+        writer.close()
+        self.bytes_done += writer.bytes_written
+
+    def _new_losses(self) -> List[Loss]:
+        """The kernel counters' growth since the last file (page-missed flags travel inside the pages)."""
+        out = []
+        for source, kind, cpu, total in self.session.ledger.rows():
+            if kind in ("page_missed", "malformed"):
+                continue
+            key = (source, kind, cpu)
+            delta = total - self._reported.get(key, 0)
+            self._reported[key] = total
+            if delta:
+                out.append(Loss(source, cpu, kind, delta, 0))
+        return out
+
+    def close(self) -> None:
+        """Write the last losses and the trailer (call after the session stopped: its counters are final)."""
+        self._finish_file()

@@ -1,0 +1,69 @@
+"""Reports of `check`: one dict, rendered as text, JSON or JUnit XML. Deterministic: the same recording and
+rules give byte-identical output (sorted keys, no wall-clock time, no absolute paths)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping
+from xml.sax.saxutils import escape, quoteattr
+
+from npu_trace.rules import Rules, Violation, rule_names
+
+
+def build_report(
+    input_name: str,
+    analysis: Mapping[str, Any],
+    rules: Rules,
+    violations: List[Violation],
+    reading: Mapping[str, Any],
+) -> Dict[str, Any]:
+    return {
+        "input": input_name,
+        "reading": dict(reading),
+        "rules": rules.as_dict(),
+        "summary": analysis["summary"],
+        "findings": list(analysis["findings"]),
+        "violations": [v.as_dict() for v in violations],
+        "verdict": "fail" if violations else "pass",
+    }
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    return json.dumps(report, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
+
+
+def _finding_line(f: Mapping[str, Any]) -> str:
+    where = " ".join(p for p in (f"dev{f['device']}" if f.get("device") is not None else "", f.get("op") or "") if p)
+    secs, nsecs = divmod(int(f["ts_ns"]), 1_000_000_000)
+    details = ", ".join(f"{k}={v}" for k, v in sorted(f.get("details", {}).items()) if not isinstance(v, (dict, list)))
+    return f"  {secs:6d}.{nsecs:09d}  {f['kind']:<15} {where:<24} {details}"
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    lines = [f"npu-trace check {report['input']}: {report['verdict'].upper()}"]
+    reading = report["reading"]
+    if reading.get("truncated"):
+        lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
+    counts: Dict[str, int] = {}
+    for f in report["findings"]:
+        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
+    found = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
+    lines.append(f"findings: {found}")
+    lines += [_finding_line(f) for f in report["findings"][:200]]
+    if len(report["findings"]) > 200:
+        lines.append(f"  ... and {len(report['findings']) - 200} more (see --json)")
+    lines.append(f"violations: {len(report['violations'])}")
+    lines += [f"  {v['rule']}: {v['message']}" for v in report["violations"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(report: Mapping[str, Any], rules: Rules) -> str:
+    failed = {v["rule"]: v["message"] for v in report["violations"]}
+    cases = []
+    for rule, description in rule_names(rules):
+        name = quoteattr(f"{rule} ({description})")
+        body = f"<failure message={quoteattr(failed[rule])}>{escape(failed[rule])}</failure>" if rule in failed else ""
+        cases.append(f'  <testcase classname="npu-trace.check" name={name}>{body}</testcase>')
+    suite = quoteattr(f"npu-trace check {report['input']}")
+    head = f'<testsuite name={suite} tests="{len(cases)}" failures="{len(failed)}" errors="0" skipped="0">'
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + "\n".join([head, *cases, "</testsuite>"]) + "\n"

@@ -1,0 +1,179 @@
+"""`check` rules: a small TOML schema, its CI-gate defaults, and their evaluation against findings.
+
+    [loss]            allowed = false          # any lost event fails the check
+    [timeouts]        max = 0                  # timeout findings allowed
+    [alloc_fail]      max = 0
+    [reset_sequences] max = 0
+    [spikes]          max = -1                 # -1: reported, never a violation
+    [leaks]           max = -1
+    [latency.p99_max_ns]                       # per operation, over every device
+    halMemAlloc = 2_000_000
+
+Pure: parsing takes text, evaluation takes the findings and summary of an analysis.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from npu_trace.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 hosts (openEuler 22.03)
+    import tomli as tomllib
+
+# rule table -> the finding kind it counts
+COUNT_RULES = {
+    "timeouts": "timeout",
+    "alloc_fail": "alloc_fail",
+    "reset_sequences": "reset_sequence",
+    "spikes": "spike",
+    "leaks": "leak",
+}
+DEFAULT_MAX = {"timeouts": 0, "alloc_fail": 0, "reset_sequences": 0, "spikes": -1, "leaks": -1}
+UNLIMITED = -1
+
+
+class RulesError(InputError):
+    """A rules file that cannot be used: says which file, which line, and what was expected."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    max_counts: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_MAX))
+    loss_allowed: bool = False
+    p99_max_ns: Mapping[str, int] = field(default_factory=dict)
+    source: str = "defaults"
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "source": self.source,
+            "loss_allowed": self.loss_allowed,
+            "max_counts": dict(sorted(self.max_counts.items())),
+            "p99_max_ns": dict(sorted(self.p99_max_ns.items())),
+        }
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    count: int = 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"rule": self.rule, "message": self.message, "count": self.count}
+
+
+def _line_of(text: str, key: str) -> int:
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"^\s*\[?\s*\"?{re.escape(key)}\"?\s*[=\].]", line):
+            return number
+    return 0
+
+
+def _fail(name: str, text: str, key: str, expected: str) -> RulesError:
+    line = _line_of(text, key.split(".")[-1])
+    where = f"{name}:{line}" if line else name
+    return RulesError(f"{where}: {key}: expected {expected}")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_rules(text: str, name: str = "rules.toml") -> Rules:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"{name}: not valid TOML: {exc}") from None
+    known = {*COUNT_RULES, "loss", "latency"}
+    for key in data:
+        if key not in known:
+            raise _fail(name, text, key, f"one of the tables {', '.join(sorted(known))}")
+    max_counts = dict(DEFAULT_MAX)
+    for table in COUNT_RULES:
+        max_counts[table] = _parse_max(data.get(table, {}), table, name, text, DEFAULT_MAX[table])
+    loss_allowed = _parse_loss(data.get("loss", {}), name, text)
+    p99 = _parse_latency(data.get("latency", {}), name, text)
+    return Rules(max_counts, loss_allowed, p99, name)
+
+
+def _parse_max(table: Any, key: str, name: str, text: str, default: int) -> int:
+    if not isinstance(table, dict):
+        raise _fail(name, text, key, "a table")
+    for sub in table:
+        if sub != "max":
+            raise _fail(name, text, f"{key}.{sub}", "only `max` in this table")
+    value = table.get("max", default)
+    if not _int(value) or value < UNLIMITED:
+        raise _fail(name, text, f"{key}.max", "an integer >= 0, or -1 for no limit")
+    return int(value)
+
+
+def _parse_loss(table: Any, name: str, text: str) -> bool:
+    if not isinstance(table, dict) or set(table) - {"allowed"}:
+        raise _fail(name, text, "loss", "a table with `allowed = true|false`")
+    value = table.get("allowed", False)
+    if not isinstance(value, bool):
+        raise _fail(name, text, "loss.allowed", "true or false")
+    return value
+
+
+def _parse_latency(table: Any, name: str, text: str) -> Dict[str, int]:
+    if not isinstance(table, dict) or set(table) - {"p99_max_ns"}:
+        raise _fail(name, text, "latency", "a table with a `p99_max_ns` sub-table")
+    limits = table.get("p99_max_ns", {})
+    if not isinstance(limits, dict):
+        raise _fail(name, text, "latency.p99_max_ns", "a table of operation = nanoseconds")
+    out: Dict[str, int] = {}
+    for op, value in limits.items():
+        if not _int(value) or value <= 0:
+            raise _fail(name, text, f"latency.p99_max_ns.{op}", "a positive integer (nanoseconds)")
+        out[op] = int(value)
+    return out
+
+
+def load_rules(path: Optional[str]) -> Rules:
+    if path is None:
+        return Rules()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RulesError(f"{path}: cannot read the rules file ({exc})") from None
+    return parse_rules(text, path.rsplit("/", 1)[-1])
+
+
+def evaluate(
+    rules: Rules, findings: List[Mapping[str, Any]], op_p99: Mapping[str, int], lost: int, incomplete: bool
+) -> List[Violation]:
+    """Violations of `rules` by these findings; `op_p99` is the p99 latency (ns) per operation."""
+    violations: List[Violation] = []
+    counts: Dict[str, int] = {}
+    for finding in findings:
+        counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
+    for table, kind in sorted(COUNT_RULES.items()):
+        limit, seen = rules.max_counts[table], counts.get(kind, 0)
+        if limit != UNLIMITED and seen > limit:
+            violations.append(Violation(table, f"{seen} {kind} finding(s), at most {limit} allowed", seen))
+    if incomplete and not rules.loss_allowed:
+        violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
+    for op, limit in sorted(rules.p99_max_ns.items()):
+        p99 = op_p99.get(op)
+        if p99 is not None and p99 > limit:
+            violations.append(Violation(f"latency.{op}", f"p99 of {op} is {p99} ns, at most {limit} ns allowed", 1))
+    return violations
+
+
+def rule_names(rules: Rules) -> List[Tuple[str, str]]:
+    """(rule, description) for every rule in force, for reports that list passing rules too (JUnit)."""
+    out = [("loss", "no lost events" if not rules.loss_allowed else "loss tolerated")]
+    for table in sorted(COUNT_RULES):
+        limit = rules.max_counts[table]
+        out.append((table, "no limit" if limit == UNLIMITED else f"at most {limit}"))
+    out += [(f"latency.{op}", f"p99 <= {ns} ns") for op, ns in sorted(rules.p99_max_ns.items())]
+    return out

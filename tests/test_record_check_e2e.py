@@ -1,0 +1,124 @@
+"""For real, with the simulator: `record` then `check` finds exactly what each scenario injected, and the
+findings of the live session equal those of replaying its recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from npu_trace import sim
+from npu_trace.detectors import Analysis
+from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.profiles import PROFILES
+from npu_trace.recorder import Recorder
+from npu_trace.runner import pump
+from npu_trace.sources.replay_source import ReplaySource
+from npu_trace.sources.tracefs_source import TracefsSession
+from npu_trace.tracefs import Tracefs
+from synth import truth_expectations
+from test_detectors_truth import check_against_truth
+
+CLI = [sys.executable, "-m", "npu_trace"]
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Any:
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    yield fs
+    if not was_loaded:
+        sim.unload(fs)
+
+
+def record_scenario(path: str, scenario: str, seed: int, truth_path: str) -> Dict[str, Any]:
+    rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*"], stderr=subprocess.PIPE, text=True)
+    assert rec.stderr is not None
+    assert "recording to" in rec.stderr.readline()
+    try:
+        truth = sim.run_scenario(scenario, seed, 1.0, 400, 2, truth_path, ensure_loaded=False)
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert "loss: none" in err, err
+    return truth
+
+
+@pytest.mark.privileged
+@pytest.mark.parametrize("scenario", sim.SCENARIOS)
+def test_record_then_check_reports_exactly_the_injected_faults(loaded: Tracefs, tmp_path: Any, scenario: str) -> None:
+    path, report_path = str(tmp_path / "run.npt"), str(tmp_path / "report.json")
+    truth = record_scenario(path, scenario, 5, str(tmp_path / "truth.json"))
+    proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    with open(report_path) as f:
+        report = json.load(f)
+    check_against_truth(report, truth_expectations(truth))
+    assert (proc.returncode == 1) == bool(report["violations"])
+    assert not report["reading"]["truncated"] and report["reading"]["lost"] == 0
+    # the same inputs give a byte-identical report
+    again = str(tmp_path / "again.json")
+    subprocess.run([*CLI, "check", path, "--json", again, "--quiet"], capture_output=True, timeout=120)
+    with open(report_path, "rb") as a, open(again, "rb") as b:
+        assert a.read() == b.read()
+
+
+@pytest.mark.privileged
+def test_live_findings_equal_the_replayed_findings(loaded: Tracefs, tmp_path: Any) -> None:
+    path = str(tmp_path / "live.npt")
+    profile = PROFILES["sim"]
+    live = Analysis(profile)
+    with TracefsSession(["ascend:*"], fs=loaded, layouts=profile.layouts, tag="det") as session:
+        recorder = Recorder(session, path, "sim")
+        table = build_decoders(session.formats, layouts=profile.layouts)
+        assert session.header is not None
+        decoders: Dict[int, PageDecoder] = {}
+
+        def both(batch: List[Any]) -> None:  # what live mode does: decode as read, and record the same pages
+            recorder(batch)
+            out: List[Any] = []
+            for cpu, page in batch:
+                dec = decoders.setdefault(cpu, PageDecoder(session.header, table, cpu))  # type: ignore[arg-type]
+                dec.decode(page, out)
+            live.feed(out)
+
+        run = sim.start_scenario("mixed", 9, 1.5, 500, 2, ensure_loaded=False)
+        pump(session, both, until=lambda: run.poll() is not None, raw=True)
+        run.wait()
+        recorder.close()
+    replay = Analysis(profile)
+    source = ReplaySource(path)
+    for batch in source.batches():
+        replay.feed(batch)
+    live_report, replay_report = live.finish(), replay.finish()
+    assert live_report["findings"], "the mixed scenario injects faults: findings expected"
+    assert live_report == replay_report
+
+
+@pytest.mark.privileged
+def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(loaded: Tracefs, tmp_path: Any) -> None:
+    path = str(tmp_path / "killed.npt")
+    rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*"], stderr=subprocess.PIPE, text=True)
+    assert rec.stderr is not None and "recording to" in rec.stderr.readline()
+    sim.run_scenario("steady", 3, 2.5, 400, 2, ensure_loaded=False)
+    rec.send_signal(signal.SIGKILL)
+    rec.wait()
+    source = ReplaySource(path)
+    batches = list(source.batches())
+    assert source.reader.truncated and source.events_read > 0 and batches
+    proc = subprocess.run([*CLI, "check", path, "--quiet", "--json", str(tmp_path / "r.json")], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    with open(tmp_path / "r.json") as f:
+        assert json.load(f)["reading"]["truncated"] is True
+    subprocess.run([*CLI, "cleanup"], capture_output=True, timeout=60)
+    assert not [n for n in loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
+    assert os.path.getsize(path) > 0

@@ -1,0 +1,93 @@
+"""check's rules (TOML schema, defaults, errors with file and line), reports (text, JSON, JUnit) and diff."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any, Dict, List
+
+import pytest
+
+from npu_trace.commands.diff import compare
+from npu_trace.commands.record import parse_size
+from npu_trace.report import build_report, render_json, render_junit, render_text
+from npu_trace.rules import Rules, RulesError, evaluate, parse_rules
+
+
+def finding(kind: str, ts: int = 1, dev: int = 0, op: str = "halMemAlloc") -> Dict[str, Any]:
+    return {"kind": kind, "device": dev, "op": op, "ts_ns": ts, "details": {"latency_ns": 5}}
+
+
+def test_defaults_are_a_ci_gate() -> None:
+    rules = Rules()
+    findings = [finding("spike"), finding("spike"), finding("leak")]
+    assert evaluate(rules, findings, {}, 0, False) == []
+    bad = [finding("timeout"), finding("alloc_fail"), finding("reset_sequence")]
+    assert sorted(v.rule for v in evaluate(rules, bad, {}, 0, False)) == ["alloc_fail", "reset_sequences", "timeouts"]
+    assert [v.rule for v in evaluate(rules, [], {}, 3, True)] == ["loss"]
+
+
+def test_rules_file_overrides() -> None:
+    rules = parse_rules(
+        "[timeouts]\nmax = 2\n[spikes]\nmax = 1\n[loss]\nallowed = true\n"
+        "[latency.p99_max_ns]\nhalMemAlloc = 1_000_000\n"
+    )
+    findings = [finding("timeout"), finding("timeout"), finding("spike"), finding("spike")]
+    got = evaluate(rules, findings, {"halMemAlloc": 2_000_000, "halMemFree": 9}, 5, True)
+    assert [(v.rule, v.count) for v in got] == [("spikes", 2), ("latency.halMemAlloc", 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("[timeouts]\nmax = 'two'\n", "rules.toml:2: timeouts.max"),
+        ("[loss]\nallowed = 1\n", "rules.toml:2: loss.allowed"),
+        ("\n\n[nosuch]\nmax = 1\n", "rules.toml:3: nosuch"),
+        ("[latency.p99_max_ns]\nhalMemAlloc = -5\n", "rules.toml:2: latency.p99_max_ns.halMemAlloc"),
+        ("[spikes]\nlimit = 3\n", "rules.toml:2: spikes.limit"),
+        ("[timeouts\n", "rules.toml: not valid TOML"),
+    ],
+)
+def test_bad_rules_name_file_line_and_expectation(text: str, where: str) -> None:
+    with pytest.raises(RulesError) as err:
+        parse_rules(text)
+    assert str(err.value).startswith(where)
+    assert "expected" in str(err.value) or "TOML" in str(err.value)
+
+
+def _report(findings: List[Dict[str, Any]]) -> Dict[str, Any]:
+    rules = Rules()
+    analysis = {"findings": findings, "summary": {"events": {"total": 3}}}
+    violations = evaluate(rules, findings, {}, 0, False)
+    return build_report("run.npt", analysis, rules, violations, {"truncated": False, "lost": 0})
+
+
+def test_reports_are_deterministic_and_well_formed() -> None:
+    findings = [finding("spike", 10), finding("timeout", 20, op="heartbeat")]
+    a, b = _report(findings), _report([dict(f) for f in findings])
+    assert render_json(a) == render_json(b)
+    data = json.loads(render_json(a))
+    assert data["verdict"] == "fail" and data["violations"][0]["rule"] == "timeouts"
+    assert {f["kind"] for f in data["findings"]} == {"spike", "timeout"}
+    text = render_text(a)
+    assert text.startswith("npu-trace check run.npt: FAIL") and "1 spike, 1 timeout" in text
+    suite = ET.fromstring(render_junit(a, Rules()))
+    assert suite.get("failures") == "1" and int(suite.get("tests", "0")) >= 6
+    failed = [c.get("name") for c in suite if c.find("failure") is not None]
+    assert failed == ["timeouts (at most 0)"]
+
+
+def test_diff_verdicts() -> None:
+    a = [{"op": "x", "count": 10, "p50_ns": 1000, "p99_ns": 100_000, "max_ns": 1},
+         {"op": "y", "count": 10, "p50_ns": 1000, "p99_ns": 100_000, "max_ns": 1},
+         {"op": "gone", "count": 1, "p50_ns": 1, "p99_ns": 1, "max_ns": 1}]  # fmt: skip
+    b = [{"op": "x", "count": 10, "p50_ns": 1000, "p99_ns": 150_000, "max_ns": 1},
+         {"op": "y", "count": 10, "p50_ns": 1000, "p99_ns": 105_000, "max_ns": 1},
+         {"op": "new", "count": 1, "p50_ns": 1, "p99_ns": 1, "max_ns": 1}]  # fmt: skip
+    verdicts = {r["op"]: r["verdict"] for r in compare(a, b, 10.0, 10_000)}
+    assert verdicts == {"x": "regression", "y": "same", "gone": "gone", "new": "new"}
+
+
+@pytest.mark.parametrize(("text", "size"), [("512", 512), ("4k", 4096), ("2M", 2 << 20), ("1.5GiB", 3 << 29)])
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
