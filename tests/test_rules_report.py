@@ -91,3 +91,12 @@ def test_diff_verdicts() -> None:
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("4k", 4096), ("2M", 2 << 20), ("1.5GiB", 3 << 29)])
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
+
+
+def test_the_readme_rules_example_is_valid() -> None:
+    import os
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    rules = parse_rules(block)
+    assert rules.p99_max_ns == {"halMemAlloc": 2_000_000} and rules.max_counts["spikes"] == -1
