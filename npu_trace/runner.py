@@ -66,13 +66,13 @@ def pump(
     read = session.read_raw if raw else session.read
     batch: List[Any] = []
     while not stop.stopped:
-        pages = read(batch)
+        full_pages = read(batch)
         _flush(batch, sink, raw)
         if deadline is not None and time.monotonic() >= deadline:
             break
         if until is not None and until():
             break
-        if not pages:
+        if not full_pages:  # every CPU caught up: let pages fill instead of re-reading a few events at a time
             time.sleep(poll_s)
     session.stop(batch, raw=raw)
     _flush(batch, sink, raw)

@@ -88,6 +88,7 @@ class TracefsSession:
         self._read_size = 4096
         self.events_read = 0
         self.pages_read = 0
+        self.full_pages = 0
         self._read_events = 0
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -156,10 +157,13 @@ class TracefsSession:
         if self.instance is None:
             return
         self.instance.tracing_on(False)
-        if out is not None:
-            read = self.read_raw if raw else self.read
-            while read(out):
-                pass
+        if out is not None:  # everything left: a short page is not the end here (see raw_pages)
+            pages = self.raw_pages(drain=True)
+            if raw:
+                out.extend(pages)
+            else:
+                for cpu, page in pages:
+                    self.events_read += self._decoders[cpu].decode(page, out)
         self.update_loss()
 
     def close(self) -> None:
@@ -174,24 +178,29 @@ class TracefsSession:
 
     # ---- data ----------------------------------------------------------------------------------
     def read(self, out: List[Any]) -> int:
-        """Drain every CPU's pipe once without blocking; append events and Loss records. Returns pages read."""
-        pages = 0
+        """Drain every CPU's pipe once without blocking; append events and Loss records.
+
+        Returns the number of full pages read: 0 means every CPU was caught up (what it had was a partly
+        filled page, or nothing), so the caller should wait before the next read instead of spinning on
+        pages of a few events each."""
+        before = self.full_pages
         for cpu, page in self.raw_pages():
-            pages += 1
             self.events_read += self._decoders[cpu].decode(page, out)
-        return pages
+        return self.full_pages - before
 
     def read_raw(self, out: List[Any]) -> int:
         """Like read(), but append undecoded (cpu, page) pairs: what a recording stores."""
-        before = len(out)
+        before = self.full_pages
         out.extend(self.raw_pages())
-        return len(out) - before
+        return self.full_pages - before
 
-    def raw_pages(self) -> Iterator[Tuple[int, bytes]]:
+    def raw_pages(self, drain: bool = False) -> Iterator[Tuple[int, bytes]]:
         """(cpu, page bytes) for the pages readable now, without blocking (each one consumed from the kernel).
 
-        A page far from full means the reader has caught up with the writer on that CPU: the next read would
-        only return the few events written since, so that CPU waits for the next poll (no spinning)."""
+        While tracing, a page far from full usually means the reader has caught up with the writer on that
+        CPU, so that CPU waits for the next poll instead of re-reading a few events at a time. It can also be
+        the rest of a page read partly before, with full pages behind it: those wait one poll, nothing is
+        lost. `drain` reads every CPU until the kernel has nothing left (after tracing stopped)."""
         assert self.header is not None
         h = self.header
         partial = h.data_size - PARTIAL_SLACK
@@ -212,7 +221,10 @@ class TracefsSession:
                 self.pages_read += 1
                 yield cpu, page
                 if len(page) < h.data_offset or unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK < partial:
+                    if drain:
+                        continue
                     break
+                self.full_pages += 1
 
     def update_loss(self) -> None:
         """Copy the kernel's per-CPU loss counters into the ledger (they are totals for this instance)."""
