@@ -163,6 +163,32 @@ def _dev(rule: Rule, fields: Mapping[str, Any]) -> Optional[int]:
     return int(value) if isinstance(value, int) else None
 
 
+# (kind, op, index of the device field or -1, ((arg name, field index), ...), constant args, pair)
+_Plan = Tuple[str, str, int, Tuple[Tuple[str, int], ...], Tuple[Tuple[str, Any], ...], str]
+_new = tuple.__new__
+
+
+def _plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optional[_Plan]:
+    """A positional plan for a format whose only rule needs no per-event decision (no match, kind_if or
+    op_field, plain field names): the same NpuEvent as the general path, without building a fields dict."""
+    if len(rules) != 1:
+        return None
+    rule = rules[0]
+    if rule.match or rule.kind_if or rule.op_field or rule.kind == "marker":
+        return None
+    index = {n: i for i, n in enumerate(names)}
+    if rule.dev and rule.dev not in index:
+        return None
+    if rule.args:
+        if any(path not in index for _, path in rule.args):
+            return None
+        arg_at = tuple((name, index[path]) for name, path in rule.args)
+    else:
+        arg_at = tuple((n, i) for i, n in enumerate(names) if not n.startswith("__") and n != rule.dev)
+    dev_at = index[rule.dev] if rule.dev else -1
+    return (rule.kind, rule.op or event_name, dev_at, arg_at, rule.set, rule.pair)
+
+
 def lost_event(loss: Loss) -> NpuEvent:
     args = {"source": loss.source, "lost": loss.lost}
     return NpuEvent(loss.ts_ns, "lost", None, loss.kind, -1, loss.cpu, args)
@@ -177,7 +203,7 @@ class Normalizer:
 
     def __init__(self, mapping: Mapping[str, Any]) -> None:
         self.rules = compile_mapping(mapping)
-        self._formats: Dict[int, Tuple[Any, Tuple[str, ...], str, Tuple[Rule, ...]]] = {}
+        self._formats: Dict[int, Tuple[Any, Tuple[str, ...], str, Tuple[Rule, ...], Optional[_Plan]]] = {}
         self._pending: Dict[Tuple[int, str], List[_Pending]] = {}
         self._pending_count = 0
         self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
@@ -191,16 +217,19 @@ class Normalizer:
                 out.append(self._event(item))
         return out
 
-    def _format(self, ev: TraceEvent) -> Tuple[Tuple[str, ...], str, Tuple[Rule, ...]]:
+    def _format(self, ev: TraceEvent) -> Tuple[Tuple[str, ...], str, Tuple[Rule, ...], Optional[_Plan]]:
         cached = self._formats.get(id(ev.fmt))
         if cached is None or cached[0] is not ev.fmt:
             name = ev.fmt.full_name
-            cached = (ev.fmt, ev.fmt.field_names, name, self.rules.get(name, ()))
+            rules = self.rules.get(name, ())
+            cached = (ev.fmt, ev.fmt.field_names, name, rules, _plan(ev.fmt.field_names, ev.fmt.name, rules))
             self._formats[id(ev.fmt)] = cached
-        return cached[1], cached[2], cached[3]
+        return cached[1], cached[2], cached[3], cached[4]
 
     def _event(self, ev: TraceEvent) -> NpuEvent:
-        names, full_name, rules = self._format(ev)
+        names, full_name, rules, plan = self._format(ev)
+        if plan is not None:
+            return self._planned(ev, plan)
         fields = dict(zip(names, ev.values))
         rule = next((r for r in rules if _matches(r, fields)), None)
         if rule is None:
@@ -215,6 +244,22 @@ class Normalizer:
         elif rule.pair == "return":
             dev, args = self._pop((ev.pid, op), ev.ts_ns, args)
         return NpuEvent(ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args)
+
+    def _planned(self, ev: TraceEvent, plan: _Plan) -> NpuEvent:
+        """The common case, precompiled: one rule, constant kind and op, fields taken by position."""
+        kind, op, dev_at, arg_at, const, pair = plan
+        values = ev.values
+        args = {name: values[i] for name, i in arg_at}
+        if const:
+            args.update(const)
+        dev = values[dev_at] if dev_at >= 0 else None
+        if not isinstance(dev, int):
+            dev = None
+        if pair == "entry":
+            self._push((ev.pid, op), (ev.ts_ns, dev, args))
+        elif pair == "return":
+            dev, args = self._pop((ev.pid, op), ev.ts_ns, args)
+        return _new(NpuEvent, (ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args))
 
     def _push(self, key: Tuple[int, str], entry: _Pending) -> None:
         stack = self._pending.setdefault(key, [])

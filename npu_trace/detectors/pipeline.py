@@ -7,6 +7,8 @@ and every number is an int.
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import itemgetter
 from typing import Any, Dict, Iterable, List, Optional
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
@@ -33,7 +35,7 @@ class Analysis:
             "loss": LossDetector(),
         }
         self.findings: List[Finding] = []
-        self.kind_counts: Dict[str, int] = {}
+        self.kind_counts: Counter[str] = Counter()
         self.first_ts: Optional[int] = None
         self.last_ts: Optional[int] = None
         self._report: Optional[Dict[str, Any]] = None
@@ -72,8 +74,12 @@ class Analysis:
         }  # fmt: skip
 
     def _count(self, events: List[NpuEvent]) -> None:
-        for ev in events:
-            self.kind_counts[ev.kind] = self.kind_counts.get(ev.kind, 0) + 1
-            if ev.kind != "lost" or ev.ts_ns:
-                self.first_ts = ev.ts_ns if self.first_ts is None else min(self.first_ts, ev.ts_ns)
-                self.last_ts = ev.ts_ns if self.last_ts is None else max(self.last_ts, ev.ts_ns)
+        self.kind_counts.update(map(_kind_of, events))
+        timed = [ev.ts_ns for ev in events if ev.kind != "lost" or ev.ts_ns]
+        if timed:
+            low, high = min(timed), max(timed)
+            self.first_ts = low if self.first_ts is None else min(self.first_ts, low)
+            self.last_ts = high if self.last_ts is None else max(self.last_ts, high)
+
+
+_kind_of = itemgetter(1)  # NpuEvent.kind

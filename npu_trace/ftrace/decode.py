@@ -261,7 +261,7 @@ class PageDecoder:
         # The hot loop: locals only, one struct call per record on the common path (see module docstring).
         u32, hdr_of, fast, cpu = self._u32, self._hdr, self._fast, self.cpu
         new, append, get = tuple.__new__, out.append, fast.get
-        n = 0
+        n, prev = 0, -1  # prev: the last record's (type_len, event id) as one int; a run starts on a repeat
         while pos + 6 <= end:
             hdr, etype = hdr_of(page, pos)
             tl = hdr & 31
@@ -276,7 +276,8 @@ class PageDecoder:
                     continue
                 unpack, fmt, need, dec = entry
                 if dec is None and size >= need and pos <= end:
-                    if end - pos >= BULK_MIN_BYTES and self._run_ahead(page, pos, end, size + 4, hdr & 31, etype):
+                    same, prev = prev == (etype << 5 | tl), etype << 5 | tl
+                    if same and end - pos >= BULK_MIN_BYTES and self._run_ahead(page, pos, end, size + 4, tl, etype):
                         done = self._bulk(page, start - 4, end, ts - (hdr >> 5), tl, etype, out)
                         if done is not None:
                             pos, ts, count = done
