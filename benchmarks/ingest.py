@@ -7,8 +7,11 @@ the highest lossless rate (full speed, or stepping the generator's pace down whe
 reader's CPU per million events, the generator's slowdown against an untraced run, and bytes on disk per event.
 Every measurement is repeated `--repeat` times and the median is shown. Nothing here is a pass/fail test:
 the figures and the npu-trace/trace-cmd ratios are printed (and written with `--json OUT`).
+`npu-trace record` ("npu-record": session + Recorder + runner.pump, in-process) is measured beside them on the
+same workload, then replay/check throughput and file sizes against trace-cmd's file (benchmarks/record.py;
+`--no-record` skips it).
 
-Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--json OUT]`.
+Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--json OUT]`.
 """
 
 from __future__ import annotations
@@ -36,9 +39,6 @@ EVENT = "syscalls:sys_enter_getpid"
 ANCHOR_INSTANCE = "npubench"
 DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near the ~1.4M/s the generator reaches traced
 GC_THRESHOLD = 100_000
-# The reader sleeps after a pass that found fewer pages than this. Not "only after 0 pages": at low rates every
-# pass finds a partly filled page (a few events), so that policy would spin a CPU (seen: 14 us CPU per event).
-BUSY_PAGES = 8
 # Global tracefs files the benchmark (or trace-cmd) could change: snapshotted first, restored at the end.
 GLOBAL_FILES = ("tracing_on", "current_tracer", "trace_clock", "buffer_size_kb", "set_event")
 PROC_FILES = ("/proc/sys/kernel/kptr_restrict",)
@@ -240,6 +240,13 @@ class Bench:
         self.sim_loaded: Any = None  # npu_trace.sim.LoadedSim while workload B runs
         self.sim_plan = self.sim_out = ""
         self.sim_actions = 0
+        # npu-trace record (benchmarks/record.py): the first full-speed recording and trace-cmd file are kept
+        self.keep_files = not args.no_record
+        self.rec_count = 0
+        self.rec_kept: Optional[str] = None
+        self.rec_kept_run: Optional[Run] = None
+        self.dat_kept: Optional[str] = None
+        self.dat_kept_run: Optional[Run] = None
 
     def build(self, anchor: bool) -> None:
         gcc(GEN_SOURCE, self.gen, ["-Wall"])
@@ -285,12 +292,12 @@ class Bench:
             gpid = proc.pid
             read, sleep = session.read, time.sleep
             while proc.poll() is None:
-                pages = read(batch)
+                full_pages = read(batch)  # the same policy as npu_trace.runner.pump
                 if batch:
                     if by_pid:
                         mine += list(map(pid_of, batch)).count(gpid)
                     batch.clear()
-                if pages < BUSY_PAGES:
+                if not full_pages:
                     sleep(poll_s)
             session.stop(batch)
             if by_pid:
@@ -326,8 +333,18 @@ class Bench:
         run.events, total = self.count_dat(f"-{run.gen_pid} ".encode(), b"sys_enter_getpid:")
         run.other_events = total - run.events
         run.lost = self.anchor_loss()
-        os.unlink(self.dat)
+        if self.keep_files and rate == 0 and self.dat_kept is None:
+            self.dat_kept, self.dat_kept_run = os.path.join(self.tmp, "anchor-kept.dat"), run
+            os.rename(self.dat, self.dat_kept)
+        else:
+            os.unlink(self.dat)
         return run
+
+    # -- npu-trace record -------------------------------------------------------------------------
+    def record(self, n: int, rate: float) -> Run:
+        from benchmarks.record import record_run
+
+        return record_run(self, n, rate)
 
     def _anchor_record(self, run: Run, event: str, command: List[str]) -> Tuple[bytes, float]:
         """`trace-cmd record` of `command` in instance npubench; returns (its output, CPU of the child tree)."""
@@ -611,6 +628,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--no-sweep", action="store_true", help="do not step the pace down when full speed loses")
     p.add_argument("--no-anchor", action="store_true", help="skip trace-cmd (npu-trace only)")
     p.add_argument("--no-sim", action="store_true", help="skip workload B (the simulated NPU)")
+    p.add_argument("--no-record", action="store_true", help="skip npu-trace record and the replay/check figures")
     p.add_argument("--sim-scenario", default="steady", help="workload B: the simulator's scenario")
     p.add_argument("--sim-duration", type=float, default=2.0, help="workload B: seconds of scenario")
     p.add_argument("--sim-rate", type=float, default=50_000, help="workload B: calls/s (the sim allows <= 200k)")
@@ -626,6 +644,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     n, repeat = args.events, args.repeat
     tools: List[Tuple[str, Callable[[int, float], Run]]] = [(NPU, bench.npu_trace)]
+    if not args.no_record:
+        from benchmarks.record import REC
+
+        tools.append((REC, bench.record))
     if not args.no_anchor:
         tools.append((ANCHOR, bench.anchor))
     runs: List[Run] = []
@@ -667,7 +689,9 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
         "gc": {"frozen": True, "threshold": list(gc.get_threshold())},
         "baseline_rate": baseline_rate, "summaries": summaries, "runs": [r.to_json() for r in runs],
     }  # fmt: skip
-    npu = summaries[0]
+    by_tool = {s["tool"]: s for s in summaries}
+    npu = by_tool[NPU]
+    anchor = by_tool.get(ANCHOR)
     mism = sum(s.get("mismatches", 0) for s in summaries)
     if mism:
         log(f"*** {mism} run(s) where events + lost != N: see the MISMATCH lines above ***")
@@ -678,18 +702,22 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
             f"npu-trace decode capacity: {1 / cpu_m:.3f} M events per reader-CPU-second "
             f"({cpu_m * 1000:.0f} ns of reader CPU per event)"
         )
-    if len(summaries) > 1:
-        r = result["ratios"] = ratios(npu, summaries[1])
+    if anchor is not None:
+        r = result["ratios"] = ratios(npu, anchor)
         log(
             "npu-trace / trace-cmd: "
             + ", ".join(f"{k} {v:.2f}x" if v is not None else f"{k} n/a" for k, v in r.items())
         )
     lr = npu.get("lossless_rate") or 0.0
     goal = [f"npu-trace lossless {lr / 1e6:.3f} M ev/s vs target 1.0 M ev/s: {'met' if lr >= 1e6 else 'NOT met'}"]
-    if len(summaries) > 1 and result["ratios"]["lossless_rate"] is not None:
+    if anchor is not None and result["ratios"]["lossless_rate"] is not None:
         rl = result["ratios"]["lossless_rate"]
         goal.append(f"{rl:.2f}x trace-cmd's lossless rate vs target 0.70x: {'met' if rl >= 0.7 else 'NOT met'}")
     log("targets: " + "; ".join(goal))
+    if not args.no_record:
+        from benchmarks.record import report
+
+        result["record"] = report(args, bench, by_tool)
     return result
 
 
@@ -743,4 +771,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    # benchmarks/record.py imports this module by name: let it find this very module (one BenchError, one Run)
+    sys.modules.setdefault("benchmarks.ingest", sys.modules[__name__])
     sys.exit(main())

@@ -1,7 +1,9 @@
-"""The ingest benchmark still runs (npu-trace part only, tiny N). Never asserts a timing."""
+"""The ingest benchmark still runs (npu-trace part only, with npu-trace record and its replay/check, tiny N).
+Never asserts a timing."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -30,3 +32,15 @@ def test_bench_npu_trace_part_runs(tmp_path: object) -> None:
     assert int(row.group(1).replace(",", "")) + int(row.group(2).replace(",", "")) > 0
     assert os.path.exists(out_json)
     assert "instances left behind" not in proc.stdout
+    # npu-trace record (tiny) and the replay/check of its recording ran in the same run
+    rec = re.search(r"^npu-record\s+([\d,]+)\s+([\d,]+)\s", proc.stdout, re.M)
+    assert rec, proc.stdout
+    assert int(rec.group(1).replace(",", "")) + int(rec.group(2).replace(",", "")) > 0
+    with open(out_json) as f:
+        result = json.load(f)
+    record = result["record"]
+    assert record["npt"]["file"] > 0
+    assert record["replay"]["events"] > 0
+    assert record["check"]["events"] == record["replay"]["events"]
+    assert {t["name"] for t in record["targets"]} >= {"record lossless rate", "check rate"}
+    assert proc.stdout.count("targets: ") >= 3

@@ -96,7 +96,8 @@ def test_sizes(text: str, size: int) -> None:
 def test_the_readme_rules_example_is_valid() -> None:
     import os
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    with open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8") as f:
+        readme = f.read()
     block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     rules = parse_rules(block)
     assert rules.p99_max_ns == {"halMemAlloc": 2_000_000} and rules.max_counts["spikes"] == -1
