@@ -32,7 +32,7 @@ silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss, TraceEvent
@@ -207,6 +207,7 @@ class Normalizer:
         self._pending: Dict[Tuple[int, str], List[_Pending]] = {}
         self._pending_count = 0
         self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
+        self._unmapped: Set[int] = set()  # ids of formats without a rule (their EventFormat stays referenced)
 
     def feed(self, items: Iterable[Item]) -> List[NpuEvent]:
         out: List[NpuEvent] = []
@@ -216,6 +217,24 @@ class Normalizer:
             else:
                 out.append(self._event(item))
         return out
+
+    def feed_mapped(self, items: Iterable[Item]) -> Tuple[List[NpuEvent], int]:
+        """Like feed(), without building the "log" events of formats that have no rule (analysis ignores
+        them): (the other events, how many were left out)."""
+        out: List[NpuEvent] = []
+        logs = 0
+        unmapped = self._unmapped
+        for item in items:
+            if isinstance(item, Loss):
+                out.append(lost_event(item))
+            elif id(item.fmt) in unmapped:
+                logs += 1
+            else:
+                ev = self._event(item)
+                if ev.kind == "log" and not self._format(item)[2]:
+                    unmapped.add(id(item.fmt))
+                out.append(ev)
+        return out, logs
 
     def _format(self, ev: TraceEvent) -> Tuple[Tuple[str, ...], str, Tuple[Rule, ...], Optional[_Plan]]:
         cached = self._formats.get(id(ev.fmt))

@@ -41,7 +41,10 @@ class Analysis:
         self._report: Optional[Dict[str, Any]] = None
 
     def feed(self, items: Iterable[Item]) -> List[Finding]:
-        return self.feed_events(self.normalizer.feed(items))
+        events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
+        if logs:
+            self.kind_counts["log"] += logs
+        return self.feed_events(events)
 
     def feed_events(self, events: List[NpuEvent]) -> List[Finding]:
         """Already-normalized events (sources that produce NpuEvents themselves)."""
