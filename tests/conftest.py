@@ -53,3 +53,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     report.outcome = "failed"
     report.longrepr = f"privileged test skipped while {REQUIRE_ENV}=1 (CI requires it to run): {_skip_reason(report)}"
+
+
+@pytest.fixture(scope="module")
+def sim_loaded() -> Generator[Any, None, None]:
+    """The simulated NPU's uprobe events registered (tracefs found or mounted); unloaded afterwards only if
+    this fixture loaded them. Use from privileged tests (it needs root)."""
+    from npu_trace import sim
+    from npu_trace.tracefs import Tracefs
+
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    yield fs
+    if not was_loaded:
+        sim.unload(fs)

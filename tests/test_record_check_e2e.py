@@ -27,16 +27,6 @@ from test_detectors_truth import check_against_truth
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
-@pytest.fixture(scope="module")
-def loaded() -> Any:
-    fs = Tracefs.find()
-    was_loaded = sim.is_loaded(fs)
-    sim.load(fs)
-    yield fs
-    if not was_loaded:
-        sim.unload(fs)
-
-
 def record_scenario(path: str, scenario: str, seed: int, truth_path: str) -> Dict[str, Any]:
     rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*"], stderr=subprocess.PIPE, text=True)
     assert rec.stderr is not None
@@ -53,7 +43,9 @@ def record_scenario(path: str, scenario: str, seed: int, truth_path: str) -> Dic
 
 @pytest.mark.privileged
 @pytest.mark.parametrize("scenario", sim.SCENARIOS)
-def test_record_then_check_reports_exactly_the_injected_faults(loaded: Tracefs, tmp_path: Any, scenario: str) -> None:
+def test_record_then_check_reports_exactly_the_injected_faults(
+    sim_loaded: Tracefs, tmp_path: Any, scenario: str
+) -> None:
     path, report_path = str(tmp_path / "run.npt"), str(tmp_path / "report.json")
     truth = record_scenario(path, scenario, 5, str(tmp_path / "truth.json"))
     proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
@@ -72,11 +64,11 @@ def test_record_then_check_reports_exactly_the_injected_faults(loaded: Tracefs, 
 
 
 @pytest.mark.privileged
-def test_live_findings_equal_the_replayed_findings(loaded: Tracefs, tmp_path: Any) -> None:
+def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path: Any) -> None:
     path = str(tmp_path / "live.npt")
     profile = PROFILES["sim"]
     live = Analysis(profile)
-    with TracefsSession(["ascend:*"], fs=loaded, layouts=profile.layouts, tag="det") as session:
+    with TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="det") as session:
         recorder = Recorder(session, path, "sim")
         table = build_decoders(session.formats, layouts=profile.layouts)
         assert session.header is not None
@@ -104,7 +96,7 @@ def test_live_findings_equal_the_replayed_findings(loaded: Tracefs, tmp_path: An
 
 
 @pytest.mark.privileged
-def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(loaded: Tracefs, tmp_path: Any) -> None:
+def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(sim_loaded: Tracefs, tmp_path: Any) -> None:
     path = str(tmp_path / "killed.npt")
     rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*"], stderr=subprocess.PIPE, text=True)
     assert rec.stderr is not None and "recording to" in rec.stderr.readline()
@@ -120,5 +112,5 @@ def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(loaded: T
     with open(tmp_path / "r.json") as f:
         assert json.load(f)["reading"]["truncated"] is True
     subprocess.run([*CLI, "cleanup"], capture_output=True, timeout=60)
-    assert not [n for n in loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
+    assert not [n for n in sim_loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
     assert os.path.getsize(path) > 0

@@ -33,19 +33,8 @@ def stop_stream(proc: subprocess.Popen[str]) -> tuple[List[Dict[str, Any]], str]
     return [json.loads(line) for line in out.splitlines()], err
 
 
-@pytest.fixture
-def loaded_sim() -> Any:
-    fs = Tracefs.find()
-    was_loaded = sim.is_loaded(fs)
-    sim.load(fs)
-    yield fs
-    if not was_loaded:
-        sim.unload(fs)
-    assert not [n for n in fs.instance_names() if n.startswith("npu-trace-")]
-
-
 @pytest.mark.privileged
-def test_stream_sees_every_injected_call_of_the_spikes_scenario(loaded_sim: Tracefs, tmp_path: Any) -> None:
+def test_stream_sees_every_injected_call_of_the_spikes_scenario(sim_loaded: Tracefs, tmp_path: Any) -> None:
     proc = start_stream("--events", "ascend:*")
     try:
         truth = sim.run_scenario("spikes", 3, 1.0, 400, 2, str(tmp_path / "truth.json"), ensure_loaded=False)
@@ -68,3 +57,4 @@ def test_stream_sees_every_injected_call_of_the_spikes_scenario(loaded_sim: Trac
     assert spikes == truth["kind_counts"]["spike"] > 0
     assert "loss: none (0 events lost)" in err
     assert not [e for e in events if e["event"] == "npu_trace:lost"]
+    assert f"npu-trace-{proc.pid}" not in sim_loaded.instance_names()
