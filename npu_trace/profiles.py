@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
+from npu_trace.bpf.mapping import BPF_MAPPING
 from npu_trace.errors import UsageError
 from npu_trace.sim.abi import ETIMEDOUT, RESET_STEPS, TIMEOUT_KINDS
 
@@ -140,7 +141,7 @@ PROFILES: Dict[str, Profile] = {
         ("ascend:*",),
         ASCEND_LAYOUTS,
         "load the simulated NPU first: npu-trace sim load",
-        mapping=SIM_MAPPING,
+        mapping={**SIM_MAPPING, **BPF_MAPPING},  # events of the BPF source (npu_trace.bpf)
         reset=SIM_RESET,
         latency=SIM_LATENCY,
     ),

@@ -1,0 +1,85 @@
+/* Event structs shared by every npu-trace BPF program and its Python mirror (npu_trace/bpf/layout.py).
+ *
+ * Every record starts with struct npu_event_header; `type` says which payload follows. All padding is
+ * explicit (no implicit holes), fields are naturally aligned, little-endian. tests/test_bpf_layout.py parses
+ * this file and checks names, sizes and offsets against the mirror: change both together.
+ *
+ * Clock: ts_ns is bpf_ktime_get_ns() = CLOCK_MONOTONIC, the tracefs `mono` clock.
+ */
+#ifndef NPU_TRACE_H
+#define NPU_TRACE_H
+
+#define NPU_EV_HAL_CALL 1
+#define NPU_EV_IRQ 2
+#define NPU_EV_BENCH 3
+
+/* HAL operations (the op field of hal_call_event and hist_key) */
+#define NPU_OP_MEM_ALLOC 0
+#define NPU_OP_MEM_FREE 1
+#define NPU_OP_SQ_TASK_SEND 2
+#define NPU_OP_CQ_REPORT_RECV 3
+#define NPU_OP_COUNT 4
+
+#define NPU_IRQ_NAME_LEN 32
+#define NPU_HIST_SLOTS 64
+
+/* indexes of the per-CPU `lost` array */
+#define NPU_LOST_RESERVE 0 /* bpf_ringbuf_reserve failed: the ring buffer was full */
+#define NPU_LOST_PENDING 1 /* an entry could not be stored (pending hash full): its return is not measured */
+#define NPU_LOST_SLOTS 2
+
+struct npu_event_header {
+    __u64 ts_ns; /* when the event completed (return / handler exit) */
+    __u32 pid;   /* tgid */
+    __u32 tid;
+    __u16 type;  /* NPU_EV_* */
+    __u16 cpu;
+    __u32 flags; /* reserved, 0 */
+};
+
+/* A HAL call, entry and return paired in the kernel (uprobe + uretprobe, keyed by tid). */
+struct hal_call_event {
+    struct npu_event_header hdr;
+    __u64 entry_ts_ns;
+    __u64 latency_ns; /* hdr.ts_ns - entry_ts_ns */
+    __u64 args[3];    /* the call's arguments after the device, in C order (unused ones 0) */
+    __u32 dev;
+    __s32 ret;
+    __u16 op;         /* NPU_OP_* */
+    __u16 pad0;
+    __u32 pad1;
+};
+
+/* One hard-IRQ handler run (irq:irq_handler_entry -> irq:irq_handler_exit on the same CPU). */
+struct irq_event {
+    struct npu_event_header hdr;
+    __u64 entry_ts_ns;
+    __u64 duration_ns;
+    __s32 irq;
+    __s32 ret; /* IRQ_NONE 0 / IRQ_HANDLED 1 / IRQ_WAKE_THREAD 2 */
+    char name[NPU_IRQ_NAME_LEN];
+};
+
+/* The benchmark's event (tracepoint syscalls:sys_enter_getpid). */
+struct bench_event {
+    struct npu_event_header hdr;
+    __u64 seq;
+};
+
+/* Pending HAL call entry, keyed by tid. */
+struct hal_entry {
+    __u64 ts_ns;
+    __u64 args[3];
+    __u32 dev;
+    __u16 op;
+    __u16 pad0;
+};
+
+/* Aggregate mode: log2 latency histogram slot per (device, op). */
+struct hist_key {
+    __u32 dev;
+    __u16 op;
+    __u16 slot; /* floor(log2(latency_ns)), 0 for latency 0 */
+};
+
+#endif /* NPU_TRACE_H */

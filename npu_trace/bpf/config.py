@@ -1,0 +1,80 @@
+"""What the BPF programs trace, frozen before load and turned into `-D` cflags (never C text edits)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from npu_trace.errors import UsageError
+
+MAX_IRQ_FILTERS = 4  # IRQ_PREFIX_0..3 and IRQ_NUM_0..3 in irq.bpf.c
+IRQ_NAME_MAX = 31  # NPU_IRQ_NAME_LEN - 1
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.:+-]+$")
+HAL_SYMBOLS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
+
+
+@dataclass(frozen=True)
+class BpfConfig:
+    """hal: uprobes on the HAL symbols of `binary`; irq: handler durations of the IRQs named by `irq_names`
+    (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes)."""
+
+    binary: Optional[str] = None
+    hal: bool = True
+    hal_symbols: Tuple[str, ...] = HAL_SYMBOLS
+    irq: bool = False
+    irq_names: Tuple[str, ...] = ()
+    irq_numbers: Tuple[int, ...] = ()
+    kprobes: Tuple[str, ...] = ()
+    pid: Optional[int] = None
+    dev: Optional[int] = None
+    threshold_ns: int = 0
+    aggregate: bool = False
+    ringbuf_pages: int = 256
+    perf_buffer: bool = False
+    perf_pages: int = 64
+    max_pending: int = 10240
+
+    def __post_init__(self) -> None:
+        if self.ringbuf_pages <= 0 or self.ringbuf_pages & (self.ringbuf_pages - 1):
+            raise UsageError(f"ring buffer pages must be a power of two, not {self.ringbuf_pages}")
+        if self.threshold_ns < 0 or self.max_pending <= 0 or self.perf_pages <= 0:
+            raise UsageError("threshold, pending and perf pages must not be negative")
+        if len(self.irq_names) > MAX_IRQ_FILTERS or len(self.irq_numbers) > MAX_IRQ_FILTERS:
+            raise UsageError(f"at most {MAX_IRQ_FILTERS} IRQ names and {MAX_IRQ_FILTERS} IRQ numbers")
+        for name in self.irq_names:
+            if not _SAFE_NAME.match(name) or len(name) > IRQ_NAME_MAX:
+                raise UsageError(f"bad IRQ name prefix {name!r} (1-{IRQ_NAME_MAX} of [A-Za-z0-9_.:+-])")
+        unknown = set(self.hal_symbols) - set(HAL_SYMBOLS)
+        if unknown:
+            raise UsageError(f"unknown HAL symbols {sorted(unknown)} (known: {', '.join(HAL_SYMBOLS)})")
+
+    def common_cflags(self) -> List[str]:
+        flags = [f"-DRINGBUF_PAGES={self.ringbuf_pages}"]
+        if self.perf_buffer:
+            flags.append("-DUSE_PERF_BUFFER")
+        if self.threshold_ns:
+            flags.append(f"-DTHRESHOLD_NS={self.threshold_ns}ULL")
+        return flags
+
+    def hal_cflags(self) -> List[str]:
+        flags = [*self.common_cflags(), f"-DMAX_PENDING={self.max_pending}"]
+        if self.pid is not None:
+            flags.append(f"-DFILTER_PID={self.pid}")
+        if self.dev is not None:
+            flags.append(f"-DFILTER_DEV={self.dev}")
+        if self.aggregate:
+            flags.append("-DAGGREGATE")
+        return flags
+
+    def irq_cflags(self) -> List[str]:
+        flags = self.common_cflags()
+        flags += [f'-DIRQ_PREFIX_{i}="{name}"' for i, name in enumerate(self.irq_names)]
+        flags += [f"-DIRQ_NUM_{i}={num}" for i, num in enumerate(self.irq_numbers)]
+        return flags
+
+    def bench_cflags(self) -> List[str]:
+        flags = self.common_cflags()
+        if self.pid is not None:
+            flags.append(f"-DFILTER_PID={self.pid}")
+        return flags

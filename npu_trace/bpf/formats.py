@@ -1,0 +1,51 @@
+"""Synthetic `EventFormat`s of the BPF events (built here, no tracefs): one per HAL operation
+(`bpf:halMemAlloc` ...: the call's parameters as in `npu_trace.sim.abi`, then `ret`, `latency_ns`,
+`entry_ts_ns`), `bpf:irq` and `bpf:getpid` (benchmark). Their ids sit far above tracefs event ids.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+from npu_trace.bpf import layout
+from npu_trace.ftrace.format import CHAR_ARRAY, INT, EventFormat, Field
+from npu_trace.sim.abi import FUNC_BY_NAME
+
+SYSTEM = "bpf"
+ID_BASE = 1 << 24
+# NPU_OP_* -> HAL function name
+OPS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
+_SIZES = {"u32": 4, "s32": 4, "x32": 4, "u64": 8, "x64": 8}
+_CONV = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%llu", "x64": "0x%llx"}
+_COMMON = (Field("common_type", "unsigned short", 0, 2, False, INT),)
+
+Spec = Sequence[Tuple[str, str]]  # (field name, abi type)
+
+
+def build_format(ev_id: int, name: str, spec: Spec) -> EventFormat:
+    fields, off = [], 8
+    for fname, ftype in spec:
+        if ftype.startswith("char"):
+            size = layout.NPU_IRQ_NAME_LEN
+            fields.append(Field(fname, "char", off, size, False, CHAR_ARRAY, size))
+        else:
+            size = _SIZES[ftype]
+            fields.append(Field(fname, ftype.replace("x", "u"), off, size, ftype.startswith("s"), INT))
+        off += size
+    text = " ".join(f"{n}={_CONV.get(t, '%s')}" for n, t in spec)
+    print_fmt = f'"{text}", ' + ", ".join(f"REC->{n}" for n, _ in spec)
+    return EventFormat(ev_id, SYSTEM, name, _COMMON, tuple(fields), print_fmt)
+
+
+def hal_spec(op: str) -> Spec:
+    params = tuple((p.name, p.type) for p in FUNC_BY_NAME[op].params)
+    return (*params, ("ret", "s32"), ("latency_ns", "u64"), ("entry_ts_ns", "u64"))
+
+
+IRQ_SPEC: Spec = (("irq", "s32"), ("name", "char"), ("ret", "s32"), ("duration_ns", "u64"), ("entry_ts_ns", "u64"))
+BENCH_SPEC: Spec = (("seq", "u64"),)
+
+HAL_FORMATS: Tuple[EventFormat, ...] = tuple(build_format(ID_BASE + i, op, hal_spec(op)) for i, op in enumerate(OPS))
+IRQ_FORMAT = build_format(ID_BASE + 100, "irq", IRQ_SPEC)
+BENCH_FORMAT = build_format(ID_BASE + 101, "getpid", BENCH_SPEC)
+ALL: Dict[str, EventFormat] = {f.full_name: f for f in (*HAL_FORMATS, IRQ_FORMAT, BENCH_FORMAT)}

@@ -1,0 +1,252 @@
+"""The BPF source: the only module that imports bcc (lazily, in `_bcc()`).
+
+`BpfSource(config)` checks everything it can before touching the kernel (sources, headers, binary, symbols,
+kprobes), compiles and attaches the programs, and on any failure detaches everything it attached
+(`close()` runs bcc's cleanup on every BPF object). `read(batch)` drains the buffers without blocking and
+appends decoded `TraceEvent`s and `Loss` items; the caller polls it on an interval (the kernel side submits
+with BPF_RB_NO_WAKEUP: nothing wakes per event).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from npu_trace.bpf import layout
+from npu_trace.bpf.config import BpfConfig
+from npu_trace.bpf.decode import Decoder
+from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
+from npu_trace.events import Loss
+from npu_trace.sim.elf import Elf
+
+BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
+KHEADERS = "/sys/kernel/kheaders.tar.xz"
+ENTRY_FUNCS = {
+    "halMemAlloc": "hal_mem_alloc_entry",
+    "halMemFree": "hal_mem_free_entry",
+    "halSqTaskSend": "hal_sq_task_send_entry",
+    "halCqReportRecv": "hal_cq_report_recv_entry",
+}
+LOST_KINDS = {layout.NPU_LOST_RESERVE: "dropped", layout.NPU_LOST_PENDING: "unpaired"}
+
+
+def _bcc() -> Any:
+    try:
+        import bcc  # the one import of bcc in npu_trace
+    except ImportError as exc:
+        raise KernelFeatureError(f"bcc is not importable ({exc}); install python3-bpfcc, run scripts/setup") from None
+    return bcc
+
+
+def headers_dir() -> str:
+    return f"/lib/modules/{os.uname().release}/build"
+
+
+def check_headers() -> None:
+    if not os.path.isdir(headers_dir()) and not os.path.exists(KHEADERS):
+        raise KernelFeatureError(f"kernel headers missing: {headers_dir()} (bcc cannot compile; run scripts/setup)")
+
+
+def check_kprobes(symbols: Tuple[str, ...]) -> None:
+    if not symbols:
+        return
+    if not os.path.isdir(KPROBE_PMU):
+        raise KernelFeatureError(
+            f"kprobes requested ({', '.join(symbols)}) but this kernel has none (CONFIG_KPROBES off)"
+        )
+    raise KernelFeatureError("kprobe programs on driver symbols are not implemented yet")
+
+
+def check_binary(path: Optional[str], symbols: Tuple[str, ...]) -> str:
+    if not path:
+        raise InputError("HAL uprobes need a binary or library path (--bpf-binary)")
+    if not os.path.isfile(path):
+        raise InputError(f"binary/library not found: {path}")
+    try:
+        found = Elf.open(path).functions()
+    except (OSError, SimulatorError) as exc:
+        raise InputError(f"cannot read ELF symbols of {path}: {exc}") from None
+    missing = [s for s in symbols if s not in found]
+    if missing:
+        raise InputError(f"symbol {', '.join(missing)} not in {path}")
+    return path
+
+
+class BpfSource:
+    """Compiled and attached BPF programs; a context manager (close() detaches everything)."""
+
+    def __init__(self, config: BpfConfig, bpf_dir: Path = BPF_DIR) -> None:
+        self.config = config
+        self.bpf_dir = bpf_dir
+        self.decoder = Decoder()
+        self.objects: Dict[str, Any] = {}  # program name -> bcc.BPF
+        self.lost_seen: Dict[Tuple[str, int, int], int] = {}  # (program, slot, cpu) -> count reported
+        self.perf_lost = 0
+        self.events_read = 0
+        self._records: List[bytes] = []
+        self._callbacks: List[Any] = []  # keep ctypes callbacks alive
+        self.hist_snapshot: Dict[Tuple[int, str], Dict[int, int]] = {}  # histograms() as close() found them
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+    def __enter__(self) -> BpfSource:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        cfg = self.config
+        check_kprobes(cfg.kprobes)
+        binary = check_binary(cfg.binary, cfg.hal_symbols) if cfg.hal else None
+        if not (cfg.hal or cfg.irq):
+            raise InputError("nothing to trace: enable HAL uprobes or IRQs")
+        if not (self.bpf_dir / "npu_trace.h").is_file():
+            raise SourceError(f"BPF sources not found in {self.bpf_dir}")
+        check_headers()
+        bcc = _bcc()
+        try:
+            if binary:
+                self._attach_hal(bcc, binary)
+            if cfg.irq:
+                self._load(bcc, "irq", cfg.irq_cflags())
+        except BaseException:
+            self.close()
+            raise
+
+    def start_bench(self) -> None:
+        """The benchmark's getpid tracepoint program only."""
+        check_headers()
+        bcc = _bcc()
+        try:
+            self._load(bcc, "bench_getpid", self.config.bench_cflags())
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.objects:
+            self.hist_snapshot = self.histograms()
+        while self.objects:
+            _, obj = self.objects.popitem()
+            obj.cleanup()
+
+    # ---- loading --------------------------------------------------------------------------------------
+    def _load(self, bcc: Any, program: str, cflags: List[str]) -> Any:
+        src = self.bpf_dir / f"{program}.bpf.c"
+        try:
+            obj = bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{self.bpf_dir}", *cflags])
+        except Exception as exc:  # bcc raises plain Exception for compile and load failures
+            raise SourceError(f"cannot compile/load {src.name}: {exc} (clang's messages above)") from None
+        self.objects[program] = obj
+        self._open_output(obj, program)
+        return obj
+
+    def _attach_hal(self, bcc: Any, binary: str) -> None:
+        obj = self._load(bcc, "hal_uprobes", self.config.hal_cflags())
+        pid = self.config.pid if self.config.pid is not None else -1
+        for sym in self.config.hal_symbols:
+            try:
+                path, name = binary.encode(), sym.encode()
+                obj.attach_uprobe(name=path, sym=name, fn_name=ENTRY_FUNCS[sym].encode(), pid=pid)
+                obj.attach_uretprobe(name=path, sym=name, fn_name=b"hal_return", pid=pid)
+            except Exception as exc:  # bcc: plain Exception
+                raise SourceError(f"cannot attach uprobe {binary}:{sym}: {exc}") from None
+
+    def _open_output(self, obj: Any, program: str) -> None:
+        table = obj[b"events"]
+        if self.config.perf_buffer:
+            cb, lost_cb = self._perf_callback(), self._lost_callback()
+            self._callbacks += [cb, lost_cb]
+            table.open_perf_buffer(cb, page_cnt=self.config.perf_pages, lost_cb=lost_cb, wakeup_events=1 << 20)
+        else:
+            ring_cb = self._ring_callback()
+            self._callbacks.append(ring_cb)
+            table.open_ring_buffer(ring_cb)
+
+    def _ring_callback(self) -> Callable[[Any, int, int], int]:
+        append, string_at = self._records.append, ctypes.string_at
+
+        def on_record(_ctx: Any, data: int, size: int) -> int:
+            append(string_at(data, size))
+            return 0  # bcc 0.26: a callback returning None costs an exception per record
+
+        return on_record
+
+    def _perf_callback(self) -> Callable[[Any, int, int], None]:
+        append, string_at = self._records.append, ctypes.string_at
+
+        def on_record(_cpu: Any, data: int, size: int) -> None:
+            append(string_at(data, size))
+
+        return on_record
+
+    def _lost_callback(self) -> Callable[[int], None]:
+        def on_lost(count: int) -> None:
+            self.perf_lost += count
+
+        return on_lost
+
+    # ---- reading --------------------------------------------------------------------------------------
+    def read(self, batch: List[Any]) -> int:
+        """Drain every buffer without blocking; append decoded events then losses. Returns records read."""
+        for obj in self.objects.values():
+            if self.config.perf_buffer:
+                obj.perf_buffer_consume()
+            else:
+                obj.ring_buffer_consume()
+        records = self._records[:]
+        self._records.clear()
+        self.events_read += len(records)
+        batch.extend(self.decoder.decode_all(records))
+        batch.extend(self.losses())
+        return len(records)
+
+    def read_raw(self) -> List[bytes]:
+        """Drain every buffer; the undecoded records (the benchmark's decode-free baseline)."""
+        for obj in self.objects.values():
+            obj.ring_buffer_consume()
+        records = self._records[:]
+        self._records.clear()
+        return records
+
+    def losses(self) -> List[Loss]:
+        """New losses since the last call: per-CPU `lost` counters of every program, perf lost samples."""
+        out: List[Loss] = []
+        for program, obj in self.objects.items():
+            out += self._map_losses(program, obj)
+        if self.perf_lost:
+            out.append(Loss("bpf", -1, "dropped", self.perf_lost))
+            self.perf_lost = 0
+        return out
+
+    def _map_losses(self, program: str, obj: Any) -> List[Loss]:
+        out = []
+        table = obj[b"lost"]
+        for slot, kind in LOST_KINDS.items():
+            for cpu, total in enumerate(table[ctypes.c_int(slot)]):
+                key = (program, slot, cpu)
+                new = int(total) - self.lost_seen.get(key, 0)
+                if new > 0:
+                    self.lost_seen[key] = int(total)
+                    out.append(Loss("bpf", cpu, kind, new))
+        return out
+
+    def lost_total(self) -> int:
+        return sum(self.lost_seen.values())
+
+    def histograms(self) -> Dict[Tuple[int, str], Dict[int, int]]:
+        """Aggregate mode: {(dev, op): {log2 slot: count}}."""
+        from npu_trace.bpf.formats import OPS
+
+        obj = self.objects.get("hal_uprobes")
+        if obj is None or not self.config.aggregate:
+            return {}
+        out: Dict[Tuple[int, str], Dict[int, int]] = {}
+        for key, value in obj[b"hist"].items():
+            op = OPS[key.op] if key.op < len(OPS) else str(key.op)
+            out.setdefault((key.dev, op), {})[key.slot] = int(value.value)
+        return out

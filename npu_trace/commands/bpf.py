@@ -1,0 +1,97 @@
+"""`npu-trace bpf`: HAL call latencies and IRQ handler durations measured in the kernel by eBPF (bcc), printed
+as text or NDJSON; losses (ring buffer reserve failures, perf lost samples) and, with --aggregate, the log2
+latency histograms on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from npu_trace.bpf.config import BpfConfig
+from npu_trace.bpf.source import BpfSource
+from npu_trace.errors import UsageError
+from npu_trace.events import Loss, LossLedger
+from npu_trace.runner import StopFlag, prepare_process
+from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sources.comm import CommCache
+
+POLL_S = 0.01  # drain interval: the kernel side never wakes the reader per event
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("bpf", help="measure HAL calls and IRQs in the kernel with eBPF (bcc)", description=__doc__)
+    p.add_argument("--bpf-binary", metavar="PATH", help="binary/library with the HAL symbols (default: simulator)")
+    p.add_argument("--no-hal", action="store_true", help="no HAL uprobes")
+    p.add_argument("--irq", action="append", default=[], metavar="NAME", help="trace IRQs whose name starts so")
+    p.add_argument("--irq-num", action="append", type=int, default=[], metavar="N", help="trace IRQ number N")
+    p.add_argument("--kprobe", action="append", default=[], metavar="SYM", help="driver symbol (needs kprobes)")
+    p.add_argument("--pid", type=int, help="only this process")
+    p.add_argument("--dev", type=int, help="only this device")
+    p.add_argument("--threshold-us", type=float, default=0.0, help="emit only calls at least this slow")
+    p.add_argument("--aggregate", action="store_true", help="kernel histograms; events only above the threshold")
+    p.add_argument("--perf-buffer", action="store_true", help="perf buffer instead of the ring buffer (< 5.8)")
+    p.add_argument("--ringbuf-pages", type=int, default=256, metavar="N", help="ring buffer pages (power of 2)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--format", choices=("text", "ndjson"), default="text")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> BpfConfig:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    binary = args.bpf_binary
+    if binary is None and not args.no_hal:
+        from npu_trace.sim import build
+
+        binary = build.ensure_built()
+    irq = bool(args.irq or args.irq_num)
+    return BpfConfig(
+        binary=binary, hal=not args.no_hal, irq=irq, irq_names=tuple(args.irq), irq_numbers=tuple(args.irq_num),
+        kprobes=tuple(args.kprobe), pid=args.pid, dev=args.dev, threshold_ns=int(args.threshold_us * 1000),
+        aggregate=args.aggregate, ringbuf_pages=args.ringbuf_pages, perf_buffer=args.perf_buffer,
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    printer = StreamPrinter(sys.stdout, args.format, CommCache(lambda: ""))
+    ledger = LossLedger()
+    with BpfSource(config) as source:
+        stop = prepare_process()  # after the checks: an error leaves the process as it was
+        print("npu-trace: BPF programs attached; Ctrl-C stops", file=sys.stderr, flush=True)
+        printed = pump(source, printer, ledger, args.duration, stop)
+        hists = source.histograms()
+    print_histograms(hists)
+    print(f"npu-trace: {printed} BPF events; {ledger.summary()}", file=sys.stderr)
+    return 0
+
+
+def pump(
+    source: BpfSource, printer: StreamPrinter, ledger: LossLedger, duration: Optional[float], stop: StopFlag
+) -> int:
+    deadline = None if duration is None else time.monotonic() + duration
+    printed = 0
+    batch: List[Any] = []
+    while True:
+        done = stop.stopped or (deadline is not None and time.monotonic() >= deadline)
+        source.read(batch)
+        if batch:
+            batch.sort(key=lambda item: item.ts_ns)
+            for loss in (item for item in batch if isinstance(item, Loss)):
+                ledger.add(loss)
+            printed += sum(1 for item in batch if not isinstance(item, Loss))
+            printer.write_batch(batch)
+            batch.clear()
+        if done:
+            return printed
+        time.sleep(POLL_S)
+
+
+def print_histograms(hists: Dict[Tuple[int, str], Dict[int, int]]) -> None:
+    for (dev, op), slots in sorted(hists.items()):
+        total = sum(slots.values())
+        print(f"dev {dev} {op}: {total} calls", file=sys.stderr)
+        for slot, count in sorted(slots.items()):
+            print(f"  [{1 << slot:>12} ns, {1 << (slot + 1):>12} ns)  {count}", file=sys.stderr)
