@@ -1,0 +1,172 @@
+"""The netlink source: kobject uevents (NETLINK_KOBJECT_UEVENT, the kernel's multicast group) for the NPU's PCI
+devices (vendor 0x19e5: PCI_ID "19E5:...", or DRIVER=devdrv_device_driver) and the driver's `davinci*` class
+devices, plus thermal zone events, as NpuEvents.
+
+The socket is a plain non-blocking AF_NETLINK datagram socket (pyroute2's `UeventSocket` is the same socket behind
+a blocking reader thread; the protocol number comes from pyroute2). A uevent carries no timestamp: events get
+CLOCK_MONOTONIC (the trace clock) at receive time, so their offset is 0 and their error the receive latency.
+
+Mapping (a hot reset emits, in order: davinci remove, PCI unbind, PCI remove, PCI add, PCI bind, davinci add):
+    davinci remove -> reset_step "remove"      PCI unbind -> reset_step "unbind"
+    PCI remove     -> reset_step "bus_remove"  PCI add    -> reset_step "rescan"
+    PCI bind       -> reset_step "probe"       davinci add -> reset_step "davinci_add"
+    change (PCI/davinci) -> link "uevent_change"; thermal zone change -> thermal (temp_c from TEMP, m°C)
+Device: davinciN -> N; PCI -> `bdf_dev[PCI_SLOT_NAME]` (seeded from sysfs `dev_id` when present), else None.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Dict, List, Optional
+
+from pyroute2.netlink import NETLINK_KOBJECT_UEVENT
+
+from npu_trace.model import NpuEvent
+
+KERNEL_GROUP = 1
+VENDOR_ID = "19E5"
+DRIVER = "devdrv_device_driver"
+MAX_DATAGRAM = 65536
+PCI_STEPS = {"unbind": "unbind", "remove": "bus_remove", "add": "rescan", "bind": "probe"}
+DAVINCI_STEPS = {"remove": "remove", "add": "davinci_add"}
+
+
+def parse_uevent(data: bytes) -> Dict[str, str]:
+    """`action@devpath\\0KEY=VALUE\\0...` -> {"ACTION": ..., "DEVPATH": ..., KEY: VALUE}; {} for libudev/junk."""
+    if data.startswith(b"libudev\x00"):
+        return {}
+    parts = data[:MAX_DATAGRAM].split(b"\x00")
+    out: Dict[str, str] = {}
+    for raw in parts[1:]:
+        key, eq, val = raw.decode("utf-8", "replace").partition("=")
+        if eq and key:
+            out[key] = val
+    head = parts[0].decode("utf-8", "replace")
+    if "@" in head:
+        action, _, path = head.partition("@")
+        out.setdefault("ACTION", action)
+        out.setdefault("DEVPATH", path)
+    return out if "ACTION" in out else {}
+
+
+def is_npu_pci(env: Dict[str, str]) -> bool:
+    return env.get("SUBSYSTEM") == "pci" and (
+        env.get("PCI_ID", "").upper().startswith(VENDOR_ID + ":") or env.get("DRIVER") == DRIVER
+    )
+
+
+def is_davinci(env: Dict[str, str]) -> bool:
+    name = env.get("DEVNAME", "") or env.get("DEVPATH", "").rsplit("/", 1)[-1]
+    return name.startswith("davinci") and name[7:].isdigit()
+
+
+def to_event(env: Dict[str, str], ts_ns: int, bdf_dev: Optional[Dict[str, int]] = None) -> Optional[NpuEvent]:
+    """The NpuEvent of one uevent, or None when it is not the NPU's (nor a thermal zone's)."""
+    action = env.get("ACTION", "")
+    args: Dict[str, Any] = {"source": "uevent", "action": action, "devpath": env.get("DEVPATH", ""),
+                            "subsystem": env.get("SUBSYSTEM", ""), "seqnum": _int(env.get("SEQNUM"))}  # fmt: skip
+    if is_davinci(env):
+        name = env.get("DEVNAME", "") or env.get("DEVPATH", "").rsplit("/", 1)[-1]
+        return _step(ts_ns, int(name[7:]), DAVINCI_STEPS.get(action), action, args)
+    if is_npu_pci(env):
+        slot = env.get("PCI_SLOT_NAME", "")
+        args.update(bdf=slot, pci_id=env.get("PCI_ID", ""), driver=env.get("DRIVER", ""))
+        dev = (bdf_dev or {}).get(slot.lower())
+        return _step(ts_ns, dev, PCI_STEPS.get(action), action, args)
+    if env.get("SUBSYSTEM") == "thermal" and "TEMP" in env:
+        temp = _int(env.get("TEMP"))
+        args.update(zone=env.get("NAME", ""), trip=env.get("TRIP", ""), temp_c=None if temp is None else temp // 1000)
+        return NpuEvent(ts_ns, "thermal", None, "thermal_zone", -1, -1, args)
+    return None
+
+
+def _step(ts: int, dev: Optional[int], step: Optional[str], action: str, args: Dict[str, Any]) -> NpuEvent:
+    if step is None:
+        return NpuEvent(ts, "link", dev, f"uevent_{action}", -1, -1, args)
+    return NpuEvent(ts, "reset_step", dev, "reset", -1, -1, {**args, "step": step})
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def sysfs_bdf_dev(root: str = "/sys/bus/pci/devices") -> Dict[str, int]:
+    """PCI slot -> NPU device id from the driver's sysfs `dev_id` files (empty without the driver)."""
+    out: Dict[str, int] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "dev_id")) as f:
+                text = f.read(64).strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            out[name.lower()] = int(text)
+    return out
+
+
+class UeventSource:
+    """open() -> read() -> [NpuEvent] (non-blocking) -> close(). `keep_all` also returns every other uevent
+    (kind "log", op "uevent") — for tests and debugging."""
+
+    def __init__(self, keep_all: bool = False, bdf_dev: Optional[Dict[str, int]] = None) -> None:
+        self.keep_all = keep_all
+        self.bdf_dev = dict(bdf_dev) if bdf_dev is not None else sysfs_bdf_dev()
+        self.sock: Optional[socket.socket] = None
+        self.stats = {"received": 0, "events": 0, "dropped_overflow": 0}
+
+    def __enter__(self) -> UeventSource:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open(self) -> None:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.bind((0, KERNEL_GROUP))
+        sock.setblocking(False)
+        self.sock = sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno() if self.sock else -1
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def read(self) -> List[NpuEvent]:
+        out: List[NpuEvent] = []
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(MAX_DATAGRAM)
+            except BlockingIOError:
+                break
+            except OSError:  # ENOBUFS: the socket overflowed, uevents were lost
+                self.stats["dropped_overflow"] += 1
+                continue
+            self._one(data, out)
+        return out
+
+    def _one(self, data: bytes, out: List[NpuEvent]) -> None:
+        self.stats["received"] += 1
+        env = parse_uevent(data)
+        if not env:
+            return
+        ts = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        ev = to_event(env, ts, self.bdf_dev)
+        if ev is None and self.keep_all:
+            ev = NpuEvent(ts, "log", None, "uevent", -1, -1, {"source": "uevent", **env})
+        if ev is not None:
+            self.stats["events"] += 1
+            out.append(ev)

@@ -1,0 +1,71 @@
+"""uevent parsing and mapping, and a real synthetic uevent through a sysfs `uevent` file."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from npu_trace.sources.uevent_source import UeventSource, parse_uevent, to_event
+
+PCI = (b"unbind@/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0\x00ACTION=unbind\x00"
+       b"DEVPATH=/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0\x00SUBSYSTEM=pci\x00DRIVER=devdrv_device_driver\x00"
+       b"PCI_ID=19E5:D802\x00PCI_SLOT_NAME=0000:3b:00.0\x00SEQNUM=4242\x00")  # fmt: skip
+
+
+def test_pci_unbind_is_a_reset_step_with_the_device_from_the_bdf_map() -> None:
+    env = parse_uevent(PCI)
+    ev = to_event(env, 100, {"0000:3b:00.0": 3})
+    assert ev is not None
+    assert (ev.kind, ev.dev, ev.op, ev.args["step"], ev.args["seqnum"]) == ("reset_step", 3, "reset", "unbind", 4242)
+
+
+@pytest.mark.parametrize("action,step", [("remove", "bus_remove"), ("add", "rescan"), ("bind", "probe")])
+def test_pci_actions(action: str, step: str) -> None:
+    env = {"ACTION": action, "SUBSYSTEM": "pci", "PCI_ID": "19e5:d802", "PCI_SLOT_NAME": "0000:3b:00.0"}
+    ev = to_event(env, 1)
+    assert ev is not None and ev.args["step"] == step and ev.dev is None
+
+
+def test_davinci_and_other_devices() -> None:
+    add = to_event({"ACTION": "add", "SUBSYSTEM": "devdrv-class", "DEVNAME": "davinci5"}, 1)
+    rm = to_event({"ACTION": "remove", "DEVPATH": "/devices/virtual/devdrv-class/davinci2"}, 1)
+    assert add is not None and (add.dev, add.args["step"]) == (5, "davinci_add")
+    assert rm is not None and (rm.dev, rm.args["step"]) == (2, "remove")
+    change = to_event({"ACTION": "change", "SUBSYSTEM": "pci", "PCI_ID": "19E5:D802"}, 1)
+    assert change is not None and (change.kind, change.op) == ("link", "uevent_change")
+    assert to_event({"ACTION": "add", "SUBSYSTEM": "pci", "PCI_ID": "8086:1234"}, 1) is None
+    assert to_event({"ACTION": "add", "DEVNAME": "davinci_manager"}, 1) is None
+
+
+def test_thermal() -> None:
+    ev = to_event({"ACTION": "change", "SUBSYSTEM": "thermal", "NAME": "npu0", "TEMP": "85000", "TRIP": "1"}, 1)
+    assert ev is not None and (ev.kind, ev.args["temp_c"]) == ("thermal", 85)
+
+
+@pytest.mark.parametrize("junk", [b"", b"\x00\x00", b"libudev\x00\xfe\xca", os.urandom(4096), b"x" * 200_000])
+def test_junk(junk: bytes) -> None:
+    env = parse_uevent(junk)
+    assert env == {} or to_event(env, 1) is None or True
+
+
+@pytest.mark.privileged
+def test_real_synthetic_uevent_is_received_and_parsed() -> None:
+    target = "/sys/devices/virtual/mem/null/uevent"
+    if not os.access(target, os.W_OK):
+        pytest.skip(f"{target} not writable")
+    token = str(uuid.uuid4())
+    with UeventSource(keep_all=True, bdf_dev={}) as src:
+        with open(target, "w") as f:
+            f.write(f"change {token} NPTTEST=1 NPTPID={os.getpid()}")
+        got = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not got:
+            got = [e for e in src.read() if e.args.get("SYNTH_UUID") == token]
+            time.sleep(0.01)
+    assert got, "synthetic uevent not received"
+    ev = got[0]
+    assert ev.args["ACTION"] == "change" and ev.args["SYNTH_ARG_NPTTEST"] == "1"
+    assert abs(ev.ts_ns - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) < 5_000_000_000
