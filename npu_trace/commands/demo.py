@@ -1,4 +1,4 @@
-"""`npu-trace demo`: the simulated NPU's mixed scenario, traced live and streamed to the terminal."""
+"""`npu-trace demo`: the simulated NPU's mixed scenario traced live, in the TUI (or streamed: --headless)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=200.0, help="HAL calls per second (default 200)")
     p.add_argument("--devices", type=int, default=2, help="simulated NPUs (default 2)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--format", choices=("text", "ndjson"), default="text")
+    p.add_argument("--format", choices=("text", "ndjson"), default="text", help="--headless output format")
+    p.add_argument("--headless", action="store_true", help="stream events as text instead of opening the TUI")
+    p.add_argument("--screenshot", metavar="SVG", help="TUI: save a screenshot after 8 s")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.rate <= 0 or args.devices <= 0:
         raise UsageError("--duration, --rate and --devices must be positive")
+    if not args.headless:
+        from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
+
+        return tui_entry("run_demo")(args)
     fs = Tracefs.find()
     was_loaded = sim.is_loaded(fs)
     sim.load(fs)

@@ -13,20 +13,25 @@ from npu_trace.sources.replay_source import Pacer, ReplaySource
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("replay", help="replay a recorded session (headless)",
+    p = sub.add_parser("replay", help="replay a recorded session (TUI, or --headless)",
                        description="Decode a recording with the formats it carries and print its events, at the "
                        "recorded pace (--speed) or as fast as possible (--max).")  # fmt: skip
     p.add_argument("file", help="session file (.npt)")
     pace = p.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, default=None, metavar="N", help="N x the recorded pace (default 1)")
     pace.add_argument("--max", action="store_true", help="as fast as possible")
-    p.add_argument("--format", choices=("text", "ndjson"), default="text")
+    p.add_argument("--format", choices=("text", "ndjson"), default="text", help="--headless output format")
+    p.add_argument("--headless", action="store_true", help="print the events instead of opening the TUI")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.speed is not None and args.speed <= 0:
         raise UsageError("--speed must be positive")
+    if not args.headless:
+        from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
+
+        return tui_entry("run_replay")(args)
     speed = None if args.max else (args.speed or 1.0)
     source = ReplaySource(args.file)
     printer = StreamPrinter(sys.stdout, args.format, source.comm)

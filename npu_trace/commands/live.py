@@ -1,0 +1,38 @@
+"""`npu-trace live`: the Textual TUI on this host's trace. The TUI package is imported here, lazily: the one
+edge from npu_trace to tui, so that `import npu_trace` stays headless."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Any, Callable
+
+from npu_trace.commands.stream import add_trace_options
+from npu_trace.errors import EXIT_PRIVILEGE
+
+MISSING = "npu-trace: the TUI needs textual: pip install npu-trace[tui]"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("live", help="trace this host live in a terminal UI (Textual)",
+                       description="Trace on a private tracefs instance and show devices, operations, spikes, "
+                       "resets, memory and events live. Keys: ? in the UI.")  # fmt: skip
+    add_trace_options(p)
+    p.add_argument("--record-dir", default=".", metavar="DIR", help="where `r` writes recordings (default .)")
+    p.set_defaults(func=run)
+
+
+def tui_entry(name: str) -> Callable[[argparse.Namespace], int]:
+    """tui.cli.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
+    try:
+        module = importlib.import_module("tui.cli")
+    except ImportError:
+        print(MISSING, file=sys.stderr)
+        raise SystemExit(EXIT_PRIVILEGE) from None
+    entry: Callable[[argparse.Namespace], int] = getattr(module, name)
+    return entry
+
+
+def run(args: argparse.Namespace) -> int:
+    return tui_entry("run_live")(args)

@@ -1,0 +1,136 @@
+"""The live source: a tracefs session read raw, recorded when asked, decoded per CPU for the analysis.
+
+Raw pages go to the Recorder (when recording) and to per-CPU PageDecoders: what is recorded is exactly what
+was analysed. Recording starts/stops on the worker thread at the next poll (the UI only sets a flag).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from npu_trace.errors import NpuTraceError, SourceError
+from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.profiles import Profile
+from npu_trace.recorder import Recorder
+from npu_trace.runner import StopFlag, pump
+from npu_trace.sources.comm import CommCache
+from npu_trace.sources.tracefs_source import TracefsSession
+from tui.feed import Sink
+from tui.sources import BaseSource
+
+LOSS_EVERY_S = 1.0
+
+
+class LiveSource(BaseSource):
+    label = "live"
+
+    def __init__(
+        self,
+        session: TracefsSession,
+        profile: Profile,
+        *,
+        until: Optional[Callable[[], bool]] = None,
+        label: str = "live",
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.ledger = session.ledger
+        self.profile = profile
+        self.until = until
+        self.label = label
+        self.recorder: Optional[Recorder] = None
+        self.error = ""
+        self._want: Optional[str] = None
+        self._stop_rec = False
+        self._decoders: Dict[int, PageDecoder] = {}
+        self._table: Any = None
+        self._loss_at = 0.0
+        self._comms = CommCache(self._saved_cmdlines)
+
+    # ---- controls ------------------------------------------------------------------------------
+    def mark(self, text: str) -> bool:
+        inst = self.session.instance
+        if inst is None:
+            return False
+        try:
+            inst.write_marker(text)
+        except SourceError as exc:
+            self.error = f"marker: {exc}"
+            return False
+        return True
+
+    def start_recording(self, path: str) -> bool:
+        self._want, self._stop_rec = path, False
+        return True
+
+    def stop_recording(self) -> bool:
+        self._stop_rec = True
+        return self.recorder is not None or self._want is not None
+
+    def recording(self) -> Optional[Tuple[str, int]]:
+        rec = self.recorder
+        return None if rec is None else (rec.files[-1], rec.bytes_written)
+
+    def comm(self, pid: int) -> str:
+        return self._comms(pid)
+
+    def detail(self) -> str:
+        return f"{self.error}" if self.error else f"instance {self.session.name}"
+
+    # ---- worker --------------------------------------------------------------------------------
+    def run(self, sink: Sink, stop: StopFlag) -> None:
+        with self.session:
+            self._table = build_decoders(self.session.formats, layouts=self.profile.layouts)
+            try:
+                pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True)
+            finally:
+                self._close_recorder()
+
+    def _pages(self, batch: List[Tuple[int, bytes]], sink: Sink) -> None:
+        self._apply_recording()
+        if self.recorder is not None:
+            self.recorder(batch)
+        out: List[Any] = []
+        for cpu, page in batch:
+            self._decoder(cpu).decode(page, out)
+        out.sort(key=lambda x: x.ts_ns)
+        now = time.monotonic()
+        if now - self._loss_at >= LOSS_EVERY_S:
+            self._loss_at = now
+            self.session.update_loss()
+        sink(out)
+
+    def _decoder(self, cpu: int) -> PageDecoder:
+        dec = self._decoders.get(cpu)
+        if dec is None:
+            assert self.session.header is not None
+            dec = self._decoders[cpu] = PageDecoder(self.session.header, self._table, cpu, ledger=self.session.ledger)
+        return dec
+
+    def _apply_recording(self) -> None:
+        if self._stop_rec:
+            self._stop_rec, self._want = False, None
+            self._close_recorder()
+        if self._want is not None:
+            path, self._want = self._want, None
+            self._close_recorder()
+            try:
+                self.recorder = Recorder(self.session, path, self.profile.name)
+                self.error = ""
+            except (NpuTraceError, OSError) as exc:
+                self.error = f"recording: {exc}"
+
+    def _close_recorder(self) -> None:
+        rec, self.recorder = self.recorder, None
+        if rec is not None:
+            rec.close()
+
+    def _saved_cmdlines(self) -> str:
+        fs = self.session.fs
+        if fs is None:
+            return ""
+        try:
+            return fs.read_text("saved_cmdlines")
+        except SourceError:  # display only: unknown names show as "<...>"
+            return ""

@@ -1,0 +1,94 @@
+"""The values a feed update carries from the worker thread to the UI: plain, immutable-by-convention data.
+
+Nothing here touches Textual: the worker builds these, the widgets only read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from npu_trace.detectors.base import Finding
+from npu_trace.model import NpuEvent
+
+LogRow = Tuple[NpuEvent, str]  # (event, process name)
+STATES = ("ok", "degraded", "resetting", "offline")
+
+
+@dataclass
+class DeviceState:
+    dev: int
+    state: str = "ok"
+    events: int = 0
+    rate: float = 0.0
+    last_error: str = ""
+    spark: List[int] = field(default_factory=list)  # max call latency (ns) per update interval
+
+
+@dataclass
+class OpRow:
+    dev: Optional[int]
+    op: str
+    count: int
+    rate: float
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+    spikes: int
+
+
+@dataclass
+class SpikeView:
+    finding: Finding
+    context: List[LogRow]  # events within CONTEXT_NS of the slow call
+    more: int = 0  # context events left out (bounded)
+
+
+@dataclass
+class ResetView:
+    dev: int
+    status: str  # "in progress", "complete", "failed", "incomplete"
+    ts_ns: int
+    steps: List[Tuple[str, int, int]]  # (name, ts, ret)
+    precursor: Dict[str, Any]
+    trigger: Optional[Dict[str, Any]]
+    waiting_for: Optional[str] = None
+
+
+@dataclass
+class MemoryView:
+    devices: List[Tuple[int, int, int]] = field(default_factory=list)  # (dev, live bytes, peak)
+    processes: List[Tuple[int, int, str, int]] = field(default_factory=list)  # (dev, pid, comm, live bytes)
+    failures: List[Finding] = field(default_factory=list)
+    spark: Dict[int, List[int]] = field(default_factory=dict)  # live bytes per update interval
+
+
+@dataclass
+class Counters:
+    events: int = 0
+    rate: float = 0.0
+    loss: int = 0
+    loss_flagged: bool = False
+    loss_text: str = "loss: none (0 events lost)"
+    recording: Optional[str] = None
+    recording_bytes: int = 0
+    source: str = ""
+    ended: bool = False
+    detail: str = ""  # source state: replay speed/position, errors
+
+
+@dataclass
+class FeedUpdate:
+    """One interval's worth: new events (bounded), new findings, and the superseding state."""
+
+    seq: int
+    rows: List[LogRow]
+    skipped: int  # events of this interval not carried (beyond the bound)
+    findings: List[Finding]
+    spikes: List[SpikeView]
+    devices: List[DeviceState]
+    ops: List[OpRow]
+    resets: List[ResetView]
+    memory: MemoryView
+    counters: Counters
+    restart: bool = False  # the source started over (seek back): the UI clears what it accumulated
