@@ -38,7 +38,9 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, euid: int =
     monkeypatch.setattr(os, "geteuid", lambda: euid)  # runpytest is in-process: the inner conftest sees this
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
-    return pytester.runpytest("-rA", "-p", "no:cacheprovider")
+    # no:textual-snapshot: that plugin keeps its temp dir in an environment variable, which an in-process
+    # inner session would overwrite and then delete under the outer session.
+    return pytester.runpytest("-rA", "-p", "no:cacheprovider", "-p", "no:textual-snapshot")
 
 
 def test_privileged_skip_is_a_skip_by_default(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
