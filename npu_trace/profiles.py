@@ -131,6 +131,10 @@ SIM_LATENCY: Dict[str, Any] = {
     # the simulated device completes tasks on the executor's only thread: a slow call delays the completions
     # queued behind it, so task latency is measured (p50/p99/max) but never judged as a spike
     "ops": {"task": {"adaptive": False, "absolute_ns": None}},
+    # the simulator's calls take tens of microseconds and its injected spikes 20-60 ms; 10 ms keeps a VM's
+    # scheduling hiccups (several ms when the host steals the vCPU) from counting as spikes
+    "floor_ns": 10_000_000,
+    "thresholds_ns": {"halMemAlloc": 10_000_000, "halMemFree": 10_000_000, "halSqTaskSend": 10_000_000},
 }
 
 

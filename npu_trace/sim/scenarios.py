@@ -219,14 +219,18 @@ def steady(p: Planner, t0: float, t1: float, rate: float) -> None:
         t += n * NS / rate * p.rng.uniform(0.5, 1.5)
 
 
+SPIKE_MIN_NS, SPIKE_MAX_NS = 20 * MS, 60 * MS
+
+
 def spikes(p: Planner, t0: float, t1: float, count: int) -> None:
-    """`count` HAL calls with 5-50 ms of injected latency, at random times in [t0, t1)."""
+    """`count` HAL calls with 20-60 ms of injected latency, at random times in [t0, t1): well above the
+    profile's 10 ms spike threshold, which itself sits above a busy VM's scheduling hiccups."""
     for _ in range(count):
         t = p.rng.uniform(t0, t1)
         devs = [d for d in range(p.devices) if not p.is_quiet(d, t)]
         if not devs:
             continue
-        dev, delay = p.rng.choice(devs), p.rng.randint(5 * MS, 50 * MS)
+        dev, delay = p.rng.choice(devs), p.rng.randint(SPIKE_MIN_NS, SPIKE_MAX_NS)
         if dev in p.no_alloc or p.rng.random() < 0.6:
             op_task(p, t, dev, kind="spike", phase="spike", delay=delay)
         else:
