@@ -39,8 +39,8 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, euid: int =
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
     # no:textual-snapshot: that plugin keeps its temp dir in an environment variable, which an in-process
-    # inner session would overwrite and then delete under the outer session.
-    return pytester.runpytest("-rA", "-p", "no:cacheprovider", "-p", "no:textual-snapshot")
+    # inner session would overwrite and then delete under the outer session; asyncio: not needed there.
+    return pytester.runpytest("-rA", "-p", "no:cacheprovider", "-p", "no:textual-snapshot", "-p", "no:asyncio")
 
 
 def test_privileged_skip_is_a_skip_by_default(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
