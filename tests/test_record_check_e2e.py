@@ -14,7 +14,6 @@ import pytest
 
 from npu_trace import sim
 from npu_trace.detectors import Analysis
-from npu_trace.ftrace.decode import PageDecoder, build_decoders
 from npu_trace.profiles import PROFILES
 from npu_trace.recorder import Recorder
 from npu_trace.runner import pump
@@ -70,16 +69,11 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
     live = Analysis(profile)
     with TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="det") as session:
         recorder = Recorder(session, path, "sim")
-        table = build_decoders(session.formats, layouts=profile.layouts)
-        assert session.header is not None
-        decoders: Dict[int, PageDecoder] = {}
 
         def both(batch: List[Any]) -> None:  # what live mode does: decode as read, and record the same pages
             recorder(batch)
             out: List[Any] = []
-            for cpu, page in batch:
-                dec = decoders.setdefault(cpu, PageDecoder(session.header, table, cpu))  # type: ignore[arg-type]
-                dec.decode(page, out)
+            session.decode_pages(batch, out)
             live.feed(out)
 
         run = sim.start_scenario("mixed", 9, 1.5, 500, 2, ensure_loaded=False)

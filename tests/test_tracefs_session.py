@@ -32,21 +32,9 @@ def test_stop_drains_full_pages_behind_a_partly_read_page(raw: bool) -> None:
                 os.getpid()
             session.stop(out, raw=raw)
             if raw:
-                out = decode_raw(session, out)
+                pages, out = out, []
+                session.decode_pages(pages, out)
             assert mine(out) == 51_000
             assert not session.ledger.incomplete()
     finally:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-
-
-def decode_raw(session: TracefsSession, pages: List[Any]) -> List[Any]:
-    from npu_trace.ftrace.decode import PageDecoder, build_decoders
-
-    assert session.header is not None
-    table = build_decoders(session.formats)
-    decoders = {}
-    out: List[Any] = []
-    for cpu, page in pages:
-        dec = decoders.setdefault(cpu, PageDecoder(session.header, table, cpu))
-        dec.decode(page, out)
-    return out

@@ -7,10 +7,9 @@ was analysed. Recording starts/stops on the worker thread at the next poll (the 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError, SourceError
-from npu_trace.ftrace.decode import PageDecoder, build_decoders
 from npu_trace.profiles import Profile
 from npu_trace.recorder import Recorder
 from npu_trace.runner import StopFlag, pump
@@ -43,8 +42,6 @@ class LiveSource(BaseSource):
         self.error = ""
         self._want: Optional[str] = None
         self._stop_rec = False
-        self._decoders: Dict[int, PageDecoder] = {}
-        self._table: Any = None
         self._loss_at = 0.0
         self._comms = CommCache(self._saved_cmdlines)
 
@@ -81,7 +78,6 @@ class LiveSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         with self.session:
-            self._table = build_decoders(self.session.formats, layouts=self.profile.layouts)
             try:
                 pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True)
             finally:
@@ -92,21 +88,13 @@ class LiveSource(BaseSource):
         if self.recorder is not None:
             self.recorder(batch)
         out: List[Any] = []
-        for cpu, page in batch:
-            self._decoder(cpu).decode(page, out)
+        self.session.decode_pages(batch, out)  # the session's own per-CPU decoders (profile layouts)
         out.sort(key=lambda x: x.ts_ns)
         now = time.monotonic()
         if now - self._loss_at >= LOSS_EVERY_S:
             self._loss_at = now
             self.session.update_loss()
         sink(out)
-
-    def _decoder(self, cpu: int) -> PageDecoder:
-        dec = self._decoders.get(cpu)
-        if dec is None:
-            assert self.session.header is not None
-            dec = self._decoders[cpu] = PageDecoder(self.session.header, self._table, cpu, ledger=self.session.ledger)
-        return dec
 
     def _apply_recording(self) -> None:
         if self._stop_rec:

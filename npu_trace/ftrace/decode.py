@@ -404,6 +404,45 @@ class PageDecoder:
         out.append(loss)
 
 
+class CpuDecoders:
+    """One PageDecoder per CPU, made on first use: (cpu, page) pairs in, events and losses out.
+
+    Each CPU's pages must go through its own decoder (timestamps are per-CPU deltas), live and in replay."""
+
+    def __init__(
+        self,
+        header: PageHeader,
+        decoders: Mapping[int, RecordDecoder],
+        byteorder: str = sys.byteorder,
+        ledger: Optional[LossLedger] = None,
+    ) -> None:
+        self.header = header
+        self.decoders = decoders
+        self.byteorder = byteorder
+        self.ledger = ledger if ledger is not None else LossLedger()
+        self.by_cpu: Dict[int, PageDecoder] = {}
+
+    def decode(self, pages: Iterable[Tuple[int, bytes]], out: List[Any]) -> int:
+        """Append the pages' events (and Loss records) to `out`; returns the number of events."""
+        n = 0
+        for cpu, page in pages:
+            dec = self.by_cpu.get(cpu)
+            if dec is None:
+                dec = self.by_cpu[cpu] = PageDecoder(
+                    self.header, self.decoders, cpu, self.byteorder, ledger=self.ledger
+                )
+            n += dec.decode(page, out)
+        return n
+
+    @property
+    def malformed(self) -> int:
+        return sum(d.malformed for d in self.by_cpu.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(d.skipped for d in self.by_cpu.values())
+
+
 def build_decoders(
     formats: Iterable[EventFormat], byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None
 ) -> Dict[int, RecordDecoder]:

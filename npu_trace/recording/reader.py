@@ -15,13 +15,12 @@ import msgpack
 
 from npu_trace.errors import FormatError, RecordingError
 from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import PageDecoder, RecordDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.format import PageHeader, parse_format, parse_header_page
 from npu_trace.recording.format import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     PREAMBLE,
-    Chunk,
     check_preamble,
     decode_chunk,
     decode_loss,
@@ -184,23 +183,13 @@ def iter_events(
 ) -> Iterator[Any]:
     """TraceEvents and Loss items in file order, each CPU's pages decoded by its own PageDecoder (as live)."""
     page_header, table = open_decoder(reader, layouts)
-    ledger = ledger if ledger is not None else LossLedger()
-    decoders: Dict[int, PageDecoder] = {}
+    decoders = CpuDecoders(page_header, table, reader.byteorder, ledger)
     out: List[Any] = []
     for kind, item in reader.records():
         if kind == "loss":
-            ledger.add(item)
+            decoders.ledger.add(item)
             yield item
         elif kind == "chunk":
-            _decode_chunk(item, decoders, (page_header, table, reader.byteorder, ledger), out)
+            decoders.decode(item.pages, out)
             yield from out
             out.clear()
-
-
-def _decode_chunk(chunk: Chunk, decoders: Dict[int, PageDecoder], setup: Tuple[Any, ...], out: List[Any]) -> None:
-    page_header, table, byteorder, ledger = setup
-    for cpu, page in chunk.pages:
-        dec = decoders.get(cpu)
-        if dec is None:
-            dec = decoders[cpu] = PageDecoder(page_header, table, cpu, byteorder, ledger=ledger)
-        dec.decode(page, out)

@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
-from npu_trace.ftrace.decode import PageDecoder, StructLayouts
+from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
 from npu_trace.profiles import PROFILES
 from npu_trace.recording.reader import RecordingReader, open_decoder
 
@@ -32,16 +32,11 @@ class ReplaySource:
     def batches(self) -> Iterator[List[Any]]:
         """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order."""
         page_header, table = open_decoder(self.reader, self.layouts)
-        decoders: Dict[int, PageDecoder] = {}
-        byteorder = self.reader.byteorder
+        decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
         for kind, item in self.reader.records():
             if kind == "chunk":
                 out: List[Any] = []
-                for cpu, page in item.pages:
-                    dec = decoders.get(cpu)
-                    if dec is None:
-                        dec = decoders[cpu] = PageDecoder(page_header, table, cpu, byteorder, ledger=self.ledger)
-                    self.events_read += dec.decode(page, out)
+                self.events_read += decoders.decode(item.pages, out)
                 self.pages_read += len(item.pages)
                 yield out
             elif kind == "loss":

@@ -11,11 +11,11 @@ import contextlib
 import os
 import struct
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError
 from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import COMMIT_MASK, PageDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
@@ -84,7 +84,7 @@ class TracefsSession:
         self.header: Optional[PageHeader] = None
         self.instance: Optional[Instance] = None
         self._fds: Dict[int, int] = {}
-        self._decoders: Dict[int, PageDecoder] = {}
+        self.decoders: Optional[CpuDecoders] = None
         self._read_size = 4096
         self.events_read = 0
         self.pages_read = 0
@@ -140,9 +140,9 @@ class TracefsSession:
             inst.enable_event(event)
         self._read_size = self._subbuf_size(inst, self.header)
         table = build_decoders(self.formats, sys.byteorder, self.layouts)
+        self.decoders = CpuDecoders(self.header, table, ledger=self.ledger)
         for cpu in inst.cpus():
             self._fds[cpu] = inst.open_raw(cpu)
-            self._decoders[cpu] = PageDecoder(self.header, table, cpu, ledger=self.ledger)
         inst.tracing_on(True)
 
     def _subbuf_size(self, inst: Instance, header: PageHeader) -> int:
@@ -162,8 +162,7 @@ class TracefsSession:
             if raw:
                 out.extend(pages)
             else:
-                for cpu, page in pages:
-                    self.events_read += self._decoders[cpu].decode(page, out)
+                self.decode_pages(pages, out)
         self.update_loss()
 
     def close(self) -> None:
@@ -184,9 +183,15 @@ class TracefsSession:
         filled page, or nothing), so the caller should wait before the next read instead of spinning on
         pages of a few events each."""
         before = self.full_pages
-        for cpu, page in self.raw_pages():
-            self.events_read += self._decoders[cpu].decode(page, out)
+        self.decode_pages(self.raw_pages(), out)
         return self.full_pages - before
+
+    def decode_pages(self, pages: Iterable[Tuple[int, bytes]], out: List[Any]) -> int:
+        """Decode (cpu, page) pairs read from this session (e.g. by read_raw) with its per-CPU decoders."""
+        assert self.decoders is not None, "session not started"
+        n = self.decoders.decode(pages, out)
+        self.events_read += n
+        return n
 
     def read_raw(self, out: List[Any]) -> int:
         """Like read(), but append undecoded (cpu, page) pairs: what a recording stores."""
@@ -231,7 +236,7 @@ class TracefsSession:
         if self.instance is None:
             return
         read = 0
-        for cpu in self._decoders:
+        for cpu in self._fds:
             stats = self.instance.cpu_stats(cpu)
             read += stats.get("read_events", 0)
             for stat, kind in STAT_KINDS:
@@ -245,8 +250,8 @@ class TracefsSession:
 
     @property
     def malformed(self) -> int:
-        return sum(d.malformed for d in self._decoders.values())
+        return self.decoders.malformed if self.decoders is not None else 0
 
     @property
     def skipped(self) -> int:
-        return sum(d.skipped for d in self._decoders.values())
+        return self.decoders.skipped if self.decoders is not None else 0
