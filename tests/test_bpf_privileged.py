@@ -80,7 +80,10 @@ def test_every_hal_call_measured_once(sim_binary: str) -> None:
         assert ev.fmt.name == act["func"]
         assert {k: f[k] for k in act["args"]} == act["args"]
         assert f["ret"] == act["ret"]
-        assert act["delay_ns"] <= f["latency_ns"] <= act["delay_ns"] + TOLERANCE_NS
+        # within the injected delay plus 2 ms, or plus what the executor itself measured around the call when a
+        # VM scheduling hiccup made the call longer than that (the bracket below checks it from both sides)
+        slack = max(TOLERANCE_NS, act["end_ns"] - act["start_ns"] - act["delay_ns"])
+        assert act["delay_ns"] <= f["latency_ns"] <= act["delay_ns"] + slack
         assert act["start_ns"] <= f["entry_ts_ns"] and ev.ts_ns <= act["end_ns"]
         assert f["latency_ns"] == ev.ts_ns - f["entry_ts_ns"]
 
