@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from npu_trace.errors import SourceError
 from npu_trace.events import Loss
 from npu_trace.recording.writer import RecordingWriter, build_header
 from npu_trace.sources.tracefs_source import TracefsSession
@@ -33,6 +34,9 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
             except OSError:  # the process exited meanwhile
                 continue
     return out
+
+
+COMMS_EVERY_S = 1.0  # how often new process names are noted
 
 
 class Recorder:
@@ -62,17 +66,21 @@ class Recorder:
         self.pages = 0
         self._reported: Dict[Tuple[str, str, int], int] = {}
         self._opened_at = 0.0
+        self._known_comms: Dict[str, str] = {}
+        self._comms_at = 0.0
         self.writer: Optional[RecordingWriter] = None
         self._open()
 
     def _open(self) -> None:
         path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
-        extra = {"comms": proc_comms()}  # names of the processes alive at the start, for replay's display
+        comms = proc_comms()  # names of the processes alive at the start, for replay's display
+        extra = {"comms": comms}
         header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
                               extra)  # fmt: skip
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite)
         self.files.append(path)
-        self._opened_at = time.monotonic()
+        self._opened_at = self._comms_at = time.monotonic()
+        self._known_comms = dict(comms)
 
     @property
     def bytes_written(self) -> int:
@@ -85,6 +93,9 @@ class Recorder:
             writer.add_page(cpu, page)
         self.pages += len(batch)
         now = time.monotonic()
+        if now - self._comms_at >= COMMS_EVERY_S:
+            self._comms_at = now
+            self._note_comms(writer)
         writer.maybe_flush(now)
         if self._due(writer, now):
             self._finish_file()
@@ -95,10 +106,26 @@ class Recorder:
             return True
         return self.max_time is not None and now - self._opened_at >= self.max_time
 
+    def _note_comms(self, writer: RecordingWriter) -> None:
+        """A note with the process names the kernel saved since the last one (processes started after the
+        file's header was written would otherwise be nameless on replay)."""
+        fs = getattr(self.session, "fs", None)
+        if fs is None:
+            return
+        try:
+            saved = fs.saved_cmdlines()
+        except SourceError:
+            return  # names are a display aid: a tracefs without saved_cmdlines records the events all the same
+        new = {str(pid): comm for pid, comm in saved.items() if self._known_comms.get(str(pid)) != comm}
+        if new:
+            self._known_comms.update(new)
+            writer.add_note({"comms": new})
+
     def _finish_file(self) -> None:
         writer, self.writer = self.writer, None
         if writer is None:
             return
+        self._note_comms(writer)
         self.session.update_loss()
         for loss in self._new_losses():
             writer.add_loss(loss)

@@ -104,6 +104,10 @@ class Tracefs:
     def header_page(self) -> str:
         return self.read_text("events/header_page")
 
+    def saved_cmdlines(self) -> Dict[int, str]:
+        """pid -> comm of the processes whose events the kernel traced (any instance), as it saved them."""
+        return parse_saved_cmdlines(self.read_text("saved_cmdlines"))
+
     def trace_clocks(self) -> List[str]:
         return self.read_text("trace_clock").replace("[", "").replace("]", "").split()
 
@@ -229,6 +233,16 @@ class Instance:
 
 
 _STAT_RE = re.compile(r"^([a-z ]+):\s*(\d+)\s*$")
+
+
+def parse_saved_cmdlines(text: str) -> Dict[int, str]:
+    """`saved_cmdlines` lines ("<pid> <comm>") -> {pid: comm}; malformed lines are skipped."""
+    out: Dict[int, str] = {}
+    for line in text.splitlines():
+        pid, _, comm = line.partition(" ")
+        if pid.isdigit() and comm:
+            out[int(pid)] = comm
+    return out
 
 
 def parse_cpu_stats(text: str) -> Dict[str, int]:

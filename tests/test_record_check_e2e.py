@@ -14,6 +14,7 @@ import pytest
 
 from npu_trace import sim
 from npu_trace.detectors import Analysis
+from npu_trace.events import TraceEvent
 from npu_trace.profiles import PROFILES
 from npu_trace.recorder import Recorder
 from npu_trace.runner import pump
@@ -82,8 +83,13 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
         recorder.close()
     replay = Analysis(profile)
     source = ReplaySource(path)
+    names = set()
     for batch in source.batches():
+        names.update(source.comm(item.pid) for item in batch if isinstance(item, TraceEvent))
         replay.feed(batch)
+    # the executor started after the header's /proc snapshot: its name comes from the recorder's comms notes,
+    # known before the first chunk holding its events
+    assert names == {"npu-sim"}
     live_report, replay_report = live.finish(), replay.finish()
     assert live_report["findings"], "the mixed scenario injects faults: findings expected"
     assert live_report == replay_report

@@ -20,6 +20,8 @@ from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.decode import PageDecoder, build_decoders
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header, iter_events
 from npu_trace.recording.format import PREAMBLE
+from npu_trace.sources.replay_source import ReplaySource
+from npu_trace.tracefs import parse_saved_cmdlines
 
 ROOT = next(d for d in kernel_dirs() if "6.18.44" in d)
 PAGE = 4096
@@ -277,3 +279,54 @@ def test_sigkill_mid_write_reads_to_last_whole_chunk(tmp_path: Any) -> None:
     pages = load_pages(ROOT)
     got = [p for kind, c in records if kind == "chunk" for p in c.pages]
     assert got == [pages[i % len(pages)] for i in range(len(got))]
+
+
+def test_notes_come_before_the_chunk_queued_with_them(tmp_path: Any) -> None:
+    pages = load_pages(ROOT)[:4]
+    path = str(tmp_path / "n.npt")
+    with RecordingWriter(path, golden_header(), chunk_bytes=64 * PAGE) as w:
+        w.add_page(pages[0][0], pages[0][1])
+        w.add_note({"comms": {"4242": "late-proc"}})
+        w.add_page(pages[1][0], pages[1][1])
+        w.flush()
+        w.add_note({"comms": {"4243": "at-close"}})
+    _, records = read_all(path)
+    assert [kind for kind, _ in records] == ["note", "chunk", "note"]
+    assert records[0][1]["comms"] == {"4242": "late-proc"}
+    source = ReplaySource(path)
+    seen = []
+    for _batch in source.batches():
+        seen.append(source.comm(4242))
+    assert seen == ["late-proc"] and source.comm(4243) == "at-close" and source.comm(1) == "<...>"
+
+
+def test_saved_cmdlines_parsing() -> None:
+    text = "3835 npusim\n15 rcu_preempt\n907 a name with spaces\nbad line\n12\n"
+    assert parse_saved_cmdlines(text) == {3835: "npusim", 15: "rcu_preempt", 907: "a name with spaces"}
+
+
+def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
+    from npu_trace import recorder as recorder_mod
+    from npu_trace.events import LossLedger
+
+    page_header, formats = load_formats(ROOT)
+    saved = {1: "init"}
+    session = SimpleNamespace(
+        formats=formats, header=page_header, selected=[f.full_name for f in formats], clock="mono",
+        format_texts={f.full_name: read(os.path.join(ROOT, "events", f.system, f.name, "format")) for f in formats},
+        header_page_text=read(os.path.join(ROOT, "header_page")), ledger=LossLedger(), update_loss=lambda: None,
+        fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)),
+    )  # fmt: skip
+    monkeypatch.setattr(recorder_mod, "proc_comms", lambda: {"1": "init"})
+    monkeypatch.setattr(recorder_mod, "COMMS_EVERY_S", 0.0)
+    path = str(tmp_path / "r.npt")
+    rec = recorder_mod.Recorder(session, path, "test")
+    pages = load_pages(ROOT)
+    rec(pages[:2])  # nothing new: no note
+    saved[777] = "started-later"
+    rec(pages[2:4])
+    saved[777] = "renamed"
+    rec.close()
+    _, records = read_all(path)
+    notes = [item["comms"] for kind, item in records if kind == "note"]
+    assert notes == [{"777": "started-later"}, {"777": "renamed"}]

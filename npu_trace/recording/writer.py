@@ -129,6 +129,7 @@ class RecordingWriter:
         self._pending_bytes = 0
         self._pending_ts: List[int] = []
         self._pending_losses: List[Loss] = []
+        self._pending_notes: List[Dict[str, Any]] = []
         self._started = 0.0
         self._index: List[Tuple[int, int]] = []
         self._pages = self._bytes_raw = self._bytes_written = 0
@@ -184,18 +185,28 @@ class RecordingWriter:
         if not self._pending:
             self._started = time.monotonic()
 
+    def add_note(self, note: Dict[str, Any]) -> None:
+        """Queue a note (a free map, e.g. {"comms": {pid: name}}); it is written before the next chunk, so a
+        reader knows it before the pages queued with it."""
+        self._pending_notes.append(dict(note, t="note"))
+        if not self._pending and not self._pending_losses:
+            self._started = time.monotonic()
+
     def maybe_flush(self, now: float) -> bool:
         """Flush when the queued data is older than flush_interval (now: time.monotonic()). True if flushed."""
-        if (self._pending or self._pending_losses) and now - self._started >= self.flush_interval:
+        queued = self._pending or self._pending_losses or self._pending_notes
+        if queued and now - self._started >= self.flush_interval:
             self.flush()
             return True
         return False
 
     def flush(self) -> None:
-        """Write the queued pages as one chunk, then the queued loss records."""
+        """Write the queued notes, the queued pages as one chunk, then the queued loss records."""
         if self._fd is None:
             raise RecordingError(f"recording {self.path} is closed")
-        blob = self._chunk_bytes() if self._pending else b""
+        blob = b"".join(msgpack.packb(note, use_bin_type=True) for note in self._pending_notes)
+        self._pending_notes.clear()
+        blob += self._chunk_bytes() if self._pending else b""
         blob += b"".join(msgpack.packb(loss_record(loss)) for loss in self._pending_losses)
         self._pending_losses.clear()
         if blob:
