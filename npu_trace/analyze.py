@@ -54,8 +54,11 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     analysis = Analysis(profile_for(source, profile_name))
     bar = Progress(os.path.getsize(path) if progress else 0)
     bar.enabled = bar.enabled and progress
-    for batch in source.batches():
+    skipped = 0
+    for batch in source.batches(only=analysis.mapped_events()):  # unmapped events: counted, not decoded
         analysis.feed(batch)
+        analysis.count_unmapped(source.events_skipped - skipped)
+        skipped = source.events_skipped
         bar.update(source.reader_position(), source.events_read)
     bar.done()
     result = analysis.finish()

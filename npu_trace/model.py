@@ -163,30 +163,35 @@ def _dev(rule: Rule, fields: Mapping[str, Any]) -> Optional[int]:
     return int(value) if isinstance(value, int) else None
 
 
-# (kind, op, index of the device field or -1, ((arg name, field index), ...), constant args, pair)
-_Plan = Tuple[str, str, int, Tuple[Tuple[str, int], ...], Tuple[Tuple[str, Any], ...], str]
+# (kind, op, index of the device field or -1, ((arg name, field index), ...), constant args, pair,
+#  kind_if as ((field index, comparison, value, kind), ...))
+_KindIf = Tuple[Tuple[int, Any, Any, str], ...]
+_Plan = Tuple[str, str, int, Tuple[Tuple[str, int], ...], Tuple[Tuple[str, Any], ...], str, _KindIf]
 _new = tuple.__new__
 
 
 def _plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optional[_Plan]:
-    """A positional plan for a format whose only rule needs no per-event decision (no match, kind_if or
-    op_field, plain field names): the same NpuEvent as the general path, without building a fields dict."""
+    """A positional plan for a format with one rule that names plain fields and needs no match or op_field:
+    the same NpuEvent as the general path, without building a fields dict."""
     if len(rules) != 1:
         return None
     rule = rules[0]
-    if rule.match or rule.kind_if or rule.op_field or rule.kind == "marker":
+    if rule.match or rule.op_field or rule.kind == "marker":
         return None
     index = {n: i for i, n in enumerate(names)}
-    if rule.dev and rule.dev not in index:
+    if "." in rule.dev and rule.dev not in index:
+        return None  # a struct member: the general path reads it
+    if any(name not in index for name, _, _, _ in rule.kind_if):
         return None
+    kind_if = tuple((index[name], _CMP[cmp], value, kind) for name, cmp, value, kind in rule.kind_if)
     if rule.args:
         if any(path not in index for _, path in rule.args):
             return None
         arg_at = tuple((name, index[path]) for name, path in rule.args)
     else:
         arg_at = tuple((n, i) for i, n in enumerate(names) if not n.startswith("__") and n != rule.dev)
-    dev_at = index[rule.dev] if rule.dev else -1
-    return (rule.kind, rule.op or event_name, dev_at, arg_at, rule.set, rule.pair)
+    dev_at = index.get(rule.dev, -1) if rule.dev else -1  # absent (return probes): no device, as _dev says
+    return (rule.kind, rule.op or event_name, dev_at, arg_at, rule.set, rule.pair, kind_if)
 
 
 def lost_event(loss: Loss) -> NpuEvent:
@@ -207,6 +212,7 @@ class Normalizer:
         self._pending: Dict[Tuple[int, str], List[_Pending]] = {}
         self._pending_count = 0
         self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
+        self._plans: Dict[int, Tuple[Any, _Plan]] = {}  # id(format) -> (format, its plan), for feed_mapped
         self._unmapped: Set[int] = set()  # ids of formats without a rule (their EventFormat stays referenced)
 
     def feed(self, items: Iterable[Item]) -> List[NpuEvent]:
@@ -223,11 +229,16 @@ class Normalizer:
         them): (the other events, how many were left out)."""
         out: List[NpuEvent] = []
         logs = 0
-        unmapped = self._unmapped
+        unmapped, planned, plans = self._unmapped, self._planned, self._plans
         for item in items:
             if isinstance(item, Loss):
                 out.append(lost_event(item))
-            elif id(item.fmt) in unmapped:
+                continue
+            fmt = item.fmt
+            hit = plans.get(id(fmt))
+            if hit is not None and hit[0] is fmt:  # the common case, without the general path's lookups
+                out.append(planned(item, hit[1]))
+            elif id(fmt) in unmapped:
                 logs += 1
             else:
                 ev = self._event(item)
@@ -243,6 +254,8 @@ class Normalizer:
             rules = self.rules.get(name, ())
             cached = (ev.fmt, ev.fmt.field_names, name, rules, _plan(ev.fmt.field_names, ev.fmt.name, rules))
             self._formats[id(ev.fmt)] = cached
+            if cached[4] is not None:
+                self._plans[id(ev.fmt)] = (ev.fmt, cached[4])
         return cached[1], cached[2], cached[3], cached[4]
 
     def _event(self, ev: TraceEvent) -> NpuEvent:
@@ -266,8 +279,13 @@ class Normalizer:
 
     def _planned(self, ev: TraceEvent, plan: _Plan) -> NpuEvent:
         """The common case, precompiled: one rule, constant kind and op, fields taken by position."""
-        kind, op, dev_at, arg_at, const, pair = plan
+        kind, op, dev_at, arg_at, const, pair, kind_if = plan
         values = ev.values
+        for at, cmp, value, other in kind_if:
+            got = values[at]
+            if got is not None and cmp(got, value):
+                kind = other
+                break
         args = {name: values[i] for name, i in arg_at}
         if const:
             args.update(const)

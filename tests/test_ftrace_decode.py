@@ -173,6 +173,27 @@ def test_bulk_run_stops_at_an_event_of_another_type() -> None:
     assert evs[-1].ts_ns == 41
 
 
+def test_runs_of_events_not_decoded_are_stepped_over_with_their_time() -> None:
+    """Runs of a format left out of the decoders are counted, not decoded, and their deltas still count."""
+    other = struct.pack("<HBBiII", 99, 0, 0, 1, 0, 0)  # same length as `small`, not decoded
+    body = b"".join(rec(other, 3) for _ in range(150)) + rec(small(1, 1, 1), 1)
+    body += b"".join(rec(other, 2) for _ in range(20)) + extend(1 << 28) + rec(other, 1) + rec(small(2, 2, 2), 1)
+    body += b"".join(rec(other, 1) for _ in range(40))  # runs to the end of the page
+    evs, _, dec = decode(page(5, body))
+    assert [(e.ts_ns, e.pid) for e in evs] == [(5 + 450 + 1, 1), (5 + 450 + 1 + 40 + (1 << 28) + 1 + 1, 2)]
+    assert dec.skipped == 150 + 20 + 1 + 40
+    only_small = PageDecoder(HEADER, build_decoders([SMALL], "little"), 0, ledger=LossLedger())
+    full = PageDecoder(HEADER, build_decoders(FORMATS, "little"), 0, ledger=LossLedger())
+    mixed = b"".join(rec(small(i, i, i), 1) if i % 50 == 49 else rec(struct.pack("<HBBi", 11, 0, 0, i) + bytes(200), 2)
+                     for i in range(17))  # fmt: skip
+    mixed += b"".join(rec(small(i, i, i), i % 3) for i in range(60))
+    a: List[Any] = []
+    b: List[Any] = []
+    only_small.decode(page(9, mixed), a)
+    full.decode(page(9, mixed), b)
+    assert a == [e for e in b if e.fmt.name == "small"] and only_small.skipped == len(b) - len(a)
+
+
 def _valid_page() -> bytes:
     body = b"".join(rec(small(i, i, i), 2) for i in range(20)) + extend(1 << 30)
     body += rec(struct.pack("<HBBi", 11, 0, 0, 9) + b"abc".ljust(200, b"\0"), 1) + rec(small(1, 1, 1), 1)

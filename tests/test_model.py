@@ -140,3 +140,20 @@ def test_synth_formats_match_the_real_kernel_formats() -> None:
         assert [(f.name, f.offset, f.size, f.signed, f.kind) for f in ours.fields] == [
             (f.name, f.offset, f.size, f.signed, f.kind) for f in real.fields
         ]
+
+
+@pytest.mark.parametrize("scenario", ["mixed", "ecc-reset", "fragmentation"])
+def test_positional_plans_give_what_the_general_rules_give(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The precompiled plans (kind_if included, returns without a device field) are an optimisation only."""
+    from npu_trace import model
+    from npu_trace.sim.scenarios import plan
+    from synth import synth_events
+
+    items = synth_events(plan(scenario, seed=5, duration_s=1.0, rate=800, devices=2))
+    items += [ret("ascend_halMemFree_ret", 10**12, -5), ret("ascend_halCqReportRecv_ret", 10**12 + 1, -110)]
+    planned = Normalizer(SIM)
+    fast = planned.feed(items)
+    assert sum(1 for cached in planned._formats.values() if cached[4] is not None) >= 12
+    monkeypatch.setattr(model, "_plan", lambda *a: None)
+    general = Normalizer(SIM).feed(items)
+    assert fast == general and {e.kind for e in fast} >= {"call", "free", "submit", "timeout"}

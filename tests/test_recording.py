@@ -330,3 +330,23 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
     _, records = read_all(path)
     notes = [item["comms"] for kind, item in records if kind == "note"]
     assert notes == [{"777": "started-later"}, {"777": "renamed"}]
+
+
+def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_path: Any) -> None:
+    """analyze() decodes only the events the profile maps (the rest are counted): same report, same counts,
+    on the golden capture that mixes ascend:* with syscalls, sched and irq events."""
+    from npu_trace.analyze import analyze
+    from npu_trace.detectors import Analysis
+    from npu_trace.profiles import PROFILES
+
+    path = str(tmp_path / "g.npt")
+    write(path, load_pages(ROOT))
+    full = Analysis(PROFILES["sim"])
+    source = ReplaySource(path)
+    for batch in source.batches():
+        full.feed(batch)
+    got = analyze(path, "sim", progress=False)
+    assert got["analysis"] == full.finish()
+    assert got["reading"]["events"] == source.events_read
+    counts = got["analysis"]["summary"]["events"]["by_kind"]
+    assert counts["log"] > 100 and sum(counts.values()) - counts.get("lost", 0) == source.events_read

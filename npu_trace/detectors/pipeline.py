@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import itemgetter
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.latency import LatencyDetector
@@ -45,6 +45,15 @@ class Analysis:
         if logs:
             self.kind_counts["log"] += logs
         return self.feed_events(events)
+
+    def mapped_events(self) -> Set[str]:
+        """The "system:name" events the profile maps: every other event is only counted (as "log")."""
+        return set(self.normalizer.rules)
+
+    def count_unmapped(self, n: int) -> None:
+        """`n` events of formats without a rule, read but not decoded: counted exactly as feed() counts them."""
+        if n:
+            self.kind_counts["log"] += n
 
     def feed_events(self, events: List[NpuEvent]) -> List[Finding]:
         """Already-normalized events (sources that produce NpuEvents themselves)."""

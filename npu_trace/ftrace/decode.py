@@ -201,7 +201,8 @@ def make_decoder(
 class PageDecoder:
     """Decodes whole ring-buffer pages of one CPU into TraceEvents; losses and malformed records are counted.
 
-    Events whose type id is not in `decoders` (not selected) are skipped and counted in `skipped`.
+    Events whose type id is not in `decoders` (not selected, or not wanted by the consumer) are skipped and
+    counted in `skipped`; runs of them are stepped over with C-level passes (their timestamps still count).
     """
 
     def __init__(
@@ -273,6 +274,10 @@ class PageDecoder:
                 entry = get(etype)
                 if entry is None:
                     self.skipped += 1
+                    same, prev = prev == (etype << 5 | tl), etype << 5 | tl
+                    if same and end - pos >= BULK_MIN_BYTES and self._run_ahead(page, pos, end, size + 4, tl, etype):
+                        pos, ts, count = self._skip_run(page, pos, end, ts, tl, etype)
+                        self.skipped += count
                     continue
                 unpack, fmt, need, dec = entry
                 if dec is None and size >= need and pos <= end:
@@ -374,6 +379,25 @@ class PageDecoder:
         rows = zip(times, repeat(self.cpu, run), flat[2::width][:run], repeat(fmt, run), values)
         out.extend(map(tuple.__new__, repeat(TraceEvent, run), rows))
         return pos + run * stride, times[-1], run
+
+    def _skip_run(self, page: bytes, pos: int, end: int, ts: int, tl: int, etype: int) -> Tuple[int, int, int]:
+        """Step over a run of same-type, same-length records of an event not decoded (not in `decoders`),
+        starting at `pos`, with C-level passes over their headers only: (next position, timestamp of the last
+        record stepped over, records stepped over). The run is cut as in `_bulk`."""
+        stride = 4 + (tl << 2)
+        count = (end - pos) // stride
+        key = (-1 - etype, tl, count)
+        hit = self._runs.get(key)
+        if hit is None:
+            hit = self._runs[key] = (struct.Struct(self._end + f"IH{stride - 6}x" * count), 2)
+        flat = hit[0].unpack_from(page, pos)
+        hdrs = flat[0::2]
+        lens = bytes(map(and_, hdrs, repeat(31, count)))
+        run = count - len(lens.lstrip(_TL_BYTES[tl]))
+        types = flat[1::2][:run]
+        if types.count(etype) != run:
+            run = next(i for i, t in enumerate(types) if t != etype)
+        return pos + run * stride, ts + sum(map(rshift, hdrs[:run], repeat(5, run))), run
 
     def _run_struct(self, etype: int, tl: int, count: int) -> Tuple[struct.Struct, int]:
         key = (etype, tl, count)

@@ -7,7 +7,7 @@ live and in replay). Pacing (real time, N x, or as fast as possible) follows the
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
 from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
@@ -23,20 +23,30 @@ class ReplaySource:
         self.ledger = LossLedger()
         self.comms: Dict[int, str] = dict(_comms(self.reader.header.get("extra", {})))
         self.events_read = 0
+        self.events_skipped = 0  # events read but not decoded (batches(only=...))
         self.pages_read = 0
 
     @property
     def header(self) -> Dict[str, Any]:
         return self.reader.header
 
-    def batches(self) -> Iterator[List[Any]]:
-        """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order."""
+    def batches(self, only: Optional[Set[str]] = None) -> Iterator[List[Any]]:
+        """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order.
+
+        `only`: decode just these events ("system:name"); the others are counted in `events_skipped` (and in
+        `events_read`) without being decoded, as a consumer that ignores them (check's analysis) wants."""
         page_header, table = open_decoder(self.reader, self.layouts)
+        if only is not None:
+            table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in only}
         decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
         for kind, item in self.reader.records():
             if kind == "chunk":
                 out: List[Any] = []
+                before = decoders.skipped
                 self.events_read += decoders.decode(item.pages, out)
+                skipped = decoders.skipped - before
+                self.events_skipped += skipped
+                self.events_read += skipped
                 self.pages_read += len(item.pages)
                 yield out
             elif kind == "loss":
