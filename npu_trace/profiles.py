@@ -124,6 +124,11 @@ SIM_RESET: Dict[str, Any] = {
     "trigger_window_ns": 600 * _S,  # a trigger older than this before the first step is not attached
     "step_timeout_ns": 120 * _S,  # the real drain waits up to 120 s; rescan retries 20 x 3 s
     "precursor_window_ns": 600 * _S,
+    # the channels deliver at their own pace (ftrace pages every few ms, kmsg, uevents, npu-smi polls): the
+    # detector orders what it uses by timestamp over 1 s of event time, and one step told by several channels
+    # within 1 s is one step with its sources
+    "reorder_ns": 1 * _S,
+    "merge_ns": 1 * _S,
 }
 
 # ---- latency (see npu_trace.detectors.latency for the keys) ----------------------------------------------

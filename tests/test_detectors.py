@@ -120,6 +120,9 @@ def test_per_op_config_disables_rules() -> None:
 
 
 # ---- reset sequences ----------------------------------------------------------------------------------
+IMMEDIATE = {**SIM_RESET, "reorder_ns": 0, "merge_ns": 0}  # each event used as it comes
+
+
 def reset_run(dev: int, t0: int, gap: int, steps: Any = RESET_STEPS, fail: str = "") -> List[NpuEvent]:
     return [
         E(t0 + i * gap, "reset_step", dev, "reset", step=s, index=i + 1, ret=-1 if s == fail else 0)
@@ -134,7 +137,7 @@ def precursors(dev: int) -> List[NpuEvent]:
 
 
 def test_complete_reset_sequence_with_trigger_and_precursors() -> None:
-    det = ResetDetector({**SIM_RESET, "precursor_window_ns": 4 * S})
+    det = ResetDetector({**IMMEDIATE, "precursor_window_ns": 4 * S})
     out = det.feed([*precursors(0), *reset_run(0, 8 * S, S // 10)])
     (f,) = out
     d = f.details
@@ -153,7 +156,7 @@ def test_complete_reset_sequence_with_trigger_and_precursors() -> None:
 
 
 def test_failed_step_closes_the_sequence() -> None:
-    det = ResetDetector(SIM_RESET)
+    det = ResetDetector(IMMEDIATE)
     (f,) = det.feed(reset_run(1, 0, MS, RESET_STEPS[:6], fail="rescan"))
     assert f.details["status"] == "failed" and f.details["failed_step"] == "rescan"
     assert f.details["reason"] == "step_failed" and f.details["trigger"] is None
@@ -161,7 +164,7 @@ def test_failed_step_closes_the_sequence() -> None:
 
 
 def test_step_timeout_makes_it_incomplete_and_a_late_step_opens_another() -> None:
-    det = ResetDetector({**SIM_RESET, "step_timeout_ns": 10 * S})
+    det = ResetDetector({**IMMEDIATE, "step_timeout_ns": 10 * S})
     assert det.feed(reset_run(0, 0, S, RESET_STEPS[:4])) == []
     assert det.summary()["devices"] == {"0": "resetting"}
     out = det.feed([E(14 * S, "ecc", 1, "dms_event", ce_count=1, uce_count=0, temp_c=50)])
@@ -175,7 +178,7 @@ def test_step_timeout_makes_it_incomplete_and_a_late_step_opens_another() -> Non
 
 
 def test_session_end_leaves_an_incomplete_sequence() -> None:
-    det = ResetDetector(SIM_RESET)
+    det = ResetDetector(IMMEDIATE)
     det.feed(reset_run(2, 0, S, RESET_STEPS[:3]))
     (f,) = det.flush()
     assert f.details["status"] == "incomplete" and f.details["reason"] == "session_end"
@@ -183,10 +186,46 @@ def test_session_end_leaves_an_incomplete_sequence() -> None:
 
 
 def test_out_of_order_steps_and_stale_trigger() -> None:
-    det = ResetDetector({**SIM_RESET, "trigger_window_ns": 5 * S})
+    det = ResetDetector({**IMMEDIATE, "trigger_window_ns": 5 * S})
     steps = ["ready_for_hotreset", "remove", "unbind", "heartbeat_resume"]
     (f,) = det.feed([E(0, "timeout", 0, "heartbeat"), *reset_run(0, 10 * S, S, steps)])
     assert f.details["out_of_order"] and f.details["trigger"] is None
+
+
+def test_one_story_from_several_channels_out_of_order() -> None:
+    """ftrace steps delivered late, kmsg and uevent copies early: held 1 s, ordered, merged: one sequence."""
+    steps = reset_run(0, 10 * S, 50 * MS)
+    kmsg = [e._replace(ts_ns=e.ts_ns + 30 * US, args={**e.args, "source": "kmsg"}) for e in steps]
+    uevent = [e._replace(ts_ns=e.ts_ns + 2 * MS, args={"step": e.args["step"], "source": "uevent"})
+              for e in steps if e.args["step"] in ("unbind", "remove", "rescan", "probe")]  # fmt: skip
+    early = sorted(kmsg + uevent, key=lambda e: e.ts_ns)
+    trigger = E(9 * S, "timeout", 0, "heartbeat", lost_count=4)
+    feeds = [[trigger, *early[:10]], steps[:6], early[10:], steps[6:], [E(30 * S, "irq", 1, "irq")]]
+    det = ResetDetector(SIM_RESET)
+    out = [f for batch in feeds for f in det.feed(batch)] + det.flush()
+    (f,) = out
+    d = f.details
+    assert d["status"] == "complete" and not d["out_of_order"] and f.ts_ns == 10 * S
+    assert [s["step"] for s in d["steps"]] == list(RESET_STEPS)
+    assert [s["ts_ns"] for s in d["steps"]] == [e.ts_ns for e in steps]
+    by_step = {s["step"]: s["sources"] for s in d["steps"]}
+    assert by_step["remove"] == ["ftrace", "kmsg", "uevent"] and by_step["reset_begin"] == ["ftrace", "kmsg"]
+    assert d["trigger"]["op"] == "heartbeat" and det.summary()["merged_steps"] == len(kmsg) + len(uevent)
+    # the result depends on the sequence of events only, not on how it was split into batches
+    one = ResetDetector(SIM_RESET)
+    assert [*one.feed([e for batch in feeds for e in batch]), *one.flush()] == out
+
+
+def test_held_events_are_released_by_time_and_at_the_end() -> None:
+    det = ResetDetector(SIM_RESET)
+    assert det.feed(reset_run(0, 0, MS)) == []  # held: less than 1 s of event time has passed
+    assert det.feed([E(2 * S, "irq", 3, "irq")]) == []  # released, but the end waits 1 s for other copies
+    (f,) = det.feed([E(3 * S, "irq", 3, "irq")])  # time moves on (any device, any kind)
+    assert f.details["status"] == "complete"
+    det = ResetDetector(SIM_RESET)
+    det.feed(reset_run(0, 0, MS))
+    (g,) = det.flush()
+    assert g.details["status"] == "complete" and g.details["steps"][0]["sources"] == ["ftrace"]
 
 
 def test_without_a_definition_the_reset_detector_is_off() -> None:

@@ -8,6 +8,14 @@ Definition keys:
                          the sequence's trigger
     step_timeout_ns      the longest wait for the next step; longer: the sequence is incomplete
     precursor_window_ns  how far before the trigger (or the first step, without one) precursors are summarised
+    reorder_ns           (default 0) how long, in event time, the detector holds the events it uses before using
+                         them, in timestamp order: sources that deliver late (ftrace pages read every few ms,
+                         kmsg, uevents, npu-smi polls) still tell one story in time order. Time is the highest
+                         timestamp seen, so the result depends only on the sequence of events, not on batching.
+    merge_ns             (default 0) a step already in the open sequence, seen again within this time (the same
+                         step told by another channel: ftrace, kmsg, a uevent), is merged into it: one step
+                         with the channels that told it (`sources`). A sequence that reached an `end` step
+                         stays open this long for the other channels' copies.
 
 A sequence opens at the first reset step of a device with none open. It closes complete (an `end` step),
 failed (a step with ret != 0), or incomplete (no step for step_timeout_ns, judged at the next event of any
@@ -21,6 +29,7 @@ History is bounded: entries older than precursor + trigger window are pruned, at
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -32,7 +41,7 @@ S = 1_000_000_000
 MAX_HISTORY = 10_000
 DEFAULTS: Dict[str, Any] = {
     "steps": [], "end": [], "triggers": [{"kind": "timeout"}], "trigger_window_ns": 600 * S,
-    "step_timeout_ns": 120 * S, "precursor_window_ns": 600 * S,
+    "step_timeout_ns": 120 * S, "precursor_window_ns": 600 * S, "reorder_ns": 0, "merge_ns": 0,
 }  # fmt: skip
 
 Ecc = Tuple[int, int, int]  # (ts, ce_count, uce_count)
@@ -41,9 +50,10 @@ Ecc = Tuple[int, int, int]  # (ts, ce_count, uce_count)
 @dataclass
 class ResetRun:
     dev: int
-    steps: List[Tuple[str, int, int]]  # (name, ts, ret)
+    steps: List[Tuple[str, int, int, List[str]]]  # (name, ts, ret, channels that told it)
     trigger: Optional[NpuEvent]
     precursor: Dict[str, Any]
+    ended_at: Optional[int] = None  # ts of its `end` step, while it waits merge_ns for other channels' copies
 
     @property
     def first_ts(self) -> int:
@@ -80,6 +90,12 @@ class ResetDetector:
         self.trigger_window = int(cfg["trigger_window_ns"])
         self.step_timeout = int(cfg["step_timeout_ns"])
         self.window = int(cfg["precursor_window_ns"])
+        self.hold = int(cfg["reorder_ns"])
+        self.merge = int(cfg["merge_ns"])
+        self.now = 0  # the highest timestamp seen (reorder_ns > 0)
+        self.pending: List[Tuple[int, int, NpuEvent]] = []  # heap of held events (ts, arrival, event)
+        self._arrival = 0
+        self.merged = 0  # steps merged into one told by another channel
         self.relevant = frozenset(("timeout", "ecc", "thermal", "reset_step", *(k for k, _ in self.triggers)))
         self.history: Dict[int, DeviceHistory] = {}
         self.open: Dict[int, ResetRun] = {}
@@ -91,6 +107,8 @@ class ResetDetector:
         if not self.enabled:
             return out
         relevant = self.relevant
+        if self.hold:
+            return self._feed_held(events, out)
         for ev in events:
             if self.open:
                 self._expire(ev.ts_ns, out)
@@ -98,12 +116,42 @@ class ResetDetector:
                 self._event(ev, out)
         return out
 
+    def _feed_held(self, events: Sequence[NpuEvent], out: List[Finding]) -> List[Finding]:
+        """Hold the events used for reorder_ns of event time; release them in (timestamp, arrival) order."""
+        relevant, pending, hold = self.relevant, self.pending, self.hold
+        for ev in events:
+            ts = ev.ts_ns
+            if ts > self.now:
+                self.now = ts
+            if ev.dev is not None and ev.kind in relevant:
+                heapq.heappush(pending, (ts, self._arrival, ev))
+                self._arrival += 1
+            upto = self.now - hold
+            while pending and pending[0][0] <= upto:
+                self._release(heapq.heappop(pending)[2], out)
+            if self.open:
+                self._expire(upto, out)
+        return out
+
+    def _release(self, ev: NpuEvent, out: List[Finding]) -> None:
+        if self.open:
+            self._expire(ev.ts_ns, out)
+        self._event(ev, out)
+
     def flush(self) -> List[Finding]:
-        return [self._close(seq, "incomplete", "session_end") for seq in self._take_open(lambda s: True)]
+        out: List[Finding] = []
+        while self.pending:
+            self._release(heapq.heappop(self.pending)[2], out)
+        out.extend(self._close(seq, "complete", None) for seq in self._take_open(lambda s: s.ended_at is not None))
+        out.extend(self._close(seq, "incomplete", "session_end") for seq in self._take_open(lambda s: True))
+        return out
 
     def summary(self) -> Dict[str, Any]:
         devices = {str(d): self._state(d) for d in sorted(set(self.history) | set(self.last_status))}
-        return {"sequences": sum(self.counts.values()), **self.counts, "devices": devices}
+        out = {"sequences": sum(self.counts.values()), **self.counts, "devices": devices}
+        if self.merge:
+            out["merged_steps"] = self.merged
+        return out
 
     # ---- per event ----------------------------------------------------------------------------------
     def _event(self, ev: NpuEvent, out: List[Finding]) -> None:
@@ -122,15 +170,42 @@ class ResetDetector:
             self._step(dev, ev, hist, out)
 
     def _step(self, dev: int, ev: NpuEvent, hist: DeviceHistory, out: List[Finding]) -> None:
+        name = str(ev.args.get("step", ev.op))
+        raw_ret = ev.args.get("ret", 0)
+        ret = int(raw_ret) if isinstance(raw_ret, int) else 0
+        channel = str(ev.args.get("source", "ftrace"))
         seq = self.open.get(dev)
+        if seq is not None and self._merge(seq, name, ev.ts_ns, ret, channel):
+            if ret != 0:
+                out.append(self._close(self.open.pop(dev), "failed", "step_failed"))
+            return
+        if seq is not None and seq.ended_at is not None:  # a new step after the end: that sequence is over
+            out.append(self._close(self.open.pop(dev), "complete", None))
+            seq = None
         if seq is None:
             seq = self.open[dev] = self._start(dev, ev.ts_ns, hist)
-        ret = ev.args.get("ret", 0)
-        seq.steps.append((str(ev.args.get("step", ev.op)), ev.ts_ns, int(ret) if isinstance(ret, int) else 0))
-        if seq.steps[-1][2] != 0:
+        seq.steps.append((name, ev.ts_ns, ret, [channel]))
+        if ret != 0:
             out.append(self._close(self.open.pop(dev), "failed", "step_failed"))
-        elif seq.steps[-1][0] in self.end:
-            out.append(self._close(self.open.pop(dev), "complete", None))
+        elif name in self.end:
+            if self.merge:
+                seq.ended_at = ev.ts_ns
+            else:
+                out.append(self._close(self.open.pop(dev), "complete", None))
+
+    def _merge(self, seq: ResetRun, name: str, ts: int, ret: int, channel: str) -> bool:
+        """Merge a step another channel already told (same name, within merge_ns) into it."""
+        if not self.merge:
+            return False
+        for i in range(len(seq.steps) - 1, -1, -1):
+            told, told_ts, told_ret, channels = seq.steps[i]
+            if told == name and abs(ts - told_ts) <= self.merge:
+                if channel not in channels:
+                    channels.append(channel)
+                seq.steps[i] = (told, min(ts, told_ts), told_ret or ret, channels)
+                self.merged += 1
+                return True
+        return False
 
     def _start(self, dev: int, ts: int, hist: DeviceHistory) -> ResetRun:
         trigger = hist.trigger
@@ -141,6 +216,8 @@ class ResetDetector:
         return ResetRun(dev, [], trigger, self._precursor(hist, ref))
 
     def _expire(self, now: int, out: List[Finding]) -> None:
+        for seq in self._take_open(lambda s: s.ended_at is not None and now - s.ended_at > self.merge):
+            out.append(self._close(seq, "complete", None))
         for seq in self._take_open(lambda s: now - s.last_ts > self.step_timeout):
             out.append(self._close(seq, "incomplete", "step_timeout"))
 
@@ -152,7 +229,7 @@ class ResetDetector:
     def _close(self, seq: ResetRun, status: str, reason: Optional[str]) -> Finding:
         self.counts[status] += 1
         self.last_status[seq.dev] = status
-        names = [name for name, _, _ in seq.steps]
+        names = [step[0] for step in seq.steps]
         details = {
             "status": status, "reason": reason, "steps": _steps(seq),
             "missing": [s for s in self.steps if s not in names],
@@ -187,8 +264,9 @@ class ResetDetector:
         }  # fmt: skip
 
     def _state(self, dev: int) -> str:
-        if dev in self.open:
-            return "resetting"
+        seq = self.open.get(dev)
+        if seq is not None:
+            return "resetting" if seq.ended_at is None else "ok"
         if self.last_status.get(dev) in ("failed", "incomplete"):
             return "offline"
         hist = self.history.get(dev)
@@ -211,7 +289,8 @@ def _ecc(hist: DeviceHistory, lo: int, ref: int) -> Dict[str, Any]:
 
 
 def _steps(seq: ResetRun) -> List[Dict[str, Any]]:
-    return [{"step": n, "ts_ns": ts, "ret": ret, "since_start_ns": ts - seq.first_ts} for n, ts, ret in seq.steps]
+    return [{"step": n, "ts_ns": ts, "ret": ret, "since_start_ns": ts - seq.first_ts, "sources": sorted(channels)}
+            for n, ts, ret, channels in seq.steps]  # fmt: skip
 
 
 def _trigger(ev: Optional[NpuEvent]) -> Optional[Dict[str, Any]]:
