@@ -69,6 +69,7 @@ def reading_of(source: ReplaySource) -> Dict[str, Any]:
     reader = source.reader
     return {
         "events": source.events_read,
+        "channel_events": source.channel_events_read,
         "pages": source.pages_read,
         "schema": reader.schema,
         "profile": source.header.get("profile"),

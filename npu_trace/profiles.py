@@ -60,6 +60,11 @@ class Profile:
     reset: Mapping[str, Any] = field(default_factory=dict)
     # latency detector settings (npu_trace.detectors.latency documents the keys); empty: the detector's defaults
     latency: Mapping[str, Any] = field(default_factory=dict)
+    # the other channels read beside the ftrace events (npu_trace.sources.channels): kmsg, uevent, health
+    channels: Tuple[str, ...] = ()
+    # False: a host where none of `events` exists still traces markers and the channels (the real driver may be
+    # unloaded mid-incident); True: none of them is an error with `hint` (the simulator must be loaded)
+    require_events: bool = True
 
 
 # ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
@@ -153,6 +158,7 @@ PROFILES: Dict[str, Profile] = {
         mapping={**SIM_MAPPING, **BPF_MAPPING},  # events of the BPF source (npu_trace.bpf)
         reset=SIM_RESET,
         latency=SIM_LATENCY,
+        channels=("kmsg", "uevent", "health"),
     ),
     "ascend": Profile(
         "ascend",
@@ -161,6 +167,9 @@ PROFILES: Dict[str, Profile] = {
         ASCEND_LAYOUTS,
         "load the Ascend driver (asdrv_trs, asdrv_trsbase) and enable /proc/trs_*/.../trace_enable",
         mapping=ASCEND_MAPPING,
+        reset=SIM_RESET,  # the same step names: the kmsg rules and uevents name the real driver's steps so
+        channels=("kmsg", "uevent", "health"),
+        require_events=False,
     ),
 }
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from npu_trace.errors import SourceError
 from npu_trace.events import Loss
+from npu_trace.model import NpuEvent
 from npu_trace.recording.writer import RecordingWriter, build_header
 from npu_trace.sources.tracefs_source import TracefsSession
 
@@ -52,8 +53,11 @@ class Recorder:
         max_size: Optional[int] = None,
         max_time: Optional[float] = None,
         overwrite: bool = False,
+        extra: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.session = session
+        self.extra = dict(extra or {})  # more for the header's "extra" (e.g. {"channels": Channels.header()})
+        self.channel_events = 0
         self.path = path
         self.profile = profile
         self.compression = compression
@@ -74,7 +78,7 @@ class Recorder:
     def _open(self) -> None:
         path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
         comms = proc_comms()  # names of the processes alive at the start, for replay's display
-        extra = {"comms": comms}
+        extra = {**self.extra, "comms": comms}
         header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
                               extra)  # fmt: skip
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite)
@@ -89,6 +93,10 @@ class Recorder:
     def __call__(self, batch: List[Any]) -> None:
         writer = self.writer
         assert writer is not None
+        if batch and isinstance(batch[0], NpuEvent):  # the other channels' events (runner.pump, channels)
+            writer.add_events(batch)
+            self.channel_events += len(batch)
+            return
         for cpu, page in batch:
             writer.add_page(cpu, page)
         self.pages += len(batch)

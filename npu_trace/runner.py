@@ -8,6 +8,7 @@ import time
 from types import FrameType
 from typing import Any, Callable, List, Optional
 
+from npu_trace.sources.channels import Channels
 from npu_trace.sources.tracefs_source import TracefsSession
 
 POLL_INTERVAL_S = 0.005
@@ -54,12 +55,15 @@ def pump(
     until: Optional[Callable[[], bool]] = None,
     poll_s: float = POLL_INTERVAL_S,
     raw: bool = False,
+    channels: Optional[Channels] = None,
 ) -> None:
     """Read `session` until `duration` passes, `stop` is set or `until()` is true; then drain what is left.
 
     Decoded: `sink` gets time-ordered batches of events and losses (each read drains every CPU, so a batch is
     sorted before it is handed on), only when there is something. Raw: `sink` gets the (cpu, page) pairs of
     every pass, possibly none, so that a recorder can flush on time.
+    `channels` (kmsg, uevents, npu-smi): after each pass, what they have goes to `sink` as a batch of their own
+    (NpuEvents, never mixed with the tracefs items), so a sink sees everything in one order.
     """
     deadline = None if duration is None else time.monotonic() + duration
     stop = stop or StopFlag()
@@ -68,6 +72,8 @@ def pump(
     while not stop.stopped:
         full_pages = read(batch)
         _flush(batch, sink, raw)
+        if channels is not None:
+            _channels(channels, sink)
         if deadline is not None and time.monotonic() >= deadline:
             break
         if until is not None and until():
@@ -76,6 +82,14 @@ def pump(
             time.sleep(poll_s)
     session.stop(batch, raw=raw)
     _flush(batch, sink, raw)
+    if channels is not None:
+        _channels(channels, sink)
+
+
+def _channels(channels: Channels, sink: Sink) -> None:
+    events = channels.read()
+    if events:
+        sink(events)
 
 
 def _flush(batch: List[Any], sink: Sink, raw: bool) -> None:

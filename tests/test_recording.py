@@ -350,3 +350,38 @@ def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_pa
     assert got["reading"]["events"] == source.events_read
     counts = got["analysis"]["summary"]["events"]["by_kind"]
     assert counts["log"] > 100 and sum(counts.values()) - counts.get("lost", 0) == source.events_read
+
+
+def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
+    """Events of the other channels (kmsg, uevents, npu-smi) are written after the pages queued before them,
+    so a replay sees everything in the order the live pipeline did; lost ones count in the trailer."""
+    from npu_trace.model import NpuEvent
+
+    pages = load_pages(ROOT)[:6]
+    kmsg = NpuEvent(10, "timeout", 2, "heartbeat", 77, -1, {"source": "kmsg", "lost_count": 4, "big": 1 << 70})
+    lost = NpuEvent(11, "lost", None, "overwritten", -1, -1, {"source": "kmsg", "lost": 3})
+    path = str(tmp_path / "c.npt")
+    with RecordingWriter(path, golden_header(), chunk_bytes=64 * PAGE) as w:
+        for cpu, page in pages[:3]:
+            w.add_page(cpu, page)
+        w.add_events([kmsg, lost])
+        for cpu, page in pages[3:]:
+            w.add_page(cpu, page)
+        assert w.events_written == 2
+    reader, records = read_all(path)
+    assert [kind for kind, _ in records] == ["chunk", "events", "chunk"]
+    got = records[1][1]
+    assert got[0] == kmsg._replace(args={**kmsg.args, "big": str(1 << 70)}) and got[1] == lost
+    assert reader.trailer is not None and reader.trailer["losses"] == [["kmsg", "overwritten", -1, 3]]
+    source = ReplaySource(path)
+    batches = list(source.batches())
+    assert batches[1] == got and source.channel_events_read == 2 and source.ledger.total == 3
+    assert all(not isinstance(x, NpuEvent) for b in (batches[0], batches[2]) for x in b)
+    from npu_trace.detectors import Analysis
+    from npu_trace.profiles import PROFILES
+
+    analysis = Analysis(PROFILES["sim"])
+    for batch in batches:
+        analysis.feed(batch)
+    kinds = [f["kind"] for f in analysis.finish()["findings"]]
+    assert "timeout" in kinds and "loss" in kinds

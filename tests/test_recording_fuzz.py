@@ -186,9 +186,32 @@ def read_or_error_raw(valid: Dict[str, Any], blob: bytes) -> None:
 
 
 @FUZZ
-@given(kind=st.text(max_size=10).filter(lambda t: t not in ("chunk", "loss", "note", "trailer")))
+@given(kind=st.text(max_size=10).filter(lambda t: t not in ("chunk", "loss", "note", "trailer", "ev")))
 def test_unknown_record_type_is_skipped_and_counted(valid: Dict[str, Any], kind: str) -> None:
     blob, _, trailer = valid["zstd"]
     first = trailer["index"][1][1]
     reader, records = read_or_error(valid, blob[:first] + msgpack.packb({"t": kind, "v": 1}) + blob[first:])
     assert reader is not None and reader.skipped_records == {kind: 1} and pages_of(records) == PAGES
+
+
+EV_ROW = [123, "timeout", 2, "heartbeat", 77, -1, {"source": "kmsg", "lost_count": 4}]
+
+
+@FUZZ
+@given(index=st.integers(0, 6), value=VALUES)
+def test_wrong_types_in_channel_events(valid: Dict[str, Any], index: int, value: Any) -> None:
+    """An "ev" row with one field replaced: read as given when still valid, else one clear error."""
+    row = list(EV_ROW)
+    row[index] = value
+    blob, header_end, _ = valid["none"]
+    reader, records = read_or_error(valid, blob[:header_end] + msgpack.packb({"t": "ev", "rows": [row]}))
+    if reader is not None:
+        (kind, events), = records
+        assert kind == "events" and list(events[0]) == row
+
+
+@FUZZ
+@given(rows=VALUES)
+def test_channel_events_record_of_any_shape(valid: Dict[str, Any], rows: Any) -> None:
+    blob, header_end, _ = valid["none"]
+    read_or_error(valid, blob[:header_end] + msgpack.packb({"t": "ev", "rows": rows}))

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 from typing import Any
 
-from npu_trace.commands.stream import add_trace_options, announce, session_from_args
+from npu_trace.commands.stream import (
+    add_trace_options,
+    announce,
+    channel_summary,
+    channels_from_args,
+    session_from_args,
+)
 from npu_trace.errors import UsageError
 from npu_trace.recorder import Recorder
 from npu_trace.runner import prepare_process, pump
@@ -42,18 +49,21 @@ def run(args: argparse.Namespace) -> int:
     if args.max_time is not None and args.max_time <= 0:
         raise UsageError("--max-time must be positive")
     session = session_from_args(args)
+    channels = channels_from_args(args)
     stop = prepare_process()
-    with session:
+    with session, channels or contextlib.nullcontext():
+        extra = {"channels": channels.header()} if channels is not None else {}
         recorder = Recorder(session, args.output, args.profile, compression=args.compression,
-                            max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite)  # fmt: skip
-        announce(session, f"recording to {args.output}")
+                            max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite,
+                            extra=extra)  # fmt: skip
+        announce(session, f"recording to {args.output}", channels)
         try:
-            pump(session, recorder, duration=args.duration, stop=stop, raw=True)
+            pump(session, recorder, duration=args.duration, stop=stop, raw=True, channels=channels)
         finally:
             recorder.close()
         events = session.kernel_events_read()
     files = ", ".join(recorder.files)
     per_event = f" ({recorder.bytes_written / events:.1f} B/event)" if events else ""
-    print(f"npu-trace: recorded {events} events in {recorder.pages} pages to {files}: {recorder.bytes_written} "
-          f"bytes{per_event}; {session.ledger.summary()}", file=sys.stderr)  # fmt: skip
+    print(f"npu-trace: recorded {events} events in {recorder.pages} pages{channel_summary(channels)} to {files}: "
+          f"{recorder.bytes_written} bytes{per_event}; {session.ledger.summary()}", file=sys.stderr)  # fmt: skip
     return 0

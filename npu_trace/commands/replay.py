@@ -56,5 +56,6 @@ def _emit(batch: List[Any], pacer: Pacer, printer: StreamPrinter) -> None:
 def print_replay_summary(source: ReplaySource) -> None:
     reader = source.reader
     cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
-    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages; "
+    more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
+    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages{more}; "
           f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from npu_trace.errors import SourceError, UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import prepare_process, pump
 from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
 from npu_trace.tracefs import Tracefs
@@ -38,6 +40,13 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--profile", default="sim", help="target profile: sim (default) or ascend")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--channels", metavar="LIST",
+                   help=f"other channels beside ftrace, comma-separated: {', '.join(CHANNELS)}, or none "
+                   "(default: the profile's)")  # fmt: skip
+    p.add_argument("--npu-smi", default="npu-smi", metavar="PATH",
+                   help="the npu-smi the health channel polls (default: npu-smi on PATH)")  # fmt: skip
+    p.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S, metavar="S",
+                   help=f"npu-smi/PCIe poll interval (default {DEFAULT_HEALTH_INTERVAL_S:g} s)")  # fmt: skip
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -55,6 +64,7 @@ def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) ->
         raise UsageError("--buffer-kb must be positive")
     profile = get_profile(args.profile)
     optional = () if args.events else profile.events
+    names = channel_names(args)
     return TracefsSession(
         args.events,
         optional=optional,
@@ -62,28 +72,63 @@ def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) ->
         fs=fs,
         buffer_kb=args.buffer_kb,
         layouts=profile.layouts,
+        allow_none=bool(names) and not args.events and not profile.require_events,  # the channels still run
     )
 
 
-def announce(session: TracefsSession, doing: str = "") -> None:
+def channel_names(args: argparse.Namespace) -> List[str]:
+    """The channels asked for: --channels, else the profile's."""
+    given = getattr(args, "channels", None)
+    if given is None:
+        return list(get_profile(args.profile).channels)
+    return parse_channels(given)
+
+
+def channels_from_args(args: argparse.Namespace) -> Optional[Channels]:
+    """The other channels to run beside the session (not opened yet), or None; their notes go to stderr."""
+    names = channel_names(args)
+    if getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S) <= 0:
+        raise UsageError("--health-interval must be positive")
+    if not names:
+        return None
+    return Channels(names, npu_smi=getattr(args, "npu_smi", "npu-smi"),
+                    health_interval_s=getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S),
+                    on_note=lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True))  # fmt: skip
+
+
+def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> None:
     what = f"; {doing}" if doing else ""
+    if session.unmatched and not session.selected:
+        print(f"npu-trace: none of the profile's events exists here ({', '.join(session.unmatched)}): "
+              "tracing trace markers and the other channels only", file=sys.stderr)  # fmt: skip
+    elif session.unmatched:
+        print(f"npu-trace: not on this host: {', '.join(session.unmatched)}", file=sys.stderr)
+    also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
     print(
         f"npu-trace: tracing {len(session.selected)} event types on tracefs instance {session.name} "
-        f"(clock {session.clock}){what}; Ctrl-C stops",
+        f"(clock {session.clock}){also}{what}; Ctrl-C stops",
         file=sys.stderr,
         flush=True,
     )
 
 
-def print_summary(session: TracefsSession, printed: int) -> None:
+def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None) -> None:
     err = sys.stderr
-    if session.unmatched:
-        print(f"npu-trace: not on this host: {', '.join(session.unmatched)}", file=err)
     extra = f", {session.malformed} malformed" if session.malformed else ""
+    more = channel_summary(channels)
     print(
-        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}; {session.ledger.summary()}",
+        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}{more}; "
+        f"{session.ledger.summary()}",
         file=err,
     )
+
+
+def channel_summary(channels: Optional[Channels]) -> str:
+    """ ", and 12 from kmsg, uevent (3 lost)" for a summary line; "" without channels."""
+    if channels is None or not channels.running:
+        return ""
+    lost = f" ({channels.lost} lost)" if channels.lost else ""
+    return f", and {channels.events_read} from {', '.join(channels.running)}{lost}"
 
 
 def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
@@ -93,12 +138,13 @@ def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
 
 def run(args: argparse.Namespace) -> int:
     session = session_from_args(args)
+    channels = channels_from_args(args)
     printer = terminal_printer(session, args.format)
     stop = prepare_process()
-    with session:
-        announce(session)
-        pump(session, printer.write_batch, duration=args.duration, stop=stop)
-    print_summary(session, session.events_read)
+    with session, channels or contextlib.nullcontext():
+        announce(session, channels=channels)
+        pump(session, printer.write_batch, duration=args.duration, stop=stop, channels=channels)
+    print_summary(session, session.events_read, channels)
     return 0
 
 

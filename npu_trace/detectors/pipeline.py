@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import itemgetter
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.latency import LatencyDetector
@@ -17,7 +17,7 @@ from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
 from npu_trace.detectors.reset import ResetDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
-from npu_trace.model import Item, Normalizer, NpuEvent
+from npu_trace.model import Normalizer, NpuEvent
 from npu_trace.profiles import Profile
 
 
@@ -40,7 +40,11 @@ class Analysis:
         self.last_ts: Optional[int] = None
         self._report: Optional[Dict[str, Any]] = None
 
-    def feed(self, items: Iterable[Item]) -> List[Finding]:
+    def feed(self, items: Sequence[Any]) -> List[Finding]:
+        """A batch of raw TraceEvent/Loss items, or a batch of NpuEvents (the other channels': kmsg, uevents,
+        npu-smi), never both in one batch."""
+        if items and isinstance(items[0], NpuEvent):
+            return self.feed_events(list(items))
         events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
         if logs:
             self.kind_counts["log"] += logs

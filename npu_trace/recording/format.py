@@ -16,6 +16,7 @@ import zstandard
 
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss
+from npu_trace.model import KINDS, NpuEvent
 
 MAGIC = b"NPUTRACE"
 SCHEMA_VERSION = 1
@@ -32,6 +33,7 @@ MAX_PAGES_PER_CHUNK = 1 << 16
 MAX_ARRAY_LEN = 1 << 17
 MAX_ITEMS_PER_RECORD = 1 << 20  # list elements + map entries in one record: bounds object inflation
 MAX_CPU = 1 << 16
+MAX_EVENT_ROWS = 10_000  # rows per "ev" record (the writer splits bigger batches)
 
 
 class Chunk(NamedTuple):
@@ -239,6 +241,59 @@ def decode_loss(rec: Dict[str, Any], offset: int) -> Loss:
     source, kind = need(rec, "source", str, where), need(rec, "kind", str, where)
     cpu, lost, ts = need(rec, "cpu", int, where), need(rec, "lost", int, where), need(rec, "ts_ns", int, where)
     return Loss(source, cpu, kind, lost, ts)
+
+
+# ---- events of the other channels (kmsg, uevents, npu-smi, ...): already normalized -----------------------
+def events_record(events: Sequence[NpuEvent]) -> Dict[str, Any]:
+    """An "ev" record: NpuEvents as rows [ts_ns, kind, dev, op, pid, cpu, args] (integers msgpack cannot hold
+    are kept as their decimal text)."""
+    return {"t": "ev", "rows": [[e.ts_ns, e.kind, e.dev, e.op, e.pid, e.cpu, _packable(e.args)] for e in events]}
+
+
+def _packable(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, (str, float, bytes)):
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < (1 << 64) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _packable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_packable(v) for v in value]
+    return str(value)
+
+
+def decode_events(rec: Dict[str, Any], offset: int) -> List[NpuEvent]:
+    """An "ev" record -> NpuEvents, every field type-checked."""
+    where = f"events record at byte {offset}"
+    rows = need(rec, "rows", list, where)
+    out: List[NpuEvent] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != 7:
+            raise fail(where, f"row {i} is not a list of 7 fields")
+        ts, kind, dev, op, pid, cpu, args = row
+        ok = (
+            _is_int(ts) and kind in KINDS and (dev is None or _is_int(dev)) and isinstance(op, str)
+            and _is_int(pid) and _is_int(cpu) and isinstance(args, dict)
+        )  # fmt: skip
+        if not ok:
+            raise fail(where, f"row {i} has a field of the wrong type or an unknown kind ({kind!r})")
+        out.append(NpuEvent(ts, kind, dev, op, pid, cpu, args))
+    return out
+
+
+def event_losses(events: Sequence[NpuEvent]) -> List[Loss]:
+    """The "lost" events among the other channels' events, as Loss items (for a loss ledger)."""
+    out = []
+    for ev in events:
+        if ev.kind == "lost":
+            lost = ev.args.get("lost")
+            out.append(Loss(str(ev.args.get("source", "")), ev.cpu, ev.op, lost if isinstance(lost, int) else 0,
+                            ev.ts_ns))  # fmt: skip
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def validate_trailer(rec: Dict[str, Any], chunks: int, offset: int) -> Dict[str, Any]:

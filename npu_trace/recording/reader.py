@@ -23,7 +23,9 @@ from npu_trace.recording.format import (
     PREAMBLE,
     check_preamble,
     decode_chunk,
+    decode_events,
     decode_loss,
+    event_losses,
     fail,
     make_unpacker,
     record_type,
@@ -31,7 +33,7 @@ from npu_trace.recording.format import (
     validate_trailer,
 )
 
-Record = Tuple[str, Any]  # ("chunk", Chunk) | ("loss", Loss) | ("note", dict)
+Record = Tuple[str, Any]  # ("chunk", Chunk) | ("loss", Loss) | ("note", dict) | ("events", [NpuEvent])
 _UNPACK_ERRORS = (ValueError, msgpack.UnpackException, UnicodeDecodeError, TypeError)
 
 
@@ -65,7 +67,8 @@ class RecordingReader:
         return str(self.header["byteorder"])
 
     def records(self) -> Iterator[Record]:
-        """("chunk", Chunk), ("loss", Loss) and ("note", dict) in file order, up to the trailer or the cut."""
+        """("chunk", Chunk), ("loss", Loss), ("note", dict) and ("events", [NpuEvent, ...]) in file order, up to
+        the trailer or the cut."""
         self.truncated, self.truncation, self.trailer = False, "", None
         self.skipped_records, self.chunks_read = {}, 0
         with self._open() as f:
@@ -100,6 +103,8 @@ class RecordingReader:
             return "loss", decode_loss(rec, start)
         if kind == "note":
             return "note", rec
+        if kind == "ev":
+            return "events", decode_events(rec, start)
         self.skipped_records[kind] = self.skipped_records.get(kind, 0) + 1
         return None
 
@@ -181,7 +186,8 @@ def _parse_entry(entry: Dict[str, str]) -> Any:
 def iter_events(
     reader: RecordingReader, layouts: Optional[StructLayouts] = None, ledger: Optional[LossLedger] = None
 ) -> Iterator[Any]:
-    """TraceEvents and Loss items in file order, each CPU's pages decoded by its own PageDecoder (as live)."""
+    """TraceEvents, Loss items and the other channels' NpuEvents in file order, each CPU's pages decoded by its
+    own PageDecoder (as live)."""
     page_header, table = open_decoder(reader, layouts)
     decoders = CpuDecoders(page_header, table, reader.byteorder, ledger)
     out: List[Any] = []
@@ -193,3 +199,7 @@ def iter_events(
             decoders.decode(item.pages, out)
             yield from out
             out.clear()
+        elif kind == "events":
+            for loss in event_losses(item):
+                decoders.ledger.add(loss)
+            yield from item

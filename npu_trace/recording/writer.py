@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import msgpack
 import zstandard
@@ -20,14 +20,18 @@ import zstandard
 import npu_trace
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger
+from npu_trace.model import NpuEvent
 from npu_trace.recording.format import (
     CODECS,
     MAGIC,
     MAX_CHUNK_RAW,
+    MAX_EVENT_ROWS,
     MAX_PAGE_BYTES,
     MAX_PAGES_PER_CHUNK,
     PREAMBLE,
     SCHEMA_VERSION,
+    event_losses,
+    events_record,
     loss_record,
     validate_header,
 )
@@ -132,7 +136,7 @@ class RecordingWriter:
         self._pending_notes: List[Dict[str, Any]] = []
         self._started = 0.0
         self._index: List[Tuple[int, int]] = []
-        self._pages = self._bytes_raw = self._bytes_written = 0
+        self._pages = self._bytes_raw = self._bytes_written = self._events = 0
         self._fd: Optional[int] = _open_excl(path, overwrite)
         self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
 
@@ -184,6 +188,27 @@ class RecordingWriter:
         self._pending_losses.append(loss)
         if not self._pending:
             self._started = time.monotonic()
+
+    def add_events(self, events: Sequence[NpuEvent]) -> None:
+        """Write events of the other channels (kmsg, uevents, npu-smi, ...), already normalized. The pages queued
+        before them go out first, so the file keeps the order in which the pipeline received everything.
+        Their "lost" events also count in the trailer's loss totals."""
+        if not events:
+            return
+        self.flush()
+        for loss in event_losses(events):
+            self.ledger.add(loss)
+        blob = b"".join(
+            msgpack.packb(events_record(events[i : i + MAX_EVENT_ROWS]), use_bin_type=True)
+            for i in range(0, len(events), MAX_EVENT_ROWS)
+        )
+        self._write(blob)
+        self._events += len(events)
+
+    @property
+    def events_written(self) -> int:
+        """Events written with add_events."""
+        return self._events
 
     def add_note(self, note: Dict[str, Any]) -> None:
         """Queue a note (a free map, e.g. {"comms": {pid: name}}); it is written before the next chunk, so a

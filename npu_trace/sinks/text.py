@@ -6,6 +6,7 @@ import json
 from typing import Any, Callable, Dict, List, TextIO
 
 from npu_trace.events import Loss, TraceEvent
+from npu_trace.model import NpuEvent
 
 CommOf = Callable[[int], str]
 
@@ -49,6 +50,21 @@ def event_dict(ev: TraceEvent, comm: str) -> Dict[str, Any]:
     }
 
 
+def channel_text(ev: NpuEvent) -> str:
+    """An event of another channel (kmsg, uevent, npu-smi): already normalized, shown as kind, device, op, args."""
+    secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
+    cpu = f"{ev.cpu:03d}" if ev.cpu >= 0 else "---"
+    source = safe_text(str(ev.args.get("source", "?")))
+    dev = "-" if ev.dev is None else str(ev.dev)
+    fields = " ".join(f"{safe_text(str(k))}={_value_text(v)}" for k, v in ev.args.items() if k != "source")
+    return f"{secs:6d}.{nsecs:09d} [{cpu}] {source} {ev.kind} dev={dev} {safe_text(ev.op)}: {fields}"
+
+
+def channel_dict(ev: NpuEvent) -> Dict[str, Any]:
+    return {"ts_ns": ev.ts_ns, "cpu": ev.cpu, "pid": ev.pid, "event": f"{ev.args.get('source', '?')}:{ev.kind}",
+            "kind": ev.kind, "dev": ev.dev, "op": ev.op, "fields": ev.args}  # fmt: skip
+
+
 def loss_dict(loss: Loss) -> Dict[str, Any]:
     return {"ts_ns": loss.ts_ns, "cpu": loss.cpu, "event": "npu_trace:lost", "source": loss.source,
             "kind": loss.kind, "count": loss.lost}  # fmt: skip
@@ -69,6 +85,8 @@ class StreamPrinter:
             line = json.dumps(event_dict(item, comm)) if self.ndjson else format_text(item, comm)
         elif isinstance(item, Loss):
             line = json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
+        elif isinstance(item, NpuEvent):
+            line = json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
         else:
             return
         self.out.write(line + "\n")

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 from npu_trace.events import Loss, LossLedger, TraceEvent
 from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
 from npu_trace.profiles import PROFILES
+from npu_trace.recording.format import event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
 
 
@@ -24,6 +25,7 @@ class ReplaySource:
         self.comms: Dict[int, str] = dict(_comms(self.reader.header.get("extra", {})))
         self.events_read = 0
         self.events_skipped = 0  # events read but not decoded (batches(only=...))
+        self.channel_events_read = 0  # NpuEvents of the other channels (kmsg, uevents, npu-smi)
         self.pages_read = 0
 
     @property
@@ -31,7 +33,8 @@ class ReplaySource:
         return self.reader.header
 
     def batches(self, only: Optional[Set[str]] = None) -> Iterator[List[Any]]:
-        """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order.
+        """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order; the other
+        channels' events come as lists of NpuEvents (one per "ev" record), never mixed with the others.
 
         `only`: decode just these events ("system:name"); the others are counted in `events_skipped` (and in
         `events_read`) without being decoded, as a consumer that ignores them (check's analysis) wants."""
@@ -52,6 +55,11 @@ class ReplaySource:
             elif kind == "loss":
                 self.ledger.add(item)
                 yield [item]
+            elif kind == "events":  # the other channels' events (kmsg, uevents, npu-smi), normalized
+                for loss in event_losses(item):
+                    self.ledger.add(loss)
+                self.channel_events_read += len(item)
+                yield item
             elif kind == "note":
                 self.comms.update(_comms(item))
 

@@ -66,9 +66,11 @@ class TracefsSession:
         clock: str = "mono",
         layouts: Optional[StructLayouts] = None,
         tag: str = "",
+        allow_none: bool = False,
     ) -> None:
-        if not events and not optional:
+        if not events and not optional and not allow_none:
             raise SourceError("no events selected")
+        self.allow_none = allow_none  # none of the optional events exists: trace markers only (other channels run)
         self.patterns = list(events)  # each must match an event
         self.optional = list(optional)  # a profile's: those that match are used, the others are reported
         self.missing_hint = missing_hint
@@ -121,7 +123,7 @@ class TracefsSession:
         chosen = resolve_globs(self.patterns, available)
         extra, self.unmatched = match_globs(self.optional, available)
         chosen += [ev for ev in extra if ev not in chosen]
-        if not chosen:
+        if not chosen and not self.allow_none:
             hint = f": {self.missing_hint}" if self.missing_hint else ""
             raise KernelFeatureError(f"none of the events {', '.join(self.optional)} exists on this host{hint}")
         return chosen

@@ -1,0 +1,149 @@
+"""The other channels of a session, beside the ftrace events: kernel log, uevents, npu-smi and PCIe health.
+
+`Channels(names)` opens the ones asked for (`CHANNELS`), each on its own: one that cannot open here (no
+permission on /dev/kmsg, no netlink, no npu-smi) is named once in `notes` and the others keep working.
+`read()` returns what they all have now as NpuEvents on the trace clock (CLOCK_MONOTONIC: kmsg timestamps are
+converted with the offset the kmsg source measures at open, uevents and polls are stamped on receipt), sorted by
+timestamp. Losses are NpuEvents of kind "lost" in that stream (kmsg sequence gaps, rate-limited driver
+messages, an overflowed uevent socket).
+
+`header()` describes the channels for a recording's header (which ones run, the kmsg clock offset and its
+error), so a replay knows how the timeline was put together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from npu_trace.errors import UsageError
+from npu_trace.events import Loss
+from npu_trace.model import NpuEvent, lost_event
+from npu_trace.sources.health_source import HealthSource, mono_ns
+from npu_trace.sources.kmsg_source import KmsgSource
+from npu_trace.sources.uevent_source import UeventSource
+
+CHANNELS = ("kmsg", "uevent", "health")
+DEFAULT_HEALTH_INTERVAL_S = 2.0
+
+
+def parse_channels(text: str) -> List[str]:
+    """ "kmsg,uevent" -> ["kmsg", "uevent"]; "none" -> []; an unknown name is a UsageError."""
+    if text.strip() in ("", "none"):
+        return []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHANNELS]
+    if unknown:
+        raise UsageError(f"unknown channel {unknown[0]!r} (known: {', '.join(CHANNELS)}, or none)")
+    return list(dict.fromkeys(names))
+
+
+class Channels:
+    """open() -> read() -> [NpuEvent] (non-blocking) -> close(). Also a context manager."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        npu_smi: str = "npu-smi",
+        health_interval_s: float = DEFAULT_HEALTH_INTERVAL_S,
+        on_note: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.names = list(names)
+        self.npu_smi = npu_smi
+        self.health_interval_s = health_interval_s
+        self.on_note = on_note
+        self.kmsg: Optional[KmsgSource] = None
+        self.uevent: Optional[UeventSource] = None
+        self.health: Optional[HealthSource] = None
+        self.running: List[str] = []
+        self.notes: List[str] = []
+        self.events_read = 0
+        self.lost = 0  # events the channels said they lost (kmsg gaps, rate-limited messages, uevent overflow)
+        self._health_notes = 0
+
+    def __enter__(self) -> Channels:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open(self) -> None:
+        for name in self.names:
+            try:
+                getattr(self, f"_open_{name}")()
+                self.running.append(name)
+            except OSError as exc:
+                self._note(f"{name}: not available here ({exc.strerror or exc}): the other channels go on")
+
+    def _open_kmsg(self) -> None:
+        src = KmsgSource()
+        src.open()
+        self.kmsg = src
+        if not src.offset_measured:
+            self._note("kmsg: clock offset not measured (no write access to /dev/kmsg): kernel log times are "
+                       "its own clock, uncorrected")  # fmt: skip
+
+    def _open_uevent(self) -> None:
+        src = UeventSource()
+        src.open()
+        self.uevent = src
+
+    def _open_health(self) -> None:
+        src = HealthSource(interval_s=self.health_interval_s, npu_smi=self.npu_smi)
+        src.start()
+        self.health = src
+
+    def close(self) -> None:
+        for src in (self.health, self.uevent, self.kmsg):
+            if src is not None:
+                src.close()
+        self.kmsg = self.uevent = self.health = None
+
+    def read(self) -> List[NpuEvent]:
+        out: List[NpuEvent] = []
+        if self.kmsg is not None:
+            try:
+                out += self.kmsg.read()
+            except OSError as exc:  # the read itself failed (not EPIPE, which the source counts as loss)
+                self._note(f"kmsg: read failed ({exc.strerror or exc}): kmsg channel stopped")
+                self.kmsg.close()
+                self.kmsg = None
+                out.append(lost_event_note("kmsg"))
+        if self.uevent is not None:
+            out += self.uevent.read()
+        if self.health is not None:
+            out += self.health.read()
+            notes = self.health.notes()
+            for text in notes[self._health_notes :]:
+                self._note(f"health: {text}")
+            self._health_notes = len(notes)
+        if out:
+            out.sort(key=_ts)
+            self.events_read += len(out)
+            self.lost += sum(int(e.args.get("lost") or 0) for e in out if e.kind == "lost")
+        return out
+
+    def header(self) -> Dict[str, Any]:
+        """What a recording's header says of the channels."""
+        info: Dict[str, Any] = {"asked": list(self.names), "running": list(self.running)}
+        if self.kmsg is not None:
+            note = self.kmsg.clock_note()
+            info["kmsg_clock"] = {k: note[k] for k in ("clock", "offset_ns", "error_ns", "measured")}
+        if self.health is not None:
+            info["health_interval_s"] = self.health_interval_s
+        return info
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        if self.on_note is not None:
+            self.on_note(text)
+
+
+def lost_event_note(source: str) -> NpuEvent:
+    """A channel that stopped: an unknown number of its events are lost from here on."""
+    return lost_event(Loss(source, -1, "stopped", 0, mono_ns()))
+
+
+def _ts(ev: NpuEvent) -> int:
+    return ev.ts_ns
