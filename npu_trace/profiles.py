@@ -65,6 +65,8 @@ class Profile:
     # False: a host where none of `events` exists still traces markers and the channels (the real driver may be
     # unloaded mid-incident); True: none of them is an error with `hint` (the simulator must be loaded)
     require_events: bool = True
+    # one timeout told by several channels within this much time is one finding (npu_trace.detectors.timeouts)
+    merge_ns: int = 0
 
 
 # ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
@@ -159,6 +161,7 @@ PROFILES: Dict[str, Profile] = {
         reset=SIM_RESET,
         latency=SIM_LATENCY,
         channels=("kmsg", "uevent", "health"),
+        merge_ns=SIM_RESET["merge_ns"],
     ),
     "ascend": Profile(
         "ascend",
@@ -170,6 +173,7 @@ PROFILES: Dict[str, Profile] = {
         reset=SIM_RESET,  # the same step names: the kmsg rules and uevents name the real driver's steps so
         channels=("kmsg", "uevent", "health"),
         require_events=False,
+        merge_ns=SIM_RESET["merge_ns"],
     ),
 }
 

@@ -6,6 +6,13 @@
     max = 0                  # timeout findings allowed (also: alloc_fail, reset_sequences, spikes, leaks)
     [spikes]
     max = -1                 # -1: reported, never a violation
+    [timeouts.max_by_op]
+    heartbeat = 0            # per operation (any count table): "no heartbeat lost"
+    [link_degraded]
+    max = 0                  # a PCIe link trained below its maximum speed or width (default: reported only)
+    [ecc]
+    max_ce_delta = 100       # ECC counts may grow this much on any device over the session (default: no limit)
+    max_uce_delta = 0
     [latency.p99_max_ns]
     halMemAlloc = 2_000_000  # per operation, over every device
 
@@ -33,8 +40,12 @@ COUNT_RULES = {
     "reset_sequences": "reset_sequence",
     "spikes": "spike",
     "leaks": "leak",
+    "link_degraded": "link_degraded",
+    "health": "health",
 }
-DEFAULT_MAX = {"timeouts": 0, "alloc_fail": 0, "reset_sequences": 0, "spikes": -1, "leaks": -1}
+DEFAULT_MAX = {"timeouts": 0, "alloc_fail": 0, "reset_sequences": 0, "spikes": -1, "leaks": -1, "link_degraded": -1,
+               "health": -1}  # fmt: skip
+ECC_LIMITS = ("max_ce_delta", "max_uce_delta")
 UNLIMITED = -1
 
 
@@ -48,12 +59,16 @@ class Rules:
     loss_allowed: bool = False
     p99_max_ns: Mapping[str, int] = field(default_factory=dict)
     source: str = "defaults"
+    max_by_op: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # table -> op -> limit
+    ecc: Mapping[str, int] = field(default_factory=dict)  # max_ce_delta / max_uce_delta, per device
 
     def as_dict(self) -> Dict[str, Any]:
         return {
             "source": self.source,
             "loss_allowed": self.loss_allowed,
             "max_counts": dict(sorted(self.max_counts.items())),
+            "max_by_op": {t: dict(sorted(ops.items())) for t, ops in sorted(self.max_by_op.items())},
+            "ecc": dict(sorted(self.ecc.items())),
             "p99_max_ns": dict(sorted(self.p99_max_ns.items())),
         }
 
@@ -76,7 +91,7 @@ def _line_of(text: str, key: str) -> int:
 
 
 def _fail(name: str, text: str, key: str, expected: str) -> RulesError:
-    line = _line_of(text, key.split(".")[-1])
+    line = next((n for part in reversed(key.split(".")) for n in [_line_of(text, part)] if n), 0)
     where = f"{name}:{line}" if line else name
     return RulesError(f"{where}: {key}: expected {expected}")
 
@@ -90,28 +105,51 @@ def parse_rules(text: str, name: str = "rules.toml") -> Rules:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(f"{name}: not valid TOML: {exc}") from None
-    known = {*COUNT_RULES, "loss", "latency"}
+    known = {*COUNT_RULES, "loss", "latency", "ecc"}
     for key in data:
         if key not in known:
             raise _fail(name, text, key, f"one of the tables {', '.join(sorted(known))}")
     max_counts = dict(DEFAULT_MAX)
+    by_op: Dict[str, Dict[str, int]] = {}
     for table in COUNT_RULES:
-        max_counts[table] = _parse_max(data.get(table, {}), table, name, text, DEFAULT_MAX[table])
+        max_counts[table], ops = _parse_max(data.get(table, {}), table, name, text, DEFAULT_MAX[table])
+        if ops:
+            by_op[table] = ops
     loss_allowed = _parse_loss(data.get("loss", {}), name, text)
     p99 = _parse_latency(data.get("latency", {}), name, text)
-    return Rules(max_counts, loss_allowed, p99, name)
+    ecc = _parse_ecc(data.get("ecc", {}), name, text)
+    return Rules(max_counts, loss_allowed, p99, name, by_op, ecc)
 
 
-def _parse_max(table: Any, key: str, name: str, text: str, default: int) -> int:
+def _parse_max(table: Any, key: str, name: str, text: str, default: int) -> Tuple[int, Dict[str, int]]:
     if not isinstance(table, dict):
         raise _fail(name, text, key, "a table")
     for sub in table:
-        if sub != "max":
-            raise _fail(name, text, f"{key}.{sub}", "only `max` in this table")
+        if sub not in ("max", "max_by_op"):
+            raise _fail(name, text, f"{key}.{sub}", "only `max` and `max_by_op` in this table")
     value = table.get("max", default)
     if not _int(value) or value < UNLIMITED:
         raise _fail(name, text, f"{key}.max", "an integer >= 0, or -1 for no limit")
-    return int(value)
+    ops = table.get("max_by_op", {})
+    if not isinstance(ops, dict):
+        raise _fail(name, text, f"{key}.max_by_op", "a table of operation = count")
+    for op, limit in ops.items():
+        if not _int(limit) or limit < 0:
+            raise _fail(name, text, f"{key}.max_by_op.{op}", "an integer >= 0")
+    return int(value), {str(op): int(limit) for op, limit in ops.items()}
+
+
+def _parse_ecc(table: Any, name: str, text: str) -> Dict[str, int]:
+    if not isinstance(table, dict):
+        raise _fail(name, text, "ecc", "a table")
+    out: Dict[str, int] = {}
+    for key, value in table.items():
+        if key not in ECC_LIMITS:
+            raise _fail(name, text, f"ecc.{key}", f"one of {', '.join(ECC_LIMITS)}")
+        if not _int(value) or value < 0:
+            raise _fail(name, text, f"ecc.{key}", "an integer >= 0")
+        out[key] = int(value)
+    return out
 
 
 def _parse_loss(table: Any, name: str, text: str) -> bool:
@@ -149,17 +187,41 @@ def load_rules(path: Optional[str]) -> Rules:
 
 
 def evaluate(
-    rules: Rules, findings: List[Mapping[str, Any]], op_p99: Mapping[str, int], lost: int, incomplete: bool
+    rules: Rules,
+    findings: List[Mapping[str, Any]],
+    op_p99: Mapping[str, int],
+    lost: int,
+    incomplete: bool,
+    health: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> List[Violation]:
-    """Violations of `rules` by these findings; `op_p99` is the p99 latency (ns) per operation."""
+    """Violations of `rules` by these findings; `op_p99` is the p99 latency (ns) per operation; `health` the
+    health detector's per-device summary (ECC deltas)."""
     violations: List[Violation] = []
     counts: Dict[str, int] = {}
+    op_counts: Dict[Tuple[str, str], int] = {}
     for finding in findings:
         counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
+        key = (finding["kind"], str(finding.get("op") or ""))
+        op_counts[key] = op_counts.get(key, 0) + 1
     for table, kind in sorted(COUNT_RULES.items()):
         limit, seen = rules.max_counts[table], counts.get(kind, 0)
         if limit != UNLIMITED and seen > limit:
             violations.append(Violation(table, f"{seen} {kind} finding(s), at most {limit} allowed", seen))
+        for op, op_limit in sorted(rules.max_by_op.get(table, {}).items()):
+            seen = op_counts.get((kind, op), 0)
+            if seen > op_limit:
+                message = f"{seen} {kind} finding(s) of {op}, at most {op_limit} allowed"
+                violations.append(Violation(f"{table}.max_by_op.{op}", message, seen))
+    for name in ECC_LIMITS:
+        if name not in rules.ecc:
+            continue
+        field_name = name[len("max_") :]
+        for dev, info in sorted((health or {}).items()):
+            delta = info.get(field_name)
+            if isinstance(delta, int) and delta > rules.ecc[name]:
+                what = field_name[: -len("_delta")]
+                message = f"device {dev}: {what} count grew by {delta}, at most {rules.ecc[name]}"
+                violations.append(Violation(f"ecc.{name}", message, delta))
     if incomplete and not rules.loss_allowed:
         violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
     for op, limit in sorted(rules.p99_max_ns.items()):
@@ -175,5 +237,8 @@ def rule_names(rules: Rules) -> List[Tuple[str, str]]:
     for table in sorted(COUNT_RULES):
         limit = rules.max_counts[table]
         out.append((table, "no limit" if limit == UNLIMITED else f"at most {limit}"))
+    for table, ops in sorted(rules.max_by_op.items()):
+        out += [(f"{table}.max_by_op.{op}", f"at most {n}") for op, n in sorted(ops.items())]
+    out += [(f"ecc.{key}", f"at most {n} per device") for key, n in sorted(rules.ecc.items())]
     out += [(f"latency.{op}", f"p99 <= {ns} ns") for op, ns in sorted(rules.p99_max_ns.items())]
     return out

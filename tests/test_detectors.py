@@ -333,3 +333,57 @@ def test_histogram_merge_equals_adding_every_value() -> None:
     both.add_all([5, 900, 10**6, 3, 10**9])
     a.merge(b)
     assert (a.buckets, a.min, a.max, a.count, a.total) == (both.buckets, both.min, both.max, both.count, both.total)
+
+
+# ---- health: ECC, temperature, link, npu-smi health ----------------------------------------------------
+def test_health_summary_and_link_and_health_findings() -> None:
+    from npu_trace.detectors.health import HealthDetector
+
+    det = HealthDetector()
+    full = {"source": "sysfs", "bdf": "0000:3b:00.0", "speed": "16.0 GT/s PCIe", "width": 16,
+            "max_speed": "16.0 GT/s PCIe", "max_width": 16, "degraded": 0}  # fmt: skip
+    evs = [
+        E(1, "ecc", 0, "dms_event", ce_count=1, uce_count=0, temp_c=62),
+        E(2, "ecc", 0, "npu-smi", source="npu-smi", ce_count=3, uce_count=0),
+        E(3, "thermal", 0, "npu-smi", source="npu-smi", temp_c=91),
+        E(4, "ecc", 0, "dms_event", ce_count=255, uce_count=1, temp_c=80),
+        E(5, "link", 0, "pcie_link", **full),
+        E(6, "link", 0, "pcie_link", **{**full, "width": 8, "degraded": 1}),
+        E(7, "link", 0, "pcie_link", **{**full, "width": 4, "degraded": 1}),  # still degraded: no new finding
+        E(8, "link", 0, "pcie_link", **full),
+        E(9, "link", 0, "pcie_link", **{**full, "speed": "8.0 GT/s PCIe", "degraded": 1}),
+        E(10, "log", 1, "health", source="npu-smi", health="OK", previous=None, error_codes=[]),
+        E(11, "log", 1, "health", source="npu-smi", health="Warning", previous="OK", error_codes=["80E01801"]),
+        E(12, "log", 1, "health_note", source="health", note="npu-smi info: timeout"),
+    ]
+    out = det.feed(evs)
+    assert [(f.kind, f.device, f.ts_ns) for f in out] == [("link_degraded", 0, 6), ("link_degraded", 0, 9),
+                                                           ("health", 1, 11)]  # fmt: skip
+    assert out[0].details["width"] == 8 and out[2].details["error_codes"] == ["80E01801"]
+    dev0 = det.summary()["devices"]["0"]
+    assert (dev0["ce_first"], dev0["ce_last"], dev0["ce_delta"], dev0["uce_delta"]) == (1, 255, 254, 1)
+    assert dev0["max_temp_c"] == 91 and dev0["link_degraded"] is True
+    assert det.summary()["devices"]["1"]["health"] == "Warning"
+
+
+def test_one_timeout_told_by_two_channels_is_one_finding() -> None:
+    def run(batches: List[List[NpuEvent]]) -> List[Any]:
+        det = TimeoutDetector(merge_ns=S)
+        return [*(f for b in batches for f in det.feed(b)), *det.flush()]
+
+    evs = [
+        E(10 * MS, "timeout", None, "heartbeat", source="kmsg", lost_count=4),  # the kmsg line came first
+        E(10 * MS + 300, "timeout", 0, "heartbeat", lost_count=4),  # the probe
+        E(20 * MS, "timeout", 0, "mbox", wait_us=1000),
+        E(21 * MS, "timeout", None, "mbox", source="kmsg", wakeup_time_us=1000),
+        E(22 * MS, "timeout", 0, "mbox", wait_us=2000),  # another mbox timeout from the probe: its own finding
+        E(5 * S, "irq", 0, "irq"),
+    ]
+    out = run([evs])
+    assert [(f.device, f.op, f.ts_ns, f.details.get("sources")) for f in out] == [
+        (0, "heartbeat", 10 * MS + 300, ["ftrace", "kmsg"]),
+        (0, "mbox", 20 * MS, ["ftrace", "kmsg"]),
+        (0, "mbox", 22 * MS, ["ftrace"]),
+    ]
+    assert "source" not in out[0].details  # the probe's copy tells the details
+    assert run([evs[:2], evs[2:4], evs[4:]]) == out and run([[e] for e in evs]) == out

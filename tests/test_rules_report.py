@@ -37,6 +37,25 @@ def test_rules_file_overrides() -> None:
     assert [(v.rule, v.count) for v in got] == [("spikes", 2), ("latency.halMemAlloc", 1)]
 
 
+def test_health_rules_heartbeat_ecc_and_link() -> None:
+    """ "no heartbeat lost", "ECC delta below N", "link at full width", as rules."""
+    rules = parse_rules(
+        "[timeouts]\nmax = -1\nmax_by_op = { heartbeat = 0 }\n[link_degraded]\nmax = 0\n"
+        "[ecc]\nmax_ce_delta = 100\nmax_uce_delta = 0\n"
+    )
+    findings = [
+        finding("timeout", op="heartbeat"),
+        finding("timeout", op="mbox"),
+        finding("link_degraded", op="pcie_link"),
+    ]
+    health = {"0": {"ce_delta": 255, "uce_delta": 1}, "1": {"ce_delta": 3, "uce_delta": 0}}
+    got = [(v.rule, v.count) for v in evaluate(rules, findings, {}, 0, False, health)]
+    assert got == [("link_degraded", 1), ("timeouts.max_by_op.heartbeat", 1), ("ecc.max_ce_delta", 255),
+                   ("ecc.max_uce_delta", 1)]  # fmt: skip
+    assert evaluate(rules, [finding("timeout", op="mbox")], {}, 0, False, {"0": {"ce_delta": 100}}) == []
+    assert rules.as_dict()["max_by_op"] == {"timeouts": {"heartbeat": 0}}
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [
@@ -46,6 +65,8 @@ def test_rules_file_overrides() -> None:
         ("[latency.p99_max_ns]\nhalMemAlloc = -5\n", "rules.toml:2: latency.p99_max_ns.halMemAlloc"),
         ("[spikes]\nlimit = 3\n", "rules.toml:2: spikes.limit"),
         ("[timeouts\n", "rules.toml: not valid TOML"),
+        ("[timeouts]\nmax_by_op = { heartbeat = -1 }\n", "rules.toml:2: timeouts.max_by_op.heartbeat"),
+        ("[ecc]\nmax_delta = 3\n", "rules.toml:2: ecc.max_delta"),
     ],
 )
 def test_bad_rules_name_file_line_and_expectation(text: str, where: str) -> None:

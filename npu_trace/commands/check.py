@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     analysis, reading = result["analysis"], result["reading"]
     analysis["summary"]["latency_by_op"] = op_rows(result["latency"])
     violations = evaluate(rules, analysis["findings"], p99_by_op(result["latency"]), reading["lost"],
-                          reading["incomplete"])  # fmt: skip
+                          reading["incomplete"], analysis["summary"]["health"]["devices"])  # fmt: skip
     report = build_report(os.path.basename(args.file), analysis, rules, violations, reading)
     if args.json:
         _write(args.json, render_json(report))

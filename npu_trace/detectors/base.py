@@ -13,7 +13,9 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from npu_trace.model import NpuEvent
 
-FINDING_KINDS: Tuple[str, ...] = ("spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss")
+FINDING_KINDS: Tuple[str, ...] = (
+    "spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss", "link_degraded", "health",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
+from npu_trace.detectors.health import HealthDetector
 from npu_trace.detectors.latency import LatencyDetector
 from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
@@ -31,7 +32,8 @@ class Analysis:
             "latency": self.latency,
             "reset": ResetDetector(profile.reset),
             "memory": MemoryDetector(),
-            "timeouts": TimeoutDetector(),
+            "timeouts": TimeoutDetector(profile.merge_ns),
+            "health": HealthDetector(),
             "loss": LossDetector(),
         }
         self.findings: List[Finding] = []

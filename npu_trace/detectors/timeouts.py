@@ -26,24 +26,88 @@ def wait_ns(args: Dict[str, Any]) -> Optional[int]:
     return None
 
 
+class _Pending:
+    __slots__ = ("dev", "ev", "sources", "ts")
+
+    def __init__(self, ev: NpuEvent) -> None:
+        self.ev = ev
+        self.dev = ev.dev
+        self.ts = ev.ts_ns
+        self.sources = [_source(ev)]
+
+
+def _source(ev: NpuEvent) -> str:
+    return str(ev.args.get("source", "ftrace"))
+
+
+def _rank(ev: NpuEvent) -> Tuple[bool, bool]:
+    return (ev.dev is not None, "source" not in ev.args)
+
+
 class TimeoutDetector:
-    def __init__(self) -> None:
+    """merge_ns > 0: one timeout told by several channels (a driver probe and its kmsg line, say) is one
+    finding, with `sources`: a timeout of the same op from another channel within merge_ns (its device the
+    same, or unknown on one side) is merged. Findings then wait merge_ns of event time (the highest timestamp
+    seen) for their copies; the result depends only on the sequence of events."""
+
+    def __init__(self, merge_ns: int = 0) -> None:
+        self.merge = merge_ns
         self.counts: Dict[Tuple[int, str], int] = {}
+        self.pending: List[_Pending] = []
+        self.now = 0
+        self.merged = 0
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
-        return [self._finding(ev) for ev in events if ev.kind == "timeout"]
+        if not self.merge:
+            return [self._finding(ev, []) for ev in events if ev.kind == "timeout"]
+        out: List[Finding] = []
+        pending, merge = self.pending, self.merge
+        for ev in events:
+            if ev.ts_ns > self.now:
+                self.now = ev.ts_ns
+            if ev.kind == "timeout" and not self._merged(ev):
+                pending.append(_Pending(ev))
+            if pending and pending[0].ts <= self.now - merge:
+                self._release(self.now - merge, out)
+        return out
 
-    def _finding(self, ev: NpuEvent) -> Finding:
+    def _merged(self, ev: NpuEvent) -> bool:
+        source = _source(ev)
+        for p in self.pending:
+            if (p.ev.op == ev.op and source not in p.sources and abs(p.ts - ev.ts_ns) <= self.merge
+                    and (p.dev is None or ev.dev is None or p.dev == ev.dev)):  # fmt: skip
+                p.sources.append(source)
+                if _rank(ev) > _rank(p.ev):  # the copy with a device, from the probe, tells the most
+                    p.ev, p.dev = ev, ev.dev
+                p.ts = min(p.ts, ev.ts_ns)
+                self.merged += 1
+                return True
+        return False
+
+    def _release(self, upto: int, out: List[Finding]) -> None:
+        due = sorted((p for p in self.pending if p.ts <= upto), key=lambda p: p.ts)
+        self.pending = [p for p in self.pending if p.ts > upto]
+        out.extend(self._finding(p.ev, p.sources) for p in due)
+
+    def _finding(self, ev: NpuEvent, sources: List[str]) -> Finding:
         key = (-1 if ev.dev is None else ev.dev, ev.op)
         self.counts[key] = self.counts.get(key, 0) + 1
         start = ev.args.get("entry_ts_ns", ev.ts_ns)
         details = {k: v for k, v in sorted(ev.args.items()) if k not in _SKIP}
         details.update(wait_ns=wait_ns(ev.args), pid=ev.pid, end_ts_ns=ev.ts_ns)
+        if sources:
+            details["sources"] = sorted(sources)
         return Finding("timeout", ev.dev, ev.op, int(start), details)
 
     def flush(self) -> List[Finding]:
-        return []
+        out: List[Finding] = []
+        if self.pending:
+            self._release(max(p.ts for p in self.pending), out)
+        return out
 
     def summary(self) -> Dict[str, Any]:
         rows = [{"device": None if d < 0 else d, "op": op, "count": n} for (d, op), n in sorted(self.counts.items())]
-        return {"total": sum(self.counts.values()), "by_op": rows}
+        out: Dict[str, Any] = {"total": sum(self.counts.values()), "by_op": rows}
+        if self.merge:
+            out["merged"] = self.merged
+        return out

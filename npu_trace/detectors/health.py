@@ -1,0 +1,103 @@
+"""Device health over the session: ECC counts, temperature, PCIe link, npu-smi health (per device).
+
+Inputs: `ecc` events carrying `ce_count`/`uce_count` (the driver's DMS reports, npu-smi's ECC table),
+`ecc`/`thermal` events carrying `temp_c`, `link` events from sysfs (`speed`, `width`, `max_speed`, `max_width`,
+`degraded`) and the "health" log events of npu-smi (`health`, `previous`).
+
+Findings: `link_degraded` when a link reports itself trained below its maximum (once per degradation: a link
+back at full speed and width ends it), `health` when npu-smi's health leaves OK (and when it changes while not
+OK). The summary holds per device the first and last ECC counts with their deltas, the highest temperature,
+the last link state and health; `check` rules read them ("ECC delta below N", "link at full width").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from npu_trace.detectors.base import Finding
+from npu_trace.model import NpuEvent
+
+OK_HEALTH = ("OK", "Healthy")
+
+
+class DeviceHealth:
+    __slots__ = ("ce", "degraded", "health", "link", "max_temp", "uce")
+
+    def __init__(self) -> None:
+        self.ce: List[int] = []  # [first, last]
+        self.uce: List[int] = []
+        self.max_temp: Optional[int] = None
+        self.link: Dict[str, Any] = {}
+        self.degraded = False
+        self.health: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "ce_first": self.ce[0] if self.ce else None, "ce_last": self.ce[-1] if self.ce else None,
+            "ce_delta": self.ce[-1] - self.ce[0] if self.ce else 0,
+            "uce_first": self.uce[0] if self.uce else None, "uce_last": self.uce[-1] if self.uce else None,
+            "uce_delta": self.uce[-1] - self.uce[0] if self.uce else 0,
+            "max_temp_c": self.max_temp, "link": dict(sorted(self.link.items())), "link_degraded": self.degraded,
+            "health": self.health,
+        }  # fmt: skip
+
+
+class HealthDetector:
+    def __init__(self) -> None:
+        self.devices: Dict[int, DeviceHealth] = {}
+
+    def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
+        out: List[Finding] = []
+        for ev in events:
+            kind = ev.kind
+            if ev.dev is None or kind not in ("ecc", "thermal", "link", "log"):
+                continue
+            if kind == "log" and ev.op != "health":
+                continue
+            dev = self.devices.get(ev.dev)
+            if dev is None:
+                dev = self.devices[ev.dev] = DeviceHealth()
+            args = ev.args
+            if kind == "ecc":
+                _count(dev.ce, args.get("ce_count"))
+                _count(dev.uce, args.get("uce_count"))
+            temp = args.get("temp_c")
+            if kind in ("ecc", "thermal") and isinstance(temp, int):
+                dev.max_temp = temp if dev.max_temp is None else max(dev.max_temp, temp)
+            if kind == "link" and "degraded" in args:
+                self._link(ev, dev, out)
+            if kind == "log":
+                self._health(ev, dev, out)
+        return out
+
+    def _link(self, ev: NpuEvent, dev: DeviceHealth, out: List[Finding]) -> None:
+        keys = ("speed", "width", "max_speed", "max_width", "bdf")
+        dev.link = {k: ev.args[k] for k in keys if k in ev.args}
+        degraded = bool(ev.args.get("degraded"))
+        if degraded and not dev.degraded:
+            out.append(Finding("link_degraded", ev.dev, "pcie_link", ev.ts_ns, dict(sorted(dev.link.items()))))
+        dev.degraded = degraded
+
+    def _health(self, ev: NpuEvent, dev: DeviceHealth, out: List[Finding]) -> None:
+        health = ev.args.get("health")
+        if not isinstance(health, str):
+            return
+        previous, dev.health = dev.health, health
+        if health not in OK_HEALTH and health != previous:
+            codes = ev.args.get("error_codes")
+            details = {"health": health, "previous": previous, "error_codes": codes if isinstance(codes, list) else []}
+            out.append(Finding("health", ev.dev, "health", ev.ts_ns, details))
+
+    def flush(self) -> List[Finding]:
+        return []
+
+    def summary(self) -> Dict[str, Any]:
+        return {"devices": {str(d): h.as_dict() for d, h in sorted(self.devices.items())}}
+
+
+def _count(series: List[int], value: Any) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if len(series) < 2:
+            series.append(value)
+        else:
+            series[1] = value
