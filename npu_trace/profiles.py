@@ -67,6 +67,10 @@ class Profile:
     require_events: bool = True
     # one timeout told by several channels within this much time is one finding (npu_trace.detectors.timeouts)
     merge_ns: int = 0
+    # --bpf: IRQ name prefixes whose handlers the BPF channel times (at most 4), and the ftrace events it
+    # replaces (the same calls measured by ftrace uprobes would be counted twice)
+    bpf_irq_prefixes: Tuple[str, ...] = ()
+    bpf_replaces: Tuple[str, ...] = ()
 
 
 # ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
@@ -162,6 +166,7 @@ PROFILES: Dict[str, Profile] = {
         latency=SIM_LATENCY,
         channels=("kmsg", "uevent", "health"),
         merge_ns=SIM_RESET["merge_ns"],
+        bpf_replaces=("ascend:ascend_hal*",),  # the simulator's HAL uprobe events
     ),
     "ascend": Profile(
         "ascend",
@@ -169,11 +174,14 @@ PROFILES: Dict[str, Profile] = {
         ("trs_chan:*", "trs_core:*", "irq:irq_handler_entry", "irq:irq_handler_exit"),
         ASCEND_LAYOUTS,
         "load the Ascend driver (asdrv_trs, asdrv_trsbase) and enable /proc/trs_*/.../trace_enable",
-        mapping=ASCEND_MAPPING,
+        mapping={**ASCEND_MAPPING, **BPF_MAPPING},  # libascend_hal.so calls measured by the BPF channel
         reset=SIM_RESET,  # the same step names: the kmsg rules and uevents name the real driver's steps so
         channels=("kmsg", "uevent", "health"),
         require_events=False,
         merge_ns=SIM_RESET["merge_ns"],
+        # the real driver's IRQ names (reference: cq_update_irq, cq_update_bind_thread_irq, trs-mbox-<dev>-<ts>,
+        # dma_done_irq/dma_err_irq, devdrv_load_irq/devdrv_half_probe_irq)
+        bpf_irq_prefixes=("cq_", "trs-mbox-", "dma_", "devdrv_"),
     ),
 }
 

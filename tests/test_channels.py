@@ -60,7 +60,9 @@ def test_a_channel_that_cannot_open_is_named_once_and_the_others_run(monkeypatch
 
 
 def test_bad_channel_options_are_one_line_errors() -> None:
-    for argv in (["stream", "--channels", "bogus"], ["record", "-o", "/tmp/x.npt", "--health-interval", "0"]):
+    no_lib = ["stream", "--profile", "ascend", "--bpf", "--bpf-binary", "/nonexistent/libascend_hal.so"]
+    for argv in (["stream", "--channels", "bogus"], ["record", "-o", "/tmp/x.npt", "--health-interval", "0"],
+                 ["stream", "--bpf-binary", "/bin/true"], no_lib):  # fmt: skip
         proc = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import pytest
 
@@ -27,10 +27,13 @@ from test_detectors_truth import check_against_truth
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
-def record_scenario(path: str, scenario: str, seed: int, truth_path: str) -> Dict[str, Any]:
-    rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*"], stderr=subprocess.PIPE, text=True)
+def record_scenario(
+    path: str, scenario: str, seed: int, truth_path: str, options: Sequence[str] = ("-e", "ascend:*")
+) -> Dict[str, Any]:
+    rec = subprocess.Popen([*CLI, "record", "-o", path, *options], stderr=subprocess.PIPE, text=True)
     assert rec.stderr is not None
-    assert "recording to" in rec.stderr.readline()
+    line = rec.stderr.readline()
+    assert "recording to" in line, line + rec.stderr.read()
     try:
         truth = sim.run_scenario(scenario, seed, 1.0, 400, 2, truth_path, ensure_loaded=False)
     finally:
@@ -114,3 +117,28 @@ def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(sim_loade
     subprocess.run([*CLI, "cleanup"], capture_output=True, timeout=60)
     assert not [n for n in sim_loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
     assert os.path.getsize(path) > 0
+
+
+@pytest.mark.privileged
+@pytest.mark.parametrize("scenario", ["spikes", "ecc-reset"])
+def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
+    sim_loaded: Tracefs, tmp_path: Any, scenario: str
+) -> None:
+    """`record --bpf`: the HAL calls come from the BPF channel (paired in the kernel), not from the ftrace
+    uprobes it replaces, and check still reports exactly the injected faults."""
+    path, report_path = str(tmp_path / "bpf.npt"), str(tmp_path / "report.json")
+    truth = record_scenario(path, scenario, 7, str(tmp_path / "truth.json"), ("--bpf",))
+    source = ReplaySource(path)
+    assert not [e for e in source.header["events"] if e.startswith("ascend:ascend_hal")]
+    assert source.header["extra"]["channels"]["bpf"]["hal"] is True
+    start, end = truth["start_ns"], truth["end_ns"]
+    calls = [e for b in source.batches() for e in b
+             if getattr(e, "op", "").startswith("hal") and start <= e.args.get("entry_ts_ns", 0) <= end]  # fmt: skip
+    assert calls and {e.args["source"] for e in calls} == {"bpf"}
+    hal = [r for r in truth["actions"] if r["func"].startswith("hal")]
+    assert len(calls) == len(hal)
+    proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    with open(report_path) as f:
+        check_against_truth(json.load(f), truth_expectations(truth))

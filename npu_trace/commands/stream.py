@@ -7,6 +7,7 @@ import contextlib
 import sys
 from typing import Any, List, Optional
 
+from npu_trace.bpf.config import BpfConfig
 from npu_trace.errors import SourceError, UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import prepare_process, pump
@@ -47,6 +48,12 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the npu-smi the health channel polls (default: npu-smi on PATH)")  # fmt: skip
     p.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S, metavar="S",
                    help=f"npu-smi/PCIe poll interval (default {DEFAULT_HEALTH_INTERVAL_S:g} s)")  # fmt: skip
+    p.add_argument("--bpf", action="store_true",
+                   help="also measure in the kernel with eBPF: HAL call latencies (uprobes on --bpf-binary) and the "
+                   "profile's IRQ handlers; replaces the profile's ftrace events for the same calls")  # fmt: skip
+    p.add_argument("--bpf-binary", metavar="PATH",
+                   help="library or binary with the HAL symbols (libascend_hal.so; default for the sim profile: "
+                   "the simulator)")  # fmt: skip
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -73,6 +80,7 @@ def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) ->
         buffer_kb=args.buffer_kb,
         layouts=profile.layouts,
         allow_none=bool(names) and not args.events and not profile.require_events,  # the channels still run
+        exclude=profile.bpf_replaces if getattr(args, "bpf", False) and not args.events else (),
     )
 
 
@@ -89,11 +97,31 @@ def channels_from_args(args: argparse.Namespace) -> Optional[Channels]:
     names = channel_names(args)
     if getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S) <= 0:
         raise UsageError("--health-interval must be positive")
-    if not names:
+    bpf = bpf_config_from_args(args)
+    if not names and bpf is None:
         return None
     return Channels(names, npu_smi=getattr(args, "npu_smi", "npu-smi"),
                     health_interval_s=getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S),
-                    on_note=lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True))  # fmt: skip
+                    on_note=lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True),
+                    bpf=bpf, mapping=get_profile(args.profile).mapping)  # fmt: skip
+
+
+def bpf_config_from_args(args: argparse.Namespace) -> Optional[BpfConfig]:
+    """--bpf: HAL uprobes on --bpf-binary (the simulator for the sim profile) and the profile's IRQ names."""
+    if not getattr(args, "bpf", False):
+        if getattr(args, "bpf_binary", None):
+            raise UsageError("--bpf-binary needs --bpf")
+        return None
+    profile = get_profile(args.profile)
+    binary = args.bpf_binary
+    if binary is None and profile.name == "sim":
+        from npu_trace.sim import build
+
+        binary = build.ensure_built()
+    if binary is None and not profile.bpf_irq_prefixes:
+        raise UsageError(f"--bpf with the {profile.name} profile needs --bpf-binary PATH (the HAL library)")
+    return BpfConfig(binary=binary, hal=binary is not None, irq=bool(profile.bpf_irq_prefixes),
+                     irq_names=profile.bpf_irq_prefixes)  # fmt: skip
 
 
 def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> None:

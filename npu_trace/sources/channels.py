@@ -7,22 +7,29 @@ converted with the offset the kmsg source measures at open, uevents and polls ar
 timestamp. Losses are NpuEvents of kind "lost" in that stream (kmsg sequence gaps, rate-limited driver
 messages, an overflowed uevent socket).
 
+With a `BpfConfig`, a "bpf" channel runs too (npu_trace.bpf: HAL calls measured by uprobes, entry and return
+paired in the kernel, and IRQ handler durations), its events normalized by the profile's `bpf:*` rules. Asked
+for explicitly, it must start: its failure is an error, not a note.
+
 `header()` describes the channels for a recording's header (which ones run, the kmsg clock offset and its
 error), so a replay knows how the timeline was put together.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from npu_trace.bpf.config import BpfConfig
+from npu_trace.bpf.mapping import BPF_MAPPING
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
-from npu_trace.model import NpuEvent, lost_event
+from npu_trace.model import Normalizer, NpuEvent, lost_event
 from npu_trace.sources.health_source import HealthSource, mono_ns
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.uevent_source import UeventSource
 
-CHANNELS = ("kmsg", "uevent", "health")
+CHANNELS = ("kmsg", "uevent", "health")  # a "bpf" channel runs when a BpfConfig is given
 DEFAULT_HEALTH_INTERVAL_S = 2.0
 
 
@@ -47,8 +54,13 @@ class Channels:
         npu_smi: str = "npu-smi",
         health_interval_s: float = DEFAULT_HEALTH_INTERVAL_S,
         on_note: Optional[Callable[[str], None]] = None,
+        bpf: Optional[BpfConfig] = None,
+        mapping: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        self.names = list(names)
+        self.names = list(names) + (["bpf"] if bpf is not None else [])
+        self.bpf_config = bpf
+        self.bpf: Optional[Any] = None  # npu_trace.bpf.source.BpfSource (imported only when asked for)
+        self._bpf_normalizer = Normalizer(mapping if mapping is not None else BPF_MAPPING)
         self.npu_smi = npu_smi
         self.health_interval_s = health_interval_s
         self.on_note = on_note
@@ -70,6 +82,10 @@ class Channels:
 
     def open(self) -> None:
         for name in self.names:
+            if name == "bpf":  # asked for explicitly: a failure is an error (exit 3 or 2), not a note
+                self._open_bpf()
+                self.running.append(name)
+                continue
             try:
                 getattr(self, f"_open_{name}")()
                 self.running.append(name)
@@ -89,16 +105,24 @@ class Channels:
         src.open()
         self.uevent = src
 
+    def _open_bpf(self) -> None:
+        from npu_trace.bpf.source import BpfSource
+
+        assert self.bpf_config is not None
+        src = BpfSource(self.bpf_config)
+        src.start()  # detaches everything itself when it fails
+        self.bpf = src
+
     def _open_health(self) -> None:
         src = HealthSource(interval_s=self.health_interval_s, npu_smi=self.npu_smi)
         src.start()
         self.health = src
 
     def close(self) -> None:
-        for src in (self.health, self.uevent, self.kmsg):
+        for src in (self.bpf, self.health, self.uevent, self.kmsg):
             if src is not None:
                 src.close()
-        self.kmsg = self.uevent = self.health = None
+        self.kmsg = self.uevent = self.health = self.bpf = None
 
     def read(self) -> List[NpuEvent]:
         out: List[NpuEvent] = []
@@ -112,6 +136,8 @@ class Channels:
                 out.append(lost_event_note("kmsg"))
         if self.uevent is not None:
             out += self.uevent.read()
+        if self.bpf is not None:
+            out += self._read_bpf()
         if self.health is not None:
             out += self.health.read()
             notes = self.health.notes()
@@ -124,6 +150,18 @@ class Channels:
             self.lost += sum(int(e.args.get("lost") or 0) for e in out if e.kind == "lost")
         return out
 
+    def _read_bpf(self) -> List[NpuEvent]:
+        """The BPF source's events (entry and return already paired in the kernel) normalized by the profile's
+        bpf:* rules, marked as coming from the "bpf" channel; its losses as "lost" events."""
+        batch: List[Any] = []
+        self.bpf.read(batch)  # type: ignore[union-attr]
+        out = []
+        for ev in self._bpf_normalizer.feed(batch):
+            if ev.kind != "lost":
+                ev.args["source"] = "bpf"
+            out.append(ev)
+        return out
+
     def header(self) -> Dict[str, Any]:
         """What a recording's header says of the channels."""
         info: Dict[str, Any] = {"asked": list(self.names), "running": list(self.running)}
@@ -132,6 +170,10 @@ class Channels:
             info["kmsg_clock"] = {k: note[k] for k in ("clock", "offset_ns", "error_ns", "measured")}
         if self.health is not None:
             info["health_interval_s"] = self.health_interval_s
+        if self.bpf_config is not None:
+            cfg = self.bpf_config
+            info["bpf"] = {"hal": cfg.hal, "binary": os.path.basename(cfg.binary or ""),
+                           "irq_names": list(cfg.irq_names), "threshold_ns": cfg.threshold_ns}  # fmt: skip
         return info
 
     def _note(self, text: str) -> None:

@@ -67,10 +67,12 @@ class TracefsSession:
         layouts: Optional[StructLayouts] = None,
         tag: str = "",
         allow_none: bool = False,
+        exclude: Sequence[str] = (),
     ) -> None:
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
         self.allow_none = allow_none  # none of the optional events exists: trace markers only (other channels run)
+        self.exclude = list(exclude)  # globs of optional events left out (measured by another channel)
         self.patterns = list(events)  # each must match an event
         self.optional = list(optional)  # a profile's: those that match are used, the others are reported
         self.missing_hint = missing_hint
@@ -122,6 +124,9 @@ class TracefsSession:
     def _select(self, available: List[str]) -> List[str]:
         chosen = resolve_globs(self.patterns, available)
         extra, self.unmatched = match_globs(self.optional, available)
+        if self.exclude:
+            left_out, _ = match_globs(self.exclude, extra)
+            extra = [ev for ev in extra if ev not in left_out]
         chosen += [ev for ev in extra if ev not in chosen]
         if not chosen and not self.allow_none:
             hint = f": {self.missing_hint}" if self.missing_hint else ""
