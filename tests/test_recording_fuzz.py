@@ -206,7 +206,7 @@ def test_wrong_types_in_channel_events(valid: Dict[str, Any], index: int, value:
     blob, header_end, _ = valid["none"]
     reader, records = read_or_error(valid, blob[:header_end] + msgpack.packb({"t": "ev", "rows": [row]}))
     if reader is not None:
-        (kind, events), = records
+        ((kind, events),) = records
         assert kind == "events" and list(events[0]) == row
 
 

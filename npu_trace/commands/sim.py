@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Dict, List
 
 from npu_trace import sim
-from npu_trace.sim import build, probes
+from npu_trace.sim import build, channels, probes
 from npu_trace.tracefs import Tracefs
 
 
@@ -27,6 +27,16 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--devices", type=int, default=1, help="simulated devices (default 1)")
     run.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
     run.add_argument("--no-load", action="store_true", help="do not register the uprobes (just run)")
+    run.add_argument(
+        "--no-channels",
+        action="store_true",
+        help="no side channels: no kmsg lines, no synthetic uevents, no fake npu-smi (just the executor)",
+    )
+    run.add_argument(
+        "--npu-smi-dir",
+        metavar="DIR",
+        help=f"where to put the fake npu-smi (default {channels.default_smi_dir()}); prepend DIR to PATH to use it",
+    )
     run.set_defaults(func=cmd_run)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -64,6 +74,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    side = None if args.no_channels else channels.SideChannels(npu_smi_dir=args.npu_smi_dir)
+    shown = 0
+    if side is not None:
+        shown = _notes(side.notes, 0)
+        if side.smi_dir is not None:
+            print(f"fake npu-smi: {side.smi_dir}/npu-smi (export PATH={side.smi_dir}:$PATH)", file=sys.stderr)
     truth = sim.run_scenario(
         args.scenario,
         args.seed,
@@ -72,10 +88,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.devices,
         args.truth,
         ensure_loaded=not args.no_load,
+        channels=side,
     )
+    if side is not None:
+        _notes(side.notes, shown)
     n = len(truth["actions"])
     secs = (truth["end_ns"] - truth["start_ns"]) / 1e9
     kinds = " ".join(f"{k}={v}" for k, v in truth["kind_counts"].items())
     dest = f", truth in {args.truth}" if args.truth else ""
     print(f"sim {args.scenario} seed={args.seed}: {n} calls in {secs:.2f}s ({kinds}){dest}", file=sys.stderr)
+    if "channels" in truth:
+        print(f"side channels: {_channel_summary(truth['channels'])}", file=sys.stderr)
     return 0
+
+
+def _channel_summary(ch: Dict[str, Any]) -> str:
+    parts = [f"{name} {ch[name]['written']} written" + (f" ({ch[name]['errors']} failed)" if ch[name]["errors"] else "")
+             for name in ("kmsg", "uevent") if name in ch]  # fmt: skip
+    if "npu_smi" in ch:
+        parts.append(f"npu-smi {len(ch['npu_smi']['steps'])} state changes")
+    return ", ".join(parts) or "none"
+
+
+def _notes(notes: List[str], shown: int) -> int:
+    """Print the notes from index `shown` on (one line each); returns how many are shown now."""
+    for note in notes[shown:]:
+        print(f"npu-trace sim run: {note}", file=sys.stderr)
+    return len(notes)

@@ -23,6 +23,8 @@ Python API:
     load(fs) -> LoadedSim; unload(fs) -> int; is_loaded(fs) -> bool
     start_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> ScenarioRun (.wait() -> truth)
     run_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> truth dict
+    Both take `channels=SideChannels(...)` to run the side channels next to the executor (kmsg lines,
+    synthetic uevents, a fake npu-smi: npu_trace.sim.channels); without it only the executor runs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 from typing import Optional
 
 from npu_trace.sim.abi import RESET_STEPS, event_names
+from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.probes import LoadedSim, is_loaded, load, unload
 from npu_trace.sim.runner import ScenarioRun, Truth, expected_events
 from npu_trace.sim.scenarios import SCENARIOS
@@ -40,6 +43,7 @@ __all__ = [
     "SCENARIOS",
     "LoadedSim",
     "ScenarioRun",
+    "SideChannels",
     "Truth",
     "event_names",
     "expected_events",
@@ -60,6 +64,7 @@ def start_scenario(
     truth_path: Optional[str] = None,
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
+    channels: Optional[SideChannels] = None,
 ) -> ScenarioRun:
     """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False)."""
     from npu_trace.sim import runner
@@ -67,7 +72,7 @@ def start_scenario(
     binary = None
     if ensure_loaded:
         binary = load(fs or Tracefs.find()).binary
-    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary)
+    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary, channels)
 
 
 def run_scenario(
@@ -79,9 +84,10 @@ def run_scenario(
     truth_path: Optional[str] = None,
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
+    channels: Optional[SideChannels] = None,
 ) -> Truth:
     """Run a scenario to completion and return its ground truth (also written to `truth_path` if given)."""
-    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs)
+    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels)
     try:
         return run.wait()
     except BaseException:

@@ -1,21 +1,38 @@
-"""The simulator's kmsg channel: the real driver's message templates for the scenario's actions (reset steps,
-heartbeat loss, driver timeouts), written to /dev/kmsg at the actions' planned times.
+"""The simulator's side channels: what a real host shows besides the driver's trace, at the planned times.
 
-Companion of the C executor, run by the caller next to it (`KmsgChannel(actions).start(t0)` with t0 the executor's
-start on CLOCK_MONOTONIC, `stop()` after): it never touches the executor or the plan. Lines carry the comm
-`npu-sim` so they are recognisable; their text is exactly what the driver prints (npu_trace.kmsg parses them into
-the same kinds, devices and reset-step names as the simulator's own probes).
+* kmsg (`KmsgChannel`): the real driver's message templates for the scenario's actions (reset steps, heartbeat
+  loss, driver timeouts), written to /dev/kmsg. Lines carry the comm `npu-sim` (and the executor's pid) so they
+  are recognisable; their text is exactly what the driver prints (npu_trace.kmsg parses them into the same
+  kinds, devices and reset-step names as the simulator's own probes).
+* uevents (`UeventChannel`): at the hot reset's steps, the uevents a real reset emits (PCI unbind, remove, add,
+  bind with the device's PCI variables; davinciN remove/add), as synthetic uevents through the sysfs `uevent`
+  file of /dev/kmsg's device (`UEVENT_PATH`): a device that exists on every Linux host, that the simulator
+  already uses for its kmsg channel, and that nothing reacts to. The simulator always writes the action
+  `change` (a synthetic `remove` or `unbind` of a real device could make udev act on it) and carries the
+  simulated action and variables in SYNTH_ARG_* (encoding: npu_trace.sources.uevent_source.synth_args).
+* npu-smi (npu_trace.sim.fake_smi): an `npu-smi` executable in a directory (default `default_smi_dir()`,
+  prepend it to PATH) answering with the scenario's ECC counts, temperatures and health over time.
+
+`SideChannels` runs them next to the C executor (npu_trace.sim.runner): `prepare(actions, devices)` before the
+executor starts, `start(t0, pid)` with t0 the executor's start on CLOCK_MONOTONIC, `stop()` after, `truth()` for
+the truth file. Nothing here touches the executor or the plan. Writing /dev/kmsg and sysfs needs root: without
+it those two channels are off, with one note (`notes`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from typing import Dict, List, Sequence, Tuple
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from npu_trace.sim import fake_smi
 from npu_trace.sim.scenarios import Action
 
 COMM = "npu-sim"
+KMSG_PATH = "/dev/kmsg"
+UEVENT_PATH = "/sys/devices/virtual/mem/kmsg/uevent"
 PCIE = "[ascend] [drv_pcie] [{func} {line}] <npu-sim:{pid}:{pid}> "
 RESET_LINES: Dict[str, Tuple[str, str]] = {
     "ready_for_hotreset": ("devdrv_hot_reset_wait 5110",
@@ -70,11 +87,15 @@ def schedule(actions: Sequence[Action], pid: int) -> List[Tuple[int, str]]:
 class KmsgChannel:
     """Writes `schedule(actions)` to /dev/kmsg from a thread, each line at t0_mono_ns + its offset."""
 
-    def __init__(self, actions: Sequence[Action], pid: int = 0, path: str = "/dev/kmsg") -> None:
+    def __init__(self, actions: Sequence[Action], pid: int = 0, path: str = KMSG_PATH) -> None:
+        from npu_trace.sources.kmsg_source import write_kmsg  # imported now: not late at the first line
+
+        self._write = write_kmsg
         self.lines = schedule(actions, pid)
         self.path = path
         self.written = 0
         self.errors = 0
+        self.times: List[Optional[int]] = [None] * len(self.lines)  # CLOCK_MONOTONIC of each line's write
         self._stop = threading.Event()
         self._thread: threading.Thread = threading.Thread(target=self._run, args=(0,), daemon=True)
 
@@ -82,20 +103,236 @@ class KmsgChannel:
         self._thread = threading.Thread(target=self._run, args=(t0_mono_ns,), name="npu-sim-kmsg", daemon=True)
         self._thread.start()
 
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
+        self.join(timeout=2)
 
     def _run(self, t0: int) -> None:
-        from npu_trace.sources.kmsg_source import write_kmsg
-
-        for offset, line in self.lines:
-            wait = (t0 + offset - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) / 1e9
-            if wait > 0 and self._stop.wait(wait):
+        for i, (offset, line) in enumerate(self.lines):
+            if not _wait_until(t0 + offset, self._stop):
                 return
             try:
-                write_kmsg(line, self.path)
+                self._write(line, self.path)
+                self.times[i] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 self.written += 1
             except OSError:
                 self.errors += 1
+
+
+def _wait_until(deadline_ns: int, stop: threading.Event) -> bool:
+    """Sleep until CLOCK_MONOTONIC reaches the deadline; False when `stop` was set meanwhile."""
+    wait = (deadline_ns - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) / 1e9
+    return not (wait > 0 and stop.wait(wait))
+
+
+# ---- uevents ----------------------------------------------------------------------------------------------
+PCI_ID = "19E5:D802"  # vendor Huawei, device 910B (CLOUD_V2): the reference's PCI IDs
+PCI_SUBSYS_ID = "19E5:0100"  # simulated (subsystem vendor 0x19e5 is one the driver accepts)
+PCI_CLASS = "120000"  # processing accelerator
+PCI_DRIVER = "devdrv_device_driver"
+# reset step -> the uevent a real hot reset emits then: (device, action)
+UEVENT_STEPS: Dict[str, Tuple[str, str]] = {
+    "unbind": ("pci", "unbind"),
+    "remove": ("davinci", "remove"),
+    "bus_remove": ("pci", "remove"),
+    "rescan": ("pci", "add"),
+    "probe": ("pci", "bind"),
+    "half_probe_finish": ("davinci", "add"),
+}
+
+
+def slot_name(dev: int) -> str:
+    """The full PCI_SLOT_NAME of simulated device `dev` (0000:3b:00.0 for device 0)."""
+    return "0000:" + bdf_of(dev)
+
+
+def pci_env(dev: int, action: str) -> Dict[str, str]:
+    """The variables of a real NPU PCI uevent (DRIVER only on bind: the kernel clears it before unbind)."""
+    bus = 0x3B + dev
+    vendor, device = PCI_ID.split(":")
+    sub_vendor, sub_device = PCI_SUBSYS_ID.split(":")
+    env = {
+        "ACTION": action,
+        "DEVPATH": f"/devices/pci0000:{bus - 1:02x}/0000:{bus - 1:02x}:00.0/{slot_name(dev)}",
+        "SUBSYSTEM": "pci",
+        "PCI_CLASS": PCI_CLASS,
+        "PCI_ID": PCI_ID,
+        "PCI_SUBSYS_ID": PCI_SUBSYS_ID,
+        "PCI_SLOT_NAME": slot_name(dev),
+        "MODALIAS": f"pci:v0000{vendor}d0000{device}sv0000{sub_vendor}sd0000{sub_device}"
+        f"bc{PCI_CLASS[:2]}sc{PCI_CLASS[2:4]}i{PCI_CLASS[4:]}",
+    }
+    if action == "bind":
+        env["DRIVER"] = PCI_DRIVER
+    return env
+
+
+def davinci_env(dev: int, action: str) -> Dict[str, str]:
+    """The variables of the driver's davinciN class device uevent."""
+    return {"ACTION": action, "DEVPATH": f"/devices/virtual/devdrv-class/davinci{dev}",
+            "SUBSYSTEM": "devdrv-class", "DEVNAME": f"davinci{dev}"}  # fmt: skip
+
+
+def uevent_schedule(actions: Sequence[Action]) -> List[Tuple[int, int, str, Dict[str, str]]]:
+    """(planned offset ns, device, reset step, uevent variables) for every reset step that emits a uevent."""
+    out = []
+    for a in actions:
+        if a.func != "devdrv_reset_step" or str(a.args[2]) not in UEVENT_STEPS:
+            continue
+        step = str(a.args[2])
+        kind, action = UEVENT_STEPS[step]
+        env = pci_env(a.dev, action) if kind == "pci" else davinci_env(a.dev, action)
+        out.append((a.t_ns, a.dev, step, env))
+    return out
+
+
+class UeventChannel:
+    """Writes `uevent_schedule(actions)` as synthetic uevents (`change <uuid> KEY=VALUE ...`) into `path`."""
+
+    def __init__(self, actions: Sequence[Action], path: str = UEVENT_PATH) -> None:
+        from npu_trace.sources.uevent_source import synth_args
+
+        self.events = uevent_schedule(actions)
+        self.path = path
+        self.uuids = [str(uuid.uuid4()) for _ in self.events]
+        self.texts = [f"change {u} {synth_args(env, dev)}" for u, (_, dev, _, env) in zip(self.uuids, self.events)]
+        self.times: List[Optional[int]] = [None] * len(self.events)
+        self.written = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, t0_mono_ns: int) -> None:
+        self._thread = threading.Thread(target=self._run, args=(t0_mono_ns,), name="npu-sim-uevent", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=2)
+
+    def _run(self, t0: int) -> None:
+        for i, (offset, _, _, _) in enumerate(self.events):
+            if not _wait_until(t0 + offset, self._stop):
+                return
+            try:
+                with open(self.path, "w") as f:
+                    f.write(self.texts[i])
+                self.times[i] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                self.written += 1
+            except OSError:
+                self.errors += 1
+
+
+# ---- all of them, next to the executor ---------------------------------------------------------------------
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def default_smi_dir() -> str:
+    """Where `sim run` puts the fake npu-smi by default (/var/lib/npu-trace/sim/bin as root)."""
+    from npu_trace.sim import build
+
+    return os.path.join(build.cache_root(), "bin")
+
+
+class SideChannels:
+    """The kmsg, uevent and npu-smi channels of one scenario run (each can be turned off)."""
+
+    def __init__(
+        self,
+        kmsg: bool = True,
+        uevents: bool = True,
+        npu_smi: bool = True,
+        npu_smi_dir: Optional[str] = None,
+        kmsg_path: str = KMSG_PATH,
+        uevent_path: str = UEVENT_PATH,
+    ) -> None:
+        self.notes: List[str] = []
+        self.kmsg_path, self.uevent_path = kmsg_path, uevent_path
+        self.smi_dir: Optional[str] = (npu_smi_dir or default_smi_dir()) if npu_smi else None
+        want = [name for name, on in (("kmsg", kmsg), ("uevent", uevents)) if on]
+        if want and not is_root():
+            self.notes.append(f"not root: the simulator's {' and '.join(want)} channel(s) are off")
+            kmsg = uevents = False
+        if kmsg and not os.access(kmsg_path, os.W_OK):
+            self.notes.append(f"cannot write {kmsg_path}: the simulator's kmsg channel is off")
+            kmsg = False
+        if uevents and not os.access(uevent_path, os.W_OK):
+            self.notes.append(f"cannot write {uevent_path}: the simulator's uevent channel is off")
+            uevents = False
+        self.kmsg_on, self.uevents_on = kmsg, uevents
+        self.kmsg: Optional[KmsgChannel] = None
+        self.uevent: Optional[UeventChannel] = None
+        self.smi_script: Optional[str] = None
+        self.smi_steps: List[fake_smi.Step] = []
+        self.devices = 0
+        self.actions: Sequence[Action] = ()
+        self.t0_ns: Optional[int] = None
+        self.pid: Optional[int] = None
+
+    def prepare(self, actions: Sequence[Action], devices: int) -> None:
+        """Plan every channel and install the fake npu-smi (before the executor starts)."""
+        self.actions, self.devices = actions, devices
+        if self.kmsg_on:
+            from npu_trace.sources import kmsg_source  # noqa: F401  (imported now, not after t0)
+        if self.uevents_on:
+            self.uevent = UeventChannel(actions, self.uevent_path)
+        if self.smi_dir is not None:
+            self.smi_steps = fake_smi.schedule(actions, devices)
+            try:
+                self.smi_script = fake_smi.install(self.smi_dir)
+            except OSError as exc:
+                self.notes.append(f"cannot write the fake npu-smi into {self.smi_dir}: {exc.strerror}")
+                self.smi_dir = None
+
+    def start(self, t0_ns: int, pid: int) -> None:
+        """Start the channels on the executor's clock (t0 on CLOCK_MONOTONIC; pid: the executor's, for kmsg)."""
+        self.t0_ns, self.pid = t0_ns, pid
+        if self.smi_dir is not None:
+            try:
+                fake_smi.write_state(self.smi_dir, fake_smi.State(t0_ns, self.devices, self.smi_steps))
+            except OSError as exc:
+                self.notes.append(f"cannot write the fake npu-smi's state into {self.smi_dir}: {exc.strerror}")
+                self.smi_dir = None
+        if self.kmsg_on:
+            self.kmsg = KmsgChannel(self.actions, pid, self.kmsg_path)
+            self.kmsg.start(t0_ns)
+        if self.uevent is not None:
+            self.uevent.start(t0_ns)
+
+    def stop(self, drain: bool = False) -> None:
+        """Stop the channels; `drain`: first let them write what is due (the executor ended normally, so every
+        planned time has passed)."""
+        for channel in (self.kmsg, self.uevent):
+            if channel is not None:
+                if drain:
+                    channel.join(timeout=2)
+                channel.stop()
+
+    def truth(self) -> Dict[str, Any]:
+        """What the channels planned and did, on CLOCK_MONOTONIC (t_ns: planned, written_ns: actual)."""
+        t0 = self.t0_ns or 0
+        out: Dict[str, Any] = {"t0_ns": self.t0_ns, "pid": self.pid, "notes": list(self.notes)}
+        if self.kmsg is not None:
+            lines = [{"t_ns": t0 + off, "written_ns": w, "line": line[3:]}
+                     for (off, line), w in zip(self.kmsg.lines, self.kmsg.times)]  # fmt: skip
+            out["kmsg"] = {"path": self.kmsg_path, "written": self.kmsg.written, "errors": self.kmsg.errors,
+                           "lines": lines}  # fmt: skip
+        if self.uevent is not None:
+            ch = self.uevent
+            events = [{"t_ns": t0 + off, "written_ns": w, "dev": dev, "step": step, "uuid": u,
+                       "action": env["ACTION"], "subsystem": env["SUBSYSTEM"], "env": env}
+                      for (off, dev, step, env), u, w in zip(ch.events, ch.uuids, ch.times)]  # fmt: skip
+            out["uevent"] = {"path": self.uevent_path, "written": ch.written, "errors": ch.errors, "events": events}
+        if self.smi_dir is not None:
+            out["npu_smi"] = {"dir": self.smi_dir, "script": self.smi_script,
+                              **fake_smi.summary(self.smi_steps, t0)}  # fmt: skip
+        return out

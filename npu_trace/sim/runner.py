@@ -3,21 +3,36 @@
 Plan file (one action per line): `t_ns func ret delay_ns a0 a1 a2 a3 a4 a5 str` (numeric arguments in C order
 with the string argument left out and given last, "-" when none). The executor answers one line per action:
 `start_ns end_ns ret` on CLOCK_MONOTONIC (the `mono` trace clock).
+
+The executor's t0 (its clock's origin: the planned offsets count from it) is taken right after it has read the
+plan. The plan is therefore handed over through a FIFO: once the executor has taken every byte from the pipe,
+closing the write end gives it end-of-file, and it takes t0 at once. `t0_ns` is the time just before that close:
+never later than the executor's t0, typically tens of microseconds earlier. The side channels
+(npu_trace.sim.channels) start on it. The truth carries it and `t0_bound_ns`, the latest t0 the executor's own
+timestamps allow (min over actions of start_ns - t_ns): the executor's t0 lies between the two.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
+import fcntl
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
+import termios
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from npu_trace.errors import SimulatorError
 from npu_trace.sim import abi, build
+from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.scenarios import Action, plan
+
+OPEN_TIMEOUT_S = 10.0  # the executor must open its plan within this
 
 Truth = Dict[str, Any]
 
@@ -83,22 +98,35 @@ def build_truth(meta: Dict[str, Any], actions: List[Action], rows: List[Tuple[in
 
 
 class ScenarioRun:
-    """A running executor (Popen-like): poll(), terminate(), pid, and wait() -> the truth dict."""
+    """A running executor (Popen-like): poll(), terminate(), pid, t0_ns, and wait() -> the truth dict."""
 
     def __init__(
-        self, meta: Dict[str, Any], actions: List[Action], binary: str, truth_path: Optional[str] = None
+        self,
+        meta: Dict[str, Any],
+        actions: List[Action],
+        binary: str,
+        truth_path: Optional[str] = None,
+        channels: Optional[SideChannels] = None,
     ) -> None:
-        self.meta, self.actions, self.truth_path = meta, actions, truth_path
+        self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
-        self.plan_path = os.path.join(self.workdir, "plan.txt")
+        self.plan_path = os.path.join(self.workdir, "plan.fifo")
         self.out_path = os.path.join(self.workdir, "out.txt")
-        with open(self.plan_path, "w") as f:
-            f.writelines(plan_line(a) for a in actions)
+        self.truth: Optional[Truth] = None
+        if channels is not None:
+            channels.prepare(actions, int(meta["params"]["devices"]))
+        os.mkfifo(self.plan_path, 0o600)
         self.proc = subprocess.Popen(
             [binary, self.plan_path, self.out_path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         self.pid = self.proc.pid
-        self.truth: Optional[Truth] = None
+        try:
+            self.t0_ns = hand_over_plan(self.proc, self.plan_path, actions)
+        except BaseException:
+            self.terminate()
+            raise
+        if channels is not None:
+            channels.start(self.t0_ns, self.pid)
 
     def poll(self) -> Optional[int]:
         return self.proc.poll()
@@ -107,6 +135,8 @@ class ScenarioRun:
         if self.proc.poll() is None:
             self.proc.terminate()
         self.proc.wait()
+        if self.channels is not None:
+            self.channels.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def wait(self, timeout: Optional[float] = None) -> Truth:
@@ -121,11 +151,65 @@ class ScenarioRun:
                 rows = parse_output(f.read(), len(self.actions))
         finally:
             if self.proc.poll() is not None:
+                if self.channels is not None:
+                    self.channels.stop(drain=self.proc.returncode == 0)
                 shutil.rmtree(self.workdir, ignore_errors=True)
         self.truth = build_truth(self.meta, self.actions, rows)
+        self.truth["t0_ns"] = self.t0_ns
+        self.truth["t0_bound_ns"] = min((r[0] - a.t_ns for a, r in zip(self.actions, rows)), default=self.t0_ns)
+        if self.channels is not None:
+            self.truth["channels"] = self.channels.truth()
         if self.truth_path:
             write_truth(self.truth, self.truth_path)
         return self.truth
+
+
+def hand_over_plan(proc: subprocess.Popen[bytes], fifo: str, actions: List[Action]) -> int:
+    """Write the plan into the executor's FIFO; returns CLOCK_MONOTONIC just before the close that lets it
+    start (a lower bound of its t0)."""
+    fd = _open_writer(proc, fifo)
+    try:
+        os.set_blocking(fd, True)
+        data = memoryview("".join(plan_line(a) for a in actions).encode())
+        while data:
+            data = data[os.write(fd, data) :]
+        while _unread(fd) and proc.poll() is None:  # its stdio buffer now holds the rest (<= one page)
+            time.sleep(0.0001)
+        t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    except BrokenPipeError as exc:
+        raise SimulatorError(f"simulator executor stopped reading its plan: {_stderr(proc)}") from exc
+    finally:
+        os.close(fd)
+    return t0
+
+
+def _open_writer(proc: subprocess.Popen[bytes], fifo: str) -> int:
+    deadline = time.monotonic() + OPEN_TIMEOUT_S
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise SimulatorError(f"cannot open the simulator's plan FIFO {fifo}: {exc.strerror}") from exc
+        if proc.poll() is not None:
+            raise SimulatorError(f"simulator executor failed before reading its plan: {_stderr(proc)}")
+        if time.monotonic() > deadline:
+            raise SimulatorError(f"simulator executor did not open its plan within {OPEN_TIMEOUT_S:.0f} s")
+        time.sleep(0.0005)
+
+
+def _unread(fd: int) -> int:
+    """Bytes still in the pipe (FIONREAD)."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    try:
+        proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return "it is still running"
+    err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    return err or f"exit code {proc.returncode}"
 
 
 def write_truth(truth: Truth, path: str) -> None:
@@ -147,6 +231,7 @@ def start(
     devices: int,
     truth_path: Optional[str] = None,
     binary: Optional[str] = None,
+    channels: Optional[SideChannels] = None,
 ) -> ScenarioRun:
     actions = plan(scenario, seed, duration_s, rate, devices)
     path = binary or build.ensure_built()
@@ -160,7 +245,7 @@ def start(
         "events": list(abi.event_names()),
         "fields": {f.event: list(f.field_names) for f in abi.FUNCS},
     }
-    return ScenarioRun(meta, actions, path, truth_path)
+    return ScenarioRun(meta, actions, path, truth_path, channels)
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:

@@ -12,6 +12,14 @@ Mapping (a hot reset emits, in order: davinci remove, PCI unbind, PCI remove, PC
     PCI bind       -> reset_step "probe"       davinci add -> reset_step "davinci_add"
     change (PCI/davinci) -> link "uevent_change"; thermal zone change -> thermal (temp_c from TEMP, m°C)
 Device: davinciN -> N; PCI -> `bdf_dev[PCI_SLOT_NAME]` (seeded from sysfs `dev_id` when present), else None.
+
+The simulated NPU (npu_trace.sim.channels) has no PCI device: it writes synthetic uevents into the sysfs `uevent`
+file of a harmless device (`change <uuid> KEY=VALUE ...`), and the kernel sends them for that device with
+SYNTH_UUID and SYNTH_ARG_<KEY>=<VALUE>. The kernel accepts only alphanumeric keys and values, so `synth_args`
+writes each variable of the uevent the simulator stands for with its key's underscores removed and its value as
+the hex of its UTF-8 bytes, plus the marker SYNTH_ARG_NPUSIM=1 and SYNTH_ARG_NPUDEVID (the device id the real
+driver exposes in sysfs `dev_id`). `to_event` decodes such a uevent back (`simulated`) and maps it exactly like
+the real one: the action is the simulated ACTION, never the `change` the simulator wrote.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from pyroute2.netlink import NETLINK_KOBJECT_UEVENT
 
@@ -31,6 +39,10 @@ DRIVER = "devdrv_device_driver"
 MAX_DATAGRAM = 65536
 PCI_STEPS = {"unbind": "unbind", "remove": "bus_remove", "add": "rescan", "bind": "probe"}
 DAVINCI_STEPS = {"remove": "remove", "add": "davinci_add"}
+SIM_MARKER = "NPUSIM"  # SYNTH_ARG_NPUSIM=1: a synthetic uevent of the simulated NPU
+SIM_DEVID = "NPUDEVID"  # SYNTH_ARG_NPUDEVID=<n>: the simulated device's id (the real driver's sysfs dev_id)
+SIM_KEYS = ("ACTION", "DEVPATH", "SUBSYSTEM", "DRIVER", "PCI_CLASS", "PCI_ID", "PCI_SUBSYS_ID", "PCI_SLOT_NAME",
+            "MODALIAS", "DEVNAME")  # fmt: skip
 
 
 def parse_uevent(data: bytes) -> Dict[str, str]:
@@ -62,8 +74,41 @@ def is_davinci(env: Dict[str, str]) -> bool:
     return name.startswith("davinci") and name[7:].isdigit()
 
 
+def synth_args(env: Mapping[str, str], dev: int) -> str:
+    """The KEY=VALUE words of a synthetic uevent standing for the uevent `env` of simulated device `dev`."""
+    words = [f"{SIM_MARKER}=1", f"{SIM_DEVID}={int(dev)}"]
+    words += [f"{key.replace('_', '')}={env[key].encode().hex()}" for key in SIM_KEYS if env.get(key)]
+    return " ".join(words)
+
+
+def simulated(env: Mapping[str, str]) -> Optional[Tuple[Dict[str, str], Optional[int]]]:
+    """(the uevent a simulator's synthetic uevent stands for, its device id), or None when `env` is not one."""
+    if env.get("SYNTH_ARG_" + SIM_MARKER) != "1":
+        return None
+    out: Dict[str, str] = {}
+    for key in SIM_KEYS:
+        raw = env.get("SYNTH_ARG_" + key.replace("_", ""))
+        if raw is None:
+            continue
+        try:
+            out[key] = bytes.fromhex(raw).decode("utf-8")
+        except ValueError:  # not hex, or not UTF-8
+            return None
+    if "ACTION" not in out:
+        return None
+    if "SEQNUM" in env:
+        out["SEQNUM"] = env["SEQNUM"]
+    return out, _int(env.get("SYNTH_ARG_" + SIM_DEVID))
+
+
 def to_event(env: Dict[str, str], ts_ns: int, bdf_dev: Optional[Dict[str, int]] = None) -> Optional[NpuEvent]:
     """The NpuEvent of one uevent, or None when it is not the NPU's (nor a thermal zone's)."""
+    sim = simulated(env)
+    if sim is not None:
+        env, dev_id = sim
+        slot = env.get("PCI_SLOT_NAME", "").lower()
+        if dev_id is not None and slot:
+            bdf_dev = {**(bdf_dev or {}), slot: dev_id}
     action = env.get("ACTION", "")
     args: Dict[str, Any] = {"source": "uevent", "action": action, "devpath": env.get("DEVPATH", ""),
                             "subsystem": env.get("SUBSYSTEM", ""), "seqnum": _int(env.get("SEQNUM"))}  # fmt: skip

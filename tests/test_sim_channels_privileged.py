@@ -1,0 +1,112 @@
+"""`npu-trace sim run --scenario ecc-reset` live: its reset steps reach /dev/kmsg (KmsgSource) and the uevent
+netlink socket (UeventSource) in order, for the right device, and its fake npu-smi, polled by HealthSource,
+reports the ECC climb and the temperature peak that the truth file records.
+
+Runs `sim run --no-load`: the side channels need no uprobes, so this test never touches tracefs (other tests
+may be using the simulator's uprobe events meanwhile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from npu_trace.kmsg import KmsgMatcher
+from npu_trace.model import NpuEvent
+from npu_trace.sim.abi import RESET_STEPS
+from npu_trace.sim.channels import UEVENT_PATH, bdf_of
+from npu_trace.sources.health_source import HealthSource
+from npu_trace.sources.kmsg_source import KmsgSource
+from npu_trace.sources.uevent_source import UeventSource
+
+UEVENT_STEP = {"unbind": "unbind", "remove": "remove", "bus_remove": "bus_remove", "rescan": "rescan",
+               "probe": "probe", "half_probe_finish": "davinci_add"}  # fmt: skip
+S = 1_000_000_000
+
+
+def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
+    smi_dir, truth_path = tmp_path / "bin", tmp_path / "truth.json"
+    matcher = KmsgMatcher()
+    matcher.bdf_dev[bdf_of(0)] = 0  # what the kmsg source seeds from the driver's sysfs dev_id on a real host
+    kmsg: List[NpuEvent] = []
+    uevents: List[NpuEvent] = []
+    health = HealthSource(interval_s=0.05, timeout_s=5, npu_smi=str(smi_dir / "npu-smi"),
+                          pci_root=str(tmp_path / "no-pci"))  # fmt: skip
+    argv = [sys.executable, "-m", "npu_trace", "sim", "run", "--scenario", "ecc-reset", "--duration", "3",
+            "--rate", "100", "--no-load", "--npu-smi-dir", str(smi_dir), "--truth", str(truth_path)]  # fmt: skip
+    with KmsgSource(matcher=matcher) as ks, UeventSource(bdf_dev={}) as us:
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        health.start()
+        try:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                kmsg += ks.read()
+                uevents += us.read()
+                time.sleep(0.02)
+            time.sleep(0.5)  # the last records and at least one more npu-smi poll (the final state)
+            kmsg += ks.read()
+            uevents += us.read()
+        finally:
+            health.close()
+            if proc.poll() is None:
+                proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    return {"truth": json.loads(truth_path.read_text()), "kmsg": kmsg, "uevents": uevents,
+            "health": health.read(), "stderr": err}  # fmt: skip
+
+
+@pytest.mark.privileged
+def test_ecc_reset_side_channels_live(tmp_path: Path) -> None:
+    for path in ("/dev/kmsg", UEVENT_PATH):
+        if not os.access(path, os.W_OK):
+            pytest.skip(f"{path} not writable")
+    got = run_with_sources(tmp_path)
+    ch = got["truth"]["channels"]
+    assert ch["notes"] == [] and ch["kmsg"]["errors"] == 0 and ch["uevent"]["errors"] == 0, ch["notes"]
+
+    # kmsg: every reset step, in order, on device 0 (only this run's lines: comm npu-sim, the executor's pid)
+    ours = [e for e in got["kmsg"] if e.args.get("comm") == "npu-sim" and e.args.get("tgid") == ch["pid"]]
+    steps = [e for e in ours if e.kind == "reset_step"]
+    assert [e.args["step"] for e in steps] == list(RESET_STEPS)
+    assert {e.dev for e in steps} == {0} and [e.ts_ns for e in steps] == sorted(e.ts_ns for e in steps)
+    for e in steps:  # the kmsg clock, converted, agrees with when the channel wrote the line
+        line = next(x for x in ch["kmsg"]["lines"] if x["line"].endswith(e.args["msg"]))
+        assert abs(e.ts_ns - line["written_ns"]) < 50_000_000, (e.args["step"], line)
+
+    # uevents: each planned one received once it was written, in order, mapped to the step on device 0
+    received = [e for e in got["uevents"] if e.kind == "reset_step"]
+    matched: List[NpuEvent] = []
+    for want in ch["uevent"]["events"]:
+        hit = next(e for e in received if e.args["step"] == UEVENT_STEP[want["step"]]
+                   and e.args["action"] == want["action"] and 0 <= e.ts_ns - want["written_ns"] < S)  # fmt: skip
+        matched.append(hit)
+    assert [e.dev for e in matched] == [0] * 6 and [e.ts_ns for e in matched] == sorted(e.ts_ns for e in matched)
+    assert matched[0].args["bdf"] == "0000:3b:00.0" and matched[0].args["pci_id"] == "19E5:D802"
+
+    # both channels together: the steps' order holds across them
+    both = sorted(steps + matched, key=lambda e: e.ts_ns)
+    index = [list(RESET_STEPS).index(e.args["step"]) for e in both if e.args["step"] in RESET_STEPS]
+    assert index == sorted(index)
+
+    # npu-smi through HealthSource: the ECC climb and the temperature peak the truth records
+    smi = ch["npu_smi"]
+    climb = {(c["ce"], c["uce"]): c["t_ns"] for c in smi["ecc_climb"]}
+    ecc = [e for e in got["health"] if e.kind == "ecc"]
+    seen = [(e.args["ce_count"], e.args["uce_count"]) for e in ecc]
+    assert seen == sorted(seen) and seen[-1] == (255, 1), seen
+    for e, key in zip(ecc, seen):
+        assert key == (0, 0) or (key in climb and e.ts_ns >= climb[key]), (key, e.ts_ns)  # never before it's due
+    reset_begin = next(e.ts_ns for e in steps if e.args["step"] == "reset_begin")
+    rising = {ce for (ce, uce), e in zip(seen, ecc) if 0 < ce < 255 and e.ts_ns < reset_begin}
+    assert rising and len(set(seen)) >= 3, seen  # the climb itself, not just its end (a poll takes ~0.3 s)
+    temps = [e.args["temp_c"] for e in got["health"] if e.kind == "thermal"]
+    assert max(temps) == smi["temp_peak"][0]["temp_c"] == 96 and temps[-1] == 55
+    states = [e.args["health"] for e in got["health"] if e.op == "health"]
+    assert {"Warning", "Alarm"} & set(states) and states[-1] == "OK", states  # (each state lasts ~1 s)
