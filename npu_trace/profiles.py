@@ -67,6 +67,8 @@ class Profile:
     require_events: bool = True
     # one timeout told by several channels within this much time is one finding (npu_trace.detectors.timeouts)
     merge_ns: int = 0
+    # how long another channel's event may wait for the trace to reach its time (npu_trace.detectors.pipeline)
+    hold_ns: int = 0
     # --bpf: IRQ name prefixes whose handlers the BPF channel times (at most 4), and the ftrace events it
     # replaces (the same calls measured by ftrace uprobes would be counted twice)
     bpf_irq_prefixes: Tuple[str, ...] = ()
@@ -166,6 +168,7 @@ PROFILES: Dict[str, Profile] = {
         latency=SIM_LATENCY,
         channels=("kmsg", "uevent", "health"),
         merge_ns=SIM_RESET["merge_ns"],
+        hold_ns=1 * _S,
         bpf_replaces=("ascend:ascend_hal*",),  # the simulator's HAL uprobe events
     ),
     "ascend": Profile(
@@ -179,6 +182,7 @@ PROFILES: Dict[str, Profile] = {
         channels=("kmsg", "uevent", "health"),
         require_events=False,
         merge_ns=SIM_RESET["merge_ns"],
+        hold_ns=1 * _S,
         # the real driver's IRQ names (reference: cq_update_irq, cq_update_bind_thread_irq, trs-mbox-<dev>-<ts>,
         # dma_done_irq/dma_err_irq, devdrv_load_irq/devdrv_half_probe_irq)
         bpf_irq_prefixes=("cq_", "trs-mbox-", "dma_", "devdrv_"),

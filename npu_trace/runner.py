@@ -62,18 +62,20 @@ def pump(
     Decoded: `sink` gets time-ordered batches of events and losses (each read drains every CPU, so a batch is
     sorted before it is handed on), only when there is something. Raw: `sink` gets the (cpu, page) pairs of
     every pass, possibly none, so that a recorder can flush on time.
-    `channels` (kmsg, uevents, npu-smi): after each pass, what they have goes to `sink` as a batch of their own
-    (NpuEvents, never mixed with the tracefs items), so a sink sees everything in one order.
+    `channels` (kmsg, uevents, npu-smi, bpf): at the start of each pass, what they have goes to `sink` as a batch
+    of its own (NpuEvents, never mixed with the tracefs items), so a sink sees everything in one order, and
+    channel events usually come before the trace events of the same time (npu_trace.detectors.pipeline holds
+    them until the trace reaches them).
     """
     deadline = None if duration is None else time.monotonic() + duration
     stop = stop or StopFlag()
     read = session.read_raw if raw else session.read
     batch: List[Any] = []
     while not stop.stopped:
+        if channels is not None:  # first: what they tell is then usually earlier than the pages read after it
+            _channels(channels, sink)
         full_pages = read(batch)
         _flush(batch, sink, raw)
-        if channels is not None:
-            _channels(channels, sink)
         if deadline is not None and time.monotonic() >= deadline:
             break
         if until is not None and until():
@@ -83,11 +85,11 @@ def pump(
     session.stop(batch, raw=raw)
     _flush(batch, sink, raw)
     if channels is not None:
-        _channels(channels, sink)
+        _channels(channels, sink, final=True)
 
 
-def _channels(channels: Channels, sink: Sink) -> None:
-    events = channels.read()
+def _channels(channels: Channels, sink: Sink, final: bool = False) -> None:
+    events = channels.read(final)
     if events:
         sink(events)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -114,3 +115,96 @@ def test_record_without_the_driver_still_records_the_kernel_log_and_check_finds_
     assert [(f["kind"], f["op"], f["device"]) for f in report["findings"] if f["details"].get("comm") == TAG] == [
         ("timeout", "heartbeat", 5)
     ]
+
+
+@pytest.mark.privileged
+def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: Any, tmp_path: Any) -> None:
+    """The ecc-reset scenario live, recorded with every channel, then check: one reset sequence, every step in
+    order, each told by the driver probe and its kmsg line (and a uevent where a real reset sends one); its
+    precursor window shows the ECC climb and the temperature peak the simulator injected (probe and npu-smi)."""
+    from npu_trace import sim
+    from npu_trace.sim.abi import RESET_STEPS
+    from npu_trace.sim.channels import SideChannels
+
+    path, report_path = str(tmp_path / "ecc.npt"), str(tmp_path / "report.json")
+    side = SideChannels(npu_smi_dir=str(tmp_path / "bin"))
+    smi = str(tmp_path / "bin" / "npu-smi")
+    rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*", "--npu-smi", smi,
+                            "--health-interval", "0.3"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert rec.stderr is not None
+    line = rec.stderr.readline()
+    assert "with kmsg, uevent, health" in line, line
+    try:
+        truth = sim.run_scenario("ecc-reset", 3, 3.0, 300, 1, str(tmp_path / "truth.json"), ensure_loaded=False,
+                                 channels=side)  # fmt: skip
+        time.sleep(1.0)  # the last polls and uevents
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    proc = subprocess.run([*CLI, "check", path, "--quiet", "--json", report_path], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a reset sequence fails the default gate
+    with open(report_path) as f:
+        report = json.load(f)
+    (reset,) = [f for f in report["findings"] if f["kind"] == "reset_sequence"]
+    d = reset["details"]
+    assert d["status"] == "complete" and not d["out_of_order"] and d["missing"] == []
+    assert [s["step"] for s in d["steps"]] == list(RESET_STEPS)
+    by_uevent = {"unbind", "remove", "bus_remove", "rescan", "probe", "half_probe_finish"}
+    for step in d["steps"]:
+        want = {"ftrace", "kmsg"} | ({"uevent"} if step["step"] in by_uevent else set())
+        assert set(step["sources"]) == want, step
+    assert d["trigger"]["op"] == "heartbeat"
+    smi_truth = truth["channels"]["npu_smi"]
+    climb, (peak,) = smi_truth["ecc_climb"], smi_truth["temp_peak"]
+    ecc = d["precursor"]["ecc"]
+    assert (ecc["ce_last"], ecc["uce_last"]) == (climb[-1]["ce"], climb[-1]["uce"]) and ecc["ce_delta"] > 0
+    assert d["precursor"]["max_temp_c"] == peak["temp_c"]
+    # npu-smi told the same climb: the health summary of device 0, and at least one reading from it
+    health = report["summary"]["health"]["devices"]["0"]
+    assert health["ce_last"] == climb[-1]["ce"] and health["max_temp_c"] == peak["temp_c"]
+    source = ReplaySource(path)
+    smi_events = [
+        e for b in source.batches() for e in b if isinstance(e, NpuEvent) and e.args.get("source") == "npu-smi"
+    ]
+    assert {e.kind for e in smi_events} >= {"ecc", "thermal"}
+
+
+def test_events_naming_only_a_pci_address_get_their_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's "unbind driver. (bdf=3b:00.0)" line has no device: the uevent of the same step tells it
+    (even in a later read), a kmsg line with both tells it for later lines; an unknown one waits, then goes on."""
+    feed: List[List[NpuEvent]] = []
+
+    class FakeKmsg:
+        offset_measured = True
+
+        def open(self) -> None:
+            pass
+
+        def read(self) -> List[NpuEvent]:
+            return feed.pop(0) if feed else []
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(channels_mod, "KmsgSource", FakeKmsg)
+    monkeypatch.setattr(channels_mod, "sysfs_bdf_dev", lambda: {"0000:3c:00.0": 7})
+    clock = [100.0]
+    monkeypatch.setattr(channels_mod.time, "monotonic", lambda: clock[0])
+
+    def step(ts: int, dev: Any, bdf: str, source: str = "kmsg") -> NpuEvent:
+        return NpuEvent(ts, "reset_step", dev, "reset", -1, -1, {"source": source, "bdf": bdf, "step": "unbind"})
+
+    with Channels(["kmsg"]) as ch:
+        feed.append([step(1, None, "3b:00.0")])
+        assert ch.read() == []  # held: nothing tells 3b:00.0's device yet
+        feed.append([step(2, 0, "0000:3b:00.0", "uevent"), step(3, None, "3c:00.0")])
+        got = ch.read()
+        assert [(e.ts_ns, e.dev) for e in got] == [(1, 0), (2, 0), (3, 7)]  # sysfs tells 3c:00.0
+        feed.append([step(4, None, "3d:00.0")])
+        assert ch.read() == []
+        clock[0] += 1.0
+        assert [(e.ts_ns, e.dev) for e in ch.read()] == [(4, None)]  # waited long enough: passed on as is
+        feed.append([step(5, None, "3e:00.0")])
+        assert [(e.ts_ns, e.dev) for e in ch.read(final=True)] == [(5, None)]  # the last read holds nothing

@@ -16,7 +16,7 @@ from npu_trace.sources.uevent_source import parse_uevent, simulated, synth_args,
 
 DATA = Path(__file__).parent / "data" / "uevent" / "sim_reset.json"
 STEP_OF = {"unbind": "unbind", "remove": "remove", "bus_remove": "bus_remove", "rescan": "rescan",
-           "probe": "probe", "half_probe_finish": "davinci_add"}  # fmt: skip
+           "probe": "probe", "half_probe_finish": "half_probe_finish"}  # fmt: skip
 
 
 def records() -> List[Dict[str, Any]]:
@@ -39,7 +39,7 @@ def test_captured_reset_order_and_variables() -> None:
     recs = [r for r in records() if r["scenario"] == "ecc-reset"]
     events = [to_event(parse_uevent(bytes.fromhex(r["hex"])), 1, {}) for r in recs]
     assert [e.args["step"] for e in events if e is not None] == [
-        "unbind", "remove", "bus_remove", "rescan", "probe", "davinci_add"]  # fmt: skip
+        "unbind", "remove", "bus_remove", "rescan", "probe", "half_probe_finish"]  # fmt: skip
     pci = [e for e in events if e is not None and e.args["subsystem"] == "pci"]
     assert {e.args["bdf"] for e in pci} == {"0000:3b:00.0"} and {e.args["pci_id"] for e in pci} == {"19E5:D802"}
     assert [e.args["driver"] for e in pci] == ["", "", "", "devdrv_device_driver"]  # DRIVER only once bound

@@ -32,7 +32,7 @@ def test_pci_actions(action: str, step: str) -> None:
 def test_davinci_and_other_devices() -> None:
     add = to_event({"ACTION": "add", "SUBSYSTEM": "devdrv-class", "DEVNAME": "davinci5"}, 1)
     rm = to_event({"ACTION": "remove", "DEVPATH": "/devices/virtual/devdrv-class/davinci2"}, 1)
-    assert add is not None and (add.dev, add.args["step"]) == (5, "davinci_add")
+    assert add is not None and (add.dev, add.args["step"]) == (5, "half_probe_finish")
     assert rm is not None and (rm.dev, rm.args["step"]) == (2, "remove")
     change = to_event({"ACTION": "change", "SUBSYSTEM": "pci", "PCI_ID": "19E5:D802"}, 1)
     assert change is not None and (change.kind, change.op) == ("link", "uevent_change")

@@ -7,9 +7,11 @@ and every number is an int.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from operator import itemgetter
-from typing import Any, Dict, List, Optional, Sequence, Set
+from itertools import compress, count, islice, repeat
+from operator import itemgetter, lt
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.health import HealthDetector
@@ -41,16 +43,60 @@ class Analysis:
         self.first_ts: Optional[int] = None
         self.last_ts: Optional[int] = None
         self._report: Optional[Dict[str, Any]] = None
+        self.hold_ns = profile.hold_ns
+        self._held: List[Tuple[int, int, NpuEvent]] = []  # channel events waiting: heap of (ts, arrival, event)
+        self._arrival = 0
 
     def feed(self, items: Sequence[Any]) -> List[Finding]:
         """A batch of raw TraceEvent/Loss items, or a batch of NpuEvents (the other channels': kmsg, uevents,
-        npu-smi), never both in one batch."""
+        npu-smi, bpf), never both in one batch."""
         if items and isinstance(items[0], NpuEvent):
-            return self.feed_events(list(items))
+            return self._feed_channel(list(items))
         events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
         if logs:
             self.kind_counts["log"] += logs
+        if self._held:
+            return self._feed_trace(events)
         return self.feed_events(events)
+
+    # ---- one timeline: the other channels' events wait for the trace to reach their time --------------
+    # A channel event (read before the trace in each pass, so it usually comes early) is held until the first
+    # trace event later than it, or an event more than `hold_ns` later than it, or the end; then it is used in
+    # timestamp order. So a BPF free, a kmsg line or a uevent lands between the trace events around it. These
+    # rules look at the sequence of events only: the result does not depend on how it was cut into batches.
+    def _feed_channel(self, events: List[NpuEvent]) -> List[Finding]:
+        if not self.hold_ns:
+            return self.feed_events(events)
+        out: List[Finding] = []
+        held = self._held
+        for ev in events:
+            if held and held[0][0] + self.hold_ns < ev.ts_ns:
+                out += self._release(ev.ts_ns - self.hold_ns, inclusive=False)
+            heapq.heappush(held, (ev.ts_ns, self._arrival, ev))
+            self._arrival += 1
+        return out
+
+    def _feed_trace(self, events: List[NpuEvent]) -> List[Finding]:
+        out: List[Finding] = []
+        held, start, n = self._held, 0, len(events)
+        stamps = list(map(_ts_of, events))
+        while held and start < n:
+            first = held[0][0]
+            at = next(compress(count(start), map(lt, repeat(first, n - start), islice(stamps, start, None))), n)
+            if at == n:
+                break
+            out += self.feed_events(events[start:at])
+            out += self._release(stamps[at], inclusive=False)
+            start = at
+        out += self.feed_events(events[start:])
+        return out
+
+    def _release(self, upto: int, inclusive: bool = True) -> List[Finding]:
+        """Use the held channel events stamped before `upto` (or at it, inclusive), in time order."""
+        held, due = self._held, []
+        while held and (held[0][0] < upto or (inclusive and held[0][0] == upto)):
+            due.append(heapq.heappop(held)[2])
+        return self.feed_events(due) if due else []
 
     def mapped_events(self) -> Set[str]:
         """The "system:name" events the profile maps: every other event is only counted (as "log")."""
@@ -73,6 +119,8 @@ class Analysis:
     def finish(self) -> Dict[str, Any]:
         """Flush every detector (once) and return the report."""
         if self._report is None:
+            if self._held:
+                self.findings.extend(self._release(max(ts for ts, _, _ in self._held)))
             for detector in self.detectors.values():
                 self.findings.extend(detector.flush())
             findings = [f.to_dict() for f in sort_findings(self.findings)]
@@ -101,3 +149,4 @@ class Analysis:
 
 
 _kind_of = itemgetter(1)  # NpuEvent.kind
+_ts_of = itemgetter(0)  # NpuEvent.ts_ns

@@ -66,7 +66,7 @@ class ResetRun:
 
 @dataclass
 class DeviceHistory:
-    timeouts: Deque[Tuple[int, str]] = field(default_factory=deque)
+    timeouts: Deque[Tuple[int, str, str]] = field(default_factory=deque)  # (ts, op, channel)
     ecc: Deque[Ecc] = field(default_factory=deque)
     temps: Deque[Tuple[int, int]] = field(default_factory=deque)
     ecc_before: Optional[Ecc] = None  # the last ECC report pruned from `ecc`
@@ -158,8 +158,8 @@ class ResetDetector:
         dev = int(ev.dev)  # type: ignore[arg-type]
         hist = self.history.setdefault(dev, DeviceHistory())
         hist.prune(ev.ts_ns - self.window - self.trigger_window)
-        if ev.kind == "timeout":
-            hist.timeouts.append((ev.ts_ns, ev.op))
+        if ev.kind == "timeout" and not self._told_before(hist, ev):
+            hist.timeouts.append((ev.ts_ns, ev.op, str(ev.args.get("source", "ftrace"))))
         if ev.kind == "ecc" and isinstance(ev.args.get("ce_count"), int):
             hist.ecc.append((ev.ts_ns, int(ev.args["ce_count"]), int(ev.args.get("uce_count", 0))))
         if ev.kind in ("ecc", "thermal") and isinstance(ev.args.get("temp_c"), int):
@@ -168,6 +168,18 @@ class ResetDetector:
             hist.trigger = ev
         if ev.kind == "reset_step":
             self._step(dev, ev, hist, out)
+
+    def _told_before(self, hist: DeviceHistory, ev: NpuEvent) -> bool:
+        """The same timeout already told by another channel within merge_ns (counted once in precursors)."""
+        if not self.merge:
+            return False
+        source = str(ev.args.get("source", "ftrace"))
+        for ts, op, told_by in reversed(hist.timeouts):
+            if ev.ts_ns - ts > self.merge:
+                return False
+            if op == ev.op and told_by != source:
+                return True
+        return False
 
     def _step(self, dev: int, ev: NpuEvent, hist: DeviceHistory, out: List[Finding]) -> None:
         name = str(ev.args.get("step", ev.op))
@@ -252,7 +264,7 @@ class ResetDetector:
 
     def _precursor(self, hist: DeviceHistory, ref: int) -> Dict[str, Any]:
         lo = ref - self.window
-        timeouts = [op for ts, op in hist.timeouts if lo <= ts <= ref]
+        timeouts = [op for ts, op, _ in hist.timeouts if lo <= ts <= ref]
         by_op: Dict[str, int] = {}
         for op in timeouts:
             by_op[op] = by_op.get(op, 0) + 1

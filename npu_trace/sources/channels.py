@@ -18,7 +18,8 @@ error), so a replay knows how the timeline was put together.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.mapping import BPF_MAPPING
@@ -27,9 +28,10 @@ from npu_trace.events import Loss
 from npu_trace.model import Normalizer, NpuEvent, lost_event
 from npu_trace.sources.health_source import HealthSource, mono_ns
 from npu_trace.sources.kmsg_source import KmsgSource
-from npu_trace.sources.uevent_source import UeventSource
+from npu_trace.sources.uevent_source import UeventSource, sysfs_bdf_dev
 
 CHANNELS = ("kmsg", "uevent", "health")  # a "bpf" channel runs when a BpfConfig is given
+BDF_WAIT_S = 0.25  # how long an event naming an unknown PCI address waits for the event that tells its device
 DEFAULT_HEALTH_INTERVAL_S = 2.0
 
 
@@ -69,6 +71,8 @@ class Channels:
         self.health: Optional[HealthSource] = None
         self.running: List[str] = []
         self.notes: List[str] = []
+        self.bdf_dev: Dict[str, int] = {short_bdf(k): v for k, v in sysfs_bdf_dev().items()}
+        self._waiting: List[Tuple[float, NpuEvent]] = []  # events naming an unknown PCI address, since when
         self.events_read = 0
         self.lost = 0  # events the channels said they lost (kmsg gaps, rate-limited messages, uevent overflow)
         self._health_notes = 0
@@ -124,7 +128,8 @@ class Channels:
                 src.close()
         self.kmsg = self.uevent = self.health = self.bpf = None
 
-    def read(self) -> List[NpuEvent]:
+    def read(self, final: bool = False) -> List[NpuEvent]:
+        """What the channels have now, sorted by time (`final`: the last read, nothing is held back)."""
         out: List[NpuEvent] = []
         if self.kmsg is not None:
             try:
@@ -144,10 +149,35 @@ class Channels:
             for text in notes[self._health_notes :]:
                 self._note(f"health: {text}")
             self._health_notes = len(notes)
+        out = self._resolve_devices(out, final)
         if out:
             out.sort(key=_ts)
             self.events_read += len(out)
             self.lost += sum(int(e.args.get("lost") or 0) for e in out if e.kind == "lost")
+        return out
+
+    def _resolve_devices(self, events: List[NpuEvent], final: bool = False) -> List[NpuEvent]:
+        """Give a device to events that name only a PCI address (the driver's "Pcie hotreset, unbind driver.
+        (bdf=3b:00.0)" lines): from the driver's sysfs dev_id files, and from every event carrying both (a uevent
+        with its slot, a kmsg line with dev_id and bdf). One still unknown is held up to BDF_WAIT_S for the
+        event that tells it (the uevent of the same step arrives within milliseconds), then passed on as is."""
+        for ev in events:
+            bdf = ev.args.get("bdf")
+            if ev.dev is not None and isinstance(bdf, str) and bdf:
+                self.bdf_dev[short_bdf(bdf)] = ev.dev
+        now = time.monotonic()
+        waiting, self._waiting = self._waiting, []
+        out: List[NpuEvent] = []
+        for since, ev in [*waiting, *((now, e) for e in events)]:
+            bdf = ev.args.get("bdf")
+            if ev.dev is not None or not isinstance(bdf, str) or not bdf:
+                out.append(ev)
+            elif short_bdf(bdf) in self.bdf_dev:
+                out.append(ev._replace(dev=self.bdf_dev[short_bdf(bdf)]))
+            elif now - since < BDF_WAIT_S and not final:
+                self._waiting.append((since, ev))
+            else:
+                out.append(ev)
         return out
 
     def _read_bpf(self) -> List[NpuEvent]:
@@ -180,6 +210,12 @@ class Channels:
         self.notes.append(text)
         if self.on_note is not None:
             self.on_note(text)
+
+
+def short_bdf(bdf: str) -> str:
+    """ "0000:3B:00.0" and "3b:00.0" -> "3b:00.0" (the driver's kmsg lines leave out the PCI domain 0000)."""
+    bdf = bdf.strip().lower()
+    return bdf[5:] if bdf.startswith("0000:") else bdf
 
 
 def lost_event_note(source: str) -> NpuEvent:

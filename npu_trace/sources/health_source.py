@@ -158,6 +158,9 @@ class HealthSource:
         return out
 
     def _chip(self, npu: int, chip: int) -> List[NpuEvent]:
+        # stamped when the queries start: each value was read at or after this time, so for counters that only
+        # grow (ECC) a reading never appears later than an event that raised it
+        started = mono_ns()
         fields: Dict[str, Any] = {}
         out: List[NpuEvent] = []
         for query in QUERIES:
@@ -167,7 +170,7 @@ class HealthSource:
                 out.extend(self._note(f"{query}:{status}", f"npu-smi info -t {query}: {status}", dev=npu))
                 continue
             fields.update(parse_fields(text))
-        return out + self.tracker.update(npu, fields, mono_ns())
+        return out + self.tracker.update(npu, fields, started)
 
     def _note(self, key: str, text: str, once: bool = False, dev: Optional[int] = None) -> List[NpuEvent]:
         if not self.limiter.note(key, once):

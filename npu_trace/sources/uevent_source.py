@@ -9,7 +9,9 @@ CLOCK_MONOTONIC (the trace clock) at receive time, so their offset is 0 and thei
 Mapping (a hot reset emits, in order: davinci remove, PCI unbind, PCI remove, PCI add, PCI bind, davinci add):
     davinci remove -> reset_step "remove"      PCI unbind -> reset_step "unbind"
     PCI remove     -> reset_step "bus_remove"  PCI add    -> reset_step "rescan"
-    PCI bind       -> reset_step "probe"       davinci add -> reset_step "davinci_add"
+    PCI bind       -> reset_step "probe"       davinci add -> reset_step "half_probe_finish"
+(the driver creates davinciN once the device has finished its probe: the step its "Half probe finish, probe
+success." kmsg line tells, so both channels tell one step)
     change (PCI/davinci) -> link "uevent_change"; thermal zone change -> thermal (temp_c from TEMP, m°C)
 Device: davinciN -> N; PCI -> `bdf_dev[PCI_SLOT_NAME]` (seeded from sysfs `dev_id` when present), else None.
 
@@ -38,7 +40,7 @@ VENDOR_ID = "19E5"
 DRIVER = "devdrv_device_driver"
 MAX_DATAGRAM = 65536
 PCI_STEPS = {"unbind": "unbind", "remove": "bus_remove", "add": "rescan", "bind": "probe"}
-DAVINCI_STEPS = {"remove": "remove", "add": "davinci_add"}
+DAVINCI_STEPS = {"remove": "remove", "add": "half_probe_finish"}
 SIM_MARKER = "NPUSIM"  # SYNTH_ARG_NPUSIM=1: a synthetic uevent of the simulated NPU
 SIM_DEVID = "NPUDEVID"  # SYNTH_ARG_NPUDEVID=<n>: the simulated device's id (the real driver's sysfs dev_id)
 SIM_KEYS = ("ACTION", "DEVPATH", "SUBSYSTEM", "DRIVER", "PCI_CLASS", "PCI_ID", "PCI_SUBSYS_ID", "PCI_SLOT_NAME",
