@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any
+from typing import Any, Callable, Tuple
 
 from npu_trace import sim
 from npu_trace.commands.stream import announce, print_summary, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import prepare_process, pump
+from npu_trace.sim.channels import SideChannels
+from npu_trace.sources.channels import Channels
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 
@@ -50,20 +53,32 @@ def run(args: argparse.Namespace) -> int:
             sim.unload(fs)
 
 
+def demo_channels(on_note: Callable[[str], None]) -> Tuple[SideChannels, Channels]:
+    """The simulator's side channels (its kmsg lines, uevents and fake npu-smi) and the tracer's channels that
+    read them (health polls the fake npu-smi)."""
+    side = SideChannels()
+    for note in side.notes:
+        on_note(f"simulator: {note}")
+    smi = os.path.join(side.smi_dir, "npu-smi") if side.smi_dir else "npu-smi"
+    return side, Channels(get_profile("sim").channels, npu_smi=smi, health_interval_s=1.0, on_note=on_note)
+
+
 def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     profile = get_profile("sim")
     session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
     printer = terminal_printer(session, args.format)
+    side, channels = demo_channels(lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True))
     stop = prepare_process()
-    with session:
-        announce(session)
-        run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False)
+    with session, channels:
+        announce(session, channels=channels)
+        run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices,
+                                 ensure_loaded=False, channels=side)  # fmt: skip
         try:
-            pump(session, printer.write_batch, stop=stop, until=lambda: run.poll() is not None)
+            pump(session, printer.write_batch, stop=stop, until=lambda: run.poll() is not None, channels=channels)
             truth = run.wait() if not stop.stopped else None
         finally:
             run.terminate()
-    print_summary(session, session.events_read)
+    print_summary(session, session.events_read, channels)
     if truth is not None:
         print(f"npu-trace: scenario {args.scenario}: {len(truth['actions'])} injected actions", file=sys.stderr)
     return 0
