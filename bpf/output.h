@@ -1,7 +1,8 @@
 /* The output side shared by every npu-trace program (map-free parts; see OUTPUT BLOCK below).
  *
  * Ring buffer (default, kernels >= 5.8): records are reserved in place and submitted with BPF_RB_NO_WAKEUP,
- * the reader polls on an interval (no wake-up per event); a failed reserve is counted in the per-CPU array
+ * the reader polls on an interval (no wake-up per event) and reads the records in place from its own mapping
+ * of the ring buffer (npu_trace/bpf/ringbuf.py); a failed reserve is counted in the per-CPU array
  * lost[NPU_LOST_RESERVE].
  * Perf buffer (-DUSE_PERF_BUFFER, older kernels): records are built in a per-CPU scratch slot and copied;
  * the reader's lost callback counts what the kernel dropped.

@@ -5,6 +5,7 @@ executor's own [start_ns, end_ns] on the same clock (CLOCK_MONOTONIC)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -102,13 +103,16 @@ def test_aggregate_histograms_and_threshold(sim_binary: str) -> None:
 
 
 @pytest.mark.privileged
-def test_overflowed_ring_buffer_counts_exactly_what_it_dropped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["mmap", "bcc-callback"])
+def test_overflowed_ring_buffer_counts_exactly_what_it_dropped(tmp_path: Path, direct: bool) -> None:
     exe = build_generator(tmp_path)
     n = 50_000
-    gen = subprocess.Popen(["sh", "-c", f"read go; exec {exe} {n}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    src = BpfSource(BpfConfig(ringbuf_pages=1, pid=gen.pid))  # one page: ~100 records fit
+    cmd = f"read go; exec {exe} {n} 0"  # on CPU 0: the seq counter is per CPU
+    gen = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    src = BpfSource(BpfConfig(ringbuf_pages=1, pid=gen.pid, ringbuf_direct=direct))  # one page: ~100 records fit
     try:
         src.start_bench()
+        assert src.readers["bench_getpid"].startswith("mmap" if direct else "bcc callback")
         gen.communicate(b"go\n", timeout=60)  # no polling until the generator is done
         batch: List[Any] = []
         src.read(batch)
@@ -118,6 +122,94 @@ def test_overflowed_ring_buffer_counts_exactly_what_it_dropped(tmp_path: Path) -
     lost = sum(i.lost for i in batch if isinstance(i, Loss) and i.kind == "dropped")
     assert 0 < delivered < n
     assert n - delivered == lost
+    assert [e.values[0] for e in batch if isinstance(e, TraceEvent)] == list(range(1, delivered + 1))  # in order
+
+
+@pytest.mark.privileged
+def test_direct_reader_streams_while_the_ring_wraps(tmp_path: Path) -> None:
+    """A ring buffer read while it fills and wraps: events in order, each once, every event not delivered
+    counted lost, and more than twice what the ring holds delivered (it wrapped under the reader)."""
+    exe = build_generator(tmp_path)
+    n, pages = 200_000, 512  # 2 MiB: 52,428 records of 40 bytes
+    cmd = f"read go; exec {exe} {n} 0 200000"  # on CPU 0 (the seq counter is per CPU), 200,000 calls/s: 1 s
+    gen = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    src = BpfSource(BpfConfig(ringbuf_pages=pages, pid=gen.pid))
+    seqs: List[int] = []
+    lost = 0
+    affinity = os.sched_getaffinity(0)
+    try:
+        if len(affinity) > 1 and 0 in affinity:
+            os.sched_setaffinity(0, affinity - {0})  # the reader away from the generator's CPU
+        src.start_bench()
+        assert src.readers == {"bench_getpid": "mmap"}
+        assert gen.stdin is not None
+        gen.stdin.write(b"go\n")
+        gen.stdin.close()
+        while True:
+            batch: List[Any] = []
+            done = gen.poll() is not None
+            src.read(batch)
+            seqs += [e.values[0] for e in batch if isinstance(e, TraceEvent)]
+            lost += sum(i.lost for i in batch if isinstance(i, Loss))
+            if done:
+                break
+            time.sleep(0.002)
+        gen.wait()
+    finally:
+        os.sched_setaffinity(0, affinity)
+        src.close()
+        if gen.poll() is None:
+            gen.kill()
+    assert len(seqs) + lost == n, (len(seqs), lost)
+    assert len(seqs) > 2 * pages * 4096 // 40, f"{lost} events lost: the host stalled the reader"
+    disorder = [(a, b) for a, b in zip(seqs, seqs[1:]) if a >= b]
+    assert disorder == [] and seqs[0] >= 1 and seqs[-1] <= n
+
+
+# the perf buffer's generator: getpid() in two phases on one CPU (a perf buffer reports the samples it lost on
+# that CPU's buffer with its next sample: the second phase carries the count of the first's losses)
+PERF_CHILD = """
+import os, sys
+os.sched_setaffinity(0, {0})
+print("ready", flush=True)
+for line in sys.stdin:
+    for _ in range(int(line)):
+        os.getpid()
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.privileged
+def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None:
+    """--perf-buffer: the lost callback's counts come out of read() as Loss items and `npu-trace bpf`'s pump
+    adds them to its ledger: printed + lost == calls made."""
+    from npu_trace.commands.bpf import pump
+    from npu_trace.events import LossLedger
+    from npu_trace.runner import StopFlag
+    from npu_trace.sinks.text import StreamPrinter
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", PERF_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    assert child.stdin is not None and child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    src = BpfSource(BpfConfig(pid=child.pid, perf_buffer=True, perf_pages=1))  # 4 KiB per CPU: ~90 samples fit
+    ledger, out, stop = LossLedger(), io.StringIO(), StopFlag()
+    stop.set()  # pump: one read, then return
+    printed = 0
+    try:
+        src.start_bench()
+        assert src.readers == {"bench_getpid": "perf buffer"}
+        for calls in (20_000, 10):  # no reading during the first phase: it overflows
+            child.stdin.write(f"{calls}\n")
+            assert child.stdout.readline() == "done\n"
+            printed += pump(src, StreamPrinter(out, "text", lambda _pid: "gen"), ledger, None, stop)
+    finally:
+        src.close()
+        child.stdin.close()
+        child.wait()
+    assert 0 < printed < 20_010 and printed == out.getvalue().count("bpf:getpid")
+    assert ledger.counts == {("bpf", "dropped", -1): 20_010 - printed}
 
 
 @pytest.mark.privileged

@@ -17,7 +17,9 @@ HAL_SYMBOLS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "h
 @dataclass(frozen=True)
 class BpfConfig:
     """hal: uprobes on the HAL symbols of `binary`; irq: handler durations of the IRQs named by `irq_names`
-    (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes)."""
+    (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes).
+    ringbuf_direct chooses only how user space reads the ring buffer (no cflag): from its own mapping of it, or
+    through bcc's per-record callback."""
 
     binary: Optional[str] = None
     hal: bool = True
@@ -31,6 +33,7 @@ class BpfConfig:
     threshold_ns: int = 0
     aggregate: bool = False
     ringbuf_pages: int = 256
+    ringbuf_direct: bool = True  # read the ring buffer from its mapping (npu_trace.bpf.ringbuf), not bcc's callback
     perf_buffer: bool = False
     perf_pages: int = 64
     max_pending: int = 10240

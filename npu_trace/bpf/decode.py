@@ -1,25 +1,35 @@
-"""BPF records (bytes as the ring buffer hands them over) -> `TraceEvent`s. Pure: no bcc here.
+"""BPF records -> `TraceEvent`s. Pure: no bcc here.
 
-`Decoder.decode(data)` returns a TraceEvent, or None for a record it cannot read (counted in `malformed`);
-`Decoder.losses()` turns that count into `Loss` items once.
+`Decoder.decode(data, offset=0, size=None)` decodes one record (bytes as bcc's callbacks hand them over, or a
+record inside a larger buffer such as the mapped ring buffer) and returns a TraceEvent, or None for a record it
+cannot read (counted in `malformed`); `Decoder.losses()` turns that count into `Loss` items once.
+
+Runs of records of one type are decoded in bulk by `npu_trace.bpf.ringbuf`: `Decoder.run_spec(type)` gives the
+record's struct codes and a builder that turns the columns of one big `unpack_from` over the run into
+TraceEvents with C-level passes (zip, map) instead of one Python call per record. A builder may fail (and
+then the run is decoded record by record) only before it returns: what it returns is consumed lazily.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from itertools import repeat
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.bpf import formats, layout
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.format import EventFormat
 
 _new = tuple.__new__
-_HAL_SIZE, _IRQ_SIZE, _BENCH_SIZE = layout.HAL_CALL.size, layout.IRQ.size, layout.BENCH.size
 
 
 def _s32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _hal_arg_readers() -> Tuple[Tuple[EventFormat, int, Tuple[bool, ...]], ...]:
@@ -31,20 +41,70 @@ def _hal_arg_readers() -> Tuple[Tuple[EventFormat, int, Tuple[bool, ...]], ...]:
     return tuple(out)
 
 
+# (columns, run) -> events: column k holds value k of each of the `run` records (the fields the RunSpec keeps)
+RunBuilder = Callable[[Sequence[Sequence[Any]], int], Iterable[TraceEvent]]
+
+
+class RunSpec(NamedTuple):
+    """How to decode a run of records of one type with one unpack: the struct codes of the record (no
+    byte-order prefix; the fields the builder does not need are pad bytes, never turned into ints), its size,
+    the number of values one record unpacks to, which of them is the event type, and the builder."""
+
+    codes: str
+    size: int
+    values: int
+    type_col: int
+    build: RunBuilder
+
+
+def run_spec(name: str, keep: Tuple[str, ...], build: RunBuilder) -> RunSpec:
+    """The RunSpec of struct `name` of `layout` unpacking only the fields in `keep` (in layout order)."""
+    codes: List[str] = []
+    values, type_col = 0, -1
+    for field, code in layout.FIELDS[name]:
+        size = struct.calcsize("<" + code)
+        if field not in keep:
+            codes.append(f"{size}x")
+            continue
+        if field == "hdr.type":
+            type_col = values
+        codes.append(code)
+        values += len(struct.unpack("<" + code, bytes(size)))
+    if type_col < 0:
+        raise ValueError(f"a run of {name} must keep hdr.type")
+    return RunSpec("".join(codes), layout.compile_struct(name).size, values, type_col, build)
+
+
 class Decoder:
     def __init__(self) -> None:
         self.malformed = 0
         self._reported = 0
         self._hal = _hal_arg_readers()
-        self._by_type: Dict[int, Callable[[bytes], TraceEvent]] = {
-            layout.NPU_EV_HAL_CALL: self._hal_call,
-            layout.NPU_EV_IRQ: self._irq,
-            layout.NPU_EV_BENCH: self._bench,
+        self._by_type: Dict[int, Tuple[struct.Struct, Callable[[Tuple[Any, ...]], TraceEvent]]] = {
+            layout.NPU_EV_HAL_CALL: (layout.HAL_CALL, self._hal_call),
+            layout.NPU_EV_IRQ: (layout.IRQ, self._irq),
+            layout.NPU_EV_BENCH: (layout.BENCH, self._bench),
+        }
+        hdr = ("hdr.ts_ns", "hdr.tid", "hdr.type", "hdr.cpu")  # not pid (the tid is the event's pid) nor flags
+        self._runs: Dict[int, RunSpec] = {
+            layout.NPU_EV_HAL_CALL: run_spec(
+                "hal_call_event",
+                (*hdr, "entry_ts_ns", "latency_ns", "args", "dev", "ret", "op"),
+                self._hal_run,
+            ),
+            layout.NPU_EV_IRQ: run_spec(
+                "irq_event", (*hdr, "entry_ts_ns", "duration_ns", "irq", "ret", "name"), self._irq_run
+            ),
+            layout.NPU_EV_BENCH: run_spec("bench_event", (*hdr, "seq"), self._bench_run),
         }
 
-    def decode(self, data: bytes) -> Optional[TraceEvent]:
+    def decode(self, data: Any, offset: int = 0, size: Optional[int] = None) -> Optional[TraceEvent]:
+        """The record at `offset` of `data` (any buffer); `size`: its length when `data` holds more than it."""
         try:
-            return self._by_type[layout.TYPE.unpack_from(data, layout.TYPE_OFFSET)[0]](data)
+            st, build = self._by_type[layout.TYPE.unpack_from(data, offset + layout.TYPE_OFFSET)[0]]
+            if size is not None and size < st.size:
+                raise struct.error("short record")
+            return build(st.unpack_from(data, offset))
         except (KeyError, IndexError, struct.error):  # unknown type / op, short record
             self.malformed += 1
             return None
@@ -54,22 +114,46 @@ class Decoder:
         out.extend(self.losses())
         return out
 
+    def run_spec(self, ev_type: int) -> Optional[RunSpec]:
+        """Bulk decoding of records of this type (None: decode them one by one)."""
+        return self._runs.get(ev_type)
+
     def losses(self) -> List[Loss]:
         new = self.malformed - self._reported
         self._reported = self.malformed
         return [Loss("bpf", -1, "malformed", new)] if new else []
 
-    def _hal_call(self, data: bytes) -> TraceEvent:
-        ts, _pid, tid, _t, cpu, _f, entry, lat, a0, a1, a2, dev, ret, op, _p0, _p1 = layout.HAL_CALL.unpack_from(data)
+    # ---- one record ---------------------------------------------------------------------------------------
+    def _hal_values(self, op: int, a0: int, a1: int, a2: int, dev: int, ret: int, lat: int, entry: int) -> Any:
         fmt, nargs, signed = self._hal[op]
         args = [_s32(v) if s else v for v, s in zip((a0, a1, a2)[:nargs], signed)]
-        return _new(TraceEvent, (ts, cpu, tid, fmt, (dev, *args, ret, lat, entry)))
+        return fmt, (dev, *args, ret, lat, entry)
 
-    def _irq(self, data: bytes) -> TraceEvent:
-        ts, _pid, tid, _t, cpu, _f, entry, dur, irq, ret, name = layout.IRQ.unpack_from(data)
-        text = name.split(b"\0", 1)[0].decode("utf-8", "replace")
-        return _new(TraceEvent, (ts, cpu, tid, formats.IRQ_FORMAT, (irq, text, ret, dur, entry)))
+    def _hal_call(self, v: Tuple[Any, ...]) -> TraceEvent:
+        ts, _pid, tid, _t, cpu, _f, entry, lat, a0, a1, a2, dev, ret, op, _p0, _p1 = v
+        fmt, values = self._hal_values(op, a0, a1, a2, dev, ret, lat, entry)
+        return _new(TraceEvent, (ts, cpu, tid, fmt, values))
 
-    def _bench(self, data: bytes) -> TraceEvent:
-        ts, _pid, tid, _t, cpu, _f, seq = layout.BENCH.unpack_from(data)
+    def _irq(self, v: Tuple[Any, ...]) -> TraceEvent:
+        ts, _pid, tid, _t, cpu, _f, entry, dur, irq, ret, name = v
+        return _new(TraceEvent, (ts, cpu, tid, formats.IRQ_FORMAT, (irq, _cstr(name), ret, dur, entry)))
+
+    def _bench(self, v: Tuple[Any, ...]) -> TraceEvent:
+        ts, _pid, tid, _t, cpu, _f, seq = v
         return _new(TraceEvent, (ts, cpu, tid, formats.BENCH_FORMAT, (seq,)))
+
+    # ---- runs: the columns of the fields each RunSpec keeps --------------------------------------------------
+    def _bench_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
+        ts, tid, _type, cpu, seq = cols
+        return map(_new, repeat(TraceEvent, run), zip(ts, cpu, tid, repeat(formats.BENCH_FORMAT, run), zip(seq)))
+
+    def _irq_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
+        ts, tid, _type, cpu, entry, dur, irq, ret, name = cols
+        rows = zip(ts, cpu, tid, repeat(formats.IRQ_FORMAT, run), zip(irq, map(_cstr, name), ret, dur, entry))
+        return map(_new, repeat(TraceEvent, run), rows)
+
+    def _hal_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
+        """Eager where it can fail (an unknown op raises here, before anything is returned)."""
+        ts, tid, _type, cpu, entry, lat, a0, a1, a2, dev, ret, op = cols
+        fmts, values = zip(*map(self._hal_values, op, a0, a1, a2, dev, ret, lat, entry))
+        return map(_new, repeat(TraceEvent, run), zip(ts, cpu, tid, fmts, values))

@@ -5,6 +5,12 @@ kprobes), compiles and attaches the programs, and on any failure detaches everyt
 (`close()` runs bcc's cleanup on every BPF object). `read(batch)` drains the buffers without blocking and
 appends decoded `TraceEvent`s and `Loss` items; the caller polls it on an interval (the kernel side submits
 with BPF_RB_NO_WAKEUP: nothing wakes per event).
+
+Readers: each program's ring buffer is mapped and decoded in bulk by `ringbuf.RingBufReader` (no callback per
+record); where that cannot be set up (`config.ringbuf_direct` off, a mapping refused) bcc's
+`ring_buffer_consume()` with a per-record ctypes callback is the fallback, and the perf buffer (kernels
+before 5.8, `config.perf_buffer`) always goes through bcc's callbacks, its lost samples through the lost
+callback. `readers` says which reader each program got and why.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from npu_trace.bpf import layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
 from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
 from npu_trace.events import Loss
 from npu_trace.sim.elf import Elf
@@ -86,6 +93,9 @@ class BpfSource:
         self.lost_seen: Dict[Tuple[str, int, int], int] = {}  # (program, slot, cpu) -> count reported
         self.perf_lost = 0
         self.events_read = 0
+        self.discarded = 0  # ring buffer records the programs discarded (none of ours do; not a loss)
+        self.readers: Dict[str, str] = {}  # program -> "mmap" | "bcc callback (<why>)" | "perf buffer"
+        self._rings: Dict[str, RingBufReader] = {}  # program -> its mapped ring buffer (the direct reader)
         self._records: List[bytes] = []
         self._callbacks: List[Any] = []  # keep ctypes callbacks alive
         self.hist_snapshot: Dict[Tuple[int, str], Dict[int, int]] = {}  # histograms() as close() found them
@@ -130,6 +140,9 @@ class BpfSource:
     def close(self) -> None:
         if self.objects:
             self.hist_snapshot = self.histograms()
+        while self._rings:
+            _, ring = self._rings.popitem()
+            ring.close()
         while self.objects:
             _, obj = self.objects.popitem()
             obj.cleanup()
@@ -162,10 +175,20 @@ class BpfSource:
             cb, lost_cb = self._perf_callback(), self._lost_callback()
             self._callbacks += [cb, lost_cb]
             table.open_perf_buffer(cb, page_cnt=self.config.perf_pages, lost_cb=lost_cb, wakeup_events=1 << 20)
-        else:
-            ring_cb = self._ring_callback()
-            self._callbacks.append(ring_cb)
-            table.open_ring_buffer(ring_cb)
+            self.readers[program] = "perf buffer"
+            return
+        why = "ringbuf_direct off"
+        if self.config.ringbuf_direct:
+            try:
+                self._rings[program] = RingBufReader.open(int(table.map_fd), int(table.max_entries))
+                self.readers[program] = "mmap"
+                return
+            except (RingBufError, AttributeError, TypeError, ValueError) as exc:
+                why = str(exc)
+        ring_cb = self._ring_callback()
+        self._callbacks.append(ring_cb)
+        table.open_ring_buffer(ring_cb)
+        self.readers[program] = f"bcc callback ({why})"
 
     def _ring_callback(self) -> Callable[[Any, int, int], int]:
         append, string_at = self._records.append, ctypes.string_at
@@ -191,27 +214,59 @@ class BpfSource:
         return on_lost
 
     # ---- reading --------------------------------------------------------------------------------------
-    def read(self, batch: List[Any]) -> int:
-        """Drain every buffer without blocking; append decoded events then losses. Returns records read."""
-        for obj in self.objects.values():
-            if self.config.perf_buffer:
+    def read(self, batch: List[Any], max_bytes: Optional[int] = None) -> int:
+        """Drain every buffer without blocking; append decoded events then losses. Returns records read.
+
+        max_bytes: read at most about that much of each mapped ring buffer (the rest stays for the next read;
+        `pending()` says how much): a caller that keeps its batches small this way decodes faster (they stay
+        in the CPU caches) and can poll again at once while `pending()` is large."""
+        n = 0
+        for program, obj in self.objects.items():
+            ring = self._rings.get(program)
+            if ring is not None:
+                n += self._read_ring(program, ring, self.decoder, batch, max_bytes)
+            elif self.config.perf_buffer:
                 obj.perf_buffer_consume()
             else:
                 obj.ring_buffer_consume()
-        records = self._records[:]
-        self._records.clear()
-        self.events_read += len(records)
-        batch.extend(self.decoder.decode_all(records))
+        if self._records:
+            records = self._records[:]
+            self._records.clear()
+            n += len(records)
+            batch.extend(filter(None, map(self.decoder.decode, records)))
+        self.events_read += n
+        batch.extend(self.decoder.losses())
         batch.extend(self.losses())
-        return len(records)
+        return n
+
+    def _read_ring(
+        self, program: str, ring: RingBufReader, decoder: Any, out: List[Any], max_bytes: Optional[int] = None
+    ) -> int:
+        try:
+            got = ring.read(decoder, out, max_bytes)
+        except RingBufError as exc:
+            raise SourceError(f"ring buffer of {program}: {exc}") from None
+        self.discarded += got.discarded
+        return got.records
+
+    def pending(self) -> int:
+        """Bytes written to the mapped ring buffers and not read yet (0 for the callback readers: unknown)."""
+        return sum(ring.pending() for ring in self._rings.values())
 
     def read_raw(self) -> List[bytes]:
         """Drain every buffer; the undecoded records (the benchmark's decode-free baseline)."""
-        for obj in self.objects.values():
-            obj.ring_buffer_consume()
-        records = self._records[:]
+        raw: List[Any] = []
+        for program, obj in self.objects.items():
+            ring = self._rings.get(program)
+            if ring is not None:
+                self._read_ring(program, ring, RawRecords(), raw)
+            elif self.config.perf_buffer:
+                obj.perf_buffer_consume()
+            else:
+                obj.ring_buffer_consume()
+        raw += self._records
         self._records.clear()
-        return records
+        return raw
 
     def losses(self) -> List[Loss]:
         """New losses since the last call: per-CPU `lost` counters of every program, perf lost samples."""
