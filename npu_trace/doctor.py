@@ -67,16 +67,33 @@ class Check:
         return "!!" if self.essential else "--"
 
 
-def _probe_bcc() -> Tuple[bool, str]:
-    """Import bcc in a child interpreter (bcc is imported by one module only, and loading it can be slow)."""
-    code = "import bcc; print(getattr(bcc, '__version__', '?'))"
+_BCC_PROBE = """
+import os, sys
+import bcc
+print(getattr(bcc, "__version__", "?"))
+if os.geteuid() == 0:  # loading needs privilege: without it, the import is all that can be proven
+    from npu_trace.bpf.source import compile_check
+    from npu_trace.errors import NpuTraceError
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        print(compile_check())
+    except NpuTraceError as exc:
+        print(f"cannot compile: {exc}".splitlines()[0], file=sys.stderr)
+        sys.exit(3)
+"""
+
+
+def _probe_bcc() -> Tuple[bool, str]:
+    """Import bcc and compile the HAL program (as root) in a child interpreter: bcc is imported by one module
+    only, and loading it (and clang) can be slow."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _BCC_PROBE], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"cannot run {sys.executable}: {exc}"
+    out = proc.stdout.strip().splitlines()
     if proc.returncode == 0:
-        return True, f"bcc {proc.stdout.strip()} ({sys.executable})"
-    lines = proc.stderr.strip().splitlines()
+        compiled = f"; {out[1]}" if len(out) > 1 else "; not compiled (needs root)"
+        return True, f"bcc {out[0] if out else '?'} ({sys.executable}){compiled}"
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     return False, f"{lines[-1] if lines else 'import failed'} ({sys.executable})"
 
 

@@ -329,3 +329,16 @@ def build_generator(tmp_path: Path) -> str:
     exe = str(tmp_path / "gen_syscalls")
     subprocess.run([gcc, "-O2", "-o", exe, str(ROOT / "benchmarks" / "gen_syscalls.c")], check=True)
     return exe
+
+
+@pytest.mark.privileged
+def test_compile_check_compiles_here_and_names_a_compile_failure() -> None:
+    """What `doctor` reports: bcc compiles the HAL program here; a broken program is one clear error."""
+    from pathlib import Path
+
+    from npu_trace.bpf.source import compile_check
+
+    assert compile_check() == "compiled hal_uprobes.bpf.c"
+    broken = Path(__file__).parent / "data" / "bpf_broken"
+    with pytest.raises(SourceError, match=r"bcc cannot compile hal_uprobes\.bpf\.c"):
+        compile_check(broken)

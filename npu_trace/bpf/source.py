@@ -57,6 +57,20 @@ def check_headers() -> None:
         raise KernelFeatureError(f"kernel headers missing: {headers_dir()} (bcc cannot compile; run scripts/setup)")
 
 
+def compile_check(bpf_dir: Path = BPF_DIR) -> str:
+    """Compile the HAL program (nothing attached) and unload it: can bcc build programs here? Raises
+    KernelFeatureError/SourceError saying why not; returns what it compiled."""
+    check_headers()
+    bcc = _bcc()
+    src = bpf_dir / "hal_uprobes.bpf.c"
+    try:
+        obj = bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{bpf_dir}", *BpfConfig().hal_cflags()])
+    except Exception as exc:  # bcc raises plain Exception for compile failures
+        raise SourceError(f"bcc cannot compile {src.name}: {exc}") from None
+    obj.cleanup()
+    return f"compiled {src.name}"
+
+
 def check_kprobes(symbols: Tuple[str, ...]) -> None:
     if not symbols:
         return
