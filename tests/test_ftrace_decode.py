@@ -6,7 +6,7 @@ import struct
 from typing import Any, List, Optional, Tuple
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
@@ -209,6 +209,7 @@ def test_fuzz_random_pages_never_raise(data: bytes) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 7)), min_size=1, max_size=8))
+@example([(432, 0)])  # once a KeyError: a short record turned long (its id is then in the payload)
 def test_fuzz_bit_flips_in_a_valid_page_never_raise(flips: List[Tuple[int, int]]) -> None:
     pg = bytearray(_valid_page())
     for offset, bit in flips:
@@ -219,3 +220,15 @@ def test_fuzz_bit_flips_in_a_valid_page_never_raise(flips: List[Tuple[int, int]]
 @pytest.mark.parametrize("cut", [0, 7, 16, 20, 100, 500])
 def test_truncated_pages_never_raise(cut: int) -> None:
     decode(_valid_page()[:cut])
+
+
+def test_long_records_of_a_format_without_fixups_use_their_own_decoder() -> None:
+    """A record longer than 112 bytes carries its length in a second word: its event id is in the payload,
+    not where a short record's is (found by the bit-flip fuzzer: a KeyError, or the wrong decoder)."""
+    wide = parse_format(fmt_text("wide", 13, "".join(f"\tfield:u64 v{i};\toffset:{8 + 8 * i};\tsize:8;\tsigned:0;\n"
+                                                     for i in range(16))), "t")  # fmt: skip
+    payload = struct.pack("<HBBi", 13, 0, 0, 77) + struct.pack("<16Q", *range(100, 116))
+    dec = PageDecoder(HEADER, build_decoders([SMALL, wide], "little"), 0, ledger=LossLedger())
+    out: List[Any] = []
+    dec.decode(page(0, rec(payload, 5) + rec(small(1, 2, 3), 1)), out)
+    assert [(e.fmt.name, e.pid, e.values) for e in out] == [("wide", 77, tuple(range(100, 116))), ("small", 1, (2, 3))]

@@ -299,7 +299,8 @@ class PageDecoder:
                 size = u32(page, pos + 4)[0] - 4
                 start = pos + 8
                 pos = start + size
-                entry = get(page[start] | (page[start + 1] << 8)) if size >= 2 and pos <= end else None
+                etype = page[start] | (page[start + 1] << 8) if size >= 2 and pos <= end else -1
+                entry = get(etype) if etype >= 0 else None
                 if entry is None:
                     if size < 8 or pos > end:
                         self._malformed(out, ts, f"record length {size} at offset {start - 8}")
