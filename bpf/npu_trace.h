@@ -12,6 +12,7 @@
 #define NPU_EV_HAL_CALL 1
 #define NPU_EV_IRQ 2
 #define NPU_EV_BENCH 3
+#define NPU_EV_TRACEPOINT 4
 
 /* HAL operations (the op field of hal_call_event and hist_key) */
 #define NPU_OP_MEM_ALLOC 0
@@ -22,6 +23,25 @@
 
 #define NPU_IRQ_NAME_LEN 32
 #define NPU_HIST_SLOTS 64
+
+/* Tracepoints read by field offsets (trs_tracepoints.bpf.c, npu_trace/bpf/tracepoints.py) */
+#define NPU_TP_SLOTS 5     /* programs on_tp_0 .. on_tp_4: tracepoints attached at once */
+#define NPU_TP_VALUES 8    /* values of a tp_event, indexed by NPU_TPV_* */
+#define NPU_TP_TEXT_LEN 24 /* the record's string, NUL included ("Logic Cq Recv NoMatch" is 21) */
+#define NPU_TPV_DEV 0      /* device id (trs: inst.devid) */
+#define NPU_TPV_TS 1       /* TS id (inst.tsid) */
+#define NPU_TPV_STREAM 2
+#define NPU_TPV_TASK 3
+#define NPU_TPV_SQ 4       /* SQ id */
+#define NPU_TPV_CQ 5       /* CQ id (trs_core: the logic CQ id) */
+#define NPU_TPV_ERR 6      /* error code (trs_core:logic_cqe) */
+#define NPU_TPV_AUX 7      /* one more value, named by the tracepoint's spec (errtype, sqe_type, cqe counts) */
+/* which tracepoint fired (tp_event.tp): the Ascend driver's five; other ids are free for other specs */
+#define NPU_TP_TRS_CHAN_SQE 1
+#define NPU_TP_TRS_CHAN_CQE 2
+#define NPU_TP_TRS_CHAN_RECV 3
+#define NPU_TP_TRS_CORE_LOGIC_CQE 4
+#define NPU_TP_TRS_CORE_LOGIC_CQ_RECV 5
 
 /* indexes of the per-CPU `lost` array */
 #define NPU_LOST_RESERVE 0 /* bpf_ringbuf_reserve failed: the ring buffer was full */
@@ -64,6 +84,18 @@ struct irq_event {
 struct bench_event {
     struct npu_event_header hdr;
     __u64 seq;
+};
+
+/* One hit of a tracepoint read by field offsets (trs_tracepoints.bpf.c): the values its spec names. */
+struct tp_event {
+    struct npu_event_header hdr;
+    __u64 values[NPU_TP_VALUES]; /* NPU_TPV_* order; 0 where the tracepoint has no such value */
+    __u16 tp;                    /* NPU_TP_*: which tracepoint fired */
+    __u16 slot;                  /* the program that read it (on_tp_<slot>) */
+    __u8 present;                /* bit NPU_TPV_*: the tracepoint has this value */
+    __u8 is_signed;              /* bit NPU_TPV_*: a signed field, sign-extended to 64 bits */
+    __u16 pad0;
+    char text[NPU_TP_TEXT_LEN];  /* the record's __data_loc string, NUL-terminated ("Task Send"); "" if none */
 };
 
 /* Pending HAL call entry, keyed by tid. */

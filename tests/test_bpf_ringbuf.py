@@ -38,6 +38,10 @@ def irq(ts: int, name: bytes = b"virtio0-req.0") -> bytes:
     return layout.IRQ.pack(ts + 5, 0, 0, layout.NPU_EV_IRQ, 1, 0, ts, 5, 36, 1, name)
 
 
+def tp(ts: int, tp_id: int, values: Tuple[int, ...], present: int, signed: int = 0, text: bytes = b"") -> bytes:
+    return layout.TP_EVENT.pack(ts, 7, 8, layout.NPU_EV_TRACEPOINT, 0, 0, *values, tp_id, 0, present, signed, 0, text)
+
+
 class Ring:
     """A ring buffer's data area as user space sees it: `size` bytes mapped twice (both copies written)."""
 
@@ -182,6 +186,33 @@ def test_hal_and_irq_runs() -> None:
     assert out == scalar(hals + irqs) and got.records == 80 and dec.singles < 10
     assert out[1].event == "bpf:halMemFree" and out[40].fields()["name"] == "trs-mbox-0-0"
     assert out[3].fields()["timeout_ms"] == -100  # s32 argument, as one by one
+
+
+def test_tracepoint_runs() -> None:
+    """The driver's tracepoint events (ids NPU_TP_*) in bulk equal one by one: interleaved tracepoints, a value
+    absent (None), a signed one, a tracepoint id the decoder does not know (malformed, the rest decoded)."""
+    ring = Ring(1 << 16)
+    sqe = layout.NPU_TP_TRS_CHAN_SQE
+    cqe = layout.NPU_TP_TRS_CORE_LOGIC_CQE
+    payloads = []
+    for i in range(60):
+        if i == 41:
+            payloads.append(tp(i, 999, (0,) * 8, 0))
+        elif i % 2:
+            payloads.append(tp(i, sqe, (3, 0, 5, i, 7, 0, 0, 1), 0b10011111, 0, b"Task Send"))
+        else:
+            present = 0xFF if i != 10 else 0xFE
+            payloads.append(tp(i, cqe, (3, 0, 5, i, 7, 4, (1 << 64) - 2, 2), present, 1 << 6, b"Logic Cq Enque"))
+    for p in payloads:
+        ring.put(p)
+    dec = CountingDecoder()
+    out, got = ring.consume(dec)
+    assert got.records == 60 and dec.singles < 20 and out == scalar(payloads[:41] + payloads[42:])
+    assert dec.losses() == [Loss("bpf", -1, "malformed", 1)]
+    assert out[1].event == "bpf:trs_chan_sqe" and out[1].fields() == {
+        "dev": 3, "ts": 0, "stream": 5, "task": 1, "sqid": 7, "sqe_type": 1, "str": "Task Send"
+    }  # fmt: skip
+    assert out[10].fields()["dev"] is None and out[12].fields()["errcode"] == -2
 
 
 def test_unknown_op_in_a_run_is_malformed_and_the_rest_decoded() -> None:

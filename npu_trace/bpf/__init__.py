@@ -1,4 +1,5 @@
-"""eBPF through bcc: HAL call latency (uprobes), IRQ handler durations (tracepoints), measured in the kernel.
+"""eBPF through bcc: HAL call latency (uprobes), IRQ handler durations (tracepoints), measured in the kernel;
+the Ascend driver's tracepoints read by field offsets from their format files (`tracepoints`).
 
 The kernel side lives in the repository's `bpf/` folder (`npu_trace.h` declares every event struct;
 `layout` mirrors it). `config.BpfConfig` specialises the programs through `-D` cflags; `decode` turns records

@@ -6,18 +6,22 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from npu_trace.bpf.layout import NPU_TP_SLOTS
 from npu_trace.errors import UsageError
 
 MAX_IRQ_FILTERS = 4  # IRQ_PREFIX_0..3 and IRQ_NUM_0..3 in irq.bpf.c
 IRQ_NAME_MAX = 31  # NPU_IRQ_NAME_LEN - 1
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.:+-]+$")
+_TRACEPOINT = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+$")
 HAL_SYMBOLS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
 
 
 @dataclass(frozen=True)
 class BpfConfig:
     """hal: uprobes on the HAL symbols of `binary`; irq: handler durations of the IRQs named by `irq_names`
-    (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes).
+    (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes);
+    tracepoints: "system:name" of tracepoints read by field offsets (the driver's trs_chan:*, trs_core:*; see
+    npu_trace.bpf.tracepoints), one program slot each, `dev` filtering them too (not `pid`).
     ringbuf_direct chooses only how user space reads the ring buffer (no cflag): from its own mapping of it, or
     through bcc's per-record callback."""
 
@@ -28,6 +32,7 @@ class BpfConfig:
     irq_names: Tuple[str, ...] = ()
     irq_numbers: Tuple[int, ...] = ()
     kprobes: Tuple[str, ...] = ()
+    tracepoints: Tuple[str, ...] = ()
     pid: Optional[int] = None
     dev: Optional[int] = None
     threshold_ns: int = 0
@@ -48,6 +53,11 @@ class BpfConfig:
         for name in self.irq_names:
             if not _SAFE_NAME.match(name) or len(name) > IRQ_NAME_MAX:
                 raise UsageError(f"bad IRQ name prefix {name!r} (1-{IRQ_NAME_MAX} of [A-Za-z0-9_.:+-])")
+        if len(self.tracepoints) > NPU_TP_SLOTS or len(set(self.tracepoints)) != len(self.tracepoints):
+            raise UsageError(f"at most {NPU_TP_SLOTS} distinct tracepoints, not {list(self.tracepoints)}")
+        for tp in self.tracepoints:
+            if not _TRACEPOINT.match(tp):
+                raise UsageError(f"bad tracepoint {tp!r} (system:name)")
         unknown = set(self.hal_symbols) - set(HAL_SYMBOLS)
         if unknown:
             raise UsageError(f"unknown HAL symbols {sorted(unknown)} (known: {', '.join(HAL_SYMBOLS)})")
@@ -74,6 +84,13 @@ class BpfConfig:
         flags = self.common_cflags()
         flags += [f'-DIRQ_PREFIX_{i}="{name}"' for i, name in enumerate(self.irq_names)]
         flags += [f"-DIRQ_NUM_{i}={num}" for i, num in enumerate(self.irq_numbers)]
+        return flags
+
+    def tracepoint_cflags(self) -> List[str]:
+        """The tracepoint program's common flags; each slot adds its offsets (tracepoints.TpPlan.cflags)."""
+        flags = self.common_cflags()
+        if self.dev is not None:
+            flags.append(f"-DFILTER_DEV={self.dev}")
         return flags
 
     def bench_cflags(self) -> List[str]:

@@ -8,19 +8,27 @@ Runs of records of one type are decoded in bulk by `npu_trace.bpf.ringbuf`: `Dec
 record's struct codes and a builder that turns the columns of one big `unpack_from` over the run into
 TraceEvents with C-level passes (zip, map) instead of one Python call per record. A builder may fail (and
 then the run is decoded record by record) only before it returns: what it returns is consumed lazily.
+
+Tracepoint events (struct tp_event) name their tracepoint by id; `Decoder(tracepoints)` knows the specs of the
+ones its source attaches (default: the Ascend driver's five): the event gets the values the spec names (None
+for one whose `present` bit is clear, negative for a signed one) and the record's string. A record of an id it
+does not know is malformed.
 """
 
 from __future__ import annotations
 
 import struct
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.bpf import formats, layout
+from npu_trace.bpf.tracepoints import ROLES, TRS_SPECS, TpSpec
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.format import EventFormat
 
 _new = tuple.__new__
+ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}  # NPU_TPV_*
 
 
 def _s32(v: int) -> int:
@@ -75,17 +83,50 @@ def run_spec(name: str, keep: Tuple[str, ...], build: RunBuilder) -> RunSpec:
     return RunSpec("".join(codes), layout.compile_struct(name).size, values, type_col, build)
 
 
+_TP_COL = 6 + layout.NPU_TP_VALUES  # columns of an unpacked tp_event: header (6), values, tp, slot, present...
+
+
+def _tp_value(col: int, v: Tuple[Any, ...], present: int, signed: int) -> Any:
+    bit = 1 << (col - 6)
+    if not present & bit:
+        return None
+    x = v[col]
+    return x - (1 << 64) if signed & bit and x >= 1 << 63 else x
+
+
+class _TpReader(NamedTuple):
+    """How to decode the tp_events of one tracepoint spec."""
+
+    fmt: EventFormat
+    cols: Tuple[int, ...]  # the column of each of its values in the unpacked record, in field order
+    pick: Callable[[Tuple[Any, ...]], Tuple[Any, ...]]  # those columns as a tuple
+    mask: int  # their `present` bits
+    text: bool  # the record's string follows the values
+
+    @classmethod
+    def of(cls, spec: TpSpec) -> _TpReader:
+        cols = tuple(6 + ROLE_INDEX[v.role] for v in spec.ordered())
+        pick = itemgetter(*cols) if len(cols) > 1 else lambda v: tuple(v[c] for c in cols)
+        mask = sum(1 << (c - 6) for c in cols)
+        return cls(formats.tp_format(spec), cols, pick, mask, bool(spec.text))
+
+
 class Decoder:
-    def __init__(self) -> None:
+    def __init__(self, tracepoints: Optional[Iterable[TpSpec]] = None) -> None:
         self.malformed = 0
         self._reported = 0
         self._hal = _hal_arg_readers()
+        self._tps: Dict[int, _TpReader] = {
+            spec.tp_id: _TpReader.of(spec) for spec in (TRS_SPECS.values() if tracepoints is None else tracepoints)
+        }
         self._by_type: Dict[int, Tuple[struct.Struct, Callable[[Tuple[Any, ...]], TraceEvent]]] = {
             layout.NPU_EV_HAL_CALL: (layout.HAL_CALL, self._hal_call),
             layout.NPU_EV_IRQ: (layout.IRQ, self._irq),
             layout.NPU_EV_BENCH: (layout.BENCH, self._bench),
+            layout.NPU_EV_TRACEPOINT: (layout.TP_EVENT, self._tp),
         }
         hdr = ("hdr.ts_ns", "hdr.tid", "hdr.type", "hdr.cpu")  # not pid (the tid is the event's pid) nor flags
+        tp_fields = tuple(f for f, _ in layout.FIELDS["tp_event"])  # all: a run's rows are records as `_tp` takes them
         self._runs: Dict[int, RunSpec] = {
             layout.NPU_EV_HAL_CALL: run_spec(
                 "hal_call_event",
@@ -96,6 +137,7 @@ class Decoder:
                 "irq_event", (*hdr, "entry_ts_ns", "duration_ns", "irq", "ret", "name"), self._irq_run
             ),
             layout.NPU_EV_BENCH: run_spec("bench_event", (*hdr, "seq"), self._bench_run),
+            layout.NPU_EV_TRACEPOINT: run_spec("tp_event", tp_fields, self._tp_run),
         }
 
     def decode(self, data: Any, offset: int = 0, size: Optional[int] = None) -> Optional[TraceEvent]:
@@ -142,6 +184,17 @@ class Decoder:
         ts, _pid, tid, _t, cpu, _f, seq = v
         return _new(TraceEvent, (ts, cpu, tid, formats.BENCH_FORMAT, (seq,)))
 
+    def _tp(self, v: Tuple[Any, ...]) -> TraceEvent:
+        r = self._tps[v[_TP_COL]]
+        present, signed = v[_TP_COL + 2], v[_TP_COL + 3]
+        if present & r.mask == r.mask and not signed & r.mask:  # the usual case: every value there, unsigned
+            values = r.pick(v)
+        else:
+            values = tuple(map(_tp_value, r.cols, repeat(v), repeat(present), repeat(signed)))
+        if r.text:
+            values = (*values, _cstr(v[-1]))
+        return _new(TraceEvent, (v[0], v[4], v[2], r.fmt, values))
+
     # ---- runs: the columns of the fields each RunSpec keeps --------------------------------------------------
     def _bench_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
         ts, tid, _type, cpu, seq = cols
@@ -151,6 +204,13 @@ class Decoder:
         ts, tid, _type, cpu, entry, dur, irq, ret, name = cols
         rows = zip(ts, cpu, tid, repeat(formats.IRQ_FORMAT, run), zip(irq, map(_cstr, name), ret, dur, entry))
         return map(_new, repeat(TraceEvent, run), rows)
+
+    def _tp_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
+        """Eager where it can fail: a tracepoint id this decoder was not given raises here."""
+        unknown = set(cols[_TP_COL]) - self._tps.keys()
+        if unknown:
+            raise KeyError(f"tracepoint ids {sorted(unknown)}")
+        return map(self._tp, zip(*cols))
 
     def _hal_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
         """Eager where it can fail (an unknown op raises here, before anything is returned)."""

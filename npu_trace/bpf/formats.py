@@ -1,6 +1,8 @@
 """Synthetic `EventFormat`s of the BPF events (built here, no tracefs): one per HAL operation
 (`bpf:halMemAlloc` ...: the call's parameters as in `npu_trace.sim.abi`, then `ret`, `latency_ns`,
-`entry_ts_ns`), `bpf:irq` and `bpf:getpid` (benchmark). Their ids sit far above tracefs event ids.
+`entry_ts_ns`), `bpf:irq`, `bpf:getpid` (benchmark) and one per tracepoint read by offsets
+(`bpf:trs_chan_sqe` ...: the values its `TpSpec` names, then its string). Their ids sit far above tracefs
+event ids.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, Sequence, Tuple
 
 from npu_trace.bpf import layout
+from npu_trace.bpf.tracepoints import TRS_SPECS, TpSpec
 from npu_trace.ftrace.format import CHAR_ARRAY, INT, EventFormat, Field
 from npu_trace.sim.abi import FUNC_BY_NAME
 
@@ -15,8 +18,8 @@ SYSTEM = "bpf"
 ID_BASE = 1 << 24
 # NPU_OP_* -> HAL function name
 OPS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
-_SIZES = {"u32": 4, "s32": 4, "x32": 4, "u64": 8, "x64": 8}
-_CONV = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%llu", "x64": "0x%llx"}
+_SIZES = {"u32": 4, "s32": 4, "x32": 4, "u64": 8, "s64": 8, "x64": 8}
+_CONV = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%llu", "s64": "%lld", "x64": "0x%llx"}
 _COMMON = (Field("common_type", "unsigned short", 0, 2, False, INT),)
 
 Spec = Sequence[Tuple[str, str]]  # (field name, abi type)
@@ -25,8 +28,8 @@ Spec = Sequence[Tuple[str, str]]  # (field name, abi type)
 def build_format(ev_id: int, name: str, spec: Spec) -> EventFormat:
     fields, off = [], 8
     for fname, ftype in spec:
-        if ftype.startswith("char"):
-            size = layout.NPU_IRQ_NAME_LEN
+        if ftype.startswith("char"):  # "char" (an IRQ name) or "char<N>"
+            size = int(ftype[4:] or layout.NPU_IRQ_NAME_LEN)
             fields.append(Field(fname, "char", off, size, False, CHAR_ARRAY, size))
         else:
             size = _SIZES[ftype]
@@ -42,10 +45,18 @@ def hal_spec(op: str) -> Spec:
     return (*params, ("ret", "s32"), ("latency_ns", "u64"), ("entry_ts_ns", "u64"))
 
 
+def tp_format(spec: TpSpec) -> EventFormat:
+    """The decoded event of a tracepoint read by offsets: its values in role order, then its string."""
+    values = [(v.name, v.type) for v in spec.ordered()]
+    text = [(spec.text, f"char{layout.NPU_TP_TEXT_LEN}")] if spec.text else []
+    return build_format(ID_BASE + 200 + spec.tp_id, spec.event, (*values, *text))
+
+
 IRQ_SPEC: Spec = (("irq", "s32"), ("name", "char"), ("ret", "s32"), ("duration_ns", "u64"), ("entry_ts_ns", "u64"))
 BENCH_SPEC: Spec = (("seq", "u64"),)
 
 HAL_FORMATS: Tuple[EventFormat, ...] = tuple(build_format(ID_BASE + i, op, hal_spec(op)) for i, op in enumerate(OPS))
 IRQ_FORMAT = build_format(ID_BASE + 100, "irq", IRQ_SPEC)
 BENCH_FORMAT = build_format(ID_BASE + 101, "getpid", BENCH_SPEC)
-ALL: Dict[str, EventFormat] = {f.full_name: f for f in (*HAL_FORMATS, IRQ_FORMAT, BENCH_FORMAT)}
+TRS_FORMATS: Tuple[EventFormat, ...] = tuple(tp_format(spec) for spec in TRS_SPECS.values())
+ALL: Dict[str, EventFormat] = {f.full_name: f for f in (*HAL_FORMATS, IRQ_FORMAT, BENCH_FORMAT, *TRS_FORMATS)}

@@ -11,6 +11,7 @@ from typing import Dict, Tuple
 NPU_EV_HAL_CALL = 1
 NPU_EV_IRQ = 2
 NPU_EV_BENCH = 3
+NPU_EV_TRACEPOINT = 4
 
 NPU_OP_MEM_ALLOC = 0
 NPU_OP_MEM_FREE = 1
@@ -20,6 +21,23 @@ NPU_OP_COUNT = 4
 
 NPU_IRQ_NAME_LEN = 32
 NPU_HIST_SLOTS = 64
+
+NPU_TP_SLOTS = 5
+NPU_TP_VALUES = 8
+NPU_TP_TEXT_LEN = 24
+NPU_TPV_DEV = 0
+NPU_TPV_TS = 1
+NPU_TPV_STREAM = 2
+NPU_TPV_TASK = 3
+NPU_TPV_SQ = 4
+NPU_TPV_CQ = 5
+NPU_TPV_ERR = 6
+NPU_TPV_AUX = 7
+NPU_TP_TRS_CHAN_SQE = 1
+NPU_TP_TRS_CHAN_CQE = 2
+NPU_TP_TRS_CHAN_RECV = 3
+NPU_TP_TRS_CORE_LOGIC_CQE = 4
+NPU_TP_TRS_CORE_LOGIC_CQ_RECV = 5
 
 NPU_LOST_RESERVE = 0
 NPU_LOST_PENDING = 1
@@ -48,6 +66,10 @@ FIELDS: Dict[str, Fields] = {
         ("name", f"{NPU_IRQ_NAME_LEN}s"),
     ),
     "bench_event": (*_nested("hdr", _HEADER), ("seq", "Q")),
+    "tp_event": (
+        *_nested("hdr", _HEADER), ("values", f"{NPU_TP_VALUES}Q"), ("tp", "H"), ("slot", "H"), ("present", "B"),
+        ("is_signed", "B"), ("pad0", "H"), ("text", f"{NPU_TP_TEXT_LEN}s"),
+    ),
     "hal_entry": (("ts_ns", "Q"), ("args", "3Q"), ("dev", "I"), ("op", "H"), ("pad0", "H")),
     "hist_key": (("dev", "I"), ("op", "H"), ("slot", "H")),
 }  # fmt: skip
@@ -61,6 +83,7 @@ HEADER = compile_struct("npu_event_header")
 HAL_CALL = compile_struct("hal_call_event")
 IRQ = compile_struct("irq_event")
 BENCH = compile_struct("bench_event")
+TP_EVENT = compile_struct("tp_event")
 HIST_KEY = compile_struct("hist_key")
 TYPE_OFFSET = 16  # npu_event_header.type
 TYPE = struct.Struct("<H")

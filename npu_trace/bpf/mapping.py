@@ -2,6 +2,11 @@
 
 The kernel already paired entry and return, so each event is a complete call carrying `ret`, `latency_ns`
 and `entry_ts_ns` (what the Normalizer's pairing adds for tracefs events); no `pair` key here.
+
+The driver's tracepoints read by offsets (`bpf:trs_chan_sqe`, `bpf:trs_core_logic_cqe`) map as the profile's
+ftrace rules map `trs_chan:sqe` and `trs_core:logic_cqe`: the same kind, op, device and args, so the latency
+detector pairs a submit with its complete by (device, stream, task) whichever channel told them. The other
+three (trs_chan:cqe/recv, trs_core:logic_cq_recv) stay unmapped, as their ftrace events do.
 """
 
 from __future__ import annotations
@@ -18,4 +23,12 @@ BPF_MAPPING: Dict[str, Any] = {
         "kind": "call", "op": "halCqReportRecv", "kind_if": [["ret", "==", ETIMEDOUT, "timeout"]],
     },
     "bpf:irq": {"kind": "irq", "op": "irq", "dev": "", "set": {"edge": "handled"}},
+    "bpf:trs_chan_sqe": [{
+        "match": {"str": "Task Send"}, "kind": "submit", "op": "sqe", "dev": "dev",
+        "args": {"ts": "ts", "stream": "stream", "task": "task", "sqid": "sqid"},
+    }],
+    "bpf:trs_core_logic_cqe": [{
+        "match": {"str": "Logic Cq Enque"}, "kind": "complete", "op": "task", "dev": "dev",
+        "args": {"ts": "ts", "stream": "stream", "task": "task", "errcode": "errcode", "errtype": "errtype"},
+    }],
 }  # fmt: skip

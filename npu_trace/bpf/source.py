@@ -1,16 +1,21 @@
 """The BPF source: the only module that imports bcc (lazily, in `_bcc()`).
 
 `BpfSource(config)` checks everything it can before touching the kernel (sources, headers, binary, symbols,
-kprobes), compiles and attaches the programs, and on any failure detaches everything it attached
-(`close()` runs bcc's cleanup on every BPF object). `read(batch)` drains the buffers without blocking and
-appends decoded `TraceEvent`s and `Loss` items; the caller polls it on an interval (the kernel side submits
-with BPF_RB_NO_WAKEUP: nothing wakes per event).
+kprobes, the tracepoints' format files and the fields their programs read), compiles and attaches the
+programs, and on any failure detaches everything it attached (`close()` runs bcc's cleanup on every BPF
+object). `read(batch)` drains the buffers without blocking and appends decoded `TraceEvent`s and `Loss`
+items; the caller polls it on an interval (the kernel side submits with BPF_RB_NO_WAKEUP: nothing wakes per
+event).
 
 Readers: each program's ring buffer is mapped and decoded in bulk by `ringbuf.RingBufReader` (no callback per
 record); where that cannot be set up (`config.ringbuf_direct` off, a mapping refused) bcc's
 `ring_buffer_consume()` with a per-record ctypes callback is the fallback, and the perf buffer (kernels
 before 5.8, `config.perf_buffer`) always goes through bcc's callbacks, its lost samples through the lost
 callback. `readers` says which reader each program got and why.
+
+Tracepoints read by offsets (`config.tracepoints`): their format files are read from tracefs and resolved by
+`tracepoints.plan` (with the profile's struct layouts) into one slot of `trs_tracepoints.bpf.c` each, before
+anything is compiled; a tracepoint that does not exist is a KernelFeatureError and nothing is loaded.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf import layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
 from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
+from npu_trace.bpf.tracepoints import TRS_SPECS, StructLayouts, TpPlan, TpSpec, plan
 from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
 from npu_trace.events import Loss
 from npu_trace.sim.elf import Elf
@@ -38,6 +44,7 @@ ENTRY_FUNCS = {
     "halCqReportRecv": "hal_cq_report_recv_entry",
 }
 LOST_KINDS = {layout.NPU_LOST_RESERVE: "dropped", layout.NPU_LOST_PENDING: "unpaired"}
+TP_PROGRAM = "trs_tracepoints"
 
 
 def _bcc() -> Any:
@@ -71,6 +78,48 @@ def compile_check(bpf_dir: Path = BPF_DIR) -> str:
     return f"compiled {src.name}"
 
 
+def read_tracepoint_format(tracepoint: str) -> Optional[str]:
+    """The tracefs format text of "system:name", None when this kernel has no such tracepoint."""
+    from npu_trace.tracefs import Tracefs
+
+    system, name = tracepoint.split(":", 1)
+    fs = Tracefs.find()
+    if not fs.has_event_format(system, name):
+        return None
+    return fs.event_format(system, name)
+
+
+def tracepoint_cflags(config: BpfConfig, plans: Sequence[TpPlan]) -> List[str]:
+    return [*config.tracepoint_cflags(), *(flag for p in plans for flag in p.cflags())]
+
+
+def compile_tracepoints(plans: Sequence[TpPlan], config: Optional[BpfConfig] = None, bpf_dir: Path = BPF_DIR) -> str:
+    """Compile the tracepoint program for `plans` and load each slot's function into the kernel (the verifier
+    checks it) without attaching anything, then unload it: would these offsets run here? Raises SourceError
+    saying why not."""
+    check_headers()
+    bcc = _bcc()
+    src = bpf_dir / f"{TP_PROGRAM}.bpf.c"
+    cflags = [f"-I{bpf_dir}", *tracepoint_cflags(config or BpfConfig(hal=False), plans)]
+    try:
+        obj = bcc.BPF(src_file=str(src).encode(), cflags=cflags)
+    except Exception as exc:  # bcc raises plain Exception for compile failures
+        raise SourceError(f"bcc cannot compile {src.name}: {exc}") from None
+    try:
+        for p in plans:
+            _load_tracepoint_func(bcc, obj, p)
+    finally:
+        obj.cleanup()
+    return f"compiled {src.name} and loaded {', '.join(p.function for p in plans)} (nothing attached)"
+
+
+def _load_tracepoint_func(bcc: Any, obj: Any, p: TpPlan) -> None:
+    try:
+        obj.load_func(p.function.encode(), bcc.BPF.TRACEPOINT)
+    except Exception as exc:  # bcc: plain Exception; the verifier's log went to stderr
+        raise SourceError(f"cannot load {p.function} for tracepoint {p.spec.tracepoint}: {exc}") from None
+
+
 def check_kprobes(symbols: Tuple[str, ...]) -> None:
     if not symbols:
         return
@@ -99,10 +148,21 @@ def check_binary(path: Optional[str], symbols: Tuple[str, ...]) -> str:
 class BpfSource:
     """Compiled and attached BPF programs; a context manager (close() detaches everything)."""
 
-    def __init__(self, config: BpfConfig, bpf_dir: Path = BPF_DIR) -> None:
+    def __init__(
+        self,
+        config: BpfConfig,
+        bpf_dir: Path = BPF_DIR,
+        tracepoint_specs: Optional[Mapping[str, TpSpec]] = None,
+        layouts: Optional[StructLayouts] = None,
+    ) -> None:
+        """tracepoint_specs: what each of `config.tracepoints` reads (default: the Ascend driver's five);
+        layouts: the struct layouts of their struct-typed fields (default: the ascend profile's)."""
         self.config = config
         self.bpf_dir = bpf_dir
-        self.decoder = Decoder()
+        self.tracepoint_specs: Mapping[str, TpSpec] = TRS_SPECS if tracepoint_specs is None else tracepoint_specs
+        self.layouts = layouts
+        self.tracepoint_plans: Tuple[TpPlan, ...] = ()
+        self.decoder = Decoder(self.tracepoint_specs.values())
         self.objects: Dict[str, Any] = {}  # program name -> bcc.BPF
         self.lost_seen: Dict[Tuple[str, int, int], int] = {}  # (program, slot, cpu) -> count reported
         self.perf_lost = 0
@@ -126,17 +186,20 @@ class BpfSource:
         cfg = self.config
         check_kprobes(cfg.kprobes)
         binary = check_binary(cfg.binary, cfg.hal_symbols) if cfg.hal else None
-        if not (cfg.hal or cfg.irq):
-            raise InputError("nothing to trace: enable HAL uprobes or IRQs")
+        if not (cfg.hal or cfg.irq or cfg.tracepoints):
+            raise InputError("nothing to trace: enable HAL uprobes, IRQs or tracepoints")
         if not (self.bpf_dir / "npu_trace.h").is_file():
             raise SourceError(f"BPF sources not found in {self.bpf_dir}")
         check_headers()
+        plans = self._plan_tracepoints() if cfg.tracepoints else ()
         bcc = _bcc()
         try:
             if binary:
                 self._attach_hal(bcc, binary)
             if cfg.irq:
                 self._load(bcc, "irq", cfg.irq_cflags())
+            if plans:
+                self._attach_tracepoints(bcc, plans)
         except BaseException:
             self.close()
             raise
@@ -182,6 +245,27 @@ class BpfSource:
                 obj.attach_uretprobe(name=path, sym=name, fn_name=b"hal_return", pid=pid)
             except Exception as exc:  # bcc: plain Exception
                 raise SourceError(f"cannot attach uprobe {binary}:{sym}: {exc}") from None
+
+    def _plan_tracepoints(self) -> Tuple[TpPlan, ...]:
+        layouts = self.layouts
+        if layouts is None:
+            from npu_trace.profiles import ASCEND_LAYOUTS
+
+            layouts = ASCEND_LAYOUTS
+        self.tracepoint_plans = plan(self.config.tracepoints, self.tracepoint_specs, read_tracepoint_format, layouts)
+        return self.tracepoint_plans
+
+    def _attach_tracepoints(self, bcc: Any, plans: Sequence[TpPlan]) -> None:
+        obj = self._load(bcc, TP_PROGRAM, tracepoint_cflags(self.config, plans))
+        for p in plans:
+            _load_tracepoint_func(bcc, obj, p)
+            tp = p.spec.tracepoint
+            try:
+                obj.attach_tracepoint(tp=tp.encode(), fn_name=p.function.encode())
+            except Exception as exc:  # bcc: plain Exception
+                if read_tracepoint_format(tp) is None:  # gone since it was planned (the driver was unloaded)
+                    raise KernelFeatureError(f"tracepoint {tp} does not exist on this kernel") from None
+                raise KernelFeatureError(f"cannot attach tracepoint {tp}: {exc}") from None
 
     def _open_output(self, obj: Any, program: str) -> None:
         table = obj[b"events"]
