@@ -73,6 +73,8 @@ class Profile:
     # replaces (the same calls measured by ftrace uprobes would be counted twice)
     bpf_irq_prefixes: Tuple[str, ...] = ()
     bpf_replaces: Tuple[str, ...] = ()
+    # --bpf: the driver's tracepoints the BPF channel reads by field offsets (those present on the host)
+    bpf_tracepoints: Tuple[str, ...] = ()
 
 
 # ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
@@ -186,6 +188,9 @@ PROFILES: Dict[str, Profile] = {
         # the real driver's IRQ names (reference: cq_update_irq, cq_update_bind_thread_irq, trs-mbox-<dev>-<ts>,
         # dma_done_irq/dma_err_irq, devdrv_load_irq/devdrv_half_probe_irq)
         bpf_irq_prefixes=("cq_", "trs-mbox-", "dma_", "devdrv_"),
+        # task submit and completion measured in the kernel, instead of their ftrace events
+        bpf_tracepoints=("trs_chan:sqe", "trs_core:logic_cqe"),
+        bpf_replaces=("trs_chan:sqe", "trs_core:logic_cqe"),
     ),
 }
 

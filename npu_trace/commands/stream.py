@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.errors import SourceError, UsageError
@@ -15,7 +15,7 @@ from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
-from npu_trace.tracefs import Tracefs
+from npu_trace.tracefs import Tracefs, find_optional
 
 
 def add_parser(sub: Any) -> None:
@@ -120,8 +120,21 @@ def bpf_config_from_args(args: argparse.Namespace) -> Optional[BpfConfig]:
         binary = build.ensure_built()
     if binary is None and not profile.bpf_irq_prefixes:
         raise UsageError(f"--bpf with the {profile.name} profile needs --bpf-binary PATH (the HAL library)")
+    tracepoints = present_tracepoints(profile.bpf_tracepoints)
     return BpfConfig(binary=binary, hal=binary is not None, irq=bool(profile.bpf_irq_prefixes),
-                     irq_names=profile.bpf_irq_prefixes)  # fmt: skip
+                     irq_names=profile.bpf_irq_prefixes, tracepoints=tracepoints)  # fmt: skip
+
+
+def present_tracepoints(wanted: Tuple[str, ...]) -> Tuple[str, ...]:
+    """The profile's BPF tracepoints that exist here; the absent ones are named once on stderr."""
+    if not wanted:
+        return ()
+    fs = find_optional()
+    available = set(fs.available_events()) if fs is not None else set()
+    absent = [tp for tp in wanted if tp not in available]
+    if absent:
+        print(f"npu-trace: --bpf: not on this host: {', '.join(absent)} (the driver is not loaded)", file=sys.stderr)
+    return tuple(tp for tp in wanted if tp in available)
 
 
 def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> None:
