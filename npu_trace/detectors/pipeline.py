@@ -55,6 +55,11 @@ class Analysis:
         events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
         if logs:
             self.kind_counts["log"] += logs
+        return self.feed_trace(events)
+
+    def feed_trace(self, events: List[NpuEvent]) -> List[Finding]:
+        """Normalized trace events (a caller that normalizes itself, e.g. to show unmapped events too): the
+        held channel events are placed among them as feed() places them."""
         if self._held:
             return self._feed_trace(events)
         return self.feed_events(events)

@@ -30,6 +30,7 @@ History is bounded: entries older than precursor + trigger window are pruned, at
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -96,6 +97,7 @@ class ResetDetector:
         self.pending: List[Tuple[int, int, NpuEvent]] = []  # heap of held events (ts, arrival, event)
         self._arrival = 0
         self.merged = 0  # steps merged into one told by another channel
+        self._deadline = math.inf  # reorder_ns > 0: when an open sequence can next expire
         self.relevant = frozenset(("timeout", "ecc", "thermal", "reset_step", *(k for k, _ in self.triggers)))
         self.history: Dict[int, DeviceHistory] = {}
         self.open: Dict[int, ResetRun] = {}
@@ -127,11 +129,22 @@ class ResetDetector:
                 heapq.heappush(pending, (ts, self._arrival, ev))
                 self._arrival += 1
             upto = self.now - hold
-            while pending and pending[0][0] <= upto:
-                self._release(heapq.heappop(pending)[2], out)
-            if self.open:
+            if pending and pending[0][0] <= upto:
+                while pending and pending[0][0] <= upto:
+                    self._release(heapq.heappop(pending)[2], out)
+                self._deadline = self._next_deadline()
+            if upto > self._deadline:  # an open sequence may have expired (checked only when one can)
                 self._expire(upto, out)
+                self._deadline = self._next_deadline()
         return out
+
+    def _next_deadline(self) -> float:
+        """The earliest time at which _expire can close an open sequence (inf: none open)."""
+        return min(
+            (s.ended_at + self.merge if s.ended_at is not None else s.last_ts + self.step_timeout
+             for s in self.open.values()),
+            default=math.inf,
+        )  # fmt: skip
 
     def _release(self, ev: NpuEvent, out: List[Finding]) -> None:
         if self.open:
