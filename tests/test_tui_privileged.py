@@ -1,4 +1,6 @@
-"""The TUI live on the simulator (real tracefs): runs, shows events, quits cleanly, leaves no instance."""
+"""The TUI live on the simulator (real tracefs): runs, shows events, quits cleanly, leaves no instance.
+
+The session (its tracefs instance) is created, read and removed in the TUI's worker process."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import pytest
 
 from npu_trace import sim
 from npu_trace.profiles import PROFILES
-from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 from test_tui_support import wait_for
 from tui.app import NpuTraceApp
-from tui.live import LiveSource
+from tui.live import session_source
+from tui.model import FIELDS, KIND
+from tui.widgets.eventlog import EventLog
+from tui.worker import SourceSpec
 
 
 @pytest.mark.privileged
@@ -22,23 +26,27 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
     was_loaded = sim.is_loaded(fs)  # others load/unload concurrently: never unload what was there
     sim.load(fs)
     profile = PROFILES["sim"]
-    session = TracefsSession(["ascend:*"], fs=fs, layouts=profile.layouts, tag="tui")
-    source = LiveSource(session, profile)
-    app = NpuTraceApp(source, profile, record_dir=str(tmp_path))
+    spec = SourceSpec(session_source, (["ascend:*"], fs.root, "sim", "tui"))
+    app = NpuTraceApp(spec, profile, record_dir=str(tmp_path))
     run = sim.start_scenario("mixed", 3, 2.0, 300, 2, ensure_loaded=False)
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: app.counters.events > 100, timeout=20)
+            instance = app.feed.resource["instance"]  # announced by the worker once it made it
+            assert instance in fs.instance_names() and str(app.feed.pid) in instance
             await pilot.press("r")
             await wait_for(pilot, lambda: app.counters.recording is not None, timeout=10)
             await pilot.press("m", "ctrl+u", *"tui-mark", "enter")
-            await pilot.pause(1.0)
+            log = app.query_one(EventLog)  # written to the instance's trace_marker: back as an event
+            await wait_for(
+                pilot, lambda: any(row[KIND] == "marker" and row[FIELDS] == "text=tui-mark" for row in log.view)
+            )
             await pilot.press("q")
         run.wait()
     finally:
         run.terminate()
         if not was_loaded:
             sim.unload(fs)
-    assert app.feed.done.is_set() and session.instance is None
-    assert session.name not in fs.instance_names()
+    assert app.feed.done.is_set() and app.feed.said_bye and not app.error
+    assert instance not in fs.instance_names()
     assert list(tmp_path.glob("*.npt")), "the recording started with r exists"

@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from test_tui_support import batches, fake_app, mixed_events, settled, wait_for
 
 SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def spikes_stay_hot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new spike's row is highlighted for HOT_S of wall time: held here, so that the picture does not depend on
+    how long the run took."""
+    monkeypatch.setattr("tui.widgets.ops.HOT_S", 3600.0)
 
 
 def _snap(snap_compare: Any, until_ns: int) -> bool:
@@ -18,7 +27,7 @@ def _snap(snap_compare: Any, until_ns: int) -> bool:
 
     async def run_before(pilot: Any) -> None:
         await wait_for(pilot, settled(app, len(events)), timeout=30)
-        await pilot.pause(0.3)
+        await pilot.pause(0.7)  # the operations table shows the latest rows within 0.5 s
 
     return bool(snap_compare(app, terminal_size=SIZE, run_before=run_before))
 

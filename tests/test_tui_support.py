@@ -1,16 +1,31 @@
-"""Helpers for the TUI tests (no tests here): synthesized simulator runs cut into batches, waiting helpers."""
+"""Helpers for the TUI tests (no tests here): synthesized simulator runs cut into batches, waiting helpers, and
+sources for the worker's failure paths.
+
+The sources are built in the TUI's worker process (spawned: it imports this module by name), so this module
+imports no Textual at module level: the worker must be able to run without it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Optional
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
+from npu_trace.errors import SourceError
 from npu_trace.events import TraceEvent
 from npu_trace.profiles import PROFILES
+from npu_trace.runner import StopFlag
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
-from tui.app import NpuTraceApp
-from tui.sources import FakeSource
+from tui.collector import ROWS_PER_UPDATE
+from tui.feed import Sink
+from tui.sources import IDLE_S, BaseSource, FakeSource
+from tui.worker import SourceSpec
+
+if TYPE_CHECKING:
+    from tui.app import NpuTraceApp
 
 PROFILE = PROFILES["sim"]
 BATCH_NS = 50_000_000
@@ -32,13 +47,25 @@ def batches(events: List[TraceEvent], until_ns: Optional[int] = None, span_ns: i
     return out
 
 
+def fake_spec(items: List[List[Any]], **kw: Any) -> SourceSpec:
+    kw.setdefault("comms", {4242: "sim-executor"})
+    return SourceSpec(FakeSource, (items,), kw)
+
+
 def fake_app(items: List[List[Any]], **kw: Any) -> NpuTraceApp:
-    rows = kw.pop("rows", 1000)
-    source = FakeSource(items, comms=kw.pop("comms", {4242: "sim-executor"}), **kw)
-    return NpuTraceApp(source, PROFILE, rows=rows)
+    from tui.app import NpuTraceApp
+
+    rows = kw.pop("rows", ROWS_PER_UPDATE)
+    return NpuTraceApp(fake_spec(items, **kw), PROFILE, rows=rows)
 
 
-async def wait_for(pilot: Any, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+def spec_app(spec: SourceSpec, **kw: Any) -> NpuTraceApp:
+    from tui.app import NpuTraceApp
+
+    return NpuTraceApp(spec, PROFILE, **kw)
+
+
+async def wait_for(pilot: Any, cond: Callable[[], Any], timeout: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():
@@ -49,4 +76,68 @@ async def wait_for(pilot: Any, cond: Callable[[], bool], timeout: float = 10.0) 
 
 def settled(app: NpuTraceApp, events: int) -> Callable[[], bool]:
     """All `events` seen by the UI and their spikes' context resolved."""
-    return lambda: app.counters.events >= events and not app.feed.collector.pending_spikes and app.counters.rate == 0
+    c = lambda: app.counters  # noqa: E731 - the app replaces its counters with each update
+    return lambda: c().events >= events and c().pending_spikes == 0 and c().rate == 0
+
+
+# ---- sources for the failure paths (built in the worker) ---------------------------------------------------
+class ResourceSource(BaseSource):
+    """Stands for a live session: makes `root/instances/NAME` (a tracefs instance's place), announces it, feeds
+    `batches`, then holds; removes the directory when it ends, however it ends. `fail` raises after the
+    batches: "source" (an NpuTraceError), "bug" (any other exception), "exit" (the process dies at once,
+    nothing cleaned up)."""
+
+    label = "resource"
+
+    def __init__(self, root: str, batches: List[List[Any]], fail: str = "") -> None:
+        super().__init__()
+        self.root = root
+        self.items = batches
+        self.fail = fail
+        self.name = f"npu-trace-{os.getpid()}-test"
+
+    def run(self, sink: Sink, stop: StopFlag) -> None:
+        path = os.path.join(self.root, "instances", self.name)
+        os.makedirs(path)
+        try:
+            sink.announce({"tracefs": self.root, "instance": self.name})
+            for batch in self.items:
+                sink(batch)
+            if self.fail == "source":
+                raise SourceError("the trace pipe went away (test)")
+            if self.fail == "bug":
+                raise RuntimeError("a bug in the source (test)")
+            if self.fail == "exit":
+                os._exit(7)
+            while not stop.stopped:
+                sink([])
+                time.sleep(IDLE_S)
+        finally:
+            os.rmdir(path)
+
+    def detail(self) -> str:
+        return f"instance {self.name}; textual loaded: {'textual' in sys.modules}"
+
+
+def resource_spec(root: str, items: List[List[Any]], fail: str = "") -> SourceSpec:
+    return SourceSpec(ResourceSource, (root, items, fail))
+
+
+def instances(root: str) -> List[str]:
+    try:
+        return sorted(os.listdir(os.path.join(root, "instances")))
+    except FileNotFoundError:
+        return []
+
+
+def orphan_main(root: str) -> None:
+    """A UI process without a UI (`python -c`): starts a worker on a ResourceSource, prints the worker's pid
+    once its instance exists, then waits to be killed (tests: the worker must clean up on its own)."""
+    from tui.worker import FeedClient
+
+    client = FeedClient(resource_spec(root, [[]]), PROFILE, lambda _msg: None)
+    client.start()
+    while not instances(root):
+        time.sleep(0.02)
+    print(client.pid, flush=True)
+    time.sleep(600)

@@ -1,9 +1,16 @@
-"""The npu-trace Textual app: views over a feed of batched updates from one worker thread."""
+"""The npu-trace Textual app: views over the batched, summarised updates of a worker process.
+
+The UI thread never reads, decodes or analyses events: the worker process (`tui.worker`) does, and sends a
+`FeedUpdate` at most every interval and only once the previous one was shown (the app acknowledges it after
+the screen refreshed). What needs the worker's data or its source (the log filter, markers, recording,
+replay controls) is a request answered asynchronously.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -16,10 +23,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from npu_trace.profiles import Profile
-from tui.feed import Feed, Source
-from tui.fmt import args_text, dev_name, safe, stamp
-from tui.model import Counters, FeedUpdate
-from tui.widgets.eventlog import EventLog, LogFilter
+from tui.collector import ROWS_PER_UPDATE
+from tui.fmt import row_detail, safe, stamp
+from tui.model import Counters, FeedUpdate, LogWindow
+from tui.widgets.eventlog import EventLog
 from tui.widgets.lanes import Lanes
 from tui.widgets.memory import MemoryPanel
 from tui.widgets.ops import OpsTable
@@ -27,6 +34,7 @@ from tui.widgets.resets import ResetsPanel
 from tui.widgets.screens import HelpScreen, PromptScreen
 from tui.widgets.spikes import SpikesPanel
 from tui.widgets.status import StatusBar
+from tui.worker import FeedClient, SourceSpec
 
 CSS = """
 #status { height: 1; background: $panel; }
@@ -47,14 +55,15 @@ CSS = """
 
 
 SCREENSHOT_S = 8.0
+QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class FeedMessage(Message):
-    """One interval's update from the worker (posted with the thread-safe post_message)."""
+    """One message from the worker (posted by the feed client's reader thread with post_message)."""
 
-    def __init__(self, update: FeedUpdate) -> None:
+    def __init__(self, payload: Tuple[Any, ...]) -> None:
         super().__init__()
-        self.update = update
+        self.payload = payload
 
 
 class NpuTraceApp(App[None]):
@@ -86,24 +95,38 @@ class NpuTraceApp(App[None]):
     )  # fmt: skip
 
     def __init__(
-        self, source: Source, profile: Profile, *, record_dir: str = ".", interval: float = 0.1, rows: int = 1000
+        self,
+        source: SourceSpec,
+        profile: Profile,
+        *,
+        record_dir: str = ".",
+        interval: float = 0.1,
+        rows: int = ROWS_PER_UPDATE,
+        quiet: bool = False,
+        signals: bool = False,
     ) -> None:
+        """`quiet`: the worker writes nothing to the terminal. `signals`: SIGINT, SIGTERM and SIGHUP quit as q does
+        (the worker closes its source, the terminal is restored); both for the CLI."""
         super().__init__()
+        self.handle_signals = signals
         self.source = source
-        self.feed = Feed(source, profile, self._post_update, interval=interval, rows_per_update=rows)
+        self.feed = FeedClient(source, profile, self._deliver, interval=interval, rows=rows, quiet=quiet)
         self.record_dir = record_dir
-        self.counters = Counters(source=source.label)
+        self.counters = Counters(source=source.title())
         self.paused = False
         self.query_text = ""
         self.updates = 0
         self.jump_index = -1
         self.marks_added = 0
         self.restarts = 0
+        self.error = ""  # the worker's or the source's error (the CLI exits 2 with it)
         self.screenshot_path: Optional[str] = None  # saved after SCREENSHOT_S (the README's picture)
-        self.skipped = 0  # events the feed did not carry to the log (beyond its per-update bound)
+        self.skipped = 0  # matching events the feed did not carry to the log (beyond its per-update bound)
+        self.source_paused = False
+        self.recording = False
 
-    def _post_update(self, update: FeedUpdate) -> None:
-        self.post_message(FeedMessage(update))
+    def _deliver(self, payload: Tuple[Any, ...]) -> None:
+        self.post_message(FeedMessage(payload))
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -134,6 +157,10 @@ class NpuTraceApp(App[None]):
         self.views = (main.query_one(Lanes), main.query_one(MemoryPanel), main.query_one(StatusBar))
         self._show_status()
         self.call_after_refresh(self.feed.start)  # every view is mounted before the first update
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in QUIT_SIGNALS:
+                loop.add_signal_handler(sig, self.call_later, self.action_quit)
         if self.screenshot_path:
             self.set_timer(SCREENSHOT_S, self._save_demo_screenshot)
 
@@ -144,15 +171,27 @@ class NpuTraceApp(App[None]):
     async def on_unmount(self) -> None:
         await asyncio.to_thread(self.feed.close)
 
-    # ---- updates -------------------------------------------------------------------------------
+    # ---- from the worker -----------------------------------------------------------------------
     def on_feed_message(self, message: FeedMessage) -> None:
-        up = message.update
-        self.feed.ack = up.seq
+        msg = message.payload
+        kind = msg[0]
+        if kind == "update":
+            self._update(msg[1])
+        elif kind == "reply":
+            self.feed.resolve(msg[1], msg[2], msg[3])
+        elif kind in ("error", "gone") and msg[1]:
+            self._worker_error(str(msg[1]))
+
+    def _update(self, up: FeedUpdate) -> None:
         self.updates += 1
         if up.restart:
             self._clear()
             self.skipped = 0
             self.restarts += 1
+        if up.counters.error and up.counters.error != self.error:
+            self._worker_error(up.counters.error)
+        elif not up.counters.error:
+            up.counters.error = self.error  # a worker failure stays shown
         self.counters = up.counters
         self.skipped += up.skipped
         self.log_view.add_rows(up.rows)
@@ -162,6 +201,15 @@ class NpuTraceApp(App[None]):
         self.resets_view.show(up.resets)
         self.views[1].show(up.memory)
         self._show_status()
+        self.call_after_refresh(self.feed.ack, up.seq)  # the next update once this one is on the screen
+
+    def _worker_error(self, text: str) -> None:
+        """The worker failed or exited: one line in the status bar (the data shown so far stays)."""
+        if text == self.error:
+            return
+        self.error = self.counters.error = text
+        self._show_status()
+        self.screen_stack[0].query_one("#detail", Static).update(Text(f"error: {safe(text)}", "bold red"))
 
     def _clear(self) -> None:
         self.log_view.clear()
@@ -174,6 +222,11 @@ class NpuTraceApp(App[None]):
         bar = self.views[2]
         bar.show(self.counters, self.paused, len(log.pending), log.dropped, self.query_text, self.skipped)
 
+    def _ask(self, name: str, *args: Any, then: Any) -> None:
+        """A request to the worker; `then(value, error)` on the answer. Says so when the worker is gone."""
+        if not self.feed.call(name, *args, then=then):
+            self.notify(f"the worker has stopped: {self.error or 'no answer'}", severity="warning", markup=False)
+
     # ---- actions -------------------------------------------------------------------------------
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.HELP_KEYS))
@@ -184,20 +237,28 @@ class NpuTraceApp(App[None]):
         self._show_status()
 
     def action_play(self) -> None:
-        paused = not getattr(self, "_source_paused", False)
-        if self.source.set_paused(paused):
-            self._source_paused = paused
-            self.notify("replay paused" if paused else "replay playing")
-        else:
-            self.notify("this source cannot be paused (p pauses the event log)")
+        paused = not self.source_paused
+
+        def done(ok: Any, error: str) -> None:
+            if ok:
+                self.source_paused = paused
+                self.notify("replay paused" if paused else "replay playing")
+            else:
+                self.notify(error or "this source cannot be paused (p pauses the event log)", markup=False)
+
+        self._ask("set_paused", paused, then=done)
 
     def action_speed(self, factor: float) -> None:
-        speed = self.source.set_speed(factor)
-        self.notify(f"speed {speed:g}x" if speed else "speed: replay only")
+        def done(speed: Any, error: str) -> None:
+            self.notify(f"speed {speed:g}x" if speed else error or "speed: replay only", markup=False)
+
+        self._ask("set_speed", factor, then=done)
 
     def action_seek(self, seconds: float) -> None:
-        ok = self.source.seek(seconds)
-        self.notify(f"seek {seconds:+g} s" if ok else "seek: replay only")
+        def done(ok: Any, error: str) -> None:
+            self.notify(f"seek {seconds:+g} s" if ok else error or "seek: replay only", markup=False)
+
+        self._ask("seek", seconds, then=done)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -215,9 +276,23 @@ class NpuTraceApp(App[None]):
         if event.input.id != "filter":
             return
         self.query_text = event.value.strip()
-        self.log_view.set_filter(LogFilter.parse(self.query_text))
         self.action_close_filter()
         self._show_status()
+        self._ask("filter", self.query_text, then=self._filter_window)
+
+    def _filter_window(self, window: Optional[LogWindow], error: str) -> None:
+        """The worker's first window for the filter: the newest matching events among those it still held."""
+        if window is None:
+            self.notify(f"filter: {error}", severity="warning", markup=False)
+            return
+        if window.query != self.query_text:
+            return  # superseded by a newer filter (its answer follows)
+        self.log_view.replace(window.rows)
+        self.skipped = window.skipped
+        self._show_status()
+        if window.query:
+            self.notify(f"{len(window.rows) + window.skipped:,} matching among the last {window.examined:,} events; "
+                        "new events are filtered as they come", markup=False)  # fmt: skip
 
     def action_marker(self) -> None:
         default = f"npu-trace mark {self.marks_added + 1} {time.strftime('%H:%M:%S')}"
@@ -226,24 +301,32 @@ class NpuTraceApp(App[None]):
     def _write_marker(self, text: Optional[str]) -> None:
         if not text:
             return
-        if self.source.mark(text):
-            self.marks_added += 1
-            self.notify(Text(f"marker written: {safe(text)}").plain, markup=False)
-        else:
-            self.notify("markers need a live session", severity="warning")
+
+        def done(ok: Any, error: str) -> None:
+            if ok:
+                self.marks_added += 1
+                self.notify(Text(f"marker written: {safe(text)}").plain, markup=False)
+            else:
+                self.notify(error or "markers need a live session", severity="warning", markup=False)
+
+        self._ask("mark", text, then=done)
 
     def action_record(self) -> None:
-        if self.counters.recording or getattr(self, "_recording", False):
-            self._recording = False
-            self.source.stop_recording()
-            self.notify("recording stopped")
+        if self.counters.recording or self.recording:
+            self.recording = False
+            self._ask("stop_recording", then=lambda _ok, _error: self.notify("recording stopped"))
             return
         path = os.path.join(self.record_dir, time.strftime("npu-trace-%Y%m%d-%H%M%S.npt"))
-        if self.source.start_recording(path):
-            self._recording = True
-            self.notify(f"recording to {path}", markup=False)
-        else:
-            self.notify("recording needs a live session", severity="warning")
+
+        def done(ok: Any, error: str) -> None:
+            if ok:
+                self.notify(f"recording to {path}", markup=False)
+            else:
+                self.recording = False
+                self.notify(error or "recording needs a live session", severity="warning", markup=False)
+
+        self.recording = True
+        self._ask("start_recording", path, then=done)
 
     def action_jump(self, step: int) -> None:
         marks = self.jump_marks()
@@ -265,12 +348,7 @@ class NpuTraceApp(App[None]):
         return sorted(spikes + resets)
 
     def on_event_log_selected(self, message: EventLog.Selected) -> None:
-        ev, comm = message.row
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"{stamp(ev.ts_ns)} {dev_name(ev.dev)} {ev.kind} {safe(ev.op)} {safe(comm)}-{ev.pid} cpu{ev.cpu}: ",
-                 "bold")  # fmt: skip
-        t.append(args_text(ev.args))
-        self.screen_stack[0].query_one("#detail", Static).update(t)
+        self.screen_stack[0].query_one("#detail", Static).update(row_detail(message.row))
 
     async def action_quit(self) -> None:
         await asyncio.to_thread(self.feed.close)
@@ -279,7 +357,10 @@ class NpuTraceApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Pause / resume the event log", "freeze the log; events keep buffering", self.action_pause)
+        yield SystemCommand("Filter the event log", "dev:0 kind:timeout pid:123 comm:name text", self.action_filter)
         yield SystemCommand("Start / stop recording", "record the live session to a file", self.action_record)
         yield SystemCommand("Add a marker", "write a marker into the trace", self.action_marker)
         yield SystemCommand("Next spike or reset", "jump to the next finding", lambda: self.action_jump(1))
-        yield SystemCommand("Keys", "show the help screen", self.action_help)
+        yield SystemCommand("Previous spike or reset", "jump to the previous finding", lambda: self.action_jump(-1))
+        yield SystemCommand("Replay: play / pause", "pause or resume a replay", self.action_play)
+        yield SystemCommand("Help: npu-trace keys", "show the help screen", self.action_help)

@@ -11,40 +11,51 @@ from npu_trace import sim
 from npu_trace.errors import KernelFeatureError, NpuTraceError, UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import tune_gc
-from npu_trace.sources.tracefs_source import TracefsSession
+from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.tracefs import Tracefs
 from tui.app import NpuTraceApp
-from tui.live import LiveSource
+from tui.live import demo_source, live_source
 from tui.replay import ReplayFeedSource
+from tui.worker import SourceSpec
 
 DEMO_RECORDING = os.path.join(os.path.dirname(sim.__file__), os.pardir, "data", "demo.npt")
 
 
 def _run(app: NpuTraceApp, screenshot: Optional[str] = None) -> int:
+    """Run the app; whatever way it ends (q, an exception in the UI, Ctrl-C), the worker is stopped and its
+    source closed before this returns."""
     tune_gc()
     app.screenshot_path = screenshot
-    app.run()
-    if app.feed.error:
-        print(f"npu-trace: {app.feed.error}", file=sys.stderr)
+    try:
+        app.run()
+    finally:
+        app.feed.close()
+    if app.error:
+        print(f"npu-trace: {app.error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _app(spec: SourceSpec, profile_name: str, record_dir: str = ".") -> NpuTraceApp:
+    return NpuTraceApp(spec, get_profile(profile_name), record_dir=record_dir, quiet=True, signals=True)
 
 
 def run_live(args: argparse.Namespace) -> int:
     from npu_trace.commands.stream import session_from_args
 
-    session = session_from_args(args)
-    profile = get_profile(args.profile)
-    return _run(NpuTraceApp(LiveSource(session, profile), profile, record_dir=getattr(args, "record_dir", ".")))
+    session_from_args(args)  # the arguments checked here, before the UI starts; the worker builds the session
+    trace_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})  # picklable
+    spec = SourceSpec(live_source, (trace_args,), label="live")
+    return _run(_app(spec, args.profile, getattr(args, "record_dir", ".")))
 
 
 def run_replay(args: argparse.Namespace) -> int:
     if args.speed is not None and args.speed <= 0:
         raise UsageError("--speed must be positive")
     speed = None if args.max else (args.speed or 1.0)
-    source = ReplayFeedSource(args.file, speed)
-    profile = get_profile(str(source.replay.header.get("profile", "sim")) or "sim")
-    return _run(NpuTraceApp(source, profile))
+    header = ReplaySource(args.file).header  # a bad file fails here, before the UI starts
+    spec = SourceSpec(ReplayFeedSource, (args.file, speed), label="replay")
+    return _run(_app(spec, str(header.get("profile", "sim")) or "sim"))
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -69,12 +80,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str]) -> int:
-    profile = get_profile("sim")
-    session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
+    label = f"demo: {args.scenario} (live)"
     run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False)
     try:
-        source = LiveSource(session, profile, label=f"demo: {args.scenario} (live)")
-        return _run(NpuTraceApp(source, profile), screenshot)
+        return _run(_app(SourceSpec(demo_source, (fs.root, label), label=label), "sim"), screenshot)
     finally:
         run.terminate()
 
@@ -82,6 +91,5 @@ def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str])
 def _demo_replay(why: str, screenshot: Optional[str]) -> int:
     path = os.path.normpath(DEMO_RECORDING)
     print(f"npu-trace: {why}: replaying the demo recording shipped with the package ({path})", file=sys.stderr)
-    source = ReplayFeedSource(path, 1.0)
-    source.label = "demo: recording (no root)"
-    return _run(NpuTraceApp(source, get_profile("sim")), screenshot)
+    spec = SourceSpec(ReplayFeedSource, (path, 1.0), label="demo: recording (no root)")
+    return _run(_app(spec, "sim"), screenshot)

@@ -1,32 +1,42 @@
 """The worker-side state: raw items in, the same `Analysis` as `check`, a bounded `FeedUpdate` out per interval.
 
-Pure apart from the clock it is given: the worker thread owns it; the UI never sees it, only its updates.
+Pure apart from the clock it is given: the worker process owns it; the UI never sees it, only its updates.
+Every event is analysed and counted; what is bounded is only what is carried to the UI (the newest log rows
+of an interval, spike context, closed resets, allocation failures).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from itertools import islice
+from operator import itemgetter, le
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.pipeline import Analysis
 from npu_trace.detectors.reset import ResetDetector
 from npu_trace.model import NpuEvent
 from npu_trace.profiles import Profile
+from tui.fmt import log_row
+from tui.logfilter import LogFilter
 from tui.model import (
     Counters,
     DeviceState,
     FeedUpdate,
+    LogWindow,
     MemoryView,
     OpRow,
     ResetView,
     SpikeView,
 )
 
-ROWS_PER_UPDATE = 1000  # events carried to the log per update (the newest)
-RING = 20_000  # recent events kept for spike context
+ROWS_PER_UPDATE = 250  # events carried to the log per update (the newest that match the log filter)
+RING = 50_000  # recent events kept for spike context and for a new log filter's first window
+LOG_MAX = 10_000  # rows of a new filter's window (the UI's log holds as many)
 CONTEXT_NS = 5_000_000  # a spike's context: events within 5 ms of the slow call
 CONTEXT_MAX = 40
+SLACK_NS = 50_000_000  # how far out of time order the ring's events may be (batches read per CPU, then merged)
 SPARK = 40
 BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (deterministic, whatever the UI's pace)
 MAX_RESETS = 50
@@ -43,12 +53,14 @@ class Collector:
         self.analysis = Analysis(profile)
         self.comm_of = comm_of
         self.end_steps = frozenset(profile.reset.get("end", ()))
-        self.ring: Deque[NpuEvent] = deque(maxlen=RING)
+        self.ring = Ring(RING)
         self.rows: Deque[NpuEvent] = deque(maxlen=rows_per_update)
+        self.filter = LogFilter()
         self.interval_events = 0
+        self.interval_matched = 0
         self.total = 0
         self.devices: Dict[int, DeviceState] = {}
-        self.dev_counts: Counter[int] = Counter()
+        self.dev_counts: Counter[Optional[int]] = Counter()
         self.lat_bins: Dict[int, Deque[List[int]]] = {}  # dev -> [bin, max latency]
         self.findings: List[Finding] = []
         self.pending_spikes: List[Finding] = []
@@ -62,30 +74,62 @@ class Collector:
     def add(self, items: Sequence[Any]) -> None:
         if not items:
             return
-        events = self.analysis.normalizer.feed(items)
-        self._note(self.analysis.feed_events(events))
-        self.ring.extend(events)
-        self.rows.extend(events)
+        if isinstance(items[0], NpuEvent):  # a side channel's events (kmsg, uevents): already normalized
+            events: List[NpuEvent] = list(items)
+            self._note(self.analysis.feed(events))  # the analysis orders them with the trace (its own rules)
+        else:  # normalized here (not by Analysis.feed): the log shows unmapped events too
+            events = self.analysis.normalizer.feed(items)
+            self._note(self.analysis.feed_trace(events))  # held side-channel events land among them
+        if not events:
+            return
+        self.analysis.findings.clear()  # kept by Analysis for a final report the TUI never asks for: bounded
+        self.ring.add(events)
+        matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
+        self.rows.extend(matched)
+        self.interval_matched += len(matched)
         self.interval_events += len(events)
         self.total += len(events)
         self.last_ts = max(self.last_ts, events[-1].ts_ns)
-        self.dev_counts.update(ev.dev for ev in events if ev.dev is not None)
-        for ev in events:
-            if ev.kind in STATE_KINDS:
-                self._state_event(ev)
-        self._latencies(events)
+        self.dev_counts.update(map(_dev_of, events))
+        self._scan(events)
         self._memory_bins()
 
-    def finish(self) -> None:
-        self.analysis.finish()
-        self._note([f for f in self.analysis.findings if f.kind in ("leak", "reset_sequence", "loss")])
+    def set_filter(self, query: str) -> LogWindow:
+        """A new log filter: from now on it selects the rows carried; the answer is its first window, the
+        newest matching events among the recent ones still held (the ring)."""
+        self.filter = flt = LogFilter.parse(query)
+        recent = self.ring.events()
+        matched = recent if flt.empty() else flt.select(recent, self.comm_of)
+        shown = matched[-LOG_MAX:]
+        self.rows.clear()  # this interval's rows were chosen by the old filter: the window supersedes them
+        self.interval_matched = 0
+        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in shown]
+        return LogWindow(query, rows, len(matched) - len(shown), len(recent))
 
-    def _latencies(self, events: List[NpuEvent]) -> None:
+    def _scan(self, events: List[NpuEvent]) -> None:
+        """One pass over the batch for what needs a look at single events: states and latency bars."""
+        lat_bins, call_kinds, state_kinds = self.lat_bins, CALL_KINDS, STATE_KINDS
         for ev in events:
-            if ev.kind in CALL_KINDS and ev.dev is not None:
-                value = ev.args.get("latency_ns")
-                if isinstance(value, int):
-                    _bin(self.lat_bins, ev.dev, ev.ts_ns // BIN_NS, value, max)
+            kind = ev[1]
+            if kind in call_kinds:
+                value = ev[6].get("latency_ns")
+                if value.__class__ is int and ev[2] is not None:
+                    dev, index = ev[2], ev[0] // BIN_NS
+                    series = lat_bins.get(dev)
+                    if series is not None and series[-1][0] == index:
+                        if value > series[-1][1]:
+                            series[-1][1] = value
+                    else:
+                        _bin(lat_bins, dev, index, value, max)
+            elif kind in state_kinds:
+                self._state_event(ev)
+
+    def finish(self) -> None:
+        """The end of the source: flush the detectors (leaks, incomplete sequences); once."""
+        before = len(self.analysis.findings)
+        self.analysis.finish()
+        self._note(self.analysis.findings[before:])  # only the flushed ones: the others were noted as they came
+        self.analysis.findings.clear()
 
     def _memory_bins(self) -> None:
         mem: Any = self.analysis.detectors["memory"]
@@ -140,18 +184,20 @@ class Collector:
     def update(self, seq: int, dt: float, counters: Counters, ended: bool = False) -> FeedUpdate:
         counters.events, counters.ended = self.total, ended
         counters.rate = 0.0 if ended or dt <= 0 else self.interval_events / dt
-        rows = [(ev, self.comm_of(ev.pid)) for ev in self.rows]
-        skipped = max(0, self.interval_events - len(rows))
+        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows]
+        skipped = max(0, self.interval_matched - len(rows))
         findings, self.findings = self.findings, []
         out = FeedUpdate(seq, rows, skipped, findings, self._spikes(ended), self._devices(dt, ended),
                          self._ops(dt, ended), self._resets(), self._memory(), counters)  # fmt: skip
+        counters.pending_spikes = len(self.pending_spikes)
         self.rows.clear()
-        self.interval_events = 0
+        self.interval_events = self.interval_matched = 0
         return out
 
     def _devices(self, dt: float, ended: bool) -> List[DeviceState]:
         for dev in self.dev_counts:
-            self._device(dev)
+            if dev is not None:
+                self._device(dev)
         for dev, st in self.devices.items():
             n = self.dev_counts.get(dev, 0)
             st.events += n
@@ -180,20 +226,33 @@ class Collector:
         return [self._context(f) for f in ready]
 
     def _context(self, f: Finding) -> SpikeView:
-        lo, hi = f.ts_ns - CONTEXT_NS, _end(f) + CONTEXT_NS
-        near = [ev for ev in self.ring if lo <= ev.ts_ns <= hi]
-        shown = near[:CONTEXT_MAX]
-        return SpikeView(f, [(ev, self.comm_of(ev.pid)) for ev in shown], len(near) - len(shown))
+        near, count = self.ring.around(f.ts_ns - CONTEXT_NS, _end(f) + CONTEXT_NS, CONTEXT_MAX)
+        return SpikeView(f, [log_row(ev, self.comm_of(ev.pid)) for ev in near], count - len(near))
 
     def _resets(self) -> List[ResetView]:
+        """Closed sequences, then the open ones: those the detector opened, with the steps it still holds
+        (a profile's reorder_ns holds them to order and merge the channels' copies), so that a reset shows as
+        it happens; a device whose steps are all still held shows them without a trigger yet."""
         detector = self.analysis.detectors["reset"]
         out = list(self.closed_resets)
-        if isinstance(detector, ResetDetector):
-            for dev in sorted(detector.open):
-                run = detector.open[dev]
-                trigger = None if run.trigger is None else {"kind": run.trigger.kind, "op": run.trigger.op,
-                                                            "ts_ns": run.trigger.ts_ns}  # fmt: skip
-                out.append(ResetView(dev, "in progress", run.first_ts, list(run.steps), dict(run.precursor), trigger))
+        if not isinstance(detector, ResetDetector):
+            return out
+        held: Dict[int, List[Tuple[str, int, int]]] = {}
+        for _, _, ev in sorted(getattr(detector, "pending", ())):
+            if ev.kind == "reset_step" and ev.dev is not None:
+                ret = ev.args.get("ret", 0)
+                held.setdefault(ev.dev, []).append((str(ev.args.get("step", ev.op)), ev.ts_ns,
+                                                    ret if isinstance(ret, int) else 0))  # fmt: skip
+        for dev in sorted(set(detector.open) | set(held)):
+            run = detector.open.get(dev)
+            steps = [] if run is None else [(step[0], step[1], step[2]) for step in run.steps]
+            steps += held.get(dev, [])
+            if run is None:
+                out.append(ResetView(dev, "in progress", steps[0][1], steps, {}, None))
+                continue
+            trigger = None if run.trigger is None else {"kind": run.trigger.kind, "op": run.trigger.op,
+                                                        "ts_ns": run.trigger.ts_ns}  # fmt: skip
+            out.append(ResetView(dev, "in progress", run.first_ts, steps, dict(run.precursor), trigger))
         return out
 
     def _memory(self) -> MemoryView:
@@ -203,6 +262,56 @@ class Collector:
         procs = [(d, p, self.comm_of(p), n) for n, d, p in top]
         sparks = {d: [v for _, v in bins] for d, bins in self.mem_bins.items()}
         return MemoryView(devices, procs, list(self.failures), sparks)
+
+
+_ts_of = itemgetter(0)  # NpuEvent.ts_ns
+
+
+class Ring:
+    """The newest events (at least `limit`, at most one batch more), kept as the batches they came in, so that
+    the events around a time are found without a walk over all of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.batches: Deque[List[Any]] = deque()  # [events, their times (sorted) or None until asked]
+        self.size = 0
+
+    def add(self, events: List[NpuEvent]) -> None:
+        self.batches.append([events, None])
+        self.size += len(events)
+        while self.size - len(self.batches[0][0]) >= self.limit:
+            self.size -= len(self.batches.popleft()[0])
+
+    def events(self) -> List[NpuEvent]:
+        """All of them, oldest first (the newest `limit`)."""
+        out = [ev for batch in self.batches for ev in batch[0]]
+        return out[-self.limit :]
+
+    def around(self, lo: int, hi: int, most: int) -> Tuple[List[NpuEvent], int]:
+        """Up to `most` events stamped in [lo, hi] (the earliest), and how many there are."""
+        found: List[NpuEvent] = []
+        count = 0
+        for batch in reversed(self.batches):
+            events, stamps = batch
+            if not events:
+                continue
+            if stamps is None:
+                stamps = list(map(_ts_of, events))
+                if not all(map(le, stamps, islice(stamps, 1, None))):  # in time order, to bisect
+                    events = batch[0] = sorted(events, key=_ts_of)
+                    stamps = list(map(_ts_of, events))
+                batch[1] = stamps
+            if stamps[-1] < lo - SLACK_NS:
+                break  # older batches end earlier still (batches overlap by little)
+            i, j = bisect_left(stamps, lo), bisect_right(stamps, hi)
+            if j > i:
+                count += j - i
+                found[:0] = events[i : min(j, i + most)]
+        found.sort(key=_ts_of)
+        return found[:most], count
+
+
+_dev_of = itemgetter(2)  # NpuEvent.dev
 
 
 def _bin(bins: Dict[int, Deque[List[int]]], dev: int, index: int, value: int, merge: Callable[[int, int], int]) -> None:

@@ -1,27 +1,33 @@
-"""The feed: one worker thread runs a source, analyses its batches and posts one `FeedUpdate` per interval.
+"""The feed, in the worker process: runs a source, analyses every batch, sends one `FeedUpdate` per interval.
 
 A source (see `tui.sources`) is injected: it calls `sink(items)` often (at least every ~50 ms, with an empty
-list when nothing came) from the worker thread, and `sink.restart()` when it starts over (seek back).
-The worker never touches widgets: it hands updates to `post` (the app's thread-safe `post_message`).
-Backpressure: a new update is posted only once the UI acknowledged the previous one (`ack`); until then the
-interval's data keeps accumulating (bounded), so a slow UI sees fewer, larger updates, never a queue.
+list when nothing came), `sink.restart()` when it starts over (seek back), `sink.end()` when it has nothing
+more, and `sink.announce(resource)` once it holds a kernel resource (a tracefs instance) that the UI must
+remove should this process die without cleaning up.
+
+The feed talks to the UI only through its `Channel` (a pipe: see `tui.worker`): it sends updates, replies
+and errors; it receives acknowledgements, requests (markers, recording, replay controls, the log filter)
+and stop. Requests are served between batches, on this process's only analysing thread.
+
+Backpressure: a new update is sent only once the UI acknowledged the previous one; until then the
+interval's data keeps accumulating (the counts exactly, the log rows bounded to the newest, the summaries
+superseded by the latest), so a slow UI sees fewer, larger updates, never a queue. Analysis never waits
+for the UI.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
 from npu_trace.profiles import Profile
 from npu_trace.runner import StopFlag
 from tui.collector import ROWS_PER_UPDATE, Collector, fresh_counters
-from tui.model import FeedUpdate
 
 INTERVAL_S = 0.1
-STALE_ACK_S = 2.0  # post anyway if the UI has not acknowledged for this long
+IDLE_S = 0.05  # after the source ended: how often requests are looked at
 
 
 class Sink(Protocol):
@@ -31,9 +37,12 @@ class Sink(Protocol):
 
     def end(self) -> None: ...
 
+    def announce(self, resource: Dict[str, str]) -> None: ...
+
 
 class Source(Protocol):
-    """What the feed runs. Controls return False (or None) when the source cannot do them."""
+    """What the feed runs (in the worker process). Controls return False (or None) when the source cannot
+    do them; they are called between batches, from the thread that runs the source."""
 
     label: str
     ledger: LossLedger
@@ -59,14 +68,25 @@ class Source(Protocol):
     def seek(self, delta_s: float) -> bool: ...
 
 
-class Feed:
-    """Owns the worker thread. `post(update)` must be thread-safe (App.post_message is)."""
+class Channel(Protocol):
+    def send(self, message: Tuple[Any, ...]) -> None: ...
 
+    def receive(self, timeout: float = 0.0) -> Optional[Tuple[Any, ...]]:
+        """One message from the UI, or None when there is none within `timeout`."""
+        ...
+
+
+# what a UI request may call: the source's controls, and the feed's own log filter
+SOURCE_CALLS = frozenset(("mark", "start_recording", "stop_recording", "set_paused", "set_speed", "seek"))
+
+
+class Feed:
     def __init__(
         self,
         source: Source,
         profile: Profile,
-        post: Callable[[FeedUpdate], Any],
+        channel: Channel,
+        stop: StopFlag,
         *,
         interval: float = INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
@@ -74,49 +94,76 @@ class Feed:
     ) -> None:
         self.source = source
         self.profile = profile
-        self.post = post
+        self.channel = channel
+        self.stop = stop
         self.interval = interval
         self.clock = clock
-        self.stop = StopFlag()
         self.rows_per_update = rows_per_update
         self.collector = Collector(profile, source.comm, rows_per_update)
+        self.query = ""
         self.seq = 0
         self.ack = 0
         self.restarted = False
         self.ended = False
-        self.error: Optional[str] = None
-        self.done = threading.Event()
+        self.error = ""
         self._last = clock()
-        self._thread: Optional[threading.Thread] = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="npu-trace-feed", daemon=True)
-        self._thread.start()
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the source and wait for the worker (the source cleans up its kernel resources there)."""
-        self.stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Run the source to its end (or stop), then keep answering the UI until it says stop. A source's
+        failure is reported (one line, in the counters) and the UI keeps what it has."""
         try:
             self.source.run(self, self.stop)
         except NpuTraceError as exc:
-            self.error = str(exc)
-        finally:
-            self.end()
-            self.done.set()
+            self.error = one_line(exc)
+        except Exception as exc:  # a bug in a source: say it in the UI; the source cleaned up as it unwound
+            self.error = f"worker: {type(exc).__name__}: {one_line(exc)}"
+        self.end()
+        while not self.stop.stopped:
+            self.serve(IDLE_S)
+            if self.ack >= self.seq and self.clock() - self._last >= 1.0:
+                self._post()  # ended: a slow heartbeat keeps the source's detail (loss counters) current
+
+    # ---- the UI's requests ---------------------------------------------------------------------
+    def serve(self, timeout: float = 0.0) -> None:
+        """Handle what the UI sent (non-blocking unless `timeout`)."""
+        while not self.stop.stopped:
+            msg = self.channel.receive(timeout)
+            if msg is None:
+                return
+            timeout = 0.0
+            what = msg[0]
+            if what == "ack":
+                self.ack = max(self.ack, int(msg[1]))
+            elif what == "call":
+                self._call(int(msg[1]), str(msg[2]), msg[3])
+            elif what == "stop":
+                self.stop.set()
+
+    def _call(self, rid: int, name: str, args: Tuple[Any, ...]) -> None:
+        try:
+            if name == "filter":
+                self.query = str(args[0])
+                value: Any = self.collector.set_filter(self.query)
+            elif name in SOURCE_CALLS:
+                value = getattr(self.source, name)(*args)
+            else:
+                raise ValueError(f"unknown request {name!r}")
+        except (NpuTraceError, OSError, ValueError, TypeError) as exc:
+            self.channel.send(("reply", rid, None, one_line(exc)))
+            return
+        self.channel.send(("reply", rid, value, ""))
 
     # ---- the sink ------------------------------------------------------------------------------
     def __call__(self, items: List[Any]) -> None:
+        self.serve()
         self.collector.add(items)
-        now = self.clock()
-        if now - self._last >= self.interval and (self.ack >= self.seq or now - self._last >= STALE_ACK_S):
+        if self.ack >= self.seq and self.clock() - self._last >= self.interval:
             self._post()
 
     def restart(self) -> None:
         self.collector = Collector(self.profile, self.source.comm, self.rows_per_update)
+        if self.query:
+            self.collector.set_filter(self.query)
         self.restarted = True
         self.ended = False
 
@@ -125,15 +172,22 @@ class Feed:
         if not self.ended:
             self.ended = True
             self.collector.finish()
-            self._post(ended=True)
+            self._post()
 
-    def _post(self, ended: bool = False) -> None:
+    def announce(self, resource: Dict[str, str]) -> None:
+        self.channel.send(("resource", dict(resource)))
+
+    def _post(self) -> None:
         now = self.clock()
         self.seq += 1
         counters = fresh_counters(self.source)
-        if self.error:
-            counters.detail = f"error: {self.error}"
-        update = self.collector.update(self.seq, now - self._last, counters, ended or self.ended)
+        counters.error = self.error
+        update = self.collector.update(self.seq, now - self._last, counters, self.ended)
         update.restart, self.restarted = self.restarted, False
         self._last = now
-        self.post(update)
+        self.channel.send(("update", update))
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

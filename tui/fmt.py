@@ -3,12 +3,13 @@ enter `rich.text.Text` as plain text, after `safe_text` (control characters esca
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from rich.text import Text
 
+from npu_trace.model import NpuEvent
 from npu_trace.sinks.text import safe_text
-from tui.model import LogRow
+from tui.model import COMM, CPU, DEV, FIELDS, KIND, OP, PID, TS, LogRow
 
 BARS = "▁▂▃▄▅▆▇█"
 KIND_STYLE: Dict[str, str] = {
@@ -67,24 +68,54 @@ def args_text(args: Mapping[str, Any]) -> str:
     for key, value in args.items():
         if key == "entry_ts_ns":
             continue
-        if key == "latency_ns" and isinstance(value, int):
-            parts.append(f"latency={dur(value)}")
+        name = _KEYS.get(key)
+        if name is None:
+            name = safe(key)
+            if len(_KEYS) < MAX_KEYS:
+                _KEYS[key] = name
+        if type(value) is int:  # no escaping needed (the common case, thousands of times a second)
+            parts.append(f"latency={dur(value)}" if key == "latency_ns" else f"{name}={value}")
         else:
-            parts.append(f"{safe(key)}={safe(value)}")
+            parts.append(f"{name}={safe(value)}")
     return " ".join(parts)
 
 
+_KEYS: Dict[str, str] = {}  # field name -> its safe text (names come from event formats: a bounded set)
+MAX_KEYS = 4096
+
+
+def log_row(ev: NpuEvent, comm: str) -> LogRow:
+    """An event as the log carries it (worker side): atomic values only, the args already text."""
+    return (ev.ts_ns, ev.dev, ev.kind, ev.op, ev.pid, ev.cpu, comm, args_text(ev.args))
+
+
+def row_parts(row: LogRow) -> Tuple[str, str, str, str, str, str]:
+    """A log line's columns: time, device, kind, op, process, fields (untrusted text made safe)."""
+    return (f"{stamp(row[TS]):>17} ", f"{dev_name(row[DEV]):5} ", f"{row[KIND]:10} ", f"{safe(row[OP])[:18]:18} ",
+            f"{safe(row[COMM])[:16]}-{row[PID]} ", row[FIELDS])  # fmt: skip
+
+
 def row_text(row: LogRow) -> Text:
-    ev, comm = row
+    when, dev, kind, op, proc, fields = row_parts(row)
     text = Text(no_wrap=True, end="")
-    text.append(f"{stamp(ev.ts_ns):>17} ", "dim")
-    text.append(f"{dev_name(ev.dev):5} ")
-    text.append(f"{ev.kind:10} ", KIND_STYLE.get(ev.kind, ""))
-    text.append(f"{safe(ev.op)[:18]:18} ")
-    text.append(f"{safe(comm)[:16]}-{ev.pid} ", "cyan")
-    text.append(args_text(ev.args))
+    text.append(when, "dim")
+    text.append(dev)
+    text.append(kind, KIND_STYLE.get(row[KIND], ""))
+    text.append(op)
+    text.append(proc, "cyan")
+    text.append(fields)
     return text
 
 
 def row_plain(row: LogRow) -> str:
-    return row_text(row).plain
+    """The line as shown, without styles (what the log's text filter searches): no rich objects built."""
+    return "".join(row_parts(row))
+
+
+def row_detail(row: LogRow) -> Text:
+    """An event's full line (its fields unabridged), for the line under the log."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(f"{stamp(row[TS])} {dev_name(row[DEV])} {row[KIND]} {safe(row[OP])} {safe(row[COMM])}-{row[PID]} "
+             f"cpu{row[CPU]}: ", "bold")  # fmt: skip
+    t.append(row[FIELDS])
+    return t

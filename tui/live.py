@@ -1,20 +1,25 @@
 """The live source: a tracefs session read raw, recorded when asked, decoded per CPU for the analysis.
 
+It lives in the worker process (`tui.worker`): the session's instance is created, read and removed there.
 Raw pages go to the Recorder (when recording) and to per-CPU PageDecoders: what is recorded is exactly what
-was analysed. Recording starts/stops on the worker thread at the next poll (the UI only sets a flag).
+was analysed. Recording starts/stops at the next poll (the UI's request only sets a flag).
+
+`live_source(args)` and `demo_source(...)` are the factories a `SourceSpec` names (built in the worker).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any, Callable, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError, SourceError
-from npu_trace.profiles import Profile
+from npu_trace.profiles import Profile, get_profile
 from npu_trace.recorder import Recorder
 from npu_trace.runner import StopFlag, pump
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.tracefs_source import TracefsSession
+from npu_trace.tracefs import Tracefs
 from tui.feed import Sink
 from tui.sources import BaseSource
 
@@ -78,6 +83,9 @@ class LiveSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         with self.session:
+            fs = self.session.fs
+            if fs is not None:  # should this process die without removing it, the UI will
+                sink.announce({"tracefs": fs.root, "instance": self.session.name})
             try:
                 pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True)
             finally:
@@ -122,3 +130,26 @@ class LiveSource(BaseSource):
             return fs.read_text("saved_cmdlines")
         except SourceError:  # display only: unknown names show as "<...>"
             return ""
+
+
+def live_source(args: argparse.Namespace) -> LiveSource:
+    """`npu-trace live`'s source, from its arguments (checked again here: cheap, and nothing has touched the
+    kernel yet)."""
+    from npu_trace.commands.stream import session_from_args
+
+    return LiveSource(session_from_args(args), get_profile(args.profile))
+
+
+def demo_source(tracefs_root: str, label: str) -> LiveSource:
+    """`npu-trace demo`'s source: the simulator's events on a session of their own."""
+    profile = get_profile("sim")
+    fs = Tracefs(tracefs_root)
+    session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
+    return LiveSource(session, profile, label=label)
+
+
+def session_source(events: List[str], tracefs_root: str, profile_name: str, tag: str = "") -> LiveSource:
+    """A session on exactly `events` (tests; `tag` names the instance)."""
+    profile = get_profile(profile_name)
+    fs = Tracefs(tracefs_root)
+    return LiveSource(TracefsSession(events, fs=fs, layouts=profile.layouts, tag=tag), profile)

@@ -1,17 +1,29 @@
-"""The values a feed update carries from the worker thread to the UI: plain, immutable-by-convention data.
+"""The values a feed update carries from the worker process to the UI: plain, picklable data.
 
-Nothing here touches Textual: the worker builds these, the widgets only read them.
+Nothing here touches Textual: the worker builds these, the UI process unpickles them and the widgets only
+read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Final, List, Optional, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.model import NpuEvent
 
-LogRow = Tuple[NpuEvent, str]  # (event, process name)
+# A log row: a plain tuple of atomic values, (ts_ns, dev, kind, op, pid, cpu, comm, fields) where fields is
+# the event's args as text (`tui.fmt.log_row`). CPython's cyclic GC stops tracking such tuples: the thousands
+# of rows the UI holds cost its collections nothing (rows holding NpuEvents and their args dicts made the UI's
+# collections long enough to delay key presses).
+LogRow = Tuple[int, Optional[int], str, str, int, int, str, str]
+TS: Final = 0
+DEV: Final = 1
+KIND: Final = 2
+OP: Final = 3
+PID: Final = 4
+CPU: Final = 5
+COMM: Final = 6
+FIELDS: Final = 7
 STATES = ("ok", "degraded", "resetting", "offline")
 
 
@@ -75,6 +87,8 @@ class Counters:
     source: str = ""
     ended: bool = False
     detail: str = ""  # source state: replay speed/position, errors
+    pending_spikes: int = 0  # spikes found whose context (the events after them) is still being gathered
+    error: str = ""  # the worker's error, one line ("" while all is well)
 
 
 @dataclass
@@ -82,8 +96,8 @@ class FeedUpdate:
     """One interval's worth: new events (bounded), new findings, and the superseding state."""
 
     seq: int
-    rows: List[LogRow]
-    skipped: int  # events of this interval not carried (beyond the bound)
+    rows: List[LogRow]  # the newest events of the interval that match the log filter (bounded)
+    skipped: int  # matching events of this interval not carried (beyond the bound)
     findings: List[Finding]
     spikes: List[SpikeView]
     devices: List[DeviceState]
@@ -92,3 +106,13 @@ class FeedUpdate:
     memory: MemoryView
     counters: Counters
     restart: bool = False  # the source started over (seek back): the UI clears what it accumulated
+
+
+@dataclass
+class LogWindow:
+    """The answer to a filter change: the newest matching events the worker still holds, replacing the log."""
+
+    query: str
+    rows: List[LogRow]
+    skipped: int  # matching events held by the worker beyond the bound
+    examined: int  # events the worker examined (its recent-events window)

@@ -2,6 +2,7 @@
 
 Seek forward reads on without waiting up to the target; seek back starts over from the beginning (a fresh
 analysis, `sink.restart()`) and reads without waiting up to the target. Simple and always right.
+Built and run in the worker process (`SourceSpec(ReplayFeedSource, (path, speed))`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class ReplayFeedSource(BaseSource):
         self._target: Optional[int] = None
         self._pacer = Pacer(speed)
 
-    # ---- controls (UI thread: flags only) ------------------------------------------------------
+    # ---- controls (the UI's requests, served between batches: flags only) ------------------------
     def set_paused(self, paused: bool) -> bool:
         self.paused = paused
         return True

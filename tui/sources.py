@@ -1,7 +1,8 @@
 """Sources the feed can run: a fake (a list of batches, for tests and benchmarks), a recording, live tracefs.
 
-Each one runs on the feed's worker thread (`run(sink, stop)`); the UI thread only calls the small control
-methods, which set flags the worker applies (markers are the exception: one write to trace_marker).
+Each one is built and run in the worker process (`run(sink, stop)`, see `tui.worker`); the UI's requests
+reach the small control methods between two batches, on the same thread (the sink serves them), and most
+only set flags that `run` applies.
 """
 
 from __future__ import annotations
@@ -10,10 +11,24 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from npu_trace.events import LossLedger, TraceEvent
+from npu_trace.ftrace.format import EventFormat, parse_format
 from npu_trace.runner import StopFlag
 from tui.feed import Sink
 
 IDLE_S = 0.02
+PRINT_FORMAT = """name: print
+ID: 5
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:char buf[];\toffset:16;\tsize:0;\tsigned:0;
+
+print fmt: "%ps: %s", (void *)REC->ip, REC->buf
+"""
 
 
 class BaseSource:
@@ -58,7 +73,8 @@ class BaseSource:
 class FakeSource(BaseSource):
     """Hands `batches` to the sink, `gap_s` apart; then idles until stopped (`hold`) or ends.
 
-    Controls are recorded (`marks`, `recordings`) so tests can see what the UI asked for."""
+    A marker becomes an `ftrace:print` event in the stream, as a trace_marker write does in a live session;
+    recording is pretended (`recording()` names the file, nothing is written)."""
 
     label = "fake"
 
@@ -78,21 +94,36 @@ class FakeSource(BaseSource):
         self.marks: List[str] = []
         self.recordings: List[str] = []
         self._recording: Optional[str] = None
+        self._print: Optional[EventFormat] = None
+        self._last_ts = 0
         self.paused = False
 
     def run(self, sink: Sink, stop: StopFlag) -> None:
         for batch in self.batches:
             while self.paused and not stop.stopped:
-                sink([])
+                sink(self._take_marks())
                 time.sleep(IDLE_S)
             if stop.stopped:
                 return
-            sink(batch)
+            if batch:
+                self._last_ts = max(self._last_ts, int(batch[-1].ts_ns))
+            marks = self._take_marks()
+            sink(batch + marks if marks else batch)
             if self.gap_s:
                 time.sleep(self.gap_s)
         while self.hold and not stop.stopped:
-            sink([])
+            sink(self._take_marks())
             time.sleep(IDLE_S)
+
+    def _take_marks(self) -> List[Any]:
+        if not self.marks:
+            return []
+        if self._print is None:
+            self._print = parse_format(PRINT_FORMAT, "ftrace")
+        self._last_ts += 1
+        out = [TraceEvent(self._last_ts, 0, 0, self._print, (0, text)) for text in self.marks]
+        self.marks = []
+        return out
 
     def comm(self, pid: int) -> str:
         return self.comms.get(pid, super().comm(pid))

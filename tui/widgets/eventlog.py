@@ -1,5 +1,7 @@
-"""The event log: bounded, filtered, virtualised (only the visible lines are rendered), pausable.
+"""The event log: bounded, virtualised (only the visible lines are rendered), pausable.
 
+The rows arrive already filtered: the worker applies the log filter to every event (`tui.logfilter`) and
+answers a filter change with the newest matching events it holds (`replace`).
 Paused, the view is frozen; new rows wait in a bounded buffer and what overflows it is counted (`dropped`),
 never silently lost from the count.
 """
@@ -7,7 +9,6 @@ never silently lost from the count.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Deque, List, Optional
 
 from textual.binding import Binding
@@ -16,52 +17,13 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tui.fmt import row_plain, row_text
+from tui.fmt import row_text
+from tui.logfilter import LogFilter
 from tui.model import LogRow
 
+__all__ = ["LOG_MAX", "EventLog", "LogFilter"]
+
 LOG_MAX = 10_000
-
-
-@dataclass(frozen=True)
-class LogFilter:
-    dev: Optional[int] = None
-    kinds: tuple = ()
-    pid: Optional[int] = None
-    comm: str = ""
-    text: str = ""
-
-    @classmethod
-    def parse(cls, query: str) -> LogFilter:
-        """`dev:0 kind:timeout pid:12 comm:name words...` (words: a substring of the line)."""
-        dev, pid, comm, kinds, words = None, None, "", [], []
-        for tok in query.split():
-            key, _, value = tok.partition(":")
-            if key == "dev" and value.lstrip("npu").isdigit():
-                dev = int(value.lstrip("npu"))
-            elif key == "pid" and value.isdigit():
-                pid = int(value)
-            elif key == "kind" and value:
-                kinds.append(value)
-            elif key == "comm" and value:
-                comm = value
-            else:
-                words.append(tok)
-        return cls(dev, tuple(kinds), pid, comm, " ".join(words).lower())
-
-    def empty(self) -> bool:
-        return self == LogFilter()
-
-    def match(self, row: LogRow) -> bool:
-        ev, comm = row
-        if self.dev is not None and ev.dev != self.dev:
-            return False
-        if self.kinds and ev.kind not in self.kinds:
-            return False
-        if self.pid is not None and ev.pid != self.pid:
-            return False
-        if self.comm and self.comm not in comm:
-            return False
-        return not self.text or self.text in row_plain(row).lower()
 
 
 class EventLog(ScrollView, can_focus=True):
@@ -80,15 +42,20 @@ class EventLog(ScrollView, can_focus=True):
     def __init__(self, *, id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.rows: Deque[LogRow] = deque(maxlen=LOG_MAX)
-        self.view: Deque[LogRow] = deque(maxlen=LOG_MAX)
         self.pending: Deque[LogRow] = deque(maxlen=LOG_MAX)
-        self.filter = LogFilter()
         self.paused = False
         self.dropped = 0  # rows that overflowed the buffer while paused
         self.cursor: Optional[int] = None  # None: follow the newest row
 
+    @property
+    def view(self) -> Deque[LogRow]:
+        """What is shown: the rows (filtered by the worker)."""
+        return self.rows
+
     # ---- data ----------------------------------------------------------------------------------
     def add_rows(self, rows: List[LogRow]) -> None:
+        if not rows:
+            return
         if self.paused:
             self.dropped += max(0, len(self.pending) + len(rows) - LOG_MAX)
             self.pending.extend(rows)
@@ -96,10 +63,8 @@ class EventLog(ScrollView, can_focus=True):
         self._append(rows)
 
     def _append(self, rows: List[LogRow]) -> None:
+        before = len(self.rows)
         self.rows.extend(rows)
-        flt = self.filter
-        before = len(self.view)
-        self.view.extend(rows if flt.empty() else (r for r in rows if flt.match(r)))
         if self.cursor is not None:
             self.cursor = max(0, self.cursor - max(0, before + len(rows) - LOG_MAX))
         self._changed()
@@ -110,24 +75,29 @@ class EventLog(ScrollView, can_focus=True):
             rows, self.pending = list(self.pending), deque(maxlen=LOG_MAX)
             self._append(rows)
 
-    def set_filter(self, flt: LogFilter) -> None:
-        self.filter = flt
-        self.view = deque((r for r in self.rows if flt.match(r)), maxlen=LOG_MAX)
-        self.cursor = None
-        self._changed()
-
-    def clear(self) -> None:
-        self.rows.clear()
-        self.view.clear()
+    def replace(self, rows: List[LogRow]) -> None:
+        """A new filter's first window: it supersedes what is shown and what waits (paused)."""
+        self.rows = deque(rows, maxlen=LOG_MAX)
         self.pending.clear()
         self.dropped, self.cursor = 0, None
         self._changed()
 
+    def clear(self) -> None:
+        self.replace([])
+
     def _changed(self) -> None:
-        self.virtual_size = Size(self.size.width, len(self.view))
-        if self.cursor is None:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        size = Size(self.size.width, len(self.rows))
+        if size != self.virtual_size:
+            self.virtual_size = size
+        if self.cursor is None:  # following: anchored to the end (kept there through layouts too)
+            self.anchor()
         self.refresh()
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    def on_resize(self) -> None:
+        self._changed()
 
     # ---- keys ----------------------------------------------------------------------------------
     def action_cursor(self, delta: int) -> None:
@@ -135,6 +105,7 @@ class EventLog(ScrollView, can_focus=True):
             return
         cur = len(self.view) - 1 if self.cursor is None else self.cursor
         self.cursor = min(len(self.view) - 1, max(0, cur + delta))
+        self.anchor(False)  # the cursor's row stays in view, not the newest
         self.scroll_to_region_row(self.cursor)
         self.refresh()
 

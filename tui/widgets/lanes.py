@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from rich.text import Text
 from textual.widgets import Static
@@ -28,5 +28,10 @@ def lanes_text(devices: List[DeviceState]) -> Text:
 
 
 class Lanes(Static):
+    shown: Optional[List[DeviceState]] = None
+
     def show(self, devices: List[DeviceState]) -> None:
-        self.update(lanes_text(devices))
+        if devices != self.shown:  # an unchanged view is not rendered again
+            resized = self.shown is None or len(devices) != len(self.shown)  # a line per device: its height
+            self.shown = devices
+            self.update(lanes_text(devices), layout=resized)

@@ -3,6 +3,8 @@ free memory and largest free block at that moment (fragmentation hint)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -29,5 +31,9 @@ def memory_text(m: MemoryView) -> Text:
 
 
 class MemoryPanel(Static):
+    shown: Optional[MemoryView] = None
+
     def show(self, m: MemoryView) -> None:
-        self.update(memory_text(m))
+        if m != self.shown:  # an unchanged view is not laid out and rendered again
+            self.shown = m
+            self.update(memory_text(m), layout=False)  # a fixed height: no layout of the screen

@@ -3,12 +3,14 @@ its trigger and precursor window (timeouts, ECC deltas, hottest temperature)."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from rich.console import Console
+from rich.segment import Segment
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from tui.fmt import STATE_STYLE, dev_name, dur, safe, stamp
 from tui.model import ResetView
@@ -35,6 +37,9 @@ def reset_text(r: ResetView, selected: bool) -> Text:
 
 def _precursor(r: ResetView) -> Text:
     p, t = r.precursor, Text()
+    if r.status == "in progress" and not p and r.trigger is None:  # its steps are still held by the detector
+        t.append("\n    trigger and precursors: pending (the detector holds steps for its reorder window)", "dim")
+        return t
     ecc = p.get("ecc") or {}
     trig = r.trigger
     what = f"{safe(trig.get('kind'))} {safe(trig.get('op'))} at {stamp(int(trig.get('ts_ns', 0)))}" if trig else "none"
@@ -45,34 +50,86 @@ def _precursor(r: ResetView) -> Text:
     return t
 
 
-class ResetsPanel(VerticalScroll):
+def text_segments(text: Text, console: Console) -> List[Segment]:
+    """A one-line Text's segments, its own style included (Text.render applies it only along with spans)."""
+    if text.spans or not text.style:
+        return list(text.render(console))
+    return [Segment(text.plain, console.get_style(text.style))]
+
+
+class ResetsPanel(ScrollView):
+    """Virtualised: each sequence is wrapped to the panel's width once (a closed one never changes: its lines
+    are kept), and only the visible lines are rendered."""
+
     def __init__(self, *, id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.resets: List[ResetView] = []
         self.selected: Optional[int] = None
-        self.body = Static(Text("no reset sequence yet", "dim"), id="reset-body")
-
-    def compose(self) -> ComposeResult:
-        yield self.body
+        self.lines: List[Text] = [Text("no reset sequence yet", "dim", end="")]
+        self.starts: List[int] = []  # each sequence's first line
+        self._wrapped: Dict[Tuple[Any, ...], List[Text]] = {}
 
     def show(self, resets: List[ResetView]) -> None:
+        if resets == self.resets:  # unchanged: nothing to wrap or render again
+            return
         self.resets = resets
-        self._redraw()
+        self._relayout()
 
     def select(self, index: int) -> None:
         self.selected = index
-        self._redraw()
+        self.anchor(False)
+        self._relayout()
+        if 0 <= index < len(self.starts):
+            self.scroll_to(y=self.starts[index], animate=False, immediate=True, force=True)
 
-    def _redraw(self) -> None:
-        body = self.body
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def _relayout(self) -> None:
+        width = self.size.width
+        if width <= 0:
+            return  # not laid out yet: on_resize comes
+        kept: Dict[Tuple[Any, ...], List[Text]] = {}
+        lines, starts = self._wrap(width, kept)
+        if len(lines) > self.size.height:  # a vertical scrollbar takes its columns: wrap to what is left
+            lines, starts = self._wrap(max(1, width - self.styles.scrollbar_size_vertical), kept)
+        self._wrapped = kept  # only the sequences still shown: bounded like the list
+        self.lines, self.starts = lines, starts
+        size = Size(width, len(lines))
+        if size != self.virtual_size:
+            self.virtual_size = size
+        if self.selected is None:  # the newest at the bottom, in view (anchored through layouts too)
+            self.anchor()
+        self.refresh()
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    def _wrap(self, width: int, kept: Dict[Tuple[Any, ...], List[Text]]) -> Tuple[List[Text], List[int]]:
         if not self.resets:
-            body.update(Text("no reset sequence yet", "dim"))
-            return
-        t = Text()
+            return [Text("no reset sequence yet", "dim", end="")], []
+        lines: List[Text] = []
+        starts: List[int] = []
+        console = self.app.console
         for i, r in enumerate(self.resets):
-            if i:
-                t.append("\n")
-            t.append_text(reset_text(r, i == self.selected))
-        body.update(t)
-        if self.selected is None:
-            self.scroll_end(animate=False)
+            selected = i == self.selected
+            key = None if r.status == "in progress" else (r.dev, r.ts_ns, r.status, len(r.steps), selected, width)
+            wrapped = None if key is None else self._wrapped.get(key)
+            if wrapped is None:
+                wrapped = list(reset_text(r, selected).wrap(console, width))
+                for line in wrapped:
+                    line.end = ""
+            if key is not None:
+                kept[key] = wrapped
+            starts.append(len(lines))
+            lines.extend(wrapped)
+        return lines, starts
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        if index >= len(self.lines):
+            return Strip.blank(width, self.rich_style)
+        strip = Strip(text_segments(self.lines[index], self.app.console))
+        return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width).apply_style(self.rich_style)

@@ -8,10 +8,15 @@ from textual.widgets import Static
 from tui.fmt import safe, size
 from tui.model import Counters
 
+ERROR_CHARS = 60  # the whole error is on the line under the event log
+
 
 def status_text(c: Counters, paused: bool, pending: int, dropped: int, query: str, skipped: int = 0) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {safe(c.source)} ", "bold reverse")
+    if c.error:  # early and short, so that neither it nor the loss is cut at the terminal's width
+        error = safe(c.error)
+        t.append(f" error: {error[:ERROR_CHARS]}{'…' if len(error) > ERROR_CHARS else ''} ", "bold white on red")
     t.append(f" {c.rate:,.0f} ev/s ", "bold")
     t.append(f"({c.events:,} total) ", "dim")
     if c.loss or c.loss_flagged:
@@ -38,4 +43,4 @@ def status_text(c: Counters, paused: bool, pending: int, dropped: int, query: st
 
 class StatusBar(Static):
     def show(self, c: Counters, paused: bool, pending: int, dropped: int, query: str, skipped: int = 0) -> None:
-        self.update(status_text(c, paused, pending, dropped, query, skipped))
+        self.update(status_text(c, paused, pending, dropped, query, skipped), layout=False)  # one line, always
