@@ -141,3 +141,21 @@ def orphan_main(root: str) -> None:
         time.sleep(0.02)
     print(client.pid, flush=True)
     time.sleep(600)
+
+
+def test_a_reset_in_progress_shows_each_step_once_however_many_channels_tell_it() -> None:
+    from npu_trace.model import NpuEvent
+    from npu_trace.profiles import get_profile
+    from tui.collector import Collector
+
+    col = Collector(get_profile("sim"), lambda pid: "x")
+    steps = ("ready_for_hotreset", "unbind", "remove")
+    kmsg = [NpuEvent(1000 + i, "reset_step", 0, "reset", -1, -1, {"step": s, "source": "kmsg"})
+            for i, s in enumerate(steps)]  # fmt: skip
+    uevent = [NpuEvent(1500 + i, "reset_step", 0, "reset", -1, -1, {"step": s, "source": "uevent"})
+              for i, s in enumerate(steps[1:])]  # fmt: skip
+    col.add(kmsg)
+    col.add(uevent)
+    col.add([NpuEvent(1000 + 2_000_000_000, "irq", 1, "irq", -1, -1, {"source": "bpf"})])  # time moves on
+    (view,) = col._resets()  # the reset detector still holds the steps (1 s reorder): shown as they came
+    assert view.status == "in progress" and [s[0] for s in view.steps] == list(steps)

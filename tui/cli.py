@@ -11,6 +11,7 @@ from npu_trace import sim
 from npu_trace.errors import KernelFeatureError, NpuTraceError, UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import tune_gc
+from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.tracefs import Tracefs
 from tui.app import NpuTraceApp
@@ -81,9 +82,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str]) -> int:
     label = f"demo: {args.scenario} (live)"
-    run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False)
+    side = SideChannels()  # the simulator's kmsg lines, uevents and fake npu-smi, read by the demo's channels
+    smi = os.path.join(side.smi_dir, "npu-smi") if side.smi_dir else "npu-smi"
+    run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False,
+                             channels=side)  # fmt: skip
     try:
-        return _run(_app(SourceSpec(demo_source, (fs.root, label), label=label), "sim"), screenshot)
+        return _run(_app(SourceSpec(demo_source, (fs.root, label, smi), label=label), "sim"), screenshot)
     finally:
         run.terminate()
 

@@ -246,7 +246,11 @@ class Collector:
         for dev in sorted(set(detector.open) | set(held)):
             run = detector.open.get(dev)
             steps = [] if run is None else [(step[0], step[1], step[2]) for step in run.steps]
-            steps += held.get(dev, [])
+            told = {step[0] for step in steps}
+            for step in held.get(dev, []):  # one line per step, however many channels tell it
+                if step[0] not in told:
+                    told.add(step[0])
+                    steps.append(step)
             if run is None:
                 out.append(ResetView(dev, "in progress", steps[0][1], steps, {}, None))
                 continue

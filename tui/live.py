@@ -10,13 +10,16 @@ was analysed. Recording starts/stops at the next poll (the UI's request only set
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from typing import Any, Callable, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError, SourceError
+from npu_trace.model import NpuEvent
 from npu_trace.profiles import Profile, get_profile
 from npu_trace.recorder import Recorder
 from npu_trace.runner import StopFlag, pump
+from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
@@ -36,9 +39,14 @@ class LiveSource(BaseSource):
         *,
         until: Optional[Callable[[], bool]] = None,
         label: str = "live",
+        channels: Optional[Channels] = None,
     ) -> None:
         super().__init__()
         self.session = session
+        self.channels = channels  # kmsg, uevents, npu-smi, bpf: their events are analysed and recorded too
+        self.note = ""
+        if channels is not None:
+            channels.on_note = self._note  # never on the terminal: the UI owns it
         self.ledger = session.ledger
         self.profile = profile
         self.until = until
@@ -78,23 +86,32 @@ class LiveSource(BaseSource):
         return self._comms(pid)
 
     def detail(self) -> str:
-        return f"{self.error}" if self.error else f"instance {self.session.name}"
+        if self.error:
+            return self.error
+        return self.note or f"instance {self.session.name}"
+
+    def _note(self, text: str) -> None:
+        self.note = text
 
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
-        with self.session:
+        with self.session, self.channels or contextlib.nullcontext():
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
             try:
-                pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True)
+                pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True,
+                     channels=self.channels)  # fmt: skip
             finally:
                 self._close_recorder()
 
-    def _pages(self, batch: List[Tuple[int, bytes]], sink: Sink) -> None:
+    def _pages(self, batch: List[Any], sink: Sink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)
+        if batch and isinstance(batch[0], NpuEvent):  # the channels' events, normalized already
+            sink(batch)
+            return
         out: List[Any] = []
         self.session.decode_pages(batch, out)  # the session's own per-CPU decoders (profile layouts)
         out.sort(key=lambda x: x.ts_ns)
@@ -112,7 +129,8 @@ class LiveSource(BaseSource):
             path, self._want = self._want, None
             self._close_recorder()
             try:
-                self.recorder = Recorder(self.session, path, self.profile.name)
+                extra = {"channels": self.channels.header()} if self.channels is not None else {}
+                self.recorder = Recorder(self.session, path, self.profile.name, extra=extra)
                 self.error = ""
             except (NpuTraceError, OSError) as exc:
                 self.error = f"recording: {exc}"
@@ -135,17 +153,19 @@ class LiveSource(BaseSource):
 def live_source(args: argparse.Namespace) -> LiveSource:
     """`npu-trace live`'s source, from its arguments (checked again here: cheap, and nothing has touched the
     kernel yet)."""
-    from npu_trace.commands.stream import session_from_args
+    from npu_trace.commands.stream import channels_from_args, session_from_args
 
-    return LiveSource(session_from_args(args), get_profile(args.profile))
+    return LiveSource(session_from_args(args), get_profile(args.profile), channels=channels_from_args(args))
 
 
-def demo_source(tracefs_root: str, label: str) -> LiveSource:
-    """`npu-trace demo`'s source: the simulator's events on a session of their own."""
+def demo_source(tracefs_root: str, label: str, npu_smi: str = "npu-smi") -> LiveSource:
+    """`npu-trace demo`'s source: the simulator's events on a session of their own, with the channels that
+    read its kmsg lines, uevents and fake npu-smi (`npu_smi`)."""
     profile = get_profile("sim")
     fs = Tracefs(tracefs_root)
     session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
-    return LiveSource(session, profile, label=label)
+    channels = Channels(profile.channels, npu_smi=npu_smi, health_interval_s=1.0)
+    return LiveSource(session, profile, label=label, channels=channels)
 
 
 def session_source(events: List[str], tracefs_root: str, profile_name: str, tag: str = "") -> LiveSource:
