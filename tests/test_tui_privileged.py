@@ -49,4 +49,12 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
             sim.unload(fs)
     assert app.feed.done.is_set() and app.feed.said_bye and not app.error
     assert instance not in fs.instance_names()
-    assert list(tmp_path.glob("*.npt")), "the recording started with r exists"
+    (recording,) = tmp_path.glob("*.npt")  # the recording started with r
+    from npu_trace.events import TraceEvent
+    from npu_trace.sources.replay_source import ReplaySource
+
+    source = ReplaySource(str(recording))
+    texts = [str(e.values[-1]) for b in source.batches() for e in b
+             if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
+    assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
+    assert source.events_read > 0
