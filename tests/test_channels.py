@@ -209,3 +209,32 @@ def test_events_naming_only_a_pci_address_get_their_device(monkeypatch: pytest.M
         assert [(e.ts_ns, e.dev) for e in ch.read()] == [(4, None)]  # waited long enough: passed on as is
         feed.append([step(5, None, "3e:00.0")])
         assert [(e.ts_ns, e.dev) for e in ch.read(final=True)] == [(5, None)]  # the last read holds nothing
+
+
+def test_a_bpf_channel_that_fails_closes_the_channels_opened_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_trace.bpf import source as bpf_source
+    from npu_trace.bpf.config import BpfConfig
+    from npu_trace.errors import KernelFeatureError
+
+    closed: List[str] = []
+
+    class FakeUevent:
+        def open(self) -> None:
+            pass
+
+        def close(self) -> None:
+            closed.append("uevent")
+
+    class FailingBpf:
+        def __init__(self, config: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            raise KernelFeatureError("kernel headers missing")
+
+    monkeypatch.setattr(channels_mod, "UeventSource", FakeUevent)
+    monkeypatch.setattr(bpf_source, "BpfSource", FailingBpf)
+    ch = Channels(["uevent"], bpf=BpfConfig(hal=False, irq=True))
+    with pytest.raises(KernelFeatureError, match="headers"):
+        ch.open()
+    assert closed == ["uevent"] and ch.uevent is None

@@ -87,7 +87,11 @@ class Channels:
     def open(self) -> None:
         for name in self.names:
             if name == "bpf":  # asked for explicitly: a failure is an error (exit 3 or 2), not a note
-                self._open_bpf()
+                try:
+                    self._open_bpf()
+                except BaseException:
+                    self.close()  # the channels opened before it (a `with` block never reaches __exit__)
+                    raise
                 self.running.append(name)
                 continue
             try:
