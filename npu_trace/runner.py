@@ -63,19 +63,25 @@ def pump(
     sorted before it is handed on), only when there is something. Raw: `sink` gets the (cpu, page) pairs of
     every pass, possibly none, so that a recorder can flush on time.
     `channels` (kmsg, uevents, npu-smi, bpf): at the start of each pass, what they have goes to `sink` as a batch
-    of its own (NpuEvents, never mixed with the tracefs items), so a sink sees everything in one order, and
-    channel events usually come before the trace events of the same time (npu_trace.detectors.pipeline holds
-    them until the trace reaches them).
+    of its own (NpuEvents, never mixed with the tracefs items), so a sink sees everything in one order. The
+    trace items of a pass are handed on one pass later, after the channels' events read since: every channel
+    event up to the time those pages were read comes first (npu_trace.detectors.pipeline holds it until the
+    trace reaches its time), so it lands among them in time order, whichever buffer delivered it later.
     """
     deadline = None if duration is None else time.monotonic() + duration
     stop = stop or StopFlag()
     read = session.read_raw if raw else session.read
     batch: List[Any] = []
+    held: List[Any] = []  # with channels: the previous pass's trace items
     while not stop.stopped:
-        if channels is not None:  # first: what they tell is then usually earlier than the pages read after it
+        if channels is not None:
             _channels(channels, sink)
+            _flush(held, sink, raw)
         full_pages = read(batch)
-        _flush(batch, sink, raw)
+        if channels is None:
+            _flush(batch, sink, raw)
+        else:
+            held, batch = batch, held  # `held` was emptied by its flush
         if deadline is not None and time.monotonic() >= deadline:
             break
         if until is not None and until():
@@ -83,9 +89,10 @@ def pump(
         if not full_pages:  # every CPU caught up: let pages fill instead of re-reading a few events at a time
             time.sleep(poll_s)
     session.stop(batch, raw=raw)
-    _flush(batch, sink, raw)
     if channels is not None:
         _channels(channels, sink, final=True)
+        _flush(held, sink, raw)
+    _flush(batch, sink, raw)
 
 
 def _channels(channels: Channels, sink: Sink, final: bool = False) -> None:
