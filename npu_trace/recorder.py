@@ -11,10 +11,10 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from npu_trace.errors import SourceError
 from npu_trace.events import Loss
 from npu_trace.model import NpuEvent
 from npu_trace.recording.writer import RecordingWriter, build_header
+from npu_trace.sources.comm import saved_comms
 from npu_trace.sources.tracefs_source import TracefsSession
 
 
@@ -117,13 +117,7 @@ class Recorder:
     def _note_comms(self, writer: RecordingWriter) -> None:
         """A note with the process names the kernel saved since the last one (processes started after the
         file's header was written would otherwise be nameless on replay)."""
-        fs = getattr(self.session, "fs", None)
-        if fs is None:
-            return
-        try:
-            saved = fs.saved_cmdlines()
-        except SourceError:
-            return  # names are a display aid: a tracefs without saved_cmdlines records the events all the same
+        saved = saved_comms(getattr(self.session, "fs", None))
         new = {str(pid): comm for pid, comm in saved.items() if self._known_comms.get(str(pid)) != comm}
         if new:
             self._known_comms.update(new)

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 
@@ -44,6 +44,15 @@ def record_scenario(
     return truth
 
 
+def check_json(path: str, report_path: str) -> Tuple[subprocess.CompletedProcess[str], Dict[str, Any]]:
+    """`npu-trace check PATH --json REPORT`: its process (exit 0 or 1) and the report."""
+    proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    with open(report_path) as f:
+        return proc, json.load(f)
+
+
 @pytest.mark.privileged
 @pytest.mark.parametrize("scenario", sim.SCENARIOS)
 def test_record_then_check_reports_exactly_the_injected_faults(
@@ -51,11 +60,7 @@ def test_record_then_check_reports_exactly_the_injected_faults(
 ) -> None:
     path, report_path = str(tmp_path / "run.npt"), str(tmp_path / "report.json")
     truth = record_scenario(path, scenario, 5, str(tmp_path / "truth.json"))
-    proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stderr
-    with open(report_path) as f:
-        report = json.load(f)
+    proc, report = check_json(path, report_path)
     check_against_truth(report, truth_expectations(truth))
     assert (proc.returncode == 1) == bool(report["violations"])
     assert not report["reading"]["truncated"] and report["reading"]["lost"] == 0
@@ -137,11 +142,7 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     assert calls and {e.args["source"] for e in calls} == {"bpf"}
     hal = [r for r in truth["actions"] if r["func"].startswith("hal")]
     assert len(calls) == len(hal)
-    proc = subprocess.run([*CLI, "check", path, "--json", report_path, "--quiet"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stderr
-    with open(report_path) as f:
-        report = json.load(f)
+    _, report = check_json(path, report_path)
     check_against_truth(report, truth_expectations(truth))
     # a task's submit (BPF) and its completion (ftrace) meet in time order, whichever buffer delivered first
     latency = report["summary"]["latency"]

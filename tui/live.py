@@ -20,7 +20,7 @@ from npu_trace.profiles import Profile, get_profile
 from npu_trace.recorder import Recorder
 from npu_trace.runner import StopFlag, pump
 from npu_trace.sources.channels import Channels
-from npu_trace.sources.comm import CommCache
+from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 from tui.feed import Sink
@@ -56,7 +56,7 @@ class LiveSource(BaseSource):
         self._want: Optional[str] = None
         self._stop_rec = False
         self._loss_at = 0.0
-        self._comms = CommCache(self._saved_cmdlines)
+        self._comms = CommCache(lambda: saved_comms(self.session.fs))
 
     # ---- controls ------------------------------------------------------------------------------
     def mark(self, text: str) -> bool:
@@ -139,15 +139,6 @@ class LiveSource(BaseSource):
         rec, self.recorder = self.recorder, None
         if rec is not None:
             rec.close()
-
-    def _saved_cmdlines(self) -> str:
-        fs = self.session.fs
-        if fs is None:
-            return ""
-        try:
-            return fs.read_text("saved_cmdlines")
-        except SourceError:  # display only: unknown names show as "<...>"
-            return ""
 
 
 def live_source(args: argparse.Namespace) -> LiveSource:

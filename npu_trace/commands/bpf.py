@@ -57,7 +57,7 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    printer = StreamPrinter(sys.stdout, args.format, CommCache(lambda: ""))
+    printer = StreamPrinter(sys.stdout, args.format, CommCache(dict))
     ledger = LossLedger()
     with BpfSource(config) as source:
         stop = prepare_process()  # after the checks: an error leaves the process as it was

@@ -8,12 +8,12 @@ import sys
 from typing import Any, List, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
-from npu_trace.errors import SourceError, UsageError
+from npu_trace.errors import UsageError
 from npu_trace.profiles import get_profile
 from npu_trace.runner import prepare_process, pump
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
-from npu_trace.sources.comm import CommCache
+from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
 from npu_trace.tracefs import Tracefs, find_optional
 
@@ -174,7 +174,7 @@ def channel_summary(channels: Optional[Channels]) -> str:
 
 def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
     """Prints to stdout; pids are named from /proc, or the session's saved_cmdlines for exited processes."""
-    return StreamPrinter(sys.stdout, fmt, CommCache(lambda: _saved_cmdlines(session.fs)))
+    return StreamPrinter(sys.stdout, fmt, CommCache(lambda: saved_comms(session.fs)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,12 +187,3 @@ def run(args: argparse.Namespace) -> int:
         pump(session, printer.write_batch, duration=args.duration, stop=stop, channels=channels)
     print_summary(session, session.events_read, channels)
     return 0
-
-
-def _saved_cmdlines(fs: Optional[Tracefs]) -> str:
-    if fs is None:
-        return ""
-    try:
-        return fs.read_text("saved_cmdlines")
-    except SourceError:  # display only: an unreadable file means "<...>" names
-        return ""

@@ -6,23 +6,28 @@ import time
 from collections import OrderedDict
 from typing import Callable, Dict, Optional
 
+from npu_trace.errors import SourceError
+from npu_trace.tracefs import Tracefs
+
 MAX_ENTRIES = 8192
 REFRESH_S = 0.5
 
 
-def parse_saved_cmdlines(text: str) -> Dict[int, str]:
-    out: Dict[int, str] = {}
-    for line in text.splitlines():
-        pid, _, comm = line.partition(" ")
-        if pid.isdigit():
-            out[int(pid)] = comm
-    return out
+def saved_comms(fs: Optional[Tracefs]) -> Dict[int, str]:
+    """The kernel's saved_cmdlines of a Tracefs (pid -> comm), or {} without one: names are a display aid, an
+    unreadable file only means "<...>" names."""
+    if fs is None:
+        return {}
+    try:
+        return fs.saved_cmdlines()
+    except SourceError:
+        return {}
 
 
 class CommCache:
-    """Bounded LRU of pid -> comm. `read_saved` returns the saved_cmdlines text (or "")."""
+    """Bounded LRU of pid -> comm. `read_saved` returns the kernel's saved names (e.g. `saved_comms(fs)`)."""
 
-    def __init__(self, read_saved: Optional[Callable[[], str]] = None, proc_root: str = "/proc") -> None:
+    def __init__(self, read_saved: Optional[Callable[[], Dict[int, str]]] = None, proc_root: str = "/proc") -> None:
         self.read_saved = read_saved
         self.proc_root = proc_root
         self.cache: OrderedDict[int, str] = OrderedDict()
@@ -51,5 +56,5 @@ class CommCache:
         now = time.monotonic()
         if self.read_saved is not None and now - self._saved_at > REFRESH_S:
             self._saved_at = now
-            self._saved = parse_saved_cmdlines(self.read_saved())
+            self._saved = self.read_saved()
         return self._saved.get(pid, "<...>")
