@@ -381,7 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if os.geteuid() != 0:
         print("bench: needs root (BPF, tracefs)")
         return 2
-    from npu_trace.runner import tune_gc
+    from npu_trace.process import tune_gc
 
     tune_gc()  # as the CLI does: millions of small tuples, no cycles
     os.sched_setaffinity(0, {READER_CPU})

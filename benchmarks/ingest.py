@@ -7,7 +7,7 @@ the highest lossless rate (full speed, or stepping the generator's pace down whe
 reader's CPU per million events, the generator's slowdown against an untraced run, and bytes on disk per event.
 Every measurement is repeated `--repeat` times and the median is shown. Nothing here is a pass/fail test:
 the figures and the npu-trace/trace-cmd ratios are printed (and written with `--json OUT`).
-`npu-trace record` ("npu-record": session + Recorder + runner.pump, in-process) is measured beside them on the
+`npu-trace record` ("npu-record": the live source + Recorder + the pump, in-process) is measured beside them on the
 same workload, then replay/check throughput and file sizes against trace-cmd's file (benchmarks/record.py;
 `--no-record` skips it).
 
@@ -45,6 +45,7 @@ PROC_FILES = ("/proc/sys/kernel/kptr_restrict",)
 GEN_LINE = re.compile(rb"pid=(\d+) n=(\d+) elapsed_ns=(\d+) cpu_ns=(\d+)")
 
 NPU = "npu-trace"
+NPU_UNMERGED = "npu-trace, merge bypassed"
 ANCHOR = "trace-cmd"
 UNTRACED = "untraced"
 
@@ -271,39 +272,52 @@ class Bench:
 
     # -- npu-trace --------------------------------------------------------------------------------
     def npu_trace(self, n: int, rate: float) -> Run:
-        run = Run(NPU, n, rate)
-        out, total = self._npu_collect(run, [EVENT], self.gen_argv(n, rate), by_pid=True)
+        return self._npu_run(NPU, n, rate, merge=True)
+
+    def npu_trace_unmerged(self, n: int, rate: float) -> Run:
+        return self._npu_run(NPU_UNMERGED, n, rate, merge=False)
+
+    def _npu_run(self, tool: str, n: int, rate: float, merge: bool) -> Run:
+        run = Run(tool, n, rate)
+        out, total = self._npu_collect(run, [EVENT], self.gen_argv(n, rate), by_pid=True, merge=merge)
         run.gen_pid, _, run.gen_elapsed_ns, run.gen_cpu_ns = parse_gen(out)
         run.other_events = total - run.events
         return run
 
-    def _npu_collect(self, run: Run, patterns: List[str], argv: List[str], by_pid: bool) -> Tuple[bytes, int]:
-        """Trace `argv` with a TracefsSession; fills run.events (the child's, or all when not `by_pid`),
-        lost, CPU and wall time. Returns (the child's stdout, every event decoded)."""
+    def _npu_collect(
+        self, run: Run, patterns: List[str], argv: List[str], by_pid: bool, merge: bool = True
+    ) -> Tuple[bytes, int]:
+        """Trace `argv` as `npu-trace stream` does (the live source and the one pump; the timeline decodes and
+        orders, or with `merge` off the per-CPU decoders alone: what the ordered merge costs); fills
+        run.events (the child's, or all when not `by_pid`), lost, CPU and wall time. Returns (the child's
+        stdout, every event decoded)."""
+        from npu_trace.pipeline import Batch, pump
+        from npu_trace.sources.live import LiveTrace
         from npu_trace.sources.tracefs_source import TracefsSession
 
-        poll_s = self.args.poll_ms / 1000.0
-        batch: List[Any] = []
         pid_of = itemgetter(2)  # TraceEvent.pid; a Loss has its `kind` (a str) there, never equal to a pid
-        mine = 0
-        with TracefsSession(patterns, buffer_kb=self.args.buffer_kb, tag="bench") as session:
+        mine = [0]
+        session = TracefsSession(patterns, buffer_kb=self.args.buffer_kb, tag="bench")
+        with LiveTrace(session) as source:
+            timeline = source.timeline()
+            decoders = session.decoders
+            assert decoders is not None
+            proc: Optional[subprocess.Popen[bytes]] = None
+
+            def sink(batch: Batch) -> None:
+                if merge:
+                    items = timeline.push(batch)
+                else:
+                    items = []
+                    timeline.events += decoders.decode(batch.pages, items)
+                if by_pid and items and proc is not None:
+                    mine[0] += list(map(pid_of, items)).count(proc.pid)
+
             t0, c0 = time.monotonic(), cpu_self()
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
             gpid = proc.pid
-            read, sleep = session.read, time.sleep
-            while proc.poll() is None:
-                full_pages = read(batch)  # the same policy as npu_trace.runner.pump
-                if batch:
-                    if by_pid:
-                        mine += list(map(pid_of, batch)).count(gpid)
-                    batch.clear()
-                if not full_pages:
-                    sleep(poll_s)
-            session.stop(batch)
-            if by_pid:
-                mine += list(map(pid_of, batch)).count(gpid)
-            batch.clear()
-            total = session.events_read
+            pump(source, sink, until=lambda: proc.poll() is not None, poll_s=self.args.poll_ms / 1000.0)
+            total = timeline.events
             run.reader_cpu_s = cpu_self() - c0
             run.wall_s = time.monotonic() - t0
             assert proc.stdout is not None
@@ -318,10 +332,9 @@ class Bench:
         if proc.returncode:
             raise BenchError(f"{argv[0]} exited with {proc.returncode}")
         run.gen_pid = gpid
-        run.events = mine if by_pid else total
+        run.events = mine[0] if by_pid else total
         return out, total
 
-    # -- trace-cmd --------------------------------------------------------------------------------
     def anchor(self, n: int, rate: float) -> Run:
         run = Run(ANCHOR, n, rate)
         out, children = self._anchor_record(
@@ -644,6 +657,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     n, repeat = args.events, args.repeat
     tools: List[Tuple[str, Callable[[int, float], Run]]] = [(NPU, bench.npu_trace)]
+    tools.append((NPU_UNMERGED, bench.npu_trace_unmerged))
     if not args.no_record:
         from benchmarks.record import REC
 
@@ -702,6 +716,11 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
             f"npu-trace decode capacity: {1 / cpu_m:.3f} M events per reader-CPU-second "
             f"({cpu_m * 1000:.0f} ns of reader CPU per event)"
         )
+    bare = by_tool[NPU_UNMERGED].get("reader_cpu_s_per_m")
+    if cpu_m and bare:
+        result["merge_cost"] = cpu_m / bare - 1
+        log(f"the ordered merge: {cpu_m * 1000:.0f} vs {bare * 1000:.0f} ns of reader CPU per event bypassed "
+            f"(+{(cpu_m / bare - 1) * 100:.0f}%; target under 10%)")  # fmt: skip
     if anchor is not None:
         r = result["ratios"] = ratios(npu, anchor)
         log(

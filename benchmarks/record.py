@@ -1,7 +1,7 @@
 """Record and replay figures of the ingest benchmark (workload A), measured in the same run as the ingest figures.
 
 `npu-trace record` is measured in-process, exactly as the CLI records: a `TracefsSession([EVENT])` (same buffer
-size) with a `Recorder` as the raw sink of `runner.pump(raw=True)` (its default poll interval), the reader on
+size) with a `Recorder` as the sink of the one pump (its default poll interval), the reader on
 the tracer CPU, the generator pinned to the generator CPU. Its runs go through the ingest bench's own full-speed
 then paced-steps logic (tool "npu-record"); the generator's events are counted by decoding each recording
 afterwards (outside the timed part), and the losses come from the recording (kernel counters written by the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchmarks.ingest import Bench, Run
 
 REC = "npu-record"
-RECORD_MODE = "in-process: TracefsSession + Recorder as the raw sink of runner.pump(raw=True), reader on the tracer CPU"
+RECORD_MODE = "in-process: LiveTrace + Recorder as the sink of the pump, reader on the tracer CPU"
 CHECK_PROFILE = "sim"
 TARGET_RATE = 1_000_000.0
 
@@ -38,20 +38,22 @@ TARGET_RATE = 1_000_000.0
 def record_run(bench: Bench, n: int, rate: float) -> Run:
     """One traced generator run recorded to an .npt file (kept when it is the first full-speed run)."""
     from benchmarks.ingest import EVENT, BenchError, Run, cpu_self, parse_gen
+    from npu_trace.pipeline import pump
     from npu_trace.recorder import Recorder
-    from npu_trace.runner import pump
+    from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     run = Run(REC, n, rate)
     bench.rec_count += 1
     path = os.path.join(bench.tmp, f"rec-{bench.rec_count}.npt")
     argv = bench.gen_argv(n, rate)
-    with TracefsSession([EVENT], buffer_kb=bench.args.buffer_kb, tag="benchrec") as session:
+    session = TracefsSession([EVENT], buffer_kb=bench.args.buffer_kb, tag="benchrec")
+    with LiveTrace(session) as source:
         recorder = Recorder(session, path, "bench")
         t0, c0 = time.monotonic(), cpu_self()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
         try:
-            pump(session, recorder, raw=True, until=lambda: proc.poll() is not None)
+            pump(source, recorder, until=lambda: proc.poll() is not None)
         finally:
             recorder.close()
             if proc.poll() is None:
@@ -86,10 +88,11 @@ def count_recording(path: str, pid: int) -> Tuple[int, int, int, bool]:
     from npu_trace.sources.replay_source import ReplaySource
 
     src = ReplaySource(path)
+    timeline = src.timeline()
     pid_of = itemgetter(2)  # TraceEvent.pid; a Loss has its kind (a str) there
     mine = 0
     for batch in src.batches():
-        mine += list(map(pid_of, batch)).count(pid)
+        mine += list(map(pid_of, timeline.push(batch))).count(pid)
     return mine, src.events_read, src.ledger.total, src.ledger.incomplete()
 
 
@@ -143,8 +146,9 @@ def time_replay(path: str, repeat: int) -> Dict[str, Any]:
     for _ in range(repeat):
         t0, c0 = time.monotonic(), cpu_self()
         src = ReplaySource(path)
-        for _batch in src.batches():
-            pass
+        timeline = src.timeline()
+        for batch in src.batches():
+            timeline.push(batch)
         cpus.append(cpu_self() - c0)
         walls.append(time.monotonic() - t0)
         events = src.events_read
@@ -177,8 +181,9 @@ def record_detector_heavy(bench: Bench) -> Optional[str]:
     from benchmarks.ingest import log
     from npu_trace import sim
     from npu_trace.errors import NpuTraceError
+    from npu_trace.pipeline import pump
     from npu_trace.recorder import Recorder
-    from npu_trace.runner import pump
+    from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
     from npu_trace.tracefs import Tracefs
 
@@ -188,10 +193,11 @@ def record_detector_heavy(bench: Bench) -> Optional[str]:
         was_loaded = sim.is_loaded(fs)
         sim.load(fs)
         try:
-            with TracefsSession(["ascend:*"], fs=fs, tag="bench") as session:
+            session = TracefsSession(["ascend:*"], fs=fs, tag="bench")
+            with LiveTrace(session) as source:
                 recorder = Recorder(session, path, CHECK_PROFILE)
                 run = sim.start_scenario("mixed", 1, 5.0, 20000, 4, ensure_loaded=False)
-                pump(session, recorder, until=lambda: run.poll() is not None, raw=True)
+                pump(source, recorder, until=lambda: run.poll() is not None)
                 run.wait()
                 recorder.close()
         finally:
@@ -257,7 +263,7 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
 
     rec = by_tool.get(REC, {})
     anchor = by_tool.get(ANCHOR)
-    out: Dict[str, Any] = {"mode": RECORD_MODE, "poll": "runner.pump default", "check_profile": CHECK_PROFILE}
+    out: Dict[str, Any] = {"mode": RECORD_MODE, "poll": "pump default", "check_profile": CHECK_PROFILE}
     path, kept = bench.rec_kept, bench.rec_kept_run
     if path is None or kept is None:
         log("record: no full-speed recording was kept: no replay figures")

@@ -136,7 +136,7 @@ async def measure(seconds: float, rate: int) -> None:
     from textual import events
 
     from benchmarks.tui import FloodSource as flood  # by its module's name (run as __main__, this one is not)
-    from npu_trace.runner import tune_gc
+    from npu_trace.process import tune_gc
     from tui.app import NpuTraceApp
     from tui.worker import SourceSpec
 

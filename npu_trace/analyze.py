@@ -52,11 +52,13 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}} for one recording."""
     source = ReplaySource(path)
     analysis = Analysis(profile_for(source, profile_name))
+    source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
+    timeline = source.timeline()
     bar = Progress(os.path.getsize(path) if progress else 0)
     bar.enabled = bar.enabled and progress
     skipped = 0
-    for batch in source.batches(only=analysis.mapped_events()):  # unmapped events: counted, not decoded
-        analysis.feed(batch)
+    for batch in source.batches():
+        analysis.feed(timeline.push(batch), timeline.now)
         analysis.count_unmapped(source.events_skipped - skipped)
         skipped = source.events_skipped
         bar.update(source.reader_position(), source.events_read)

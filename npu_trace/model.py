@@ -199,7 +199,7 @@ def lost_event(loss: Loss) -> NpuEvent:
     return NpuEvent(loss.ts_ns, "lost", None, loss.kind, -1, loss.cpu, args)
 
 
-Item = Union[TraceEvent, Loss]
+Item = Union[TraceEvent, Loss, NpuEvent]
 _Pending = Tuple[int, Optional[int], Dict[str, Any]]  # (entry ts, dev, args)
 
 
@@ -216,12 +216,16 @@ class Normalizer:
         self._unmapped: Set[int] = set()  # ids of formats without a rule (their EventFormat stays referenced)
 
     def feed(self, items: Iterable[Item]) -> List[NpuEvent]:
+        """Raw items -> NpuEvents (an NpuEvent, already normalized by its channel, passes as it is)."""
         out: List[NpuEvent] = []
         for item in items:
-            if isinstance(item, Loss):
-                out.append(lost_event(item))
+            cls = item.__class__
+            if cls is TraceEvent:
+                out.append(self._event(item))  # type: ignore[arg-type]
+            elif cls is NpuEvent:
+                out.append(item)  # type: ignore[arg-type]
             else:
-                out.append(self._event(item))
+                out.append(lost_event(item))  # type: ignore[arg-type]
         return out
 
     def feed_mapped(self, items: Iterable[Item]) -> Tuple[List[NpuEvent], int]:
@@ -230,10 +234,12 @@ class Normalizer:
         out: List[NpuEvent] = []
         logs = 0
         unmapped, planned, plans = self._unmapped, self._planned, self._plans
-        for item in items:
-            if isinstance(item, Loss):
-                out.append(lost_event(item))
+        for any_item in items:
+            cls = any_item.__class__
+            if cls is not TraceEvent:
+                out.append(any_item if cls is NpuEvent else lost_event(any_item))  # type: ignore[arg-type]
                 continue
+            item: TraceEvent = any_item  # type: ignore[assignment]
             fmt = item.fmt
             hit = plans.get(id(fmt))
             if hit is not None and hit[0] is fmt:  # the common case, without the general path's lookups
@@ -242,8 +248,10 @@ class Normalizer:
                 logs += 1
             else:
                 ev = self._event(item)
-                if ev.kind == "log" and not self._format(item)[2]:
+                if ev.kind == "log" and not self._format(item)[2]:  # no rule: counted, like those after it
                     unmapped.add(id(item.fmt))
+                    logs += 1
+                    continue
                 out.append(ev)
         return out, logs
 

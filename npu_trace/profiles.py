@@ -67,8 +67,6 @@ class Profile:
     require_events: bool = True
     # one timeout told by several channels within this much time is one finding (npu_trace.detectors.timeouts)
     merge_ns: int = 0
-    # how long another channel's event may wait for the trace to reach its time (npu_trace.detectors.pipeline)
-    hold_ns: int = 0
     # --bpf: IRQ name prefixes whose handlers the BPF channel times (at most 4), and the ftrace events it
     # replaces (the same calls measured by ftrace uprobes would be counted twice)
     bpf_irq_prefixes: Tuple[str, ...] = ()
@@ -139,10 +137,7 @@ SIM_RESET: Dict[str, Any] = {
     "trigger_window_ns": 600 * _S,  # a trigger older than this before the first step is not attached
     "step_timeout_ns": 120 * _S,  # the real drain waits up to 120 s; rescan retries 20 x 3 s
     "precursor_window_ns": 600 * _S,
-    # the channels deliver at their own pace (ftrace pages every few ms, kmsg, uevents, npu-smi polls): the
-    # detector orders what it uses by timestamp over 1 s of event time, and one step told by several channels
-    # within 1 s is one step with its sources
-    "reorder_ns": 1 * _S,
+    # one step told by several channels (ftrace, kmsg, uevents) within 1 s is one step with its sources
     "merge_ns": 1 * _S,
 }
 
@@ -170,7 +165,6 @@ PROFILES: Dict[str, Profile] = {
         latency=SIM_LATENCY,
         channels=("kmsg", "uevent", "health"),
         merge_ns=SIM_RESET["merge_ns"],
-        hold_ns=1 * _S,
         bpf_replaces=("ascend:ascend_hal*",),  # the simulator's HAL uprobe events
     ),
     "ascend": Profile(
@@ -184,7 +178,6 @@ PROFILES: Dict[str, Profile] = {
         channels=("kmsg", "uevent", "health"),
         require_events=False,
         merge_ns=SIM_RESET["merge_ns"],
-        hold_ns=1 * _S,
         # the real driver's IRQ names (reference: cq_update_irq, cq_update_bind_thread_irq, trs-mbox-<dev>-<ts>,
         # dma_done_irq/dma_err_irq, devdrv_load_irq/devdrv_half_probe_irq)
         bpf_irq_prefixes=("cq_", "trs-mbox-", "dma_", "devdrv_"),

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from npu_trace.events import Loss
-from npu_trace.model import NpuEvent
+from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import RecordingWriter, build_header
 from npu_trace.sources.comm import saved_comms
 from npu_trace.sources.tracefs_source import TracefsSession
@@ -38,10 +38,13 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
 
 
 COMMS_EVERY_S = 1.0  # how often new process names are noted
+MARK_EVERY_NS = 100_000_000  # a quiet read's mark is kept at most this often (one with data: always)
 
 
 class Recorder:
-    """Receives (cpu, page) batches from runner.pump(raw=True); rotates by size and/or time."""
+    """Receives the pump's batches (raw pages, the channels' events, the reads' marks); rotates by size and/or
+    time. Every read's mark with data is kept, a quiet read's about every 100 ms: a replay's timeline then
+    releases events as the live one did (a little later where quiet marks were left out)."""
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class Recorder:
         self._opened_at = 0.0
         self._known_comms: Dict[str, str] = {}
         self._comms_at = 0.0
+        self._mark_ns = 0
         self.writer: Optional[RecordingWriter] = None
         self._open()
 
@@ -90,16 +94,19 @@ class Recorder:
     def bytes_written(self) -> int:
         return self.bytes_done + (self.writer.bytes_written if self.writer is not None else 0)
 
-    def __call__(self, batch: List[Any]) -> None:
+    def __call__(self, batch: Batch) -> None:
         writer = self.writer
         assert writer is not None
-        if batch and isinstance(batch[0], NpuEvent):  # the other channels' events (runner.pump, channels)
-            writer.add_events(batch)
-            self.channel_events += len(batch)
-            return
-        for cpu, page in batch:
+        if batch.events:  # the other channels' events: before the pages read after them
+            writer.add_events(batch.events)
+            self.channel_events += len(batch.events)
+        for cpu, page in batch.pages:
             writer.add_page(cpu, page)
-        self.pages += len(batch)
+        self.pages += len(batch.pages)
+        mark = batch.mark
+        if mark is not None and (batch.pages or batch.events or mark.read_ns - self._mark_ns >= MARK_EVERY_NS):
+            writer.add_mark(mark)
+            self._mark_ns = mark.read_ns
         now = time.monotonic()
         if now - self._comms_at >= COMMS_EVERY_S:
             self._comms_at = now

@@ -66,17 +66,22 @@ def marker_format() -> EventFormat:
     return parse_format(f'name: print\nID: 5\nformat:\n{_COMMON}\n{body}\nprint fmt: "%ps: %s"\n', "ftrace")
 
 
-def formats() -> Dict[str, EventFormat]:
-    """Event name (without the group) -> EventFormat, for every entry and return probe of the simulator."""
-    out: Dict[str, EventFormat] = {}
+def format_texts() -> Dict[str, str]:
+    """Event name (without the group) -> its format text, for every entry and return probe of the simulator."""
+    out: Dict[str, str] = {}
     ev_id = FIRST_ID
     for func in abi.FUNCS:
-        out[func.event] = parse_format(entry_format_text(func, ev_id), abi.GROUP)
+        out[func.event] = entry_format_text(func, ev_id)
         ev_id += 1
         if func.hal:
-            out[func.ret_event] = parse_format(ret_format_text(func, ev_id), abi.GROUP)
+            out[func.ret_event] = ret_format_text(func, ev_id)
             ev_id += 1
     return out
+
+
+def formats() -> Dict[str, EventFormat]:
+    """Event name (without the group) -> EventFormat, for every entry and return probe of the simulator."""
+    return {name: parse_format(text, abi.GROUP) for name, text in format_texts().items()}
 
 
 _FORMATS = formats()

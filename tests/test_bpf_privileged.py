@@ -183,9 +183,11 @@ for line in sys.stdin:
 def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None:
     """--perf-buffer: the lost callback's counts come out of read() as Loss items and `npu-trace bpf`'s pump
     adds them to its ledger: printed + lost == calls made."""
-    from npu_trace.commands.bpf import pump
-    from npu_trace.events import LossLedger
-    from npu_trace.runner import StopFlag
+    from npu_trace.bpf.source import BpfStream
+    from npu_trace.commands.bpf import Counted
+    from npu_trace.commands.stream import printing
+    from npu_trace.pipeline import Timeline, pump
+    from npu_trace.process import StopFlag
     from npu_trace.sinks.text import StreamPrinter
 
     child = subprocess.Popen(
@@ -194,8 +196,9 @@ def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None
     assert child.stdin is not None and child.stdout is not None
     assert child.stdout.readline() == "ready\n"
     src = BpfSource(BpfConfig(pid=child.pid, perf_buffer=True, perf_pages=1))  # 4 KiB per CPU: ~90 samples fit
-    ledger, out, stop = LossLedger(), io.StringIO(), StopFlag()
-    stop.set()  # pump: one read, then return
+    stream, out, stop = BpfStream(src), io.StringIO(), StopFlag()
+    ledger = stream.ledger
+    stop.set()  # pump: only the final read, then return
     printed = 0
     try:
         src.start_bench()
@@ -203,7 +206,9 @@ def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None
         for calls in (20_000, 10):  # no reading during the first phase: it overflows
             child.stdin.write(f"{calls}\n")
             assert child.stdout.readline() == "done\n"
-            printed += pump(src, StreamPrinter(out, "text", lambda _pid: "gen"), ledger, None, stop)
+            counted = Counted(printing(Timeline(None, ledger=ledger), StreamPrinter(out, "text", lambda _pid: "gen")))
+            pump(stream, counted, stop=stop)
+            printed += counted.events
     finally:
         src.close()
         child.stdin.close()

@@ -105,7 +105,7 @@ def test_record_without_the_driver_still_records_the_kernel_log_and_check_finds_
     assert "not on this host: trs_chan:*, trs_core:*" in first  # the irq tracepoints exist here
     assert "with kmsg, uevent" in rest
     source = ReplaySource(path)
-    got = [e for b in source.batches() for e in b if isinstance(e, NpuEvent) and e.args.get("comm") == TAG]
+    got = [e for e in source.items() if isinstance(e, NpuEvent) and e.args.get("comm") == TAG]
     assert [(e.kind, e.op, e.dev) for e in got] == [("timeout", "heartbeat", 5)]
     assert source.header["extra"]["channels"]["running"] == ["kmsg", "uevent"]
     out = str(tmp_path / "r.json")
@@ -167,7 +167,7 @@ def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: A
     assert health["ce_last"] == climb[-1]["ce"] and health["max_temp_c"] == peak["temp_c"]
     source = ReplaySource(path)
     smi_events = [
-        e for b in source.batches() for e in b if isinstance(e, NpuEvent) and e.args.get("source") == "npu-smi"
+        e for e in source.items() if isinstance(e, NpuEvent) and e.args.get("source") == "npu-smi"
     ]
     assert {e.kind for e in smi_events} >= {"ecc", "thermal"}
 
@@ -179,6 +179,8 @@ def test_events_naming_only_a_pci_address_get_their_device(monkeypatch: pytest.M
 
     class FakeKmsg:
         offset_measured = True
+        offset_error_ns = 0
+        caught_up = True
 
         def open(self) -> None:
             pass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from typing import Any, List, Optional
@@ -20,7 +19,7 @@ from npu_trace.detectors import (
     ResetDetector,
     TimeoutDetector,
 )
-from npu_trace.events import Loss, TraceEvent
+from npu_trace.events import Loss
 from npu_trace.model import NpuEvent
 from npu_trace.profiles import PROFILES, SIM_RESET
 from npu_trace.sim.abi import RESET_STEPS
@@ -121,7 +120,7 @@ def test_per_op_config_disables_rules() -> None:
 
 
 # ---- reset sequences ----------------------------------------------------------------------------------
-IMMEDIATE = {**SIM_RESET, "reorder_ns": 0, "merge_ns": 0}  # each event used as it comes
+IMMEDIATE = {**SIM_RESET, "merge_ns": 0}  # each step closes or continues its sequence as it comes
 
 
 def reset_run(dev: int, t0: int, gap: int, steps: Any = RESET_STEPS, fail: str = "") -> List[NpuEvent]:
@@ -219,12 +218,18 @@ def test_one_story_from_several_channels_out_of_order() -> None:
     assert [*one.feed([e for batch in feeds for e in batch]), *one.flush()] == out
 
 
-def test_held_events_are_released_by_time_and_at_the_end() -> None:
+def test_a_complete_sequence_waits_for_other_channels_copies_then_time_closes_it() -> None:
+    end = (len(RESET_STEPS) - 1) * MS  # the last (end) step
     det = ResetDetector(SIM_RESET)
-    assert det.feed(reset_run(0, 0, MS)) == []  # held: less than 1 s of event time has passed
-    assert det.feed([E(2 * S, "irq", 3, "irq")]) == []  # released, but the end waits 1 s for other copies
-    (f,) = det.feed([E(3 * S, "irq", 3, "irq")])  # time moves on (any device, any kind)
+    assert det.feed(reset_run(0, 0, MS)) == []  # ended, but the end waits 1 s of event time for other copies
+    assert det.feed([E(end + S, "irq", 3, "irq")]) == []  # 1 s exactly: a copy could still come
+    (f,) = det.feed([E(end + S + 1, "irq", 3, "irq")])  # time moves on (any device, any kind)
     assert f.details["status"] == "complete"
+    det = ResetDetector(SIM_RESET)  # the same with no event at all: the timeline's watermark moves time on
+    det.feed(reset_run(0, 0, MS))
+    assert det.advance(end + S) == [] and det.advance(end + S) == []
+    (f2,) = det.advance(end + S + 2)  # everything before it has been seen: no copy can join any more
+    assert f2 == f and det.advance(end + 10 * S) == []
     det = ResetDetector(SIM_RESET)
     det.feed(reset_run(0, 0, MS))
     (g,) = det.flush()
@@ -390,77 +395,3 @@ def test_one_timeout_told_by_two_channels_is_one_finding() -> None:
     ]
     assert "source" not in out[0].details  # the probe's copy tells the details
     assert run([evs[:2], evs[2:4], evs[4:]]) == out and run([[e] for e in evs]) == out
-
-
-# ---- one timeline: channel events placed among the trace events ----------------------------------------
-def _alloc(ts: int, va: int) -> Any:
-    """A trace event (raw, as the tracefs source gives it): the driver's allocation of `va` on device 0."""
-    from synth import formats
-
-    return TraceEvent(ts, 0, 1, formats()["ascend_devmm_alloc_done"], (0x400000, 0, 4096, va, 0, 1 << 30, 1 << 30))
-
-
-def _irq(ts: int) -> Any:
-    from synth import formats
-
-    return TraceEvent(ts, 0, 1, formats()["ascend_irq_handler_exit"], (0x400000, 1, 42, 0))
-
-
-def _free(ts: int, va: int) -> NpuEvent:
-    return NpuEvent(ts, "free", 0, "halMemFree", 1, 0, {"va": va, "ret": 0, "source": "bpf"})
-
-
-def test_channel_events_wait_for_the_trace_to_reach_them() -> None:
-    """A BPF free read before the trace pages of the same time lands between the allocations around it: it
-    frees the first, the second stays live (a leak), whatever the batches."""
-    from npu_trace.detectors import Analysis
-
-    trace = [_alloc(10, 0xA), _alloc(30, 0xB), _irq(5 * S)]
-    channel = [_free(20, 0xA)]
-
-    def run(order: List[List[Any]]) -> Any:
-        analysis = Analysis(PROFILES["sim"])
-        for batch in order:
-            analysis.feed(batch)
-        return analysis.finish()
-
-    report = run([channel, trace])
-    leaks = [f for f in report["findings"] if f["kind"] == "leak"]
-    assert [(f["device"], f["details"]["count"]) for f in leaks] == [(0, 1)]
-    assert run([channel, trace[:1], trace[1:2], trace[2:]]) == report
-    assert run([channel, [trace[0]], [trace[1]], [trace[2]]]) == report
-    # used as they came (no waiting), the free would come before its allocation: both would look leaked
-    analysis = Analysis(dataclasses.replace(PROFILES["sim"], hold_ns=0))
-    for batch in (channel, trace):
-        analysis.feed(batch)
-    assert [f["details"]["count"] for f in analysis.finish()["findings"] if f["kind"] == "leak"] == [2]
-    # without another trace event, the end releases it
-    assert [f["kind"] for f in run([channel, trace[:2]])["findings"]] == ["leak"]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.randoms(use_true_random=False))
-def test_the_timeline_does_not_depend_on_batching(stamps: List[int], rnd: random.Random) -> None:
-    from npu_trace.detectors import Analysis
-
-    items: List[Any] = []
-    for i, ts in enumerate(stamps):
-        ev = _alloc(ts * MS, 0x1000 + i % 4) if i % 3 else _free(ts * MS, 0x1000 + i % 4)
-        items.append(ev)
-
-    def batches(cuts: List[int]) -> List[List[Any]]:
-        out: List[List[Any]] = []
-        for ev in items:  # consecutive events of one kind (trace / channel) may share a batch
-            same = out and isinstance(out[-1][0], NpuEvent) == isinstance(ev, NpuEvent)
-            if same and rnd.random() < 0.5:
-                out[-1].append(ev)
-            else:
-                out.append([ev])
-        return out
-
-    one, two = Analysis(PROFILES["sim"]), Analysis(PROFILES["sim"])
-    for b in batches([]):
-        one.feed(b)
-    for ev in items:
-        two.feed([ev])
-    assert one.finish() == two.finish()

@@ -8,16 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 import pytest
 
 from npu_trace import sim
 from npu_trace.detectors import Analysis
 from npu_trace.events import TraceEvent
+from npu_trace.pipeline import Batch, pump
 from npu_trace.profiles import PROFILES
 from npu_trace.recorder import Recorder
-from npu_trace.runner import pump
+from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
@@ -76,25 +77,27 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
     path = str(tmp_path / "live.npt")
     profile = PROFILES["sim"]
     live = Analysis(profile)
-    with TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="det") as session:
+    session = TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="det")
+    with LiveTrace(session) as trace:
         recorder = Recorder(session, path, "sim")
+        timeline = trace.timeline()
 
-        def both(batch: List[Any]) -> None:  # what live mode does: decode as read, and record the same pages
+        def both(batch: Batch) -> None:  # what live mode does: analyse the timeline, record the same pages
             recorder(batch)
-            out: List[Any] = []
-            session.decode_pages(batch, out)
-            live.feed(out)
+            live.feed(timeline.push(batch), timeline.now)
 
         run = sim.start_scenario("mixed", 9, 1.5, 500, 2, ensure_loaded=False)
-        pump(session, both, until=lambda: run.poll() is not None, raw=True)
+        pump(trace, both, until=lambda: run.poll() is not None)
         run.wait()
         recorder.close()
     replay = Analysis(profile)
     source = ReplaySource(path)
+    replayed = source.timeline()
     names = set()
     for batch in source.batches():
-        names.update(source.comm(item.pid) for item in batch if isinstance(item, TraceEvent))
-        replay.feed(batch)
+        items = replayed.push(batch)
+        names.update(source.comm(item.pid) for item in items if isinstance(item, TraceEvent))
+        replay.feed(items, replayed.now)
     # the executor started after the header's /proc snapshot: its name comes from the recorder's comms notes,
     # known before the first chunk holding its events
     assert names == {"npu-sim"}
@@ -112,8 +115,9 @@ def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(sim_loade
     rec.send_signal(signal.SIGKILL)
     rec.wait()
     source = ReplaySource(path)
-    batches = list(source.batches())
-    assert source.reader.truncated and source.events_read > 0 and batches
+    timeline = source.timeline()
+    items = [item for batch in source.batches() for item in timeline.push(batch)]
+    assert source.reader.truncated and source.events_read > 0 and items
     proc = subprocess.run([*CLI, "check", path, "--quiet", "--json", str(tmp_path / "r.json")], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
@@ -137,7 +141,7 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     assert not [e for e in source.header["events"] if e.startswith("ascend:ascend_hal")]
     assert source.header["extra"]["channels"]["bpf"]["hal"] is True
     start, end = truth["start_ns"], truth["end_ns"]
-    calls = [e for b in source.batches() for e in b
+    calls = [e for e in source.items()
              if getattr(e, "op", "").startswith("hal") and start <= e.args.get("entry_ts_ns", 0) <= end]  # fmt: skip
     assert calls and {e.args["source"] for e in calls} == {"bpf"}
     hal = [r for r in truth["actions"] if r["func"].startswith("hal")]

@@ -18,6 +18,7 @@ from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.errors import InputError, RecordingError
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header, iter_events
 from npu_trace.recording.format import PREAMBLE
 from npu_trace.sources.replay_source import ReplaySource
@@ -294,9 +295,7 @@ def test_notes_come_before_the_chunk_queued_with_them(tmp_path: Any) -> None:
     assert [kind for kind, _ in records] == ["note", "chunk", "note"]
     assert records[0][1]["comms"] == {"4242": "late-proc"}
     source = ReplaySource(path)
-    seen = []
-    for _batch in source.batches():
-        seen.append(source.comm(4242))
+    seen = [source.comm(4242) for batch in source.batches() if batch.pages]
     assert seen == ["late-proc"] and source.comm(4243) == "at-close" and source.comm(1) == "<...>"
 
 
@@ -322,9 +321,9 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
     path = str(tmp_path / "r.npt")
     rec = recorder_mod.Recorder(session, path, "test")
     pages = load_pages(ROOT)
-    rec(pages[:2])  # nothing new: no note
+    rec(Batch(pages[:2], []))  # nothing new: no note
     saved[777] = "started-later"
-    rec(pages[2:4])
+    rec(Batch(pages[2:4], []))
     saved[777] = "renamed"
     rec.close()
     _, records = read_all(path)
@@ -343,8 +342,9 @@ def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_pa
     write(path, load_pages(ROOT))
     full = Analysis(PROFILES["sim"])
     source = ReplaySource(path)
+    timeline = source.timeline()
     for batch in source.batches():
-        full.feed(batch)
+        full.feed(timeline.push(batch), timeline.now)
     got = analyze(path, "sim", progress=False)
     assert got["analysis"] == full.finish()
     assert got["reading"]["events"] == source.events_read
@@ -354,19 +354,25 @@ def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_pa
 
 def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     """Events of the other channels (kmsg, uevents, npu-smi) are written after the pages queued before them,
-    so a replay sees everything in the order the live pipeline did; lost ones count in the trailer."""
+    with the reads' marks beside the pages, so a replay's timeline places them among the trace's events by
+    time, as the live one did; lost ones count in the trailer."""
     from npu_trace.model import NpuEvent
+    from npu_trace.pipeline import Mark
 
     pages = load_pages(ROOT)[:6]
-    kmsg = NpuEvent(10, "timeout", 2, "heartbeat", 77, -1, {"source": "kmsg", "lost_count": 4, "big": 1 << 70})
-    lost = NpuEvent(11, "lost", None, "overwritten", -1, -1, {"source": "kmsg", "lost": 3})
+    stamps = sorted(e.ts_ns for e in direct_events(pages) if isinstance(e, TraceEvent))
+    t = stamps[len(stamps) // 2]
+    kmsg = NpuEvent(t, "timeout", 2, "heartbeat", 77, -1, {"source": "kmsg", "lost_count": 4, "big": 1 << 70})
+    lost = NpuEvent(t + 1, "lost", None, "overwritten", -1, -1, {"source": "kmsg", "lost": 3})
     path = str(tmp_path / "c.npt")
     with RecordingWriter(path, golden_header(), chunk_bytes=64 * PAGE) as w:
         for cpu, page in pages[:3]:
             w.add_page(cpu, page)
+        w.add_mark(Mark(t, (), t))  # the channels had nothing before t
         w.add_events([kmsg, lost])
         for cpu, page in pages[3:]:
             w.add_page(cpu, page)
+        w.add_mark(Mark(t + 2, (), t + 2))
         assert w.events_written == 2
     reader, records = read_all(path)
     assert [kind for kind, _ in records] == ["chunk", "events", "chunk"]
@@ -375,13 +381,22 @@ def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     assert reader.trailer is not None and reader.trailer["losses"] == [["kmsg", "overwritten", -1, 3]]
     source = ReplaySource(path)
     batches = list(source.batches())
-    assert batches[1] == got and source.channel_events_read == 2 and source.ledger.total == 3
-    assert all(not isinstance(x, NpuEvent) for b in (batches[0], batches[2]) for x in b)
+    assert batches[1] == Batch([], got) and source.channel_events_read == 2 and source.ledger.total == 3
+    assert [len(b.pages) for b in batches] == [3, 0, 3, 0] and batches[-1].final
+    assert [b.mark for b in batches] == [Mark(t, (), t), None, Mark(t + 2, (), t + 2), None]
     from npu_trace.detectors import Analysis
     from npu_trace.profiles import PROFILES
 
     analysis = Analysis(PROFILES["sim"])
+    timeline = source.timeline()
+    items = []
     for batch in batches:
-        analysis.feed(batch)
+        released = timeline.push(batch)
+        items += released
+        analysis.feed(released, timeline.now)
+    assert [x.ts_ns for x in items] == sorted(x.ts_ns for x in items)  # one time order
+    at = items.index(got[0])
+    assert all(x.ts_ns <= t for x in items[:at]) and all(x.ts_ns >= t for x in items[at:])
+    assert len(items) == len(stamps) + 2 and source.ledger.total == 3  # nothing late: the marks told the merge
     kinds = [f["kind"] for f in analysis.finish()["findings"]]
     assert "timeout" in kinds and "loss" in kinds

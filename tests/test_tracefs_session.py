@@ -8,6 +8,8 @@ from typing import Any, List
 import pytest
 
 from npu_trace.events import TraceEvent
+from npu_trace.pipeline import Batch
+from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
 
 
@@ -17,23 +19,28 @@ def mine(items: List[Any]) -> int:
 
 
 @pytest.mark.privileged
-@pytest.mark.parametrize("raw", [False, True])
-def test_stop_drains_full_pages_behind_a_partly_read_page(raw: bool) -> None:
+@pytest.mark.parametrize("timeline", [False, True])
+def test_stop_drains_full_pages_behind_a_partly_read_page(timeline: bool) -> None:
     """A page read while the writer was on it leaves a short remainder; full pages written after it must
-    still be read when the session stops (a short page is not the end of the buffer)."""
+    still be read when the session stops (a short page is not the end of the buffer). Through the session's
+    own decoders, and through the live source and its timeline (what every consumer reads)."""
     os.sched_setaffinity(0, {0})
     try:
-        with TracefsSession(["syscalls:sys_enter_getpid"], buffer_kb=4096, tag="drain") as session:
-            out: List[Any] = []
+        session = TracefsSession(["syscalls:sys_enter_getpid"], buffer_kb=4096, tag="drain")
+        with LiveTrace(session) as source:
             for _ in range(1000):
                 os.getpid()
-            (session.read_raw if raw else session.read)(out)  # a partial read of the current page
+            first = source.read() if timeline else Batch(session.read_pass()[0], [])  # a partial read
             for _ in range(50_000):
                 os.getpid()
-            session.stop(out, raw=raw)
-            if raw:
-                pages, out = out, []
-                session.decode_pages(pages, out)
+            if timeline:
+                line = source.timeline()
+                out = line.push(first) + line.push(source.finish())
+                assert [x.ts_ns for x in out] == sorted(x.ts_ns for x in out)
+            else:
+                out = []
+                assert session.decoders is not None
+                session.decoders.decode(first.pages + session.stop(), out)
             assert mine(out) == 51_000
             assert not session.ledger.incomplete()
     finally:

@@ -54,7 +54,7 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
     from npu_trace.sources.replay_source import ReplaySource
 
     source = ReplaySource(str(recording))
-    texts = [str(e.values[-1]) for b in source.batches() for e in b
+    texts = [str(e.values[-1]) for e in source.items()
              if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
     assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
     assert source.events_read > 0

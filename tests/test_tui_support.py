@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from npu_trace.errors import SourceError
 from npu_trace.events import TraceEvent
+from npu_trace.process import StopFlag
 from npu_trace.profiles import PROFILES
-from npu_trace.runner import StopFlag
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
 from tui.collector import ROWS_PER_UPDATE
@@ -157,5 +157,5 @@ def test_a_reset_in_progress_shows_each_step_once_however_many_channels_tell_it(
     col.add(kmsg)
     col.add(uevent)
     col.add([NpuEvent(1000 + 2_000_000_000, "irq", 1, "irq", -1, -1, {"source": "bpf"})])  # time moves on
-    (view,) = col._resets()  # the reset detector still holds the steps (1 s reorder): shown as they came
+    (view,) = col._resets()  # still open (its next step is not overdue), each step told by two channels once
     assert view.status == "in progress" and [s[0] for s in view.steps] == list(steps)

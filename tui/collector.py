@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
-from itertools import islice
-from operator import itemgetter, le
+from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
@@ -36,7 +35,6 @@ RING = 50_000  # recent events kept for spike context and for a new log filter's
 LOG_MAX = 10_000  # rows of a new filter's window (the UI's log holds as many)
 CONTEXT_NS = 5_000_000  # a spike's context: events within 5 ms of the slow call
 CONTEXT_MAX = 40
-SLACK_NS = 50_000_000  # how far out of time order the ring's events may be (batches read per CPU, then merged)
 SPARK = 40
 BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (deterministic, whatever the UI's pace)
 MAX_RESETS = 50
@@ -71,18 +69,17 @@ class Collector:
         self.last_ts = 0
 
     # ---- in ------------------------------------------------------------------------------------
-    def add(self, items: Sequence[Any]) -> None:
-        if not items:
-            return
-        if isinstance(items[0], NpuEvent):  # a side channel's events (kmsg, uevents): already normalized
-            events: List[NpuEvent] = list(items)
-            self._note(self.analysis.feed(events))  # the analysis orders them with the trace (its own rules)
-        else:  # normalized here (not by Analysis.feed): the log shows unmapped events too
-            events = self.analysis.normalizer.feed(items)
-            self._note(self.analysis.feed_trace(events))  # held side-channel events land among them
-        if not events:
-            return
+    def add(self, items: Sequence[Any], now: Optional[int] = None) -> None:
+        """The timeline's items in time order (trace and channels together) and its watermark."""
+        if items:
+            self._events(items)
+        if now is not None:
+            self._note(self.analysis.advance(now))
         self.analysis.findings.clear()  # kept by Analysis for a final report the TUI never asks for: bounded
+
+    def _events(self, items: Sequence[Any]) -> None:
+        events = self.analysis.normalizer.feed(items)  # normalized here: the log shows unmapped events too
+        self._note(self.analysis.feed_events(events))
         self.ring.add(events)
         matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
         self.rows.extend(matched)
@@ -230,30 +227,15 @@ class Collector:
         return SpikeView(f, [log_row(ev, self.comm_of(ev.pid)) for ev in near], count - len(near))
 
     def _resets(self) -> List[ResetView]:
-        """Closed sequences, then the open ones: those the detector opened, with the steps it still holds
-        (a profile's reorder_ns holds them to order and merge the channels' copies), so that a reset shows as
-        it happens; a device whose steps are all still held shows them without a trigger yet."""
+        """Closed sequences, then the open ones with the steps seen so far, so that a reset shows as it
+        happens."""
         detector = self.analysis.detectors["reset"]
         out = list(self.closed_resets)
         if not isinstance(detector, ResetDetector):
             return out
-        held: Dict[int, List[Tuple[str, int, int]]] = {}
-        for _, _, ev in sorted(getattr(detector, "pending", ())):
-            if ev.kind == "reset_step" and ev.dev is not None:
-                ret = ev.args.get("ret", 0)
-                held.setdefault(ev.dev, []).append((str(ev.args.get("step", ev.op)), ev.ts_ns,
-                                                    ret if isinstance(ret, int) else 0))  # fmt: skip
-        for dev in sorted(set(detector.open) | set(held)):
-            run = detector.open.get(dev)
-            steps = [] if run is None else [(step[0], step[1], step[2]) for step in run.steps]
-            told = {step[0] for step in steps}
-            for step in held.get(dev, []):  # one line per step, however many channels tell it
-                if step[0] not in told:
-                    told.add(step[0])
-                    steps.append(step)
-            if run is None:
-                out.append(ResetView(dev, "in progress", steps[0][1], steps, {}, None))
-                continue
+        for dev in sorted(detector.open):
+            run = detector.open[dev]
+            steps = [(step[0], step[1], step[2]) for step in run.steps]
             trigger = None if run.trigger is None else {"kind": run.trigger.kind, "op": run.trigger.op,
                                                         "ts_ns": run.trigger.ts_ns}  # fmt: skip
             out.append(ResetView(dev, "in progress", run.first_ts, steps, dict(run.precursor), trigger))
@@ -272,8 +254,8 @@ _ts_of = itemgetter(0)  # NpuEvent.ts_ns
 
 
 class Ring:
-    """The newest events (at least `limit`, at most one batch more), kept as the batches they came in, so that
-    the events around a time are found without a walk over all of them."""
+    """The newest events (at least `limit`, at most one batch more), kept as the batches they came in (in time
+    order: the timeline's), so that the events around a time are found without a walk over all of them."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -300,18 +282,13 @@ class Ring:
             if not events:
                 continue
             if stamps is None:
-                stamps = list(map(_ts_of, events))
-                if not all(map(le, stamps, islice(stamps, 1, None))):  # in time order, to bisect
-                    events = batch[0] = sorted(events, key=_ts_of)
-                    stamps = list(map(_ts_of, events))
-                batch[1] = stamps
-            if stamps[-1] < lo - SLACK_NS:
-                break  # older batches end earlier still (batches overlap by little)
+                stamps = batch[1] = list(map(_ts_of, events))
+            if stamps[-1] < lo:
+                break  # older batches end earlier still
             i, j = bisect_left(stamps, lo), bisect_right(stamps, hi)
             if j > i:
                 count += j - i
                 found[:0] = events[i : min(j, i + most)]
-        found.sort(key=_ts_of)
         return found[:most], count
 
 

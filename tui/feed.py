@@ -1,7 +1,8 @@
 """The feed, in the worker process: runs a source, analyses every batch, sends one `FeedUpdate` per interval.
 
-A source (see `tui.sources`) is injected: it calls `sink(items)` often (at least every ~50 ms, with an empty
-list when nothing came), `sink.restart()` when it starts over (seek back), `sink.end()` when it has nothing
+A source (see `tui.sources`) is injected: it calls `sink(items, now)` often (at least every ~50 ms, with an
+empty list when nothing came) with the timeline's items in time order and its watermark (`now`: time has
+reached it, events or not), `sink.restart()` when it starts over (seek back), `sink.end()` when it has nothing
 more, and `sink.announce(resource)` once it holds a kernel resource (a tracefs instance) that the UI must
 remove should this process die without cleaning up.
 
@@ -22,8 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
+from npu_trace.process import StopFlag
 from npu_trace.profiles import Profile
-from npu_trace.runner import StopFlag
 from tui.collector import ROWS_PER_UPDATE, Collector, fresh_counters
 
 INTERVAL_S = 0.1
@@ -31,7 +32,7 @@ IDLE_S = 0.05  # after the source ended: how often requests are looked at
 
 
 class Sink(Protocol):
-    def __call__(self, items: List[Any]) -> None: ...
+    def __call__(self, items: List[Any], now: Optional[int] = None) -> None: ...
 
     def restart(self) -> None: ...
 
@@ -154,9 +155,9 @@ class Feed:
         self.channel.send(("reply", rid, value, ""))
 
     # ---- the sink ------------------------------------------------------------------------------
-    def __call__(self, items: List[Any]) -> None:
+    def __call__(self, items: List[Any], now: Optional[int] = None) -> None:
         self.serve()
-        self.collector.add(items)
+        self.collector.add(items, now)
         if self.ack >= self.seq and self.clock() - self._last >= self.interval:
             self._post()
 

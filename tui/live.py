@@ -1,8 +1,9 @@
 """The live source: a tracefs session read raw, recorded when asked, decoded per CPU for the analysis.
 
 It lives in the worker process (`tui.worker`): the session's instance is created, read and removed there.
-Raw pages go to the Recorder (when recording) and to per-CPU PageDecoders: what is recorded is exactly what
-was analysed. Recording starts/stops at the next poll (the UI's request only sets a flag).
+Each batch of raw pages goes to the Recorder (when recording) and to the timeline, which decodes it and puts
+it in time order with the channels' events: what is recorded is exactly what was analysed. Recording
+starts/stops at the next poll (the UI's request only sets a flag).
 
 `live_source(args)` and `demo_source(...)` are the factories a `SourceSpec` names (built in the worker).
 """
@@ -10,17 +11,17 @@ was analysed. Recording starts/stops at the next poll (the UI's request only set
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError, SourceError
-from npu_trace.model import NpuEvent
+from npu_trace.pipeline import Batch, Timeline, pump
+from npu_trace.process import StopFlag
 from npu_trace.profiles import Profile, get_profile
 from npu_trace.recorder import Recorder
-from npu_trace.runner import StopFlag, pump
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache, saved_comms
+from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 from tui.feed import Sink
@@ -95,31 +96,26 @@ class LiveSource(BaseSource):
 
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
-        with self.session, self.channels or contextlib.nullcontext():
+        with LiveTrace(self.session, self.channels) as source:
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
+            timeline = source.timeline()
             try:
-                pump(self.session, lambda batch: self._pages(batch, sink), stop=stop, until=self.until, raw=True,
-                     channels=self.channels)  # fmt: skip
+                pump(source, lambda batch: self._batch(batch, timeline, sink), stop=stop, until=self.until)
             finally:
                 self._close_recorder()
 
-    def _pages(self, batch: List[Any], sink: Sink) -> None:
+    def _batch(self, batch: Batch, timeline: Timeline, sink: Sink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)
-        if batch and isinstance(batch[0], NpuEvent):  # the channels' events, normalized already
-            sink(batch)
-            return
-        out: List[Any] = []
-        self.session.decode_pages(batch, out)  # the session's own per-CPU decoders (profile layouts)
-        out.sort(key=lambda x: x.ts_ns)
+        items = timeline.push(batch)
         now = time.monotonic()
         if now - self._loss_at >= LOSS_EVERY_S:
             self._loss_at = now
             self.session.update_loss()
-        sink(out)
+        sink(items, timeline.now)
 
     def _apply_recording(self) -> None:
         if self._stop_rec:

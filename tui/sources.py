@@ -8,11 +8,11 @@ only set flags that `run` applies.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from npu_trace.events import LossLedger, TraceEvent
 from npu_trace.ftrace.format import EventFormat, parse_format
-from npu_trace.runner import StopFlag
+from npu_trace.process import StopFlag
 from tui.feed import Sink
 
 IDLE_S = 0.02
@@ -147,30 +147,6 @@ class FakeSource(BaseSource):
     def set_paused(self, paused: bool) -> bool:
         self.paused = paused
         return True
-
-
-def time_slices(batch: List[Any], slice_ns: int) -> Iterator[List[Any]]:
-    """A time-sorted batch cut into runs of at most `slice_ns` of event time (items without a time follow)."""
-    start: Optional[int] = None
-    out: List[Any] = []
-    for item in batch:
-        ts = int(item.ts_ns)
-        if ts and start is None:
-            start = ts
-        if ts and start is not None and ts - start > slice_ns and out:
-            yield out
-            out, start = [], ts
-        out.append(item)
-    if out:
-        yield out
-
-
-def sorted_batch(batch: List[Any]) -> List[Any]:
-    return sorted(batch, key=lambda x: x.ts_ns)
-
-
-def event_ts(item: Any) -> int:
-    return int(item.ts_ns) if isinstance(item, TraceEvent) else 0
 
 
 Clock = Callable[[], float]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -31,7 +32,8 @@ from npu_trace.bpf.decode import Decoder
 from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
 from npu_trace.bpf.tracepoints import TRS_SPECS, StructLayouts, TpPlan, TpSpec, plan
 from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
-from npu_trace.events import Loss
+from npu_trace.events import Loss, LossLedger
+from npu_trace.pipeline.batch import COMMIT_MARGIN_NS, Batch, Mark
 from npu_trace.sim.elf import Elf
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
@@ -403,3 +405,42 @@ class BpfSource:
             op = OPS[key.op] if key.op < len(OPS) else str(key.op)
             out.setdefault((key.dev, op), {})[key.slot] = int(value.value)
         return out
+
+
+class BpfStream:
+    """A started `BpfSource` as a pump source (`npu-trace bpf`): each read drains the ring buffers, at most
+    `read_bytes` of each, into one batch of decoded events on the channels' stream, with a watermark once
+    everything was read (what is not reserved yet is stamped later, less the commit margin)."""
+
+    def __init__(self, source: BpfSource, read_bytes: int = 256 << 10) -> None:
+        self.source = source
+        self.read_bytes = read_bytes
+        self.ledger = LossLedger()  # the losses the BPF side reported (reserve failures, perf lost samples)
+        self._ended = False
+
+    def read(self) -> Batch:
+        return self._read(self.read_bytes)
+
+    def _read(self, max_bytes: Optional[int], final: bool = False) -> Batch:
+        started = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        items: List[Any] = []
+        self.source.read(items, max_bytes)
+        for loss in (item for item in items if isinstance(item, Loss)):
+            self.ledger.add(loss)
+        items.sort(key=_ts_ns)
+        drained = not self.source.pending()
+        return Batch([], items, Mark(started, (), started - COMMIT_MARGIN_NS if drained else None), final=final)
+
+    def idle(self) -> bool:
+        return self.source.pending() < self.read_bytes
+
+    def done(self) -> bool:
+        return self._ended
+
+    def finish(self) -> Batch:
+        self._ended = True
+        return self._read(None, final=True)
+
+
+def _ts_ns(item: Any) -> int:
+    return int(item.ts_ns)

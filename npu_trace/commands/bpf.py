@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 from npu_trace.bpf.config import BpfConfig
-from npu_trace.bpf.source import BpfSource
+from npu_trace.bpf.source import BpfSource, BpfStream
+from npu_trace.commands.stream import printing
 from npu_trace.errors import UsageError
-from npu_trace.events import Loss, LossLedger
-from npu_trace.runner import StopFlag, prepare_process
+from npu_trace.events import Loss
+from npu_trace.pipeline import Batch, Sink, Timeline, pump
+from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.comm import CommCache
 
@@ -58,37 +59,29 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     printer = StreamPrinter(sys.stdout, args.format, CommCache(dict))
-    ledger = LossLedger()
-    with BpfSource(config) as source:
+    with BpfSource(config) as bpf:
         stop = prepare_process()  # after the checks: an error leaves the process as it was
         print("npu-trace: BPF programs attached; Ctrl-C stops", file=sys.stderr, flush=True)
-        printed = pump(source, printer, ledger, args.duration, stop)
-        hists = source.histograms()
+        source = BpfStream(bpf, READ_BYTES)
+        timeline = Timeline(None, ledger=source.ledger)
+        counted = Counted(printing(timeline, printer))
+        pump(source, counted, duration=args.duration, stop=stop, poll_s=POLL_S)
+        hists = bpf.histograms()
     print_histograms(hists)
-    print(f"npu-trace: {printed} BPF events; {ledger.summary()}", file=sys.stderr)
+    print(f"npu-trace: {counted.events} BPF events; {source.ledger.summary()}", file=sys.stderr)
     return 0
 
 
-def pump(
-    source: BpfSource, printer: StreamPrinter, ledger: LossLedger, duration: Optional[float], stop: StopFlag
-) -> int:
-    deadline = None if duration is None else time.monotonic() + duration
-    printed = 0
-    batch: List[Any] = []
-    while True:
-        done = stop.stopped or (deadline is not None and time.monotonic() >= deadline)
-        source.read(batch, None if done else READ_BYTES)  # the last read drains everything
-        if batch:
-            batch.sort(key=lambda item: item.ts_ns)
-            for loss in (item for item in batch if isinstance(item, Loss)):
-                ledger.add(loss)
-            printed += sum(1 for item in batch if not isinstance(item, Loss))
-            printer.write_batch(batch)
-            batch.clear()
-        if done:
-            return printed
-        if source.pending() < READ_BYTES:  # caught up: let the ring fill (a backlog is read at once)
-            time.sleep(POLL_S)
+class Counted:
+    """A sink that counts the events (not the losses) of the batches it passes on."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.events = 0
+
+    def __call__(self, batch: Batch) -> None:
+        self.events += sum(1 for item in batch.events if not isinstance(item, Loss))
+        self.sink(batch)
 
 
 def print_histograms(hists: Dict[Tuple[int, str], Dict[int, int]]) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 from npu_trace.analyze import analyze, op_rows, p99_by_op
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
+from npu_trace.process import tune_gc
 from npu_trace.report import build_report, render_json, render_junit, render_text
 from npu_trace.rules import evaluate, load_rules
-from npu_trace.runner import tune_gc
 
 
 def add_parser(sub: Any) -> None:
@@ -38,7 +38,7 @@ def _write(path: str, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rules = load_rules(args.rules)  # a bad rules file fails before the (long) read
-    tune_gc()  # millions of short-lived tuples: see runner.tune_gc
+    tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
     result = analyze(args.file, args.profile)
     analysis, reading = result["analysis"], result["reading"]
     analysis["summary"]["latency_by_op"] = op_rows(result["latency"])

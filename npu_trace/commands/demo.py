@@ -8,12 +8,14 @@ import sys
 from typing import Any, Callable, Tuple
 
 from npu_trace import sim
-from npu_trace.commands.stream import announce, print_summary, terminal_printer
+from npu_trace.commands.stream import announce, print_summary, printing, terminal_printer
 from npu_trace.errors import UsageError
+from npu_trace.pipeline import pump
+from npu_trace.process import prepare_process
 from npu_trace.profiles import get_profile
-from npu_trace.runner import prepare_process, pump
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.channels import Channels
+from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
 from npu_trace.tracefs import Tracefs
 
@@ -69,16 +71,17 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     printer = terminal_printer(session, args.format)
     side, channels = demo_channels(lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True))
     stop = prepare_process()
-    with session, channels:
+    with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        timeline = source.timeline()
         run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices,
                                  ensure_loaded=False, channels=side)  # fmt: skip
         try:
-            pump(session, printer.write_batch, stop=stop, until=lambda: run.poll() is not None, channels=channels)
+            pump(source, printing(timeline, printer), stop=stop, until=lambda: run.poll() is not None)
             truth = run.wait() if not stop.stopped else None
         finally:
             run.terminate()
-    print_summary(session, session.events_read, channels)
+    print_summary(session, timeline.events, channels)
     if truth is not None:
         print(f"npu-trace: scenario {args.scenario}: {len(truth['actions'])} injected actions", file=sys.stderr)
     return 0

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from npu_trace.analyze import analyze, op_rows
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
-from npu_trace.runner import tune_gc
+from npu_trace.process import tune_gc
 
 
 def add_parser(sub: Any) -> None:
@@ -73,7 +73,7 @@ def render(rows: List[Dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.threshold < 0 or args.min_delta_ns < 0:
         raise UsageError("--threshold and --min-delta-ns must not be negative")
-    tune_gc()  # millions of short-lived tuples: see runner.tune_gc
+    tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
     a = op_rows(analyze(args.a, args.profile)["latency"])
     b = op_rows(analyze(args.b, args.profile)["latency"])
     rows = compare(a, b, args.threshold, args.min_delta_ns)

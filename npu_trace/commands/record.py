@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import sys
 from typing import Any
@@ -16,8 +15,10 @@ from npu_trace.commands.stream import (
     session_from_args,
 )
 from npu_trace.errors import UsageError
+from npu_trace.pipeline import pump
+from npu_trace.process import prepare_process
 from npu_trace.recorder import Recorder
-from npu_trace.runner import prepare_process, pump
+from npu_trace.sources.live import LiveTrace
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -51,14 +52,14 @@ def run(args: argparse.Namespace) -> int:
     session = session_from_args(args)
     channels = channels_from_args(args)
     stop = prepare_process()
-    with session, channels or contextlib.nullcontext():
+    with LiveTrace(session, channels) as source:
         extra = {"channels": channels.header()} if channels is not None else {}
         recorder = Recorder(session, args.output, args.profile, compression=args.compression,
                             max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite,
                             extra=extra)  # fmt: skip
         announce(session, f"recording to {args.output}", channels)
         try:
-            pump(session, recorder, duration=args.duration, stop=stop, raw=True, channels=channels)
+            pump(source, recorder, duration=args.duration, stop=stop)
         finally:
             recorder.close()
         events = session.kernel_events_read()

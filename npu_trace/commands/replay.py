@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List
+from typing import Any
 
+from npu_trace.commands.stream import printing
 from npu_trace.errors import UsageError
-from npu_trace.runner import prepare_process
+from npu_trace.pipeline import pump
+from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter
-from npu_trace.sources.replay_source import Pacer, ReplaySource
+from npu_trace.sources.replay_source import ReplaySource
 
 
 def add_parser(sub: Any) -> None:
@@ -33,24 +35,12 @@ def run(args: argparse.Namespace) -> int:
 
         return tui_entry("run_replay")(args)
     speed = None if args.max else (args.speed or 1.0)
-    source = ReplaySource(args.file)
+    source = ReplaySource(args.file, speed=speed)
     printer = StreamPrinter(sys.stdout, args.format, source.comm)
-    pacer = Pacer(speed)
     stop = prepare_process()
-    for batch in source.batches():
-        if stop.stopped:
-            break
-        _emit(sorted(batch, key=lambda x: x.ts_ns), pacer, printer)
+    pump(source, printing(source.timeline(), printer), stop=stop)
     print_replay_summary(source)
     return 0
-
-
-def _emit(batch: List[Any], pacer: Pacer, printer: StreamPrinter) -> None:
-    for item in batch:
-        if item.ts_ns:
-            pacer.wait_for(item.ts_ns)
-        printer.write(item)
-    printer.out.flush()
 
 
 def print_replay_summary(source: ReplaySource) -> None:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from typing import Any, List, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.errors import UsageError
+from npu_trace.pipeline import Batch, Sink, Timeline, pump
+from npu_trace.process import prepare_process
 from npu_trace.profiles import get_profile
-from npu_trace.runner import prepare_process, pump
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.comm import CommCache, saved_comms
+from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
 from npu_trace.tracefs import Tracefs, find_optional
 
@@ -177,13 +178,25 @@ def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
     return StreamPrinter(sys.stdout, fmt, CommCache(lambda: saved_comms(session.fs)))
 
 
+def printing(timeline: Timeline, printer: StreamPrinter) -> Sink:
+    """A pump sink: each batch through the timeline, what it releases (in time order) printed."""
+
+    def sink(batch: Batch) -> None:
+        items = timeline.push(batch)
+        if items:
+            printer.write_batch(items)
+
+    return sink
+
+
 def run(args: argparse.Namespace) -> int:
     session = session_from_args(args)
     channels = channels_from_args(args)
     printer = terminal_printer(session, args.format)
     stop = prepare_process()
-    with session, channels or contextlib.nullcontext():
+    with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
-        pump(session, printer.write_batch, duration=args.duration, stop=stop, channels=channels)
-    print_summary(session, session.events_read, channels)
+        timeline = source.timeline()
+        pump(source, printing(timeline, printer), duration=args.duration, stop=stop)
+    print_summary(session, timeline.events, channels)
     return 0

@@ -1,8 +1,10 @@
 """What every detector shares: the `Finding` value and the `Detector` protocol.
 
-A detector is pure and deterministic: `feed(events)` returns the findings those events complete (so a live
-view can show them at once), `flush()` those only the end of the session decides (leaks, incomplete
-sequences, loss), `summary()` its JSON-able totals. Time comes only from event timestamps.
+A detector is pure and deterministic: `feed(events)` (in time order) returns the findings those events
+complete (so a live view can show them at once), `advance(now)` those that time alone completes (the
+timeline's watermark while the host is quiet: a reset sequence whose next step is overdue), `flush()` those
+only the end of the session decides (leaks, incomplete sequences, loss), `summary()` its JSON-able totals.
+Time comes only from event timestamps and the watermarks that replay reproduces, never from the wall clock.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def sort_findings(findings: Sequence[Finding]) -> List[Finding]:
 
 class Detector(Protocol):
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]: ...
+
+    def advance(self, now: int) -> List[Finding]: ...
 
     def flush(self) -> List[Finding]: ...
 

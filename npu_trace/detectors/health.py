@@ -88,6 +88,9 @@ class HealthDetector:
             details = {"health": health, "previous": previous, "error_codes": codes if isinstance(codes, list) else []}
             out.append(Finding("health", ev.dev, "health", ev.ts_ns, details))
 
+    def advance(self, now: int) -> List[Finding]:
+        return []
+
     def flush(self) -> List[Finding]:
         return []
 

@@ -91,6 +91,9 @@ class LatencyDetector:
                 self._complete(ev, out)
         return out
 
+    def advance(self, now: int) -> List[Finding]:
+        return []
+
     def flush(self) -> List[Finding]:
         return []
 

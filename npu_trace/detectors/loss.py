@@ -26,6 +26,9 @@ class LossDetector:
                 self.first_ts.setdefault((source, ev.op, ev.cpu), ev.ts_ns)
         return []
 
+    def advance(self, now: int) -> List[Finding]:
+        return []
+
     def flush(self) -> List[Finding]:
         out = []
         for source, kind, cpu, count in self.ledger.rows():

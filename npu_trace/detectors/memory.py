@@ -72,6 +72,9 @@ class MemoryDetector:
         }  # fmt: skip
         return Finding("alloc_fail", ev.dev, ev.op, ev.ts_ns, details)
 
+    def advance(self, now: int) -> List[Finding]:
+        return []
+
     def flush(self) -> List[Finding]:
         groups: Dict[DevPid, List[Tuple[int, int, int]]] = {}
         for (dev, va), (size, pid, ts) in self.live.items():

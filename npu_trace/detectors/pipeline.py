@@ -1,17 +1,15 @@
-"""`Analysis`: the Normalizer and every detector, fed raw TraceEvent/Loss batches, ending in a report dict.
+"""`Analysis`: the Normalizer and every detector, fed the timeline's items in time order, ending in a report.
 
-The report is a deterministic function of the item sequence, whatever the batch split: time comes only from
-event timestamps, findings are totally ordered (`Finding.sort_key`), summaries are built from sorted keys,
-and every number is an int.
+The report is a deterministic function of the item sequence, whatever the batch split and however often time
+was advanced: time comes only from event timestamps and the timeline's watermarks, findings are totally
+ordered (`Finding.sort_key`), summaries are built from sorted keys, and every number is an int.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
-from itertools import compress, count, islice, repeat
-from operator import itemgetter, lt
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from operator import itemgetter
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.health import HealthDetector
@@ -25,7 +23,8 @@ from npu_trace.profiles import Profile
 
 
 class Analysis:
-    """feed(items) -> the findings those items completed; finish() -> {"findings": [...], "summary": {...}}."""
+    """feed(items) -> the findings those items completed; advance(now) -> those time completed;
+    finish() -> {"findings": [...], "summary": {...}}."""
 
     def __init__(self, profile: Profile) -> None:
         self.normalizer = Normalizer(profile.mapping)
@@ -42,66 +41,30 @@ class Analysis:
         self.kind_counts: Counter[str] = Counter()
         self.first_ts: Optional[int] = None
         self.last_ts: Optional[int] = None
+        self.now: Optional[int] = None  # the latest time advance() was told
         self._report: Optional[Dict[str, Any]] = None
-        self.hold_ns = profile.hold_ns
-        self._held: List[Tuple[int, int, NpuEvent]] = []  # channel events waiting: heap of (ts, arrival, event)
-        self._arrival = 0
 
-    def feed(self, items: Sequence[Any]) -> List[Finding]:
-        """A batch of raw TraceEvent/Loss items, or a batch of NpuEvents (the other channels': kmsg, uevents,
-        npu-smi, bpf), never both in one batch."""
-        if items and isinstance(items[0], NpuEvent):
-            return self._feed_channel(list(items))
+    def feed(self, items: Sequence[Any], now: Optional[int] = None) -> List[Finding]:
+        """The timeline's items, in time order: the trace's TraceEvents and Losses are normalized here (call
+        entries paired with their returns), the other channels' NpuEvents pass as they are. `now`: the
+        timeline's watermark after them (see advance)."""
         events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
         if logs:
             self.kind_counts["log"] += logs
-        return self.feed_trace(events)
+        found = self.feed_events(events) if events else []
+        return found + self.advance(now) if now is not None else found
 
-    def feed_trace(self, events: List[NpuEvent]) -> List[Finding]:
-        """Normalized trace events (a caller that normalizes itself, e.g. to show unmapped events too): the
-        held channel events are placed among them as feed() places them."""
-        if self._held:
-            return self._feed_trace(events)
-        return self.feed_events(events)
-
-    # ---- one timeline: the other channels' events wait for the trace to reach their time --------------
-    # A channel event (read before the trace in each pass, so it usually comes early) is held until the first
-    # trace event later than it, or an event more than `hold_ns` later than it, or the end; then it is used in
-    # timestamp order. So a BPF free, a kmsg line or a uevent lands between the trace events around it. These
-    # rules look at the sequence of events only: the result does not depend on how it was cut into batches.
-    def _feed_channel(self, events: List[NpuEvent]) -> List[Finding]:
-        if not self.hold_ns:
-            return self.feed_events(events)
-        out: List[Finding] = []
-        held = self._held
-        for ev in events:
-            if held and held[0][0] + self.hold_ns < ev.ts_ns:
-                out += self._release(ev.ts_ns - self.hold_ns, inclusive=False)
-            heapq.heappush(held, (ev.ts_ns, self._arrival, ev))
-            self._arrival += 1
-        return out
-
-    def _feed_trace(self, events: List[NpuEvent]) -> List[Finding]:
-        out: List[Finding] = []
-        held, start, n = self._held, 0, len(events)
-        stamps = list(map(_ts_of, events))
-        while held and start < n:
-            first = held[0][0]
-            at = next(compress(count(start), map(lt, repeat(first, n - start), islice(stamps, start, None))), n)
-            if at == n:
-                break
-            out += self.feed_events(events[start:at])
-            out += self._release(stamps[at], inclusive=False)
-            start = at
-        out += self.feed_events(events[start:])
-        return out
-
-    def _release(self, upto: int, inclusive: bool = True) -> List[Finding]:
-        """Use the held channel events stamped before `upto` (or at it, inclusive), in time order."""
-        held, due = self._held, []
-        while held and (held[0][0] < upto or (inclusive and held[0][0] == upto)):
-            due.append(heapq.heappop(held)[2])
-        return self.feed_events(due) if due else []
+    def advance(self, now: Optional[int]) -> List[Finding]:
+        """Time has reached `now` (the timeline's watermark: nothing earlier is still to come), events or
+        not: the detectors judge what time alone completes (an overdue reset step, a timeout's merge window)."""
+        if now is None or (self.now is not None and now <= self.now):
+            return []
+        self.now = now
+        new: List[Finding] = []
+        for detector in self.detectors.values():
+            new.extend(detector.advance(now))
+        self.findings.extend(new)
+        return sort_findings(new)
 
     def mapped_events(self) -> Set[str]:
         """The "system:name" events the profile maps: every other event is only counted (as "log")."""
@@ -124,8 +87,6 @@ class Analysis:
     def finish(self) -> Dict[str, Any]:
         """Flush every detector (once) and return the report."""
         if self._report is None:
-            if self._held:
-                self.findings.extend(self._release(max(ts for ts, _, _ in self._held)))
             for detector in self.detectors.values():
                 self.findings.extend(detector.flush())
             findings = [f.to_dict() for f in sort_findings(self.findings)]
@@ -154,4 +115,3 @@ class Analysis:
 
 
 _kind_of = itemgetter(1)  # NpuEvent.kind
-_ts_of = itemgetter(0)  # NpuEvent.ts_ns

@@ -8,18 +8,16 @@ Definition keys:
                          the sequence's trigger
     step_timeout_ns      the longest wait for the next step; longer: the sequence is incomplete
     precursor_window_ns  how far before the trigger (or the first step, without one) precursors are summarised
-    reorder_ns           (default 0) how long, in event time, the detector holds the events it uses before using
-                         them, in timestamp order: sources that deliver late (ftrace pages read every few ms,
-                         kmsg, uevents, npu-smi polls) still tell one story in time order. Time is the highest
-                         timestamp seen, so the result depends only on the sequence of events, not on batching.
     merge_ns             (default 0) a step already in the open sequence, seen again within this time (the same
                          step told by another channel: ftrace, kmsg, a uevent), is merged into it: one step
                          with the channels that told it (`sources`). A sequence that reached an `end` step
                          stays open this long for the other channels' copies.
 
-A sequence opens at the first reset step of a device with none open. It closes complete (an `end` step),
-failed (a step with ret != 0), or incomplete (no step for step_timeout_ns, judged at the next event of any
-device, or the session ended). Each closed sequence is one `reset_sequence` finding at its first step's time.
+Events come in time order (the timeline's). A sequence opens at the first reset step of a device with none
+open. It closes complete (an `end` step), failed (a step with ret != 0), or incomplete (no step for
+step_timeout_ns, judged when time passes that deadline: at the next event of any device, or at `advance(now)`,
+the timeline's watermark while the host is quiet, or the session's end). Each closed sequence is one
+`reset_sequence` finding at its first step's time; its content does not depend on when it was judged.
 
 Precursors (per device, within the window): timeout counts (total and per op), ECC counts (first/last of
 ce_count and uce_count and their deltas; the baseline is the last report before the window when known, else
@@ -29,7 +27,6 @@ History is bounded: entries older than precursor + trigger window are pruned, at
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,7 +39,7 @@ S = 1_000_000_000
 MAX_HISTORY = 10_000
 DEFAULTS: Dict[str, Any] = {
     "steps": [], "end": [], "triggers": [{"kind": "timeout"}], "trigger_window_ns": 600 * S,
-    "step_timeout_ns": 120 * S, "precursor_window_ns": 600 * S, "reorder_ns": 0, "merge_ns": 0,
+    "step_timeout_ns": 120 * S, "precursor_window_ns": 600 * S, "merge_ns": 0,
 }  # fmt: skip
 
 Ecc = Tuple[int, int, int]  # (ts, ce_count, uce_count)
@@ -91,13 +88,9 @@ class ResetDetector:
         self.trigger_window = int(cfg["trigger_window_ns"])
         self.step_timeout = int(cfg["step_timeout_ns"])
         self.window = int(cfg["precursor_window_ns"])
-        self.hold = int(cfg["reorder_ns"])
         self.merge = int(cfg["merge_ns"])
-        self.now = 0  # the highest timestamp seen (reorder_ns > 0)
-        self.pending: List[Tuple[int, int, NpuEvent]] = []  # heap of held events (ts, arrival, event)
-        self._arrival = 0
         self.merged = 0  # steps merged into one told by another channel
-        self._deadline = math.inf  # reorder_ns > 0: when an open sequence can next expire
+        self._deadline = math.inf  # the earliest time an open sequence can expire (inf: none open)
         self.relevant = frozenset(("timeout", "ecc", "thermal", "reset_step", *(k for k, _ in self.triggers)))
         self.history: Dict[int, DeviceHistory] = {}
         self.open: Dict[int, ResetRun] = {}
@@ -109,54 +102,33 @@ class ResetDetector:
         if not self.enabled:
             return out
         relevant = self.relevant
-        if self.hold:
-            return self._feed_held(events, out)
         for ev in events:
-            if self.open:
+            if ev.ts_ns > self._deadline:  # an open sequence may have expired (checked only when one can)
                 self._expire(ev.ts_ns, out)
             if ev.dev is not None and ev.kind in relevant:
                 self._event(ev, out)
+                self._deadline = self._next_deadline()
         return out
 
-    def _feed_held(self, events: Sequence[NpuEvent], out: List[Finding]) -> List[Finding]:
-        """Hold the events used for reorder_ns of event time; release them in (timestamp, arrival) order."""
-        relevant, pending, hold = self.relevant, self.pending, self.hold
-        for ev in events:
-            ts = ev.ts_ns
-            if ts > self.now:
-                self.now = ts
-            if ev.dev is not None and ev.kind in relevant:
-                heapq.heappush(pending, (ts, self._arrival, ev))
-                self._arrival += 1
-            upto = self.now - hold
-            if pending and pending[0][0] <= upto:
-                while pending and pending[0][0] <= upto:
-                    self._release(heapq.heappop(pending)[2], out)
-                self._deadline = self._next_deadline()
-            if upto > self._deadline:  # an open sequence may have expired (checked only when one can)
-                self._expire(upto, out)
-                self._deadline = self._next_deadline()
+    def advance(self, now: int) -> List[Finding]:
+        """Time has reached `now` (nothing earlier is still to come): close what expired by then."""
+        out: List[Finding] = []
+        if now > self._deadline:
+            self._expire(now, out)
         return out
 
     def _next_deadline(self) -> float:
-        """The earliest time at which _expire can close an open sequence (inf: none open)."""
+        """The earliest time after which _expire can close an open sequence (inf: none open)."""
         return min(
             (s.ended_at + self.merge if s.ended_at is not None else s.last_ts + self.step_timeout
              for s in self.open.values()),
             default=math.inf,
         )  # fmt: skip
 
-    def _release(self, ev: NpuEvent, out: List[Finding]) -> None:
-        if self.open:
-            self._expire(ev.ts_ns, out)
-        self._event(ev, out)
-
     def flush(self) -> List[Finding]:
-        out: List[Finding] = []
-        while self.pending:
-            self._release(heapq.heappop(self.pending)[2], out)
-        out.extend(self._close(seq, "complete", None) for seq in self._take_open(lambda s: s.ended_at is not None))
+        out = [self._close(seq, "complete", None) for seq in self._take_open(lambda s: s.ended_at is not None)]
         out.extend(self._close(seq, "incomplete", "session_end") for seq in self._take_open(lambda s: True))
+        self._deadline = math.inf
         return out
 
     def summary(self) -> Dict[str, Any]:
@@ -245,6 +217,7 @@ class ResetDetector:
             out.append(self._close(seq, "complete", None))
         for seq in self._take_open(lambda s: now - s.last_ts > self.step_timeout):
             out.append(self._close(seq, "incomplete", "step_timeout"))
+        self._deadline = self._next_deadline()
 
     def _take_open(self, pred: Callable[[ResetRun], bool]) -> List[ResetRun]:
         done = [self.open.pop(d) for d in sorted(self.open) if pred(self.open[d])]

@@ -47,8 +47,9 @@ def _rank(ev: NpuEvent) -> Tuple[bool, bool]:
 class TimeoutDetector:
     """merge_ns > 0: one timeout told by several channels (a driver probe and its kmsg line, say) is one
     finding, with `sources`: a timeout of the same op from another channel within merge_ns (its device the
-    same, or unknown on one side) is merged. Findings then wait merge_ns of event time (the highest timestamp
-    seen) for their copies; the result depends only on the sequence of events."""
+    same, or unknown on one side) is merged. Findings then wait merge_ns of event time (the latest timestamp
+    seen, or the time `advance` says was reached) for their copies; the result depends only on the sequence
+    of events."""
 
     def __init__(self, merge_ns: int = 0) -> None:
         self.merge = merge_ns
@@ -69,6 +70,14 @@ class TimeoutDetector:
                 pending.append(_Pending(ev))
             if pending and pending[0].ts <= self.now - merge:
                 self._release(self.now - merge, out)
+        return out
+
+    def advance(self, now: int) -> List[Finding]:
+        """Time has reached `now` (nothing earlier is still to come): a timeout no copy can join any more
+        (every later event is at least `now`, more than merge_ns after it) is a finding."""
+        out: List[Finding] = []
+        if self.merge and self.pending and self.pending[0].ts < now - self.merge:
+            self._release(now - self.merge - 1, out)
         return out
 
     def _merged(self, ev: NpuEvent) -> bool:

@@ -451,13 +451,15 @@ class CpuDecoders:
         """Append the pages' events (and Loss records) to `out`; returns the number of events."""
         n = 0
         for cpu, page in pages:
-            dec = self.by_cpu.get(cpu)
-            if dec is None:
-                dec = self.by_cpu[cpu] = PageDecoder(
-                    self.header, self.decoders, cpu, self.byteorder, ledger=self.ledger
-                )
-            n += dec.decode(page, out)
+            n += self.decoder(cpu).decode(page, out)
         return n
+
+    def decoder(self, cpu: int) -> PageDecoder:
+        """CPU `cpu`'s page decoder (made on first use)."""
+        dec = self.by_cpu.get(cpu)
+        if dec is None:
+            dec = self.by_cpu[cpu] = PageDecoder(self.header, self.decoders, cpu, self.byteorder, ledger=self.ledger)
+        return dec
 
     @property
     def malformed(self) -> int:

@@ -17,6 +17,7 @@ import zstandard
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss
 from npu_trace.model import KINDS, NpuEvent
+from npu_trace.pipeline.batch import Mark
 
 MAGIC = b"NPUTRACE"
 SCHEMA_VERSION = 1
@@ -37,12 +38,40 @@ MAX_EVENT_ROWS = 10_000  # rows per "ev" record (the writer splits bigger batche
 
 
 class Chunk(NamedTuple):
-    """One chunk: its sequence number and its pages, (cpu, page bytes) in the order they were read."""
+    """One chunk: its sequence number, its pages ((cpu, page bytes) in the order they were read) and the marks
+    of the reads they came from: (number of the chunk's pages read before the mark, the mark)."""
 
     seq: int
     pages: List[Tuple[int, bytes]]
     first_ts: Optional[int] = None
     last_ts: Optional[int] = None
+    marks: List[Tuple[int, Mark]] = []
+
+
+# ---- marks: [page index, read_ns, caught-up CPUs as a bitmask (bit i of byte i // 8), channels_ns | nil] -----
+def pack_mark(index: int, mark: Mark) -> List[Any]:
+    mask = bytearray((max(mark.caught_up) // 8 + 1) if mark.caught_up else 0)
+    for cpu in mark.caught_up:
+        mask[cpu // 8] |= 1 << (cpu % 8)
+    return [index, mark.read_ns, bytes(mask), mark.channels_ns]
+
+
+def unpack_marks(rows: Any, n_pages: int, where: str) -> List[Tuple[int, Mark]]:
+    if not isinstance(rows, list):
+        raise fail(where, f"field 'marks' is {type(rows).__name__}, not a list")
+    out: List[Tuple[int, Mark]] = []
+    last = 0
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != 4:
+            raise fail(where, f"mark {i} is not a list of 4 fields")
+        index, read_ns, mask, channels_ns = row
+        ok = _is_int(index) and last <= index <= n_pages and _is_int(read_ns) and isinstance(mask, bytes)
+        if not ok or len(mask) > MAX_CPU // 8 or not (channels_ns is None or _is_int(channels_ns)):
+            raise fail(where, f"mark {i} has a field of the wrong type or out of order")
+        caught = tuple(b * 8 + bit for b, byte in enumerate(mask) for bit in range(8) if byte >> bit & 1)
+        out.append((index, Mark(read_ns, caught, channels_ns)))
+        last = index
+    return out
 
 
 def fail(where: str, why: str) -> RecordingError:
@@ -195,7 +224,8 @@ def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
     if sum(lens) != len(raw):
         raise fail(where, f"page lengths add up to {sum(lens)}, data holds {len(raw)} bytes")
     first_ts, last_ts = need(rec, "first_ts", int, where, True), need(rec, "last_ts", int, where, True)
-    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts)
+    marks = unpack_marks(rec["marks"], n_pages, where) if "marks" in rec else []
+    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts, marks)
 
 
 def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:

@@ -21,6 +21,7 @@ import npu_trace
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger
 from npu_trace.model import NpuEvent
+from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.format import (
     CODECS,
     MAGIC,
@@ -33,6 +34,7 @@ from npu_trace.recording.format import (
     event_losses,
     events_record,
     loss_record,
+    pack_mark,
     validate_header,
 )
 
@@ -72,6 +74,7 @@ def build_header(
         "clock_anchor": clock_anchor(),
         "profile": profile_name,
         "events": list(session.selected),
+        "trace_cpus": list(getattr(session, "cpus", ())),
         "formats": _format_entries(session.formats, format_texts),
         "header_page": header_page_text,
         "page_size": session.header.page_size if session.header is not None else 0,
@@ -134,6 +137,7 @@ class RecordingWriter:
         self._pending_ts: List[int] = []
         self._pending_losses: List[Loss] = []
         self._pending_notes: List[Dict[str, Any]] = []
+        self._pending_marks: List[List[Any]] = []
         self._started = 0.0
         self._index: List[Tuple[int, int]] = []
         self._pages = self._bytes_raw = self._bytes_written = self._events = 0
@@ -173,7 +177,7 @@ class RecordingWriter:
         """Queue one raw page read from `cpu` (ts_ns: its timestamp when the caller knows it, for the index)."""
         if len(page) > MAX_PAGE_BYTES:
             raise RecordingError(f"page of {len(page)} bytes exceeds the {MAX_PAGE_BYTES}-byte limit")
-        if not self._pending:
+        if not self._pending and not self._pending_marks:
             self._started = time.monotonic()
         self._pending.append((cpu, bytes(page)))
         self._pending_bytes += len(page)
@@ -181,6 +185,13 @@ class RecordingWriter:
             self._pending_ts.append(ts_ns)
         if self._pending_bytes >= self.chunk_bytes or len(self._pending) >= MAX_PAGES_PER_CHUNK:
             self.flush()
+
+    def add_mark(self, mark: Mark) -> None:
+        """Queue the mark of the read whose pages were just added (it goes in their chunk, after them), so that
+        a replay's timeline releases events exactly as the live one did."""
+        if not self._pending and not self._pending_marks:
+            self._started = time.monotonic()
+        self._pending_marks.append(pack_mark(len(self._pending), mark))
 
     def add_loss(self, loss: Loss) -> None:
         """Queue a loss record; it is written after the chunk holding the pages queued before it."""
@@ -219,7 +230,7 @@ class RecordingWriter:
 
     def maybe_flush(self, now: float) -> bool:
         """Flush when the queued data is older than flush_interval (now: time.monotonic()). True if flushed."""
-        queued = self._pending or self._pending_losses or self._pending_notes
+        queued = self._pending or self._pending_losses or self._pending_notes or self._pending_marks
         if queued and now - self._started >= self.flush_interval:
             self.flush()
             return True
@@ -231,7 +242,7 @@ class RecordingWriter:
             raise RecordingError(f"recording {self.path} is closed")
         blob = b"".join(msgpack.packb(note, use_bin_type=True) for note in self._pending_notes)
         self._pending_notes.clear()
-        blob += self._chunk_bytes() if self._pending else b""
+        blob += self._chunk_bytes() if self._pending or self._pending_marks else b""
         blob += b"".join(msgpack.packb(loss_record(loss)) for loss in self._pending_losses)
         self._pending_losses.clear()
         if blob:
@@ -247,11 +258,13 @@ class RecordingWriter:
         rec.update(lens=[len(p) for _, p in self._pending], raw_len=len(raw), crc32=zlib.crc32(raw))
         if self._pending_ts:
             rec.update(first_ts=min(self._pending_ts), last_ts=max(self._pending_ts))
+        if self._pending_marks:
+            rec["marks"] = self._pending_marks
         rec["data"] = data
         self._index.append((len(self._index), self._bytes_written))
         self._pages += len(self._pending)
         self._bytes_raw += len(raw)
-        self._pending, self._pending_bytes, self._pending_ts = [], 0, []
+        self._pending, self._pending_bytes, self._pending_ts, self._pending_marks = [], 0, [], []
         return bytes(msgpack.packb(rec, use_bin_type=True))
 
     def _write(self, blob: bytes) -> None:

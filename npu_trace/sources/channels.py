@@ -11,6 +11,11 @@ With a `BpfConfig`, a "bpf" channel runs too (npu_trace.bpf: HAL calls measured 
 paired in the kernel, and IRQ handler durations), its events normalized by the profile's `bpf:*` rules. Asked
 for explicitly, it must start: its failure is an error, not a note.
 
+Each read also sets `watermark_ns`: no channel event stamped earlier can still come (kmsg read to its end: the
+read's start less the commit margin and the clock offset's error; uevents: the read's start, as they are
+stamped on receipt; npu-smi: the running poll's start; BPF drained: the read's start less the margin; an event
+held for its PCI address: its own time). The ordered merge uses it to place these events among the trace's.
+
 `header()` describes the channels for a recording's header (which ones run, the kmsg clock offset and its
 error), so a replay knows how the timeline was put together.
 """
@@ -26,6 +31,7 @@ from npu_trace.bpf.mapping import BPF_MAPPING
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
 from npu_trace.model import Normalizer, NpuEvent, lost_event
+from npu_trace.pipeline.batch import COMMIT_MARGIN_NS
 from npu_trace.sources.health_source import HealthSource, mono_ns
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.uevent_source import UeventSource, sysfs_bdf_dev
@@ -74,6 +80,9 @@ class Channels:
         self.bdf_dev: Dict[str, int] = {short_bdf(k): v for k, v in sysfs_bdf_dev().items()}
         self._waiting: List[Tuple[float, NpuEvent]] = []  # events naming an unknown PCI address, since when
         self.events_read = 0
+        self.watermark_ns = 0
+        self._kmsg_wm = 0
+        self._bpf_wm = 0
         self.lost = 0  # events the channels said they lost (kmsg gaps, rate-limited messages, uevent overflow)
         self._health_notes = 0
 
@@ -133,7 +142,9 @@ class Channels:
         self.kmsg = self.uevent = self.health = self.bpf = None
 
     def read(self, final: bool = False) -> List[NpuEvent]:
-        """What the channels have now, sorted by time (`final`: the last read, nothing is held back)."""
+        """What the channels have now, sorted by time (`final`: the last read, nothing is held back); sets
+        `watermark_ns`."""
+        started = mono_ns()
         out: List[NpuEvent] = []
         if self.kmsg is not None:
             try:
@@ -146,7 +157,7 @@ class Channels:
         if self.uevent is not None:
             out += self.uevent.read()
         if self.bpf is not None:
-            out += self._read_bpf()
+            out += self._read_bpf(started)
         if self.health is not None:
             out += self.health.read()
             notes = self.health.notes()
@@ -154,11 +165,25 @@ class Channels:
                 self._note(f"health: {text}")
             self._health_notes = len(notes)
         out = self._resolve_devices(out, final)
+        self.watermark_ns = self._watermark(started)
         if out:
             out.sort(key=_ts)
             self.events_read += len(out)
             self.lost += sum(int(e.args.get("lost") or 0) for e in out if e.kind == "lost")
         return out
+
+    def _watermark(self, started: int) -> int:
+        marks = [started]
+        if self.kmsg is not None:
+            if self.kmsg.caught_up:
+                self._kmsg_wm = max(self._kmsg_wm, started - COMMIT_MARGIN_NS - self.kmsg.offset_error_ns)
+            marks.append(self._kmsg_wm)
+        if self.bpf is not None:
+            marks.append(self._bpf_wm)
+        if self.health is not None:
+            marks.append(self.health.watermark_ns)
+        marks.extend(ev.ts_ns for _, ev in self._waiting)
+        return min(marks)
 
     def _resolve_devices(self, events: List[NpuEvent], final: bool = False) -> List[NpuEvent]:
         """Give a device to events that name only a PCI address (the driver's "Pcie hotreset, unbind driver.
@@ -184,11 +209,13 @@ class Channels:
                 out.append(ev)
         return out
 
-    def _read_bpf(self) -> List[NpuEvent]:
+    def _read_bpf(self, started: int) -> List[NpuEvent]:
         """The BPF source's events (entry and return already paired in the kernel) normalized by the profile's
         bpf:* rules, marked as coming from the "bpf" channel; its losses as "lost" events."""
         batch: List[Any] = []
         self.bpf.read(batch)  # type: ignore[union-attr]
+        if not self.bpf.pending():  # type: ignore[union-attr]
+            self._bpf_wm = started - COMMIT_MARGIN_NS  # drained: what is not reserved yet is stamped later
         out = []
         for ev in self._bpf_normalizer.feed(batch):
             if ev.kind != "lost":

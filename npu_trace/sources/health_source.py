@@ -104,6 +104,9 @@ class HealthSource:
         self._notes: List[str] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()  # orders the poll's start against a read's watermark
+        self._busy_since: Optional[int] = None  # the running poll's start
+        self.watermark_ns = 0  # no reading stamped before this can still come (set by read())
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="npu-trace-health", daemon=True)
@@ -123,6 +126,9 @@ class HealthSource:
         self.close()
 
     def read(self) -> List[NpuEvent]:
+        with self._lock:  # before draining: a poll that starts after this stamps later than `now`
+            now, busy = mono_ns(), self._busy_since
+        self.watermark_ns = now if busy is None else busy
         out: List[NpuEvent] = []
         while True:
             try:
@@ -135,8 +141,12 @@ class HealthSource:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            with self._lock:
+                self._busy_since = mono_ns()
             for ev in self.poll():
                 self._queue.put(ev)
+            with self._lock:
+                self._busy_since = None
             self._stop.wait(self.interval)
 
     # ---- one poll (synchronous; the thread calls it) ---------------------------------------------------

@@ -46,6 +46,7 @@ class KmsgSource:
         self.stats: Dict[str, int] = {"records": 0, "events": 0, "malformed": 0, "other": 0, "epipe": 0}
         self._pending: List[KmsgRecord] = []
         self._epipe = False
+        self.caught_up = False  # the last read() reached the end of the log (not stopped by MAX_READS)
 
     def __enter__(self) -> KmsgSource:
         self.open()
@@ -110,10 +111,12 @@ class KmsgSource:
 
     def _records(self) -> List[KmsgRecord]:
         out: List[KmsgRecord] = []
+        self.caught_up = False
         while len(out) < MAX_READS:
             try:
                 data = os.read(self.fd, MAX_RECORD)
             except BlockingIOError:
+                self.caught_up = True
                 break
             except OSError as exc:
                 if exc.errno != errno.EPIPE:
@@ -122,6 +125,7 @@ class KmsgSource:
                 self._epipe = True
                 continue
             if not data:
+                self.caught_up = True
                 break
             rec = parse_record(data)
             if rec is None:

@@ -1,67 +1,175 @@
-"""The replay source: a recording's pages decoded exactly as the live source decodes them.
+"""The replay source: a recording read back as the batches the live pipeline received, for the same timeline.
 
-Batches come one chunk at a time, in the order the pages were read live (so analysis sees the same sequence
-live and in replay). Pacing (real time, N x, or as fast as possible) follows the events' own timestamps.
+A recording keeps the raw pages in the order they were read, each read's mark (which CPUs were caught up, the
+channels' watermark) and the other channels' events before the pages they preceded. `batches()` rebuilds the
+live batches from them, so the timeline (`timeline()`) decodes and orders exactly as it did live, and the
+analysis finds what the live session found. As a pump `Source`, `read()` hands over one batch at a time,
+paced (real time, N x, or as fast as possible) by the reads' own times, without ever blocking (an empty batch
+while the next is not due), so a consumer answers its UI meanwhile; pause, speed and fast-forward are
+controls of this pace (the TUI's replay).
+
+Recordings written before marks existed have none: their timeline orders by the bounds alone (count, lag).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, Optional, Set
 
-from npu_trace.events import Loss, LossLedger, TraceEvent
+from npu_trace.events import Loss, LossLedger
 from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
+from npu_trace.pipeline.batch import Batch, empty_batch
+from npu_trace.pipeline.timeline import Timeline
 from npu_trace.profiles import PROFILES
-from npu_trace.recording.format import event_losses
+from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
 
 
 class ReplaySource:
-    def __init__(self, path: str, layouts: Optional[StructLayouts] = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        layouts: Optional[StructLayouts] = None,
+        *,
+        only: Optional[Set[str]] = None,
+        speed: Optional[float] = None,
+    ) -> None:
         self.reader = RecordingReader(path)
         profile = PROFILES.get(str(self.reader.header.get("profile", "")))
         self.layouts = layouts if layouts is not None or profile is None else profile.layouts
+        self.only = only  # decode just these events ("system:name"); the others are counted, not decoded
         self.ledger = LossLedger()
         self.comms: Dict[int, str] = dict(_comms(self.reader.header.get("extra", {})))
-        self.events_read = 0
-        self.events_skipped = 0  # events read but not decoded (batches(only=...))
         self.channel_events_read = 0  # NpuEvents of the other channels (kmsg, uevents, npu-smi)
         self.pages_read = 0
+        self.pacer = Pacer(speed)
+        self.paused = False
+        self.first_ns: Optional[int] = None  # the first batch's time
+        self.position_ns = 0  # the time of the last batch handed over
+        self.target_ns: Optional[int] = None  # fast forward up to this time
+        self._decoders: Optional[CpuDecoders] = None
+        self._timeline: Optional[Timeline] = None
+        self._batches: Optional[Iterator[Batch]] = None
+        self._next: Optional[Batch] = None
+        self._waiting = False
+        self._done = False
 
     @property
     def header(self) -> Dict[str, Any]:
         return self.reader.header
 
-    def batches(self, only: Optional[Set[str]] = None) -> Iterator[List[Any]]:
-        """Lists of TraceEvent and Loss items, one per chunk (and one per loss record), in file order; the other
-        channels' events come as lists of NpuEvents (one per "ev" record), never mixed with the others.
+    def timeline(self) -> Timeline:
+        """The timeline that decodes this recording's pages (with its own formats) and orders them (once)."""
+        if self._timeline is None:
+            page_header, table = open_decoder(self.reader, self.layouts)
+            if self.only is not None:
+                table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in self.only}
+            self._decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
+            cpus = self.header.get("trace_cpus")
+            cpus = [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) else []
+            self._timeline = Timeline(self._decoders, ledger=self.ledger, cpus=cpus, channels=self.had_channels())
+        return self._timeline
 
-        `only`: decode just these events ("system:name"); the others are counted in `events_skipped` (and in
-        `events_read`) without being decoded, as a consumer that ignores them (check's analysis) wants."""
-        page_header, table = open_decoder(self.reader, self.layouts)
-        if only is not None:
-            table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in only}
-        decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
+    def had_channels(self) -> bool:
+        """The header says other channels ran beside ftrace (kmsg, uevents, npu-smi, BPF)."""
+        extra = self.header.get("extra")
+        channels = extra.get("channels") if isinstance(extra, dict) else None
+        return isinstance(channels, dict) and bool(channels.get("running"))
+
+    @property
+    def events_read(self) -> int:
+        """Trace records read: decoded by the timeline, or stepped over (not in `only`)."""
+        if self._timeline is None or self._decoders is None:
+            return 0
+        return self._timeline.events + self._decoders.skipped
+
+    @property
+    def events_skipped(self) -> int:
+        return self._decoders.skipped if self._decoders is not None else 0
+
+    def batches(self) -> Iterator[Batch]:
+        """The live batches, rebuilt in file order: a chunk's pages cut at its marks, the channels' events,
+        the loss records (untimed); then a final batch."""
         for kind, item in self.reader.records():
             if kind == "chunk":
-                out: List[Any] = []
-                before = decoders.skipped
-                self.events_read += decoders.decode(item.pages, out)
-                skipped = decoders.skipped - before
-                self.events_skipped += skipped
-                self.events_read += skipped
                 self.pages_read += len(item.pages)
-                yield out
+                yield from _chunk_batches(item)
             elif kind == "loss":
                 self.ledger.add(item)
-                yield [item]
+                yield Batch([], [item])
             elif kind == "events":  # the other channels' events (kmsg, uevents, npu-smi), normalized
                 for loss in event_losses(item):
                     self.ledger.add(loss)
                 self.channel_events_read += len(item)
-                yield item
+                yield Batch([], item)
             elif kind == "note":
                 self.comms.update(_comms(item))
+        yield Batch([], [], None, final=True)
+
+    def items(self) -> Iterator[Any]:
+        """Every item of the recording in one time order, as the timeline releases them (not paced)."""
+        timeline = self.timeline()
+        for batch in self.batches():
+            yield from timeline.push(batch)
+
+    # ---- the pump's side: paced, never blocking -----------------------------------------------------------
+    def read(self) -> Batch:
+        """The next batch once it is due (the recorded pace x speed); an empty batch while it is not (or while
+        paused): the pump then waits a poll interval (`idle`)."""
+        self._waiting = self.paused
+        if self.paused:
+            return empty_batch()
+        if self._next is None:
+            if self._batches is None:
+                self._batches = self.batches()
+            self._next = next(self._batches, None) or Batch([], [], None, final=True)
+        batch = self._next
+        stamp = None if batch.final else batch_time(batch, self.reader.byteorder)
+        if stamp is not None and not self._due(stamp):
+            self._waiting = True
+            return empty_batch()
+        self._next = None
+        self._done = batch.final
+        return batch
+
+    def _due(self, stamp: int) -> bool:
+        if self.first_ns is None:
+            self.first_ns = stamp
+        if self.target_ns is not None and stamp < self.target_ns:  # seeking forward: no waiting
+            self.position_ns = stamp
+            return True
+        self.target_ns = None
+        if self.pacer.due_in(stamp) > 0:
+            return False
+        self.position_ns = stamp
+        return True
+
+    def idle(self) -> bool:
+        return self._waiting
+
+    def done(self) -> bool:
+        return self._done
+
+    def finish(self) -> Batch:
+        """The final batch (the rest of the recording is not read), unless read() handed it over already."""
+        if self._done:
+            return empty_batch()
+        self._done = True
+        return Batch([], [], None, final=True)
+
+    # ---- pace controls (the TUI's replay) ---------------------------------------------------------------
+    def set_paused(self, paused: bool) -> None:
+        if self.paused and not paused:
+            self.pacer = Pacer(self.pacer.speed)  # resume at the recorded pace from where it stopped
+        self.paused = paused
+
+    def set_speed(self, speed: Optional[float]) -> None:
+        self.pacer = Pacer(speed)
+
+    def fast_forward(self, to_ns: int) -> None:
+        """Read without waiting until the batches reach `to_ns`, then at the pace again."""
+        self.target_ns = to_ns
+        self.pacer = Pacer(self.pacer.speed)
 
     def reader_position(self) -> int:
         """Bytes of the file consumed so far (approximate: chunks read x average), for progress displays."""
@@ -69,6 +177,17 @@ class ReplaySource:
 
     def comm(self, pid: int) -> str:
         return "<idle>" if pid == 0 else self.comms.get(pid, "<...>")
+
+
+def _chunk_batches(chunk: Chunk) -> Iterator[Batch]:
+    """A chunk's pages, cut where the live reads ended (their marks); pages after the last mark (the chunk was
+    full before the read ended) come without one."""
+    start = 0
+    for index, mark in chunk.marks:
+        yield Batch(chunk.pages[start:index], [], mark)
+        start = index
+    if start < len(chunk.pages):
+        yield Batch(chunk.pages[start:], [])
 
 
 def _comms(mapping: Any) -> Dict[int, str]:
@@ -87,20 +206,23 @@ class Pacer:
         self.first_ts: Optional[int] = None
         self.started = 0.0
 
-    def wait_for(self, ts_ns: int) -> None:
+    def due_in(self, ts_ns: int) -> float:
+        """Seconds until `ts_ns` is due (the first time asked sets the origin)."""
         if self.speed is None:
-            return
+            return 0.0
         if self.first_ts is None:
             self.first_ts, self.started = ts_ns, self.clock()
-            return
-        due = self.started + (ts_ns - self.first_ts) / 1e9 / self.speed
-        delay = due - self.clock()
-        if delay > 0:
-            time.sleep(delay)
+            return 0.0
+        return self.started + (ts_ns - self.first_ts) / 1e9 / self.speed - self.clock()
 
 
-def first_event_ts(batch: List[Any]) -> Optional[int]:
-    for item in batch:
-        if isinstance(item, TraceEvent) or (isinstance(item, Loss) and item.ts_ns):
-            return int(item.ts_ns)
+def batch_time(batch: Batch, byteorder: str = "little") -> Optional[int]:
+    """When the batch was read live: its mark's read time, else its first page's or event's time."""
+    if batch.mark is not None:
+        return batch.mark.read_ns
+    if batch.pages:
+        return int.from_bytes(batch.pages[0][1][:8], byteorder) or None  # type: ignore[arg-type]
+    for item in batch.events:
+        if not isinstance(item, Loss) or item.ts_ns:
+            return int(item.ts_ns) or None
     return None

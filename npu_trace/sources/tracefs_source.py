@@ -1,8 +1,10 @@
 """The tracefs source: a private instance, events chosen by glob, per-CPU trace_pipe_raw decoded in binary.
 
-Never wakes up per event: `read()` drains every CPU's pipe without blocking and the caller polls it on a
-few-millisecond interval. Loss is counted three ways and kept in `ledger`: the missed-events flag of a page
-(where, in the stream), the per-CPU `overrun`/`dropped events` counters (how many), and malformed records.
+Never wakes up per event: `read_pass()` drains every CPU's pipe without blocking and the caller polls it on a
+few-millisecond interval; the raw pages go to the timeline (`npu_trace.pipeline`), which decodes them with this
+session's `decoders` and puts them in time order, and to a recorder unchanged. Loss is counted three ways and
+kept in `ledger`: the missed-events flag of a page (where, in the stream), the per-CPU `overrun`/`dropped
+events` counters (how many), and malformed records.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import contextlib
 import os
 import struct
 import sys
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError
 from npu_trace.events import LossLedger
@@ -90,9 +92,9 @@ class TracefsSession:
         self._fds: Dict[int, int] = {}
         self.decoders: Optional[CpuDecoders] = None
         self._read_size = 4096
-        self.events_read = 0
         self.pages_read = 0
         self.full_pages = 0
+        self.caught_up: Tuple[int, ...] = ()
         self._read_events = 0
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -158,19 +160,15 @@ class TracefsSession:
         except (SourceError, ValueError, IndexError):
             return header.page_size
 
-    def stop(self, out: Optional[List[Any]] = None, raw: bool = False) -> None:
-        """Stop tracing, read what is left in the buffers into `out` (decoded, or raw (cpu, page) pairs), and
-        take the final loss counters."""
+    def stop(self) -> List[Tuple[int, bytes]]:
+        """Stop tracing and return the raw pages left in the buffers (every CPU read to the end); take the
+        final loss counters."""
         if self.instance is None:
-            return
+            return []
         self.instance.tracing_on(False)
-        if out is not None:  # everything left: a short page is not the end here (see raw_pages)
-            pages = self.raw_pages(drain=True)
-            if raw:
-                out.extend(pages)
-            else:
-                self.decode_pages(pages, out)
+        pages = list(self.raw_pages(drain=True))  # everything left: a short page is not the end here
         self.update_loss()
+        return pages
 
     def close(self) -> None:
         """Close the pipes and remove the instance (idempotent; called on every exit path)."""
@@ -183,60 +181,54 @@ class TracefsSession:
             self.fs.remove_instance(inst.name)
 
     # ---- data ----------------------------------------------------------------------------------
-    def read(self, out: List[Any]) -> int:
-        """Drain every CPU's pipe once without blocking; append events and Loss records.
-
-        Returns the number of full pages read: 0 means every CPU was caught up (what it had was a partly
-        filled page, or nothing), so the caller should wait before the next read instead of spinning on
-        pages of a few events each."""
-        before = self.full_pages
-        self.decode_pages(self.raw_pages(), out)
-        return self.full_pages - before
-
-    def decode_pages(self, pages: Iterable[Tuple[int, bytes]], out: List[Any]) -> int:
-        """Decode (cpu, page) pairs read from this session (e.g. by read_raw) with its per-CPU decoders."""
-        assert self.decoders is not None, "session not started"
-        n = self.decoders.decode(pages, out)
-        self.events_read += n
-        return n
-
-    def read_raw(self, out: List[Any]) -> int:
-        """Like read(), but append undecoded (cpu, page) pairs: what a recording stores."""
-        before = self.full_pages
-        out.extend(self.raw_pages())
-        return self.full_pages - before
+    def read_pass(self) -> Tuple[List[Tuple[int, bytes]], Tuple[int, ...]]:
+        """Drain every CPU's pipe once without blocking: the raw (cpu, page) pairs read, and the CPUs whose
+        last read came back empty (caught up: nothing committed was left). `full_pages` counts the full
+        pages, so a caller can tell a busy buffer from a caught-up one."""
+        pages = list(self.raw_pages())
+        return pages, self.caught_up
 
     def raw_pages(self, drain: bool = False) -> Iterator[Tuple[int, bytes]]:
         """(cpu, page bytes) for the pages readable now, without blocking (each one consumed from the kernel).
 
-        While tracing, a page far from full usually means the reader has caught up with the writer on that
-        CPU, so that CPU waits for the next poll instead of re-reading a few events at a time. It can also be
-        the rest of a page read partly before, with full pages behind it: those wait one poll, nothing is
-        lost. `drain` reads every CPU until the kernel has nothing left (after tracing stopped)."""
+        A page far from full usually means the reader has caught up with the writer on that CPU: one more
+        read tells (empty: caught up, listed in `caught_up`). A second short page in the same pass means the
+        writer is still going: that CPU waits for the next poll instead of re-reading a few events at a time.
+        `drain` reads every CPU until the kernel has nothing left (after tracing stopped)."""
         assert self.header is not None
         h = self.header
         partial = h.data_size - PARTIAL_SLACK
         order = "<" if sys.byteorder == "little" else ">"
         unpack_commit = struct.Struct(order + ("Q" if h.commit_size == 8 else "I")).unpack_from
+        caught: List[int] = []
         for cpu, fd in self._fds.items():
+            short = 0
             while True:
-                try:
-                    page = os.read(fd, self._read_size)
-                except BlockingIOError:
-                    break
-                except InterruptedError:
-                    continue
-                except OSError as exc:
-                    raise SourceError(f"reading cpu{cpu} trace_pipe_raw: {exc.strerror}") from exc
+                page = self._read_page(cpu, fd)
                 if not page:
+                    caught.append(cpu)
                     break
                 self.pages_read += 1
                 yield cpu, page
                 if len(page) < h.data_offset or unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK < partial:
-                    if drain:
-                        continue
-                    break
+                    short += 1
+                    if short > 1 and not drain:
+                        break
+                    continue
                 self.full_pages += 1
+        self.caught_up = tuple(caught)
+
+    def _read_page(self, cpu: int, fd: int) -> bytes:
+        """One read of a CPU's pipe; b"" when it has nothing (EAGAIN or end of data)."""
+        while True:
+            try:
+                return os.read(fd, self._read_size)
+            except BlockingIOError:
+                return b""
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise SourceError(f"reading cpu{cpu} trace_pipe_raw: {exc.strerror}") from exc
 
     def update_loss(self) -> None:
         """Copy the kernel's per-CPU loss counters into the ledger (they are totals for this instance)."""
@@ -254,6 +246,11 @@ class TracefsSession:
     def kernel_events_read(self) -> int:
         """Events the kernel handed to this reader (per_cpu stats "read events"; kept after stop())."""
         return self._read_events
+
+    @property
+    def cpus(self) -> Tuple[int, ...]:
+        """The CPUs whose buffers this session reads (each one's pipe is open)."""
+        return tuple(self._fds)
 
     @property
     def malformed(self) -> int:

@@ -37,9 +37,6 @@ def reset_text(r: ResetView, selected: bool) -> Text:
 
 def _precursor(r: ResetView) -> Text:
     p, t = r.precursor, Text()
-    if r.status == "in progress" and not p and r.trigger is None:  # its steps are still held by the detector
-        t.append("\n    trigger and precursors: pending (the detector holds steps for its reorder window)", "dim")
-        return t
     ecc = p.get("ecc") or {}
     trig = r.trigger
     what = f"{safe(trig.get('kind'))} {safe(trig.get('op'))} at {stamp(int(trig.get('ts_ns', 0)))}" if trig else "none"

@@ -1,0 +1,33 @@
+"""What a source hands the pipeline on each read: a `Batch` of raw pages and channel items, and its `Mark`.
+
+A `Mark` is what the source knows after the read: the time the read began (on the trace clock), the CPUs whose
+ring buffer it read empty (caught up), and the channels' watermark (no channel item stamped earlier can still
+come). The ordered merge (`npu_trace.pipeline.merge`) turns marks into per-stream watermarks; a recording keeps
+them beside the pages, so a replay releases events exactly as the live session did.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+# How long after its timestamp an event may still become readable: a ring-buffer writer stamps the event, then
+# commits it; a writer interrupted in between (its virtual CPU descheduled, on a busy host) commits late.
+# A stream read empty at time T therefore promises only T - COMMIT_MARGIN_NS.
+COMMIT_MARGIN_NS = 50_000_000
+
+
+class Mark(NamedTuple):
+    read_ns: int  # trace clock (CLOCK_MONOTONIC) just before the read began
+    caught_up: Tuple[int, ...]  # CPUs whose last read came back empty
+    channels_ns: Optional[int] = None  # the channels' watermark; None: no channels
+
+
+class Batch(NamedTuple):
+    pages: List[Tuple[int, bytes]]  # raw ftrace ring-buffer pages (cpu, page), in read order
+    events: List[Any]  # the other channels' items (NpuEvents; TraceEvents and Losses from BPF), time-sorted
+    mark: Optional[Mark] = None  # None: nothing new is known of the streams' progress
+    final: bool = False  # the source has ended: everything held is released
+
+
+def empty_batch() -> Batch:
+    return Batch([], [])

@@ -1,0 +1,202 @@
+"""The ordered merge: items of several streams in, one time-ordered stream out.
+
+Streams: one per CPU of the trace (a CPU's ring buffer hands its records over in time order), and one for the
+other channels (kmsg, uevents, npu-smi, BPF: each read is sorted, but one read may hold items older than the
+newest of the read before). Each stream has a *watermark*: its promise that no item stamped earlier will
+still come from it. An item is released once it is older than every stream's watermark (ts < the minimum),
+so nothing released can be overtaken by an item still to come, however the streams were cut into pushes.
+
+Equal timestamps: items stamped alike come out by stream key (CPU 0, 1, ..., then the channels' key, which
+is larger), then in the order their stream delivered them. The output is thus a function of each stream's
+own item sequence, not of how the streams were cut into pushes or interleaved.
+
+Items without a time (stamped 0: e.g. a `Loss` of counters taken at a file rotation) are passed on at the
+front of the next release.
+
+Bounds (memory stays bounded whatever a stream does): a stream whose watermark stops (a stalled CPU, a hung
+npu-smi poll) holds the others back at most `max_lag_ns` behind the most advanced watermark, and at most
+`max_held` items in all; past a bound, release goes on without it. An item that then arrives older than what
+was already released is never emitted out of order: it is dropped and counted as a `Loss` of kind "late"
+(source "tracefs" and its CPU for trace records, the item's channel otherwise), which the next release
+carries at its front.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from itertools import chain, islice
+from operator import attrgetter, le
+from typing import Any, Dict, List, Tuple
+
+from npu_trace.events import Loss
+
+CHANNELS = 1 << 20  # the key of the channels' stream: after every CPU
+MAX_HELD = 2_000_000  # items held in all before release goes past the slowest stream
+MAX_LAG_NS = 10_000_000_000  # how far the slowest watermark may trail the most advanced one
+_ts = attrgetter("ts_ns")  # TraceEvent, NpuEvent and Loss all carry it
+
+
+class _Stream:
+    __slots__ = ("items", "ordered", "stamps", "wm")
+
+    def __init__(self) -> None:
+        self.items: List[Any] = []
+        self.stamps: List[int] = []
+        self.ordered = True  # stamps are non-decreasing
+        self.wm = -math.inf
+
+    def add(self, items: List[Any], stamps: List[int]) -> None:
+        if self.ordered and ((self.stamps and stamps[0] < self.stamps[-1]) or not _ascending(stamps)):
+            self.ordered = False
+        self.items += items
+        self.stamps += stamps
+
+    def take(self, upto: float) -> Tuple[List[Any], List[int]]:
+        """The held items stamped before `upto` (in time order, arrival order among equals)."""
+        if not self.ordered:
+            order = sorted(range(len(self.stamps)), key=self.stamps.__getitem__)
+            self.items = [self.items[i] for i in order]
+            self.stamps = [self.stamps[i] for i in order]
+            self.ordered = True
+        cut = len(self.stamps) if upto == math.inf else bisect_left(self.stamps, upto)
+        if not cut:
+            return [], []
+        items, stamps = self.items[:cut], self.stamps[:cut]
+        del self.items[:cut], self.stamps[:cut]
+        return items, stamps
+
+
+class OrderedMerge:
+    """push(key, items) / advance(key, watermark) as streams deliver; release() -> the items now in order."""
+
+    def __init__(self, max_held: int = MAX_HELD, max_lag_ns: int = MAX_LAG_NS) -> None:
+        self.max_held = max_held
+        self.max_lag_ns = max_lag_ns
+        self.streams: Dict[int, _Stream] = {}
+        self.released: float = -math.inf  # everything stamped before this has been released
+        self.held = 0
+        self.late: Dict[Tuple[str, int], int] = {}  # (source, cpu) -> items dropped as late
+        self.forced = 0  # releases that went past a stream's watermark (a bound was reached)
+        self._front: List[Any] = []  # untimed items and late losses: the next release starts with them
+        self._late_losses: List[Loss] = []  # the late losses of the last release (take_late)
+
+    def _stream(self, key: int) -> _Stream:
+        st = self.streams.get(key)
+        if st is None:
+            st = self.streams[key] = _Stream()
+        return st
+
+    def push(self, key: int, items: List[Any]) -> None:
+        """Items of stream `key` in the order it delivered them (a CPU's: in time order)."""
+        if not items:
+            return
+        stamps = list(map(_ts, items))
+        if not all(stamps) or min(stamps) < self.released:
+            items, stamps = self._sift(key, items, stamps)
+            if not items:
+                return
+        self._stream(key).add(items, stamps)
+        self.held += len(items)
+
+    def _sift(self, key: int, items: List[Any], stamps: List[int]) -> Tuple[List[Any], List[int]]:
+        """Set untimed items aside for the front, drop (and count) late ones; the rest stays."""
+        keep, kept = [], []
+        for item, ts in zip(items, stamps):
+            if not ts:
+                self._front.append(item)
+            elif ts < self.released:
+                where = _late_key(key, item)
+                self.late[where] = self.late.get(where, 0) + 1
+            else:
+                keep.append(item)
+                kept.append(ts)
+        return keep, kept
+
+    def advance(self, key: int, watermark: float) -> None:
+        """Stream `key` will deliver nothing stamped before `watermark` (a watermark never moves back)."""
+        st = self._stream(key)
+        if watermark > st.wm:
+            st.wm = watermark
+
+    def watermark(self) -> float:
+        """Where release stands: every item stamped before it has been released (-inf before the first)."""
+        return self.released
+
+    def release(self) -> List[Any]:
+        """The held items that no stream can still precede, in time order (see the module docstring)."""
+        return self._release(self._bound())
+
+    def flush(self) -> List[Any]:
+        """Everything held, in order (the end of the session)."""
+        return self._release(math.inf)
+
+    def _bound(self) -> float:
+        marks = [st.wm for st in self.streams.values()]
+        if not marks:
+            return self.released
+        low, high = min(marks), max(marks)
+        if high - low > self.max_lag_ns:
+            low = high - self.max_lag_ns
+            self.forced += 1
+        if self.held > self.max_held:
+            low = max(low, self._cut(self.held - self.max_held // 2))
+            self.forced += 1
+        return low
+
+    def _cut(self, count: int) -> float:
+        """A time before which about `count` of the held items lie (the oldest first)."""
+        stamps = sorted(chain.from_iterable(st.stamps for st in self.streams.values()))  # runs: timsort is fast
+        return stamps[min(count, len(stamps)) - 1] + 1 if stamps else self.released
+
+    def _release(self, upto: float) -> List[Any]:
+        out = self._take_front()
+        if upto <= self.released and upto != math.inf:
+            return out
+        parts = [st.take(upto) for _, st in sorted(self.streams.items()) if st.stamps]
+        parts = [p for p in parts if p[0]]
+        if upto > self.released:
+            self.released = upto
+        if not parts:
+            return out
+        for items, _ in parts:
+            self.held -= len(items)
+        if len(parts) == 1:
+            return out + parts[0][0] if out else parts[0][0]
+        return out + _merge_runs(parts)
+
+    def _take_front(self) -> List[Any]:
+        front, self._front = self._front, []
+        if self.late:
+            base = int(self.released) if math.isfinite(self.released) else 0
+            losses = [Loss(source, cpu, "late", n, base) for (source, cpu), n in sorted(self.late.items())]
+            self._late_losses += losses
+            front += losses
+            self.late = {}
+        return front
+
+    def take_late(self) -> List[Loss]:
+        """The "late" losses released since the last call (for a loss ledger)."""
+        losses, self._late_losses = self._late_losses, []
+        return losses
+
+
+def _ascending(stamps: List[int]) -> bool:
+    return all(map(le, stamps, islice(stamps, 1, None)))
+
+
+def _merge_runs(parts: List[Tuple[List[Any], List[int]]]) -> List[Any]:
+    """Sorted runs (one per stream, in stream-key order) -> one sorted list; stable, so equal stamps keep the
+    stream order, then the arrival order."""
+    items = list(chain.from_iterable(p[0] for p in parts))
+    stamps = list(chain.from_iterable(p[1] for p in parts))
+    order = sorted(range(len(stamps)), key=stamps.__getitem__)
+    return [items[i] for i in order]
+
+
+def _late_key(key: int, item: Any) -> Tuple[str, int]:
+    if key < CHANNELS:
+        return ("tracefs", key)
+    args = getattr(item, "args", None)
+    source = args.get("source") if isinstance(args, dict) else None
+    return (str(source or "channels"), -1)

@@ -1,0 +1,86 @@
+"""The live source: a tracefs session and its channels (kmsg, uevents, npu-smi, BPF) as one pump source.
+
+Each read takes the time first, then the channels' events (and their watermark), then every CPU's raw pages:
+one `Batch` whose `Mark` says which CPUs were read empty. The pages stay raw: a recorder stores them as they
+are, the timeline (`npu_trace.pipeline.Timeline`, made by `timeline()`) decodes them with the session's
+decoders and puts everything in one time order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, List, Optional, Tuple
+
+from npu_trace.events import LossLedger
+from npu_trace.pipeline.batch import Batch, Mark
+from npu_trace.pipeline.timeline import Timeline
+from npu_trace.sources.channels import Channels
+from npu_trace.sources.health_source import mono_ns
+from npu_trace.sources.tracefs_source import TracefsSession
+
+BPF_BACKLOG = 256 << 10  # bytes of BPF ring buffer still unread after a read: poll again at once
+
+
+class LiveTrace:
+    """A context manager (starts the session, opens the channels; closes both on every path) and a `Source`."""
+
+    def __init__(self, session: TracefsSession, channels: Optional[Channels] = None) -> None:
+        self.session = session
+        self.channels = channels
+        self._full = 0
+        self._ended = False
+
+    @property
+    def ledger(self) -> LossLedger:
+        return self.session.ledger
+
+    def __enter__(self) -> LiveTrace:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.session)
+            if self.channels is not None:
+                stack.enter_context(self.channels)
+            stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self.channels is not None:
+                self.channels.close()
+        finally:
+            self.session.close()
+
+    def timeline(self) -> Timeline:
+        """A timeline that decodes this session's pages (its per-CPU decoders, its loss ledger)."""
+        session = self.session
+        return Timeline(session.decoders, ledger=session.ledger, cpus=session.cpus, channels=self.channels is not None)
+
+    # ---- the pump's side -------------------------------------------------------------------------------
+    def read(self) -> Batch:
+        started = mono_ns()
+        events, wm = self._channels()
+        before = self.session.full_pages
+        pages, caught = self.session.read_pass()
+        self._full = self.session.full_pages - before
+        return Batch(pages, events, Mark(started, caught, wm))
+
+    def idle(self) -> bool:
+        """No full page this time (every CPU caught up or nearly) and no BPF backlog."""
+        bpf = self.channels.bpf if self.channels is not None else None
+        return not self._full and (bpf is None or bpf.pending() < BPF_BACKLOG)
+
+    def done(self) -> bool:
+        return self._ended
+
+    def finish(self) -> Batch:
+        """Stop tracing; the pages left in the buffers and the channels' last events, as the final batch."""
+        started = mono_ns()
+        pages = self.session.stop()
+        events, _ = self._channels(final=True)
+        self._ended = True
+        return Batch(pages, events, Mark(started, tuple(self.session.caught_up), None), final=True)
+
+    def _channels(self, final: bool = False) -> Tuple[List[Any], Optional[int]]:
+        if self.channels is None:
+            return [], None
+        events = self.channels.read(final)
+        return events, self.channels.watermark_ns
