@@ -1,4 +1,5 @@
-"""Pure tests of the executor threads the planner assigns (npu_trace.sim.threads)."""
+"""Pure tests of the executor threads the planner assigns (npu_trace.sim.threads), the plan line that carries
+them and the executor output the truth is built from."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from npu_trace.errors import InputError
+from npu_trace.errors import InputError, SimulatorError
 from npu_trace.sim import abi
+from npu_trace.sim.runner import Observed, build_truth, parse_output, plan_line
 from npu_trace.sim.scenarios import SCENARIOS, Action, plan
 from npu_trace.sim.threads import DRIVER_THREAD, FIRST_APP_THREAD, HOST_LIKE, IRQ_THREAD, SINGLE, Host
 
@@ -156,3 +158,43 @@ def test_hops_are_a_seeded_share_of_the_hal_calls() -> None:
 def test_bad_hosts_are_input_errors(host: Host, message: str) -> None:
     with pytest.raises(InputError, match=message):
         plan("steady", 1, *ARGS, host=host)
+
+
+def test_plan_line_carries_thread_wait_and_moves() -> None:
+    a = Action(7, "halSqTaskSend", (1, 0, 3, 9), ret=0, delay_ns=5, thread=4, after=12, away=True, hop=True)
+    assert plan_line(a) == "7 4 12 3 halSqTaskSend 0 5 1 0 3 9 0 0 -\n"
+    assert plan_line(dataclasses.replace(a, away=False)) == "7 4 12 2 halSqTaskSend 0 5 1 0 3 9 0 0 -\n"
+    assert plan_line(dataclasses.replace(a, hop=False, after=None)) == "7 4 -1 1 halSqTaskSend 0 5 1 0 3 9 0 0 -\n"
+
+
+def test_parse_output() -> None:
+    out = parse_output("cpus 2 0 3 pinned 1\n10 20 0 501 0 3\n15 16 -110 502 3 3\n", 2)
+    assert out.cpus == [0, 3] and out.pinned
+    assert out.rows == [Observed(10, 20, 0, 501, 0, 3), Observed(15, 16, -110, 502, 3, 3)]
+    assert not parse_output("cpus 1 0 pinned 0\n1 2 0 9 0 0\n", 1).pinned
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "1 2 0 9 0 0\n", "cpus 2 0 pinned 1\n1 2 0 9 0 0\n", "cpus 1 0 pinned 0\n1 2 0\n",
+     "cpus 1 0 pinned 0\n1 2 x 9 0 0\n", "cpus 1 0 pinned 0\n1 2 0 9 0 0\n1 2 0 9 0 0\n"],
+)  # fmt: skip
+def test_parse_output_rejects_a_partial_or_foreign_file(text: str) -> None:
+    with pytest.raises(SimulatorError):
+        parse_output(text, 1)
+
+
+def test_truth_records_what_the_executor_observed() -> None:
+    acts = [
+        Action(0, "halSqTaskSend", (0, 0, 1, 5), ret=0, delay_ns=9, thread=2, hop=True),
+        Action(50, "trs_logic_cq_enque", (0, 1, 5, 0), thread=0, after=0, away=True),
+    ]
+    rows = [Observed(100, 200, 0, 41, 0, 1), Observed(90, 95, 0, 40, 0, 0)]  # threads need not end in plan order
+    truth = build_truth({"host": HOST_LIKE.describe()}, acts, rows)
+    send, done = truth["actions"]
+    assert (send["thread"], send["tid"], send["cpus"], send["hop"], send["after"]) == (2, 41, [0, 1], True, None)
+    assert (done["thread"], done["tid"], done["cpus"], done["away"], done["after"]) == (0, 40, [0], True, 0)
+    assert (truth["start_ns"], truth["end_ns"]) == (90, 200)
+    assert truth["host"] == {"threads": 6, "app_threads": 4, "migrate_ms": 2.0, "hop_share": 0.25}
+    old = build_truth({}, acts, [(100, 200, 0), (210, 215, 0)])  # rows without threads (a replayed executor)
+    assert "tid" not in old["actions"][0] and old["actions"][1]["after"] == 0
