@@ -7,15 +7,17 @@ except that periodic moves are seen at all, which takes one of hundreds of chanc
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from npu_trace import sim
+from npu_trace import cli, sim
 from npu_trace.sim import build
 from npu_trace.sim.threads import HOST_LIKE, IRQ_THREAD, Host
+from test_cli_errors import assert_one_line_error, run_cli
 
 Truth = Dict[str, Any]
 
@@ -145,3 +147,35 @@ def test_executor_rejects_a_bad_plan_line(tmp_path: Any, line: str) -> None:
 def test_executor_usage_errors(argv: List[str]) -> None:
     proc = executor(*argv)
     assert proc.returncode == 2 and proc.stderr.startswith("usage: npu-sim [-m MIGRATE_US] PLAN OUT")
+
+
+def sim_run(tmp_path: Any, *args: str) -> Truth:
+    """`npu-trace sim run` without probes or side channels; its truth."""
+    truth_path = tmp_path / "t.json"
+    argv = ["sim", "run", "--scenario", "mixed", "--duration", "0.3", "--no-load", "--no-channels", *args]
+    assert cli.main([*argv, "--truth", str(truth_path)]) == 0
+    return dict(json.loads(truth_path.read_text()))
+
+
+def test_sim_run_is_host_like_by_default_and_single_thread_on_request(tmp_path: Any, capsys: Any) -> None:
+    host = sim_run(tmp_path)["host"]
+    assert (host["threads"], host["app_threads"], host["migrate_ms"]) == (6, 4, HOST_LIKE.migrate_ms)
+    assert capsys.readouterr().err.splitlines()[-1].startswith("executor: 6 threads on ")
+    single = sim_run(tmp_path, "--threads", "0")
+    assert (single["host"]["threads"], single["host"]["migrate_ms"]) == (1, 0.0)
+    assert len({r["tid"] for r in single["actions"]}) == 1
+    assert "executor: 1 thread (single-thread mode)" in capsys.readouterr().err
+    still = sim_run(tmp_path, "--threads", "2", "--migrate-ms", "0")["host"]
+    assert (still["threads"], still["migrate_ms"]) == (4, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["--threads", "0", "--migrate-ms", "2"], "needs application threads"),
+     (["--threads", "99"], "--threads must be in [0, 32]"),
+     (["--migrate-ms", "-1"], "--migrate-ms must be in [0, 1000]")],
+)  # fmt: skip
+def test_bad_host_options_are_one_line(args: List[str], words: str) -> None:
+    argv = ["sim", "run", "--duration", "0.1", "--no-load", "--no-channels", *args]
+    assert_one_line_error(run_cli(argv), 2, words)
+    assert_one_line_error(run_cli(["demo", "--headless", *args]), 2, words)  # before it loads or traces anything
