@@ -308,13 +308,12 @@ def start(
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:
-    """What the kernel's text rendering shows for every truth action, in order: (event, "f=v f=v ...")."""
-    types = {f.name: f for f in abi.FUNCS}
-    out = []
-    for rec in truth["actions"]:
-        func = types[rec["func"]]
-        text = " ".join(f"{p.name}={abi.render_value(p.type, rec['args'][p.name])}" for p in func.params)
-        out.append((func.event, text))
-        if func.hal:
-            out.append((func.ret_event, f"ret={rec['ret']}"))
-    return out
+    """What the kernel's text rendering shows for every truth action, in plan order: (event, "f=v f=v ...")."""
+    return [ev for rec in truth["actions"] for ev in record_events(rec)]
+
+
+def record_events(rec: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """What the kernel's text rendering shows for one truth action: its entry event [and its return]."""
+    func = abi.FUNC_BY_NAME[rec["func"]]
+    text = " ".join(f"{p.name}={abi.render_value(p.type, rec['args'][p.name])}" for p in func.params)
+    return [(func.event, text)] + ([(func.ret_event, f"ret={rec['ret']}")] if func.hal else [])
