@@ -143,8 +143,9 @@ SIM_RESET: Dict[str, Any] = {
 
 # ---- latency (see npu_trace.detectors.latency for the keys) ----------------------------------------------
 SIM_LATENCY: Dict[str, Any] = {
-    # the simulated device completes tasks on the executor's only thread: a slow call delays the completions
-    # queued behind it, so task latency is measured (p50/p99/max) but never judged as a spike
+    # the simulated device completes tasks in order on one thread (the executor's only one, or its interrupt
+    # thread, which waits for each task's submit): a slow call delays the completions queued behind it, so task
+    # latency is measured (p50/p99/max) but never judged as a spike
     "ops": {"task": {"adaptive": False, "absolute_ns": None}},
     # the simulator's calls take tens of microseconds and its injected spikes 20-60 ms; 10 ms keeps a VM's
     # scheduling hiccups (several ms when the host steals the vCPU) from counting as spikes

@@ -130,9 +130,9 @@ def test_plan_line_and_truth() -> None:
         Action(20, "halCqReportRecv", (1, 0, 3, 20), ret=-110, delay_ns=5, kind="timeout"),
         Action(30, "devdrv_reset_step", (1, 4, "reset_begin", 0), kind="reset_step"),
     ]
-    assert plan_line(acts[0]) == "10 irq_handler_entry 0 0 1 130 0 0 0 0 trs-mbox-1-0\n"
-    assert plan_line(acts[1]) == "20 halCqReportRecv -110 5 1 0 3 20 0 0 -\n"
-    assert plan_line(acts[2]) == "30 devdrv_reset_step 0 0 1 4 0 0 0 0 reset_begin\n"
+    assert plan_line(acts[0]) == "10 0 -1 0 irq_handler_entry 0 0 1 130 0 0 0 0 trs-mbox-1-0\n"
+    assert plan_line(acts[1]) == "20 0 -1 0 halCqReportRecv -110 5 1 0 3 20 0 0 -\n"
+    assert plan_line(acts[2]) == "30 0 -1 0 devdrv_reset_step 0 0 1 4 0 0 0 0 reset_begin\n"
     truth = build_truth({"scenario": "x"}, acts, [(1, 2, 0), (3, 4, -110), (5, 6, 0)])
     assert truth["counts"] == {"devdrv_reset_step": 1, "halCqReportRecv": 1, "irq_handler_entry": 1}
     assert truth["actions"][1]["args"] == {"dev": 1, "ts": 0, "stream": 3, "timeout_ms": 20}

@@ -81,11 +81,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str]) -> int:
+    from npu_trace.commands.sim import host_from_args
+
     label = f"demo: {args.scenario} (live)"
     side = SideChannels()  # the simulator's kmsg lines, uevents and fake npu-smi, read by the demo's channels
     smi = os.path.join(side.smi_dir, "npu-smi") if side.smi_dir else "npu-smi"
     run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False,
-                             channels=side)  # fmt: skip
+                             channels=side, host=host_from_args(args))  # fmt: skip
     try:
         return _run(_app(SourceSpec(demo_source, (fs.root, label, smi), label=label), "sim"), screenshot)
     finally:

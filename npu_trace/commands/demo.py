@@ -8,6 +8,7 @@ import sys
 from typing import Any, Callable, Tuple
 
 from npu_trace import sim
+from npu_trace.commands.sim import add_host_options, host_from_args
 from npu_trace.commands.stream import announce, print_summary, printing, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
@@ -32,6 +33,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=200.0, help="HAL calls per second (default 200)")
     p.add_argument("--devices", type=int, default=2, help="simulated NPUs (default 2)")
     p.add_argument("--seed", type=int, default=1)
+    add_host_options(p)
     p.add_argument("--format", choices=("text", "ndjson"), default="text", help="--headless output format")
     p.add_argument("--headless", action="store_true", help="stream events as text instead of opening the TUI")
     p.add_argument("--screenshot", metavar="SVG", help="TUI: save a screenshot after 8 s")
@@ -41,6 +43,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.rate <= 0 or args.devices <= 0:
         raise UsageError("--duration, --rate and --devices must be positive")
+    host_from_args(args)  # bad --threads / --migrate-ms: one line before anything starts
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
 
@@ -75,7 +78,7 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
         announce(session, channels=channels)
         timeline = source.timeline()
         run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices,
-                                 ensure_loaded=False, channels=side)  # fmt: skip
+                                 ensure_loaded=False, channels=side, host=host_from_args(args))  # fmt: skip
         try:
             pump(source, printing(timeline, printer), stop=stop, until=lambda: run.poll() is not None)
             truth = run.wait() if not stop.stopped else None

@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 
 from npu_trace import sim
 from npu_trace.sim import build, channels, probes
+from npu_trace.sim.threads import HOST_LIKE, Host, validate_host
 from npu_trace.tracefs import Tracefs
 
 
@@ -27,6 +28,7 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--devices", type=int, default=1, help="simulated devices (default 1)")
     run.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
     run.add_argument("--no-load", action="store_true", help="do not register the uprobes (just run)")
+    add_host_options(run)
     run.add_argument(
         "--no-channels",
         action="store_true",
@@ -39,6 +41,31 @@ def add_parser(subparsers: Any) -> None:
     )
     run.set_defaults(func=cmd_run)
     parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def add_host_options(parser: argparse.ArgumentParser) -> None:
+    """--threads / --migrate-ms: the executor like a real host (the default), or the single-thread one of old."""
+    parser.add_argument(
+        "--threads", type=int, default=HOST_LIKE.app_threads, metavar="N",
+        help=f"application threads of the simulated host (default {HOST_LIKE.app_threads}), besides its interrupt "
+        "and driver threads: tasks complete on another CPU than their submit, some calls change CPU between entry "
+        "and return; 0: the single-thread executor (every action on one thread, no CPU moves)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--migrate-ms", type=float, default=None, metavar="MS",
+        help=f"move the threads between CPUs every MS ms, as a loaded scheduler does (default {HOST_LIKE.migrate_ms:g} "
+        "with threads; 0: never)",
+    )  # fmt: skip
+
+
+def host_from_args(args: argparse.Namespace) -> Host:
+    """The Host of --threads / --migrate-ms; an InputError (one line, exit 2) when they do not fit."""
+    migrate = args.migrate_ms
+    if migrate is None:
+        migrate = HOST_LIKE.migrate_ms if args.threads else 0.0
+    host = Host(app_threads=args.threads, migrate_ms=migrate)
+    validate_host(host)
+    return host
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -89,6 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.truth,
         ensure_loaded=not args.no_load,
         channels=side,
+        host=host_from_args(args),
     )
     if side is not None:
         _notes(side.notes, shown)
@@ -97,9 +125,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     kinds = " ".join(f"{k}={v}" for k, v in truth["kind_counts"].items())
     dest = f", truth in {args.truth}" if args.truth else ""
     print(f"sim {args.scenario} seed={args.seed}: {n} calls in {secs:.2f}s ({kinds}){dest}", file=sys.stderr)
+    print(f"executor: {_host_summary(truth['host'])}", file=sys.stderr)
     if "channels" in truth:
         print(f"side channels: {_channel_summary(truth['channels'])}", file=sys.stderr)
     return 0
+
+
+def _host_summary(host: Dict[str, Any]) -> str:
+    cpus = f"{len(host['cpus'])} CPU" + ("s" if len(host["cpus"]) != 1 else "")
+    if host["threads"] == 1:
+        return f"1 thread (single-thread mode), {cpus}"
+    moves = f", moved every {host['migrate_ms']:g} ms" if host["migrate_ms"] and host["pinned"] else ""
+    pinned = "" if host["pinned"] else " (one CPU: nothing moves)"
+    return f"{host['threads']} threads on {cpus}{pinned}{moves}"
 
 
 def _channel_summary(ch: Dict[str, Any]) -> str:

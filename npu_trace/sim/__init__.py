@@ -25,6 +25,10 @@ Python API:
     run_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> truth dict
     Both take `channels=SideChannels(...)` to run the side channels next to the executor (kmsg lines,
     synthetic uevents, a fake npu-smi: npu_trace.sim.channels); without it only the executor runs.
+    Both take `host=Host(...)`: the executor's threads and CPU moves (npu_trace.sim.threads). SINGLE (the
+    default here) runs every action on one thread; HOST_LIKE behaves like a real host: application threads,
+    completions in an interrupt thread on another CPU than their submit, calls that change CPU between entry
+    and return, and every thread but the interrupt one moved to another CPU every 2 ms.
 """
 
 from __future__ import annotations
@@ -36,11 +40,15 @@ from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.probes import LoadedSim, is_loaded, load, unload
 from npu_trace.sim.runner import ScenarioRun, Truth, expected_events
 from npu_trace.sim.scenarios import SCENARIOS
+from npu_trace.sim.threads import HOST_LIKE, SINGLE, Host
 from npu_trace.tracefs import Tracefs
 
 __all__ = [
+    "HOST_LIKE",
     "RESET_STEPS",
     "SCENARIOS",
+    "SINGLE",
+    "Host",
     "LoadedSim",
     "ScenarioRun",
     "SideChannels",
@@ -65,6 +73,7 @@ def start_scenario(
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
+    host: Host = SINGLE,
 ) -> ScenarioRun:
     """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False)."""
     from npu_trace.sim import runner
@@ -72,7 +81,7 @@ def start_scenario(
     binary = None
     if ensure_loaded:
         binary = load(fs or Tracefs.find()).binary
-    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary, channels)
+    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary, channels, host)
 
 
 def run_scenario(
@@ -85,9 +94,10 @@ def run_scenario(
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
+    host: Host = SINGLE,
 ) -> Truth:
     """Run a scenario to completion and return its ground truth (also written to `truth_path` if given)."""
-    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels)
+    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels, host)
     try:
         return run.wait()
     except BaseException:

@@ -17,7 +17,7 @@ from npu_trace.errors import SimulatorError
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npu_sim.c")
 BINARY_NAME = "npu-sim"
-CFLAGS = ("-O2", "-g", "-fno-inline", "-fno-omit-frame-pointer", "-Wall")
+CFLAGS = ("-O2", "-g", "-fno-inline", "-fno-omit-frame-pointer", "-Wall", "-pthread")
 
 
 def source_hash() -> str:

@@ -1,32 +1,61 @@
 /* npu-sim: the simulated NPU executor (see npu_trace/sim/__init__.py for the ABI).
  *
- * usage: npu-sim PLAN OUT
- * PLAN: one action per line:  t_ns func ret delay_ns a0 a1 a2 a3 a4 a5 str
- *   t_ns      start offset from the executor's own start (CLOCK_MONOTONIC)
+ * usage: npu-sim [-m MIGRATE_US] PLAN OUT
+ * PLAN: one action per line:  t_ns thread after flags func ret delay_ns a0 a1 a2 a3 a4 a5 str
+ *   t_ns      earliest start, as an offset from the executor's own start (CLOCK_MONOTONIC)
+ *   thread    the executor thread that runs it (0..63; 0 is the main thread). Each thread runs its own actions
+ *             in plan order; the plan's threads are 0..(highest thread named)
+ *   after     index (0-based, among the plan's actions) of an EARLIER action that must have returned before this
+ *             one starts, whatever its planned time says; -1: none
+ *   flags     bit 1 AWAY: run on a CPU other than the one `after` returned on (an interrupt completing a task
+ *             submitted on another CPU); bit 2 HOP: move to another CPU inside the call, during its injected
+ *             latency, so its entry and return probes fire on different CPUs (HAL calls only)
  *   func      one of the exported function names below
  *   ret       return value a HAL call must return (ignored for void functions)
  *   delay_ns  latency injected inside a HAL call
  *   a0..a5    numeric arguments in C order, strings left out (decimal, may be negative)
  *   str       the string argument (rest of the line), "-" when the function has none
- * OUT: one line per action: start_ns end_ns ret   (CLOCK_MONOTONIC just before / after the call)
+ * -m MIGRATE_US: every MIGRATE_US microseconds the executor moves each thread but thread 0 to another CPU, as a
+ *   loaded scheduler does; a thread follows at its next safe point (before an action, and inside a call's
+ *   injected latency). 0 (the default): no periodic moves.
+ * CPUs: with two or more CPUs in the process's affinity mask and a plan of several threads (or -m, or a flag),
+ *   every thread is pinned to one CPU at a time (thread i starts on the (i mod n)-th allowed CPU) and only moves
+ *   itself (AWAY, HOP, -m): the CPU it reads with sched_getcpu() is the CPU its probes fire on. Otherwise
+ *   (one CPU, or the single-thread plan of old) nothing is pinned and nothing moves.
+ * OUT: a first line "cpus N c0 .. cN-1 pinned P" (the CPUs the executor may use; P 1 when it pins), then one
+ *   line per action in plan order: start_ns end_ns ret tid cpu_in cpu_out (CLOCK_MONOTONIC just before / after
+ *   the call, what it returned, the thread id that ran it, sched_getcpu() just before / after the call).
+ * Deadlock-free: an action only waits for an earlier action, and each thread runs its actions in plan order, so
+ * the earliest action not yet run can always run.
  * All scenario logic lives in Python: this program only waits, calls and timestamps.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((noinline, used, visibility("default")))
 #define BARRIER() asm volatile("" ::: "memory")
-#define SPIN_LIMIT_NS 2000000ULL
+#define SPIN_LIMIT_NS 2000000ULL     /* one unpinned thread: spin the last 2 ms before a deadline */
+#define PINNED_SPIN_NS 100000ULL     /* pinned threads share CPUs: spin less, sleep more */
+#define MAX_THREADS 64
+#define F_AWAY 1u
+#define F_HOP 2u
 
-static volatile int32_t g_ret;
-static volatile uint64_t g_delay_ns;
-static volatile uint64_t g_sink;
+static __thread volatile int32_t t_ret;
+static __thread volatile uint64_t t_delay_ns;
+static __thread volatile unsigned t_flags;
+static __thread volatile uint64_t t_sink;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -34,49 +63,118 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- threads and CPUs ---- */
+struct worker {
+    int index;
+    pthread_t handle;
+    size_t *items, count; /* its actions (plan indices), in plan order */
+    int cpu;              /* the CPU it is pinned to, -1 when not pinned */
+    atomic_int want;      /* the CPU the migrator asks for, -1: none */
+};
+
+static struct worker g_workers[MAX_THREADS];
+static int g_nthreads = 1;
+static int g_cpus[CPU_SETSIZE];
+static int g_ncpus;
+static int g_pinned;
+static uint64_t g_spin_ns = SPIN_LIMIT_NS;
+static uint64_t g_migrate_ns;
+static __thread struct worker *t_self;
+
+static void die(const char *what, int cpu) {
+    fprintf(stderr, "npu-sim: %s %d: %s\n", what, cpu, strerror(errno));
+    exit(1);
+}
+
+static void pin(struct worker *w, int cpu) {
+    if (!g_pinned || w->cpu == cpu)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+        die("cannot pin a thread to cpu", cpu);
+    while (sched_getcpu() != cpu) /* the kernel moves the caller before returning; make sure of it */
+        sched_yield();
+    w->cpu = cpu;
+}
+
+static int next_cpu(int cpu) {
+    for (int i = 0; i < g_ncpus; i++)
+        if (g_cpus[i] == cpu)
+            return g_cpus[(i + 1) % g_ncpus];
+    return g_cpus[0];
+}
+
+static void follow_migrator(void) {
+    struct worker *w = t_self;
+    if (w == NULL || atomic_load_explicit(&w->want, memory_order_relaxed) < 0)
+        return;
+    int want = atomic_exchange(&w->want, -1);
+    if (want >= 0)
+        pin(w, want);
+}
+
+static void hop(void) {
+    if (t_self != NULL && g_pinned)
+        pin(t_self, next_cpu(t_self->cpu));
+}
+
 static void sleep_until(uint64_t deadline) {
-    uint64_t now = now_ns();
-    if (deadline > now + SPIN_LIMIT_NS) {
-        uint64_t wake = deadline - SPIN_LIMIT_NS / 2;
+    for (;;) {
+        follow_migrator();
+        uint64_t now = now_ns();
+        if (now >= deadline)
+            return;
+        uint64_t left = deadline - now;
+        if (left <= g_spin_ns) {
+            BARRIER();
+            continue;
+        }
+        uint64_t nap = left - g_spin_ns / 2;
+        if (g_migrate_ns && nap > g_migrate_ns)
+            nap = g_migrate_ns; /* wake up to follow the migrator */
+        uint64_t wake = now + nap;
         struct timespec ts = {(time_t)(wake / 1000000000ULL), (long)(wake % 1000000000ULL)};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
         }
     }
-    while (now_ns() < deadline) {
-        BARRIER();
-    }
 }
 
 static __attribute__((noinline)) int32_t hal_work(void) {
-    uint64_t delay = g_delay_ns;
-    if (delay)
-        sleep_until(now_ns() + delay);
+    uint64_t deadline = now_ns() + t_delay_ns;
+    int entry_cpu = (t_flags & F_HOP) && g_pinned ? t_self->cpu : -1; /* where the entry probe fired */
+    if (entry_cpu >= 0)
+        hop();
+    sleep_until(deadline);
+    if (entry_cpu >= 0 && t_self->cpu == entry_cpu)
+        hop(); /* the migrator moved it back meanwhile: the return still fires on another CPU */
     BARRIER();
-    return g_ret;
+    return t_ret;
 }
 
 /* ---- user-space HAL (libascend_hal.so names) ---- */
 EXPORT int halMemAlloc(uint32_t dev, uint64_t size, uint64_t flag) {
     BARRIER();
-    g_sink = dev + size + flag;
+    t_sink = dev + size + flag;
     return hal_work();
 }
 
 EXPORT int halMemFree(uint32_t dev, uint64_t va) {
     BARRIER();
-    g_sink = dev + va;
+    t_sink = dev + va;
     return hal_work();
 }
 
 EXPORT int halSqTaskSend(uint32_t dev, uint32_t ts, uint32_t stream, uint32_t task) {
     BARRIER();
-    g_sink = dev + ts + stream + task;
+    t_sink = dev + ts + stream + task;
     return hal_work();
 }
 
 EXPORT int halCqReportRecv(uint32_t dev, uint32_t ts, uint32_t stream, int32_t timeout_ms) {
     BARRIER();
-    g_sink = dev + ts + stream + (uint64_t)(int64_t)timeout_ms;
+    t_sink = dev + ts + stream + (uint64_t)(int64_t)timeout_ms;
     return hal_work();
 }
 
@@ -84,46 +182,46 @@ EXPORT int halCqReportRecv(uint32_t dev, uint32_t ts, uint32_t stream, int32_t t
 EXPORT void devmm_alloc_done(uint32_t dev, uint64_t size, uint64_t va, int32_t ret, uint64_t free_bytes,
                              uint64_t largest_free) {
     BARRIER();
-    g_sink = dev + size + va + (uint64_t)(int64_t)ret + free_bytes + largest_free;
+    t_sink = dev + size + va + (uint64_t)(int64_t)ret + free_bytes + largest_free;
 }
 
 EXPORT void trs_logic_cq_enque(uint32_t dev, uint32_t stream, uint32_t task, uint32_t errcode) {
     BARRIER();
-    g_sink = dev + stream + task + errcode;
+    t_sink = dev + stream + task + errcode;
 }
 
 EXPORT void irq_handler_entry(uint32_t dev, uint32_t irq, const char *name) {
     BARRIER();
-    g_sink = dev + irq + (uint64_t)(uintptr_t)name;
+    t_sink = dev + irq + (uint64_t)(uintptr_t)name;
 }
 
 EXPORT void irq_handler_exit(uint32_t dev, uint32_t irq, int32_t ret) {
     BARRIER();
-    g_sink = dev + irq + (uint64_t)(int64_t)ret;
+    t_sink = dev + irq + (uint64_t)(int64_t)ret;
 }
 
 EXPORT void drv_timeout(uint32_t dev, uint32_t kind, uint32_t chan, uint64_t wait_us) {
     BARRIER();
-    g_sink = dev + kind + chan + wait_us;
+    t_sink = dev + kind + chan + wait_us;
 }
 
 EXPORT void hb_report_heart_beat_lost_event(uint32_t dev, uint32_t lost_count) {
     BARRIER();
-    g_sink = dev + lost_count;
+    t_sink = dev + lost_count;
 }
 
 EXPORT void dms_event_report(uint32_t dev, uint32_t event_id, uint32_t ce_count, uint32_t uce_count,
                              int32_t temp_c) {
     BARRIER();
-    g_sink = dev + event_id + ce_count + uce_count + (uint64_t)(int64_t)temp_c;
+    t_sink = dev + event_id + ce_count + uce_count + (uint64_t)(int64_t)temp_c;
 }
 
 EXPORT void devdrv_reset_step(uint32_t dev, uint32_t step, const char *step_name, int32_t ret) {
     BARRIER();
-    g_sink = dev + step + (uint64_t)(uintptr_t)step_name + (uint64_t)(int64_t)ret;
+    t_sink = dev + step + (uint64_t)(uintptr_t)step_name + (uint64_t)(int64_t)ret;
 }
 
-/* ---- executor ---- */
+/* ---- actions ---- */
 enum {
     F_halMemAlloc, F_halMemFree, F_halSqTaskSend, F_halCqReportRecv, F_devmm_alloc_done,
     F_trs_logic_cq_enque, F_irq_handler_entry, F_irq_handler_exit, F_drv_timeout,
@@ -138,12 +236,21 @@ static const char *const FUNC_NAMES[F_COUNT] = {
 
 struct action {
     uint64_t t_ns, delay_ns, a[6];
-    int32_t ret;
-    int func;
+    int32_t ret, after;
+    int func, thread;
+    unsigned flags;
     char *str;
     uint64_t start, end;
     int32_t got;
+    int tid, cpu_in, cpu_out;
+    int awaited;     /* a later action waits for this one */
+    atomic_int done; /* set (under g_mu) once it returned, when awaited */
 };
+
+static struct action *g_xs;
+static uint64_t g_t0;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_done_cv = PTHREAD_COND_INITIALIZER;
 
 static int func_id(const char *name) {
     for (int i = 0; i < F_COUNT; i++)
@@ -153,8 +260,9 @@ static int func_id(const char *name) {
 }
 
 static int32_t call_hal(struct action *x) {
-    g_ret = x->ret;
-    g_delay_ns = x->delay_ns;
+    t_ret = x->ret;
+    t_delay_ns = x->delay_ns;
+    t_flags = x->flags;
     switch (x->func) {
     case F_halMemAlloc: return halMemAlloc((uint32_t)x->a[0], x->a[1], x->a[2]);
     case F_halMemFree: return halMemFree((uint32_t)x->a[0], x->a[1]);
@@ -186,29 +294,123 @@ static void call_driver(struct action *x) {
 }
 
 static void perform(struct action *x) {
+    x->tid = (int)syscall(SYS_gettid);
+    x->cpu_in = sched_getcpu();
     if (x->func <= F_halCqReportRecv) {
         x->start = now_ns();
         x->got = call_hal(x);
         x->end = now_ns();
-        return;
+    } else {
+        x->start = now_ns();
+        call_driver(x);
+        x->end = now_ns();
+        x->got = 0;
     }
-    x->start = now_ns();
-    call_driver(x);
-    x->end = now_ns();
-    x->got = 0;
+    x->cpu_out = sched_getcpu();
 }
 
-static int parse_line(char *line, struct action *x) {
+static void wait_returned(int32_t index) {
+    if (index < 0)
+        return;
+    struct action *d = &g_xs[index];
+    if (atomic_load_explicit(&d->done, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&g_mu);
+    while (!atomic_load_explicit(&d->done, memory_order_acquire))
+        pthread_cond_wait(&g_done_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void mark_returned(struct action *x) {
+    if (!x->awaited)
+        return;
+    pthread_mutex_lock(&g_mu);
+    atomic_store_explicit(&x->done, 1, memory_order_release);
+    pthread_cond_broadcast(&g_done_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void keep_away(const struct action *x) {
+    if (!(x->flags & F_AWAY) || x->after < 0 || !g_pinned)
+        return;
+    int busy = g_xs[x->after].cpu_out;
+    if (t_self->cpu == busy)
+        pin(t_self, next_cpu(busy));
+}
+
+static void run_action(struct action *x) {
+    wait_returned(x->after);
+    sleep_until(g_t0 + x->t_ns);
+    keep_away(x);
+    perform(x);
+    mark_returned(x);
+}
+
+static void *worker_main(void *arg) {
+    struct worker *w = arg;
+    t_self = w;
+    if (g_pinned) {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* pinned threads sleep more: wake on time */
+        pin(w, g_cpus[w->index % g_ncpus]);
+    }
+    for (size_t i = 0; i < w->count; i++)
+        run_action(&g_xs[w->items[i]]);
+    return NULL;
+}
+
+/* ---- the migrator: asks every thread but thread 0 to move to the next CPU, every g_migrate_ns ---- */
+static pthread_cond_t g_stop_cv;
+static int g_stopping;
+
+static void *migrator_main(void *arg) {
+    (void)arg;
+    uint64_t next = g_t0;
+    pthread_mutex_lock(&g_mu);
+    for (unsigned long tick = 1; !g_stopping; tick++) {
+        next += g_migrate_ns;
+        struct timespec ts = {(time_t)(next / 1000000000ULL), (long)(next % 1000000000ULL)};
+        while (!g_stopping && pthread_cond_timedwait(&g_stop_cv, &g_mu, &ts) == 0) {
+        }
+        for (int i = 1; i < g_nthreads; i++)
+            atomic_store(&g_workers[i].want, g_cpus[(size_t)(i + tick) % (size_t)g_ncpus]);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return NULL;
+}
+
+static int start_migrator(pthread_t *handle) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_stop_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    return pthread_create(handle, NULL, migrator_main, NULL);
+}
+
+static void stop_migrator(pthread_t handle) {
+    pthread_mutex_lock(&g_mu);
+    g_stopping = 1;
+    pthread_cond_broadcast(&g_stop_cv);
+    pthread_mutex_unlock(&g_mu);
+    pthread_join(handle, NULL);
+}
+
+/* ---- plan in, results out ---- */
+static int parse_line(char *line, struct action *x, size_t index) {
     char fname[64];
-    long long ret;
+    long long ret, after;
     int used = 0;
-    int n = sscanf(line, "%" SCNu64 " %63s %lld %" SCNu64 " %" SCNi64 " %" SCNi64 " %" SCNi64 " %" SCNi64
-                   " %" SCNi64 " %" SCNi64 " %n",
-                   &x->t_ns, fname, &ret, &x->delay_ns, (int64_t *)&x->a[0], (int64_t *)&x->a[1],
-                   (int64_t *)&x->a[2], (int64_t *)&x->a[3], (int64_t *)&x->a[4], (int64_t *)&x->a[5], &used);
-    if (n != 10 || used == 0)
+    int n = sscanf(line, "%" SCNu64 " %d %lld %u %63s %lld %" SCNu64 " %" SCNi64 " %" SCNi64 " %" SCNi64
+                   " %" SCNi64 " %" SCNi64 " %" SCNi64 " %n",
+                   &x->t_ns, &x->thread, &after, &x->flags, fname, &ret, &x->delay_ns, (int64_t *)&x->a[0],
+                   (int64_t *)&x->a[1], (int64_t *)&x->a[2], (int64_t *)&x->a[3], (int64_t *)&x->a[4],
+                   (int64_t *)&x->a[5], &used);
+    if (n != 13 || used == 0)
+        return -1;
+    if (x->thread < 0 || x->thread >= MAX_THREADS || after < -1 || after >= (long long)index || x->flags > 3)
         return -1;
     x->ret = (int32_t)ret;
+    x->after = (int32_t)after;
     x->func = func_id(fname);
     char *s = line + used;
     s[strcspn(s, "\n")] = '\0';
@@ -229,12 +431,16 @@ static struct action *read_plan(const char *path, size_t *count) {
             continue;
         if (n == cap) {
             cap *= 2;
-            xs = realloc(xs, cap * sizeof(*xs));
-            if (!xs)
+            struct action *more = realloc(xs, cap * sizeof(*xs));
+            if (!more) {
+                free(xs);
+                xs = NULL;
                 break;
+            }
+            xs = more;
         }
         memset(&xs[n], 0, sizeof(xs[n]));
-        if (parse_line(line, &xs[n]) != 0) {
+        if (parse_line(line, &xs[n], n) != 0) {
             fprintf(stderr, "npu-sim: bad plan line %zu: %s", n + 1, line);
             free(xs);
             xs = NULL;
@@ -252,29 +458,122 @@ static int write_out(const char *path, const struct action *xs, size_t n) {
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
+    fprintf(f, "cpus %d", g_ncpus);
+    for (int i = 0; i < g_ncpus; i++)
+        fprintf(f, " %d", g_cpus[i]);
+    fprintf(f, " pinned %d\n", g_pinned);
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "%" PRIu64 " %" PRIu64 " %d\n", xs[i].start, xs[i].end, xs[i].got);
+        fprintf(f, "%" PRIu64 " %" PRIu64 " %d %d %d %d\n", xs[i].start, xs[i].end, xs[i].got, xs[i].tid,
+                xs[i].cpu_in, xs[i].cpu_out);
     return fclose(f);
 }
 
+static void find_cpus(void) {
+    cpu_set_t set;
+    g_ncpus = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                g_cpus[g_ncpus++] = c;
+    if (g_ncpus == 0)
+        g_cpus[g_ncpus++] = sched_getcpu();
+}
+
+/* Threads, their action lists, which actions are awaited; and whether to pin. */
+static int setup(struct action *xs, size_t n) {
+    int any_flag = 0;
+    size_t counts[MAX_THREADS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (xs[i].thread >= g_nthreads)
+            g_nthreads = xs[i].thread + 1;
+        if (xs[i].after >= 0)
+            xs[xs[i].after].awaited = 1;
+        any_flag |= xs[i].flags != 0;
+        counts[xs[i].thread]++;
+    }
+    for (int t = 0; t < g_nthreads; t++) {
+        g_workers[t].index = t;
+        g_workers[t].cpu = -1;
+        atomic_init(&g_workers[t].want, -1);
+        g_workers[t].items = malloc((counts[t] ? counts[t] : 1) * sizeof(size_t));
+        if (!g_workers[t].items)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct worker *w = &g_workers[xs[i].thread];
+        w->items[w->count++] = i;
+    }
+    find_cpus();
+    g_pinned = g_ncpus > 1 && (g_nthreads > 1 || g_migrate_ns > 0 || any_flag);
+    if (g_pinned)
+        g_spin_ns = PINNED_SPIN_NS;
+    else
+        g_migrate_ns = 0; /* nothing to move */
+    return 0;
+}
+
+static int run_threads(void) {
+    pthread_t migrator;
+    int migrating = g_pinned && g_migrate_ns > 0 && g_nthreads > 1;
+    if (migrating) {
+        int rc = start_migrator(&migrator);
+        if (rc != 0) {
+            errno = rc;
+            return -1;
+        }
+    }
+    for (int t = 1; t < g_nthreads; t++) {
+        int rc = pthread_create(&g_workers[t].handle, NULL, worker_main, &g_workers[t]);
+        if (rc != 0) {
+            errno = rc;
+            return -1; /* main exits: the threads already started end with the process */
+        }
+    }
+    worker_main(&g_workers[0]);
+    for (int t = 1; t < g_nthreads; t++)
+        pthread_join(g_workers[t].handle, NULL);
+    if (migrating)
+        stop_migrator(migrator);
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, const char **plan, const char **out) {
+    int i = 1;
+    if (argc == 5 && strcmp(argv[1], "-m") == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long us = strtoull(argv[2], &end, 10);
+        if (errno || end == argv[2] || *end || argv[2][0] == '-' || us > 60000000ULL)
+            return -1;
+        g_migrate_ns = us * 1000ULL;
+        i = 3;
+    } else if (argc != 3) {
+        return -1;
+    }
+    *plan = argv[i];
+    *out = argv[i + 1];
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: npu-sim PLAN OUT\n");
+    const char *plan_path, *out_path;
+    if (parse_args(argc, argv, &plan_path, &out_path) != 0) {
+        fprintf(stderr, "usage: npu-sim [-m MIGRATE_US] PLAN OUT  (MIGRATE_US: 0..60000000)\n");
         return 2;
     }
     size_t n = 0;
-    struct action *xs = read_plan(argv[1], &n);
-    if (!xs) {
-        fprintf(stderr, "npu-sim: cannot read plan %s\n", argv[1]);
+    g_xs = read_plan(plan_path, &n);
+    if (!g_xs) {
+        fprintf(stderr, "npu-sim: cannot read plan %s\n", plan_path);
         return 2;
     }
-    uint64_t t0 = now_ns();
-    for (size_t i = 0; i < n; i++) {
-        sleep_until(t0 + xs[i].t_ns);
-        perform(&xs[i]);
+    g_t0 = now_ns();
+    if (setup(g_xs, n) != 0 || run_threads() != 0) {
+        fprintf(stderr, "npu-sim: cannot start its threads: %s\n", strerror(errno));
+        return 1;
     }
-    if (write_out(argv[2], xs, n) != 0) {
-        fprintf(stderr, "npu-sim: cannot write %s\n", argv[2]);
+    if (write_out(out_path, g_xs, n) != 0) {
+        fprintf(stderr, "npu-sim: cannot write %s\n", out_path);
         return 1;
     }
     return 0;

@@ -1,8 +1,24 @@
 """Run a planned scenario through the native executor and produce its ground truth.
 
-Plan file (one action per line): `t_ns func ret delay_ns a0 a1 a2 a3 a4 a5 str` (numeric arguments in C order
-with the string argument left out and given last, "-" when none). The executor answers one line per action:
-`start_ns end_ns ret` on CLOCK_MONOTONIC (the `mono` trace clock).
+Plan file (one action per line, in plan order):
+`t_ns thread after flags func ret delay_ns a0 a1 a2 a3 a4 a5 str` where `thread` is the executor thread that runs
+the action (0..63, 0 = its main thread; npu_trace.sim.threads says which thread does what), `after` the index of
+an earlier action that must have returned before this one starts (-1: none), `flags` 1 = away (run on a CPU
+other than the one `after` returned on) + 2 = hop (change CPU inside the call); then the numeric arguments in C
+order with the string argument left out and given last ("-" when none). The single-thread plan of old is every
+action on thread 0 with `after` -1 and flags 0. With `Host.migrate_ms` the executor runs with
+`-m MIGRATE_US` and moves threads 1.. between CPUs that often.
+
+The executor answers with a first line `cpus N c0 .. cN-1 pinned P` (the CPUs it could use; P 1 when it pinned
+each thread to one CPU at a time, so the CPU it observed is the one its probes fired on), then one line per action
+in plan order: `start_ns end_ns ret tid cpu_in cpu_out` (CLOCK_MONOTONIC, the `mono` trace clock, just before /
+after the call; the thread id; sched_getcpu() just before / after the call).
+
+Truth file: `counts`, `kind_counts`, `event_counts`, `start_ns` (earliest start), `end_ns` (latest end) and
+`actions` (seq, kind, phase, group, func, events, dev, args, ret, delay_ns, t_ns, start_ns, end_ns), as ever;
+added: per action `thread`, `after` (seq of the action it waited for, or null), `away`, `hop`, `tid` and
+`cpus` (the CPU of each of its `events`, as the executor observed), and `host` (threads, app_threads,
+migrate_ms, hop_share, cpus, pinned).
 
 The executor's t0 (its clock's origin: the planned offsets count from it) is taken right after it has read the
 plan. The plan is therefore handed over through a FIFO: once the executor has taken every byte from the pipe,
@@ -25,16 +41,37 @@ import subprocess
 import tempfile
 import termios
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.errors import SimulatorError
 from npu_trace.sim import abi, build
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.scenarios import Action, plan
+from npu_trace.sim.threads import SINGLE, Host
 
 OPEN_TIMEOUT_S = 10.0  # the executor must open its plan within this
 
 Truth = Dict[str, Any]
+AWAY, HOP = 1, 2  # plan line flags
+
+
+class Observed(NamedTuple):
+    """One output line of the executor: what happened to one action."""
+
+    start_ns: int
+    end_ns: int
+    ret: int
+    tid: int
+    cpu_in: int
+    cpu_out: int
+
+
+class Output(NamedTuple):
+    """The executor's output file: the CPUs it could use, whether it pinned its threads, one row per action."""
+
+    cpus: List[int]
+    pinned: bool
+    rows: List[Observed]
 
 
 def plan_line(a: Action) -> str:
@@ -48,24 +85,34 @@ def plan_line(a: Action) -> str:
             nums.append(int(value))
     nums += [0] * (6 - len(nums))
     ret = 0 if a.ret is None else a.ret
-    return f"{a.t_ns} {a.func} {ret} {a.delay_ns} " + " ".join(map(str, nums)) + f" {text}\n"
+    after = -1 if a.after is None else a.after
+    flags = (AWAY if a.away else 0) | (HOP if a.hop else 0)
+    head = f"{a.t_ns} {a.thread} {after} {flags} {a.func} {ret} {a.delay_ns} "
+    return head + " ".join(map(str, nums)) + f" {text}\n"
 
 
-def parse_output(text: str, count: int) -> List[Tuple[int, int, int]]:
-    rows = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            rows.append((int(parts[0]), int(parts[1]), int(parts[2])))
+def parse_output(text: str, count: int) -> Output:
+    """The executor's output file (see the module docstring); a SimulatorError when it is not whole."""
+    lines = text.splitlines()
+    head = lines[0].split() if lines else []
+    try:
+        ncpus = int(head[1]) if head[:1] == ["cpus"] else -1
+        cpus, pinned = [int(c) for c in head[2 : 2 + ncpus]], head[2 + ncpus :] == ["pinned", "1"]
+        rows = [Observed(*map(int, line.split())) for line in lines[1:]]
+    except (ValueError, TypeError, IndexError) as exc:
+        raise SimulatorError(f"executor output is malformed: {exc}") from None
+    if ncpus < 1 or len(cpus) != ncpus:
+        raise SimulatorError(f"executor output starts with {lines[0] if lines else 'nothing'!r}, not its CPUs")
     if len(rows) != count:
         raise SimulatorError(f"executor reported {len(rows)} of {count} actions")
-    return rows
+    return Output(cpus, pinned, rows)
 
 
-def action_record(seq: int, a: Action, row: Tuple[int, int, int]) -> Dict[str, Any]:
+def action_record(seq: int, a: Action, row: Sequence[int]) -> Dict[str, Any]:
+    """One truth record; `row` is an Observed (or only its first three: start_ns, end_ns, ret)."""
     func = abi.FUNC_BY_NAME[a.func]
     events = [func.event] + ([func.ret_event] if func.hal else [])
-    return {
+    rec = {
         "seq": seq,
         "kind": a.kind,
         "phase": a.phase,
@@ -79,10 +126,18 @@ def action_record(seq: int, a: Action, row: Tuple[int, int, int]) -> Dict[str, A
         "t_ns": a.t_ns,
         "start_ns": row[0],
         "end_ns": row[1],
+        "thread": a.thread,
+        "after": a.after,
+        "away": a.away,
+        "hop": a.hop,
     }
+    if len(row) >= 6:
+        rec["tid"] = row[3]
+        rec["cpus"] = [row[4], row[5]] if func.hal else [row[4]]
+    return rec
 
 
-def build_truth(meta: Dict[str, Any], actions: List[Action], rows: List[Tuple[int, int, int]]) -> Truth:
+def build_truth(meta: Dict[str, Any], actions: List[Action], rows: Sequence[Sequence[int]]) -> Truth:
     for a, row in zip(actions, rows):
         if a.ret is not None and a.ret != row[2]:
             raise SimulatorError(f"executor returned {row[2]} from {a.func}, planned {a.ret}")
@@ -92,8 +147,8 @@ def build_truth(meta: Dict[str, Any], actions: List[Action], rows: List[Tuple[in
     truth["counts"] = dict(sorted(collections.Counter(a.func for a in actions).items()))
     truth["event_counts"] = dict(sorted(collections.Counter(e for r in records for e in r["events"]).items()))
     truth["kind_counts"] = dict(sorted(collections.Counter(a.kind for a in actions).items()))
-    truth["start_ns"] = rows[0][0] if rows else 0
-    truth["end_ns"] = rows[-1][1] if rows else 0
+    truth["start_ns"] = min((r[0] for r in rows), default=0)
+    truth["end_ns"] = max((r[1] for r in rows), default=0)
     return truth
 
 
@@ -107,6 +162,7 @@ class ScenarioRun:
         binary: str,
         truth_path: Optional[str] = None,
         channels: Optional[SideChannels] = None,
+        host: Host = SINGLE,
     ) -> None:
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
@@ -116,9 +172,8 @@ class ScenarioRun:
         if channels is not None:
             channels.prepare(actions, int(meta["params"]["devices"]))
         os.mkfifo(self.plan_path, 0o600)
-        self.proc = subprocess.Popen(
-            [binary, self.plan_path, self.out_path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        argv = [binary, *(["-m", str(host.migrate_us)] if host.migrate_us else []), self.plan_path, self.out_path]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
         try:
             self.t0_ns = hand_over_plan(self.proc, self.plan_path, actions)
@@ -148,13 +203,15 @@ class ScenarioRun:
                 msg = err.decode(errors="replace").strip() or f"exit code {self.proc.returncode}"
                 raise SimulatorError(f"simulator executor failed: {msg}")
             with open(self.out_path) as f:
-                rows = parse_output(f.read(), len(self.actions))
+                output = parse_output(f.read(), len(self.actions))
         finally:
             if self.proc.poll() is not None:
                 if self.channels is not None:
                     self.channels.stop(drain=self.proc.returncode == 0)
                 shutil.rmtree(self.workdir, ignore_errors=True)
+        rows = output.rows
         self.truth = build_truth(self.meta, self.actions, rows)
+        self.truth["host"] = {**self.truth["host"], "cpus": output.cpus, "pinned": output.pinned}
         self.truth["t0_ns"] = self.t0_ns
         self.truth["t0_bound_ns"] = min((r[0] - a.t_ns for a, r in zip(self.actions, rows)), default=self.t0_ns)
         if self.channels is not None:
@@ -232,8 +289,9 @@ def start(
     truth_path: Optional[str] = None,
     binary: Optional[str] = None,
     channels: Optional[SideChannels] = None,
+    host: Host = SINGLE,
 ) -> ScenarioRun:
-    actions = plan(scenario, seed, duration_s, rate, devices)
+    actions = plan(scenario, seed, duration_s, rate, devices, host)
     path = binary or build.ensure_built()
     meta = {
         "scenario": scenario,
@@ -244,18 +302,18 @@ def start(
         "group": abi.GROUP,
         "events": list(abi.event_names()),
         "fields": {f.event: list(f.field_names) for f in abi.FUNCS},
+        "host": host.describe(),
     }
-    return ScenarioRun(meta, actions, path, truth_path, channels)
+    return ScenarioRun(meta, actions, path, truth_path, channels, host)
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:
-    """What the kernel's text rendering shows for every truth action, in order: (event, "f=v f=v ...")."""
-    types = {f.name: f for f in abi.FUNCS}
-    out = []
-    for rec in truth["actions"]:
-        func = types[rec["func"]]
-        text = " ".join(f"{p.name}={abi.render_value(p.type, rec['args'][p.name])}" for p in func.params)
-        out.append((func.event, text))
-        if func.hal:
-            out.append((func.ret_event, f"ret={rec['ret']}"))
-    return out
+    """What the kernel's text rendering shows for every truth action, in plan order: (event, "f=v f=v ...")."""
+    return [ev for rec in truth["actions"] for ev in record_events(rec)]
+
+
+def record_events(rec: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """What the kernel's text rendering shows for one truth action: its entry event [and its return]."""
+    func = abi.FUNC_BY_NAME[rec["func"]]
+    text = " ".join(f"{p.name}={abi.render_value(p.type, rec['args'][p.name])}" for p in func.params)
+    return [(func.event, text)] + ([(func.ret_event, f"ret={rec['ret']}")] if func.hal else [])

@@ -3,7 +3,8 @@
 Pure: no I/O, randomness only from random.Random(seed). `rate` is the steady background traffic in calls per
 second (all devices together); special phases (spikes, failures, ECC climb, reset steps, IRQ storm) add
 their calls on top. Each Action is one call of one exported simulator function; `args` follow abi.FUNCS'
-parameter order.
+parameter order. `host` (npu_trace.sim.threads) places the actions on the executor's threads (which thread,
+what it waits for, where it changes CPU) without changing what they are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from npu_trace.errors import InputError
 from npu_trace.sim import abi
+from npu_trace.sim.threads import SINGLE, Host, place, validate_host
 
 SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed")
 KINDS = ("call", "spike", "alloc_fail", "timeout", "heartbeat_lost", "ecc", "reset_step", "irq")
@@ -40,6 +42,12 @@ class Action:
     kind: str = "call"
     group: int = 0  # actions of one logical operation (alloc + alloc_done, send + completion ...)
     phase: str = "steady"
+    # placement (npu_trace.sim.threads): the executor thread, the index of an earlier action to wait for,
+    # run on a CPU other than that action's (away), change CPU inside the call (hop)
+    thread: int = 0
+    after: Optional[int] = None
+    away: bool = False
+    hop: bool = False
 
     @property
     def dev(self) -> int:
@@ -372,7 +380,8 @@ _PLANNERS: Dict[str, Callable[[Planner, int, float], None]] = {
 }
 
 
-def validate(scenario: str, duration_s: float, rate: float, devices: int) -> None:
+def validate(scenario: str, duration_s: float, rate: float, devices: int, host: Host = SINGLE) -> None:
+    validate_host(host)
     if scenario not in _PLANNERS:
         raise InputError(f"unknown scenario {scenario!r} (one of: {', '.join(SCENARIOS)})")
     if not 0 < duration_s <= 3600:
@@ -385,9 +394,10 @@ def validate(scenario: str, duration_s: float, rate: float, devices: int) -> Non
         raise InputError(f"duration x rate is over {MAX_ACTIONS} calls: shorten the run or lower the rate")
 
 
-def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int) -> List[Action]:
-    """The actions of `scenario`, sorted by planned start; the same arguments always give the same plan."""
-    validate(scenario, duration_s, rate, devices)
+def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int, host: Host = SINGLE) -> List[Action]:
+    """The actions of `scenario`, sorted by planned start and placed on `host`'s threads; the same arguments
+    always give the same plan, and the same actions whatever the host."""
+    validate(scenario, duration_s, rate, devices, host)
     p = Planner(seed, devices)
     _PLANNERS[scenario](p, int(duration_s * NS), float(rate))
-    return p.finish()
+    return place(p.finish(), seed, host)

@@ -1,0 +1,172 @@
+"""Where each planned action runs: which executor thread, what it waits for, and when it changes CPU.
+
+A real Ascend host submits a task from an application thread on one CPU and completes it in the driver's
+interrupt handler on another, and its threads migrate between CPUs, even inside a call. `place(actions, seed,
+host)` spreads a plan (sorted by scenarios.plan) over the executor's threads the same way:
+
+    thread 0  IRQ_THREAD     interrupt context: irq_handler_entry, trs_logic_cq_enque, irq_handler_exit
+    thread 1  DRIVER_THREAD  the driver's own work: devmm_alloc_done, ECC reports, timeouts, heartbeat, reset steps
+    thread 2.. app threads   the HAL calls: a task's send and reap on the thread of its (device, stream),
+                             each memory call on a thread drawn for it
+
+Order across threads (`Action.after`, the index of an earlier action that must have returned first; set only
+when that action runs on another thread, the executor keeps each thread's own actions in plan order):
+- within one operation (`group`), each action waits for the one before it: a task's interrupt for its send,
+  the reap for the interrupt's exit, an allocation's devmm_alloc_done for its halMemAlloc, a reset's load
+  interrupt for the step before it and the next step for that interrupt ...;
+- a halMemFree waits for the devmm_alloc_done that handed out its address, and a halMemAlloc that gets an
+  address freed before waits for that free (the memory detector sees every address live once at a time).
+CPU moves: a task's interrupt runs `away` from the CPU its send returned on; a share of the HAL calls
+(`Host.hop_share`, drawn from the seed) `hop` to another CPU inside the call; with `Host.migrate_ms` the
+executor also moves threads 1.. to another CPU every so many milliseconds.
+
+All draws come from a generator of their own seeded by the seed, so the scenario's actions (times,
+arguments, results) are the same whatever the host: only their placement differs. With SINGLE
+(app_threads 0) every action stays on thread 0 with no waits and no moves: the executor of old.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from npu_trace.errors import InputError
+from npu_trace.sim import abi
+
+if TYPE_CHECKING:  # scenarios.plan calls place(): only the type comes from there
+    from npu_trace.sim.scenarios import Action
+
+IRQ_THREAD = 0
+DRIVER_THREAD = 1
+FIRST_APP_THREAD = 2
+MAX_APP_THREADS = 32
+MAX_MIGRATE_MS = 1000.0
+IRQ_FUNCS = frozenset(("irq_handler_entry", "trs_logic_cq_enque", "irq_handler_exit"))
+STREAM_FUNCS = frozenset(("halSqTaskSend", "halCqReportRecv"))
+
+
+@dataclass(frozen=True)
+class Host:
+    """The executor's shape: application threads (0: the single-thread executor), periodic CPU moves."""
+
+    app_threads: int = 0
+    migrate_ms: float = 0.0  # move threads 1.. to another CPU this often (0: never)
+    hop_share: float = 0.25  # share of the HAL calls that change CPU inside the call
+
+    @property
+    def threaded(self) -> bool:
+        return self.app_threads > 0
+
+    @property
+    def threads(self) -> int:
+        return FIRST_APP_THREAD + self.app_threads if self.threaded else 1
+
+    @property
+    def migrate_us(self) -> int:
+        return round(self.migrate_ms * 1000)
+
+    def describe(self) -> Dict[str, object]:
+        """What the truth file says about it."""
+        return {"threads": self.threads, "app_threads": self.app_threads, "migrate_ms": self.migrate_ms,
+                "hop_share": self.hop_share if self.threaded else 0.0}  # fmt: skip
+
+
+SINGLE = Host()
+HOST_LIKE = Host(app_threads=4, migrate_ms=2.0)
+
+
+def validate_host(host: Host) -> None:
+    if not 0 <= host.app_threads <= MAX_APP_THREADS:
+        raise InputError(f"--threads must be in [0, {MAX_APP_THREADS}], not {host.app_threads}")
+    if not 0 <= host.migrate_ms <= MAX_MIGRATE_MS:
+        raise InputError(f"--migrate-ms must be in [0, {MAX_MIGRATE_MS:.0f}], not {host.migrate_ms}")
+    if host.migrate_ms and not host.threaded:
+        raise InputError("--migrate-ms needs application threads (--threads 1 or more)")
+    if host.migrate_ms and host.migrate_us == 0:
+        raise InputError(f"--migrate-ms {host.migrate_ms} is below a microsecond: use 0 (no moves) or more")
+    if not 0.0 <= host.hop_share <= 1.0:
+        raise InputError(f"hop_share must be in [0, 1], not {host.hop_share}")
+
+
+class _Placer:
+    """One pass over the sorted plan; see the module docstring for the rules."""
+
+    def __init__(self, actions: List[Action], seed: int, host: Host) -> None:
+        self.actions = actions
+        self.host = host
+        self.rng = random.Random(f"npu-sim-threads:{seed}")
+        self.stream_threads: Dict[Tuple[int, int], int] = {}
+        self.threads: List[int] = []
+        self.last_in_group: Dict[int, int] = {}
+        self.made_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the devmm_alloc_done handing it out
+        self.freed_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the halMemFree releasing it
+        self.alloc_va = _alloc_addresses(actions)
+
+    def run(self) -> List[Action]:
+        return [self.place(i, a) for i, a in enumerate(self.actions)]
+
+    def place(self, i: int, a: Action) -> Action:
+        thread = self.thread(a)
+        self.threads.append(thread)
+        after = self.after(i, a, thread)
+        self.remember(i, a)
+        away = a.func == "irq_handler_entry" and after is not None and self.actions[after].func == "halSqTaskSend"
+        hop = abi.FUNC_BY_NAME[a.func].hal and self.rng.random() < self.host.hop_share
+        return replace(a, thread=thread, after=after, away=away, hop=hop)
+
+    def thread(self, a: Action) -> int:
+        if a.func in IRQ_FUNCS:
+            return IRQ_THREAD
+        if not abi.FUNC_BY_NAME[a.func].hal:
+            return DRIVER_THREAD
+        if a.func in STREAM_FUNCS:
+            key = (a.dev, int(a.args[2]))
+            if key not in self.stream_threads:
+                self.stream_threads[key] = self.app_thread()
+            return self.stream_threads[key]
+        return self.app_thread()
+
+    def app_thread(self) -> int:
+        return FIRST_APP_THREAD + self.rng.randrange(self.host.app_threads)
+
+    def after(self, i: int, a: Action, thread: int) -> Optional[int]:
+        waits = [w for w in (self.last_in_group.get(a.group), self.memory_wait(i, a)) if w is not None]
+        waits = [w for w in waits if self.threads[w] != thread]
+        if len(waits) > 1:  # the planner never makes one: a memory call opens its operation
+            raise AssertionError(f"action {i} ({a.func}) would wait for two actions: {waits}")
+        return waits[0] if waits else None
+
+    def memory_wait(self, i: int, a: Action) -> Optional[int]:
+        if a.func == "halMemFree":
+            return self.made_at.get((a.dev, int(a.args[1])))
+        if a.func == "halMemAlloc" and i in self.alloc_va:
+            return self.freed_at.get((a.dev, self.alloc_va[i]))
+        return None
+
+    def remember(self, i: int, a: Action) -> None:
+        self.last_in_group[a.group] = i
+        if a.func == "devmm_alloc_done" and int(a.args[3]) == 0:
+            self.made_at[(a.dev, int(a.args[2]))] = i
+        elif a.func == "halMemFree":
+            self.freed_at[(a.dev, int(a.args[1]))] = i
+
+
+def _alloc_addresses(actions: List[Action]) -> Dict[int, int]:
+    """Index of each successful halMemAlloc -> the address its devmm_alloc_done hands out."""
+    calls: Dict[int, int] = {}
+    out: Dict[int, int] = {}
+    for i, a in enumerate(actions):
+        if a.func == "halMemAlloc":
+            calls[a.group] = i
+        elif a.func == "devmm_alloc_done" and int(a.args[3]) == 0 and a.group in calls:
+            out[calls[a.group]] = int(a.args[2])
+    return out
+
+
+def place(actions: List[Action], seed: int, host: Host) -> List[Action]:
+    """The plan with every action placed on a thread (see the module docstring); unchanged for SINGLE."""
+    validate_host(host)
+    if not host.threaded:
+        return actions
+    return _Placer(actions, seed, host).run()
