@@ -37,7 +37,6 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
     return out
 
 
-COMMS_EVERY_S = 1.0  # how often new process names are noted
 MARK_EVERY_NS = 100_000_000  # a quiet read's mark is kept at most this often (one with data: always)
 
 
@@ -74,7 +73,6 @@ class Recorder:
         self._reported: Dict[Tuple[str, str, int], int] = {}
         self._opened_at = 0.0
         self._known_comms: Dict[str, str] = {}
-        self._comms_at = 0.0
         self._mark_ns = 0
         self.writer: Optional[RecordingWriter] = None
         self._open()
@@ -85,9 +83,10 @@ class Recorder:
         extra = {**self.extra, "comms": comms}
         header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
                               extra)  # fmt: skip
-        self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite)
+        self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,
+                                      before_chunk=lambda w: self._note_comms(w))  # fmt: skip
         self.files.append(path)
-        self._opened_at = self._comms_at = time.monotonic()
+        self._opened_at = time.monotonic()
         self._known_comms = dict(comms)
 
     @property
@@ -108,9 +107,6 @@ class Recorder:
             writer.add_mark(mark)
             self._mark_ns = mark.read_ns
         now = time.monotonic()
-        if now - self._comms_at >= COMMS_EVERY_S:
-            self._comms_at = now
-            self._note_comms(writer)
         writer.maybe_flush(now)
         if self._due(writer, now):
             self._finish_file()
@@ -122,8 +118,8 @@ class Recorder:
         return self.max_time is not None and now - self._opened_at >= self.max_time
 
     def _note_comms(self, writer: RecordingWriter) -> None:
-        """A note with the process names the kernel saved since the last one (processes started after the
-        file's header was written would otherwise be nameless on replay)."""
+        """A note with the process names the kernel saved since the last one, before each chunk (a process or
+        thread started after the file's header was written would otherwise be nameless on replay)."""
         saved = saved_comms(getattr(self.session, "fs", None))
         new = {str(pid): comm for pid, comm in saved.items() if self._known_comms.get(str(pid)) != comm}
         if new:

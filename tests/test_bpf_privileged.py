@@ -59,8 +59,10 @@ def run_spikes(config: BpfConfig, seed: int = 7) -> Tuple[Dict[str, Any], List[A
             time.sleep(0.01)
         truth = run.wait()
         src.read(batch)
-    # other sessions may run the same simulator binary: keep this executor's events (single thread: tid == pid)
-    mine = [e for e in batch if isinstance(e, Loss) or e.pid == run.pid]
+    # other sessions may run the same simulator binary: keep this executor's events (BPF events carry the
+    # thread id: the executor's threads are in its truth)
+    tids = {a["tid"] for a in truth["actions"]}
+    mine = [e for e in batch if isinstance(e, Loss) or e.pid in tids]
     return truth, mine, src
 
 
@@ -76,7 +78,14 @@ def test_every_hal_call_measured_once(sim_binary: str) -> None:
     actions = hal_actions(truth)
     assert any(a["kind"] == "spike" for a in actions)
     assert len(events) == len(actions)
-    for ev, act in zip(sorted(events, key=lambda e: e.ts_ns), actions):
+    pairs = [
+        pair
+        for tid in {a["tid"] for a in actions}  # each thread's calls one after another, in its plan order
+        for pair in zip(sorted((e for e in events if e.pid == tid), key=lambda e: e.ts_ns),
+                        [a for a in actions if a["tid"] == tid])
+    ]
+    assert len(pairs) == len(actions)
+    for ev, act in pairs:
         f = ev.fields()
         assert ev.fmt.name == act["func"]
         assert {k: f[k] for k in act["args"]} == act["args"]

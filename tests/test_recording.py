@@ -317,14 +317,16 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
         fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)),
     )  # fmt: skip
     monkeypatch.setattr(recorder_mod, "proc_comms", lambda: {"1": "init"})
-    monkeypatch.setattr(recorder_mod, "COMMS_EVERY_S", 0.0)
     path = str(tmp_path / "r.npt")
     rec = recorder_mod.Recorder(session, path, "test")
     pages = load_pages(ROOT)
-    rec(Batch(pages[:2], []))  # nothing new: no note
+    rec(Batch(pages[:2], []))
+    rec.writer.flush()  # nothing new before this chunk: no note
     saved[777] = "started-later"
     rec(Batch(pages[2:4], []))
+    rec.writer.flush()  # noted before the chunk it may be in
     saved[777] = "renamed"
+    rec(Batch(pages[4:6], []))
     rec.close()
     _, records = read_all(path)
     notes = [item["comms"] for kind, item in records if kind == "note"]

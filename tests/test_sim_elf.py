@@ -13,6 +13,7 @@ from npu_trace.errors import SimulatorError
 from npu_trace.sim import abi, build
 from npu_trace.sim.elf import Elf, Segment
 from npu_trace.sim.runner import start
+from npu_trace.sim.threads import SINGLE
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def test_build_is_cached(binary: str) -> None:
 
 
 def test_executor_runs_plan_and_times_calls(binary: str) -> None:
-    run = start("spikes", 3, 0.3, 400, 2, binary=binary)
+    run = start("spikes", 3, 0.3, 400, 2, binary=binary, host=SINGLE)  # one thread: the calls one after another
     truth = run.wait(timeout=30)
     acts = truth["actions"]
     assert truth["counts"] == dict(sorted(collections.Counter(a["func"] for a in acts).items()))

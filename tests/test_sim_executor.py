@@ -93,7 +93,7 @@ def test_without_periodic_moves_threads_stay_put_between_calls(two_cpus: None) -
 
 
 def test_single_thread_mode_is_the_executor_of_old() -> None:
-    run_ = sim.start_scenario("mixed", 2, 0.3, 600, 2, ensure_loaded=False)
+    run_ = sim.start_scenario("mixed", 2, 0.3, 600, 2, ensure_loaded=False, host=sim.SINGLE)
     truth = run_.wait(timeout=60)
     check_cause_before_effect(truth)
     assert truth["host"]["threads"] == 1 and not truth["host"]["pinned"]

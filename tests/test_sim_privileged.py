@@ -77,7 +77,8 @@ def test_load_trace_exact_truth_unload(tmp_path: object) -> None:
         for ev in abi.event_names():
             inst.enable_event(ev)
         inst.tracing_on(True)
-        run = sim.start_scenario("mixed", 11, 1.0, 300, 2, truth_path=os.path.join(str(tmp_path), "t.json"))
+        run = sim.start_scenario("mixed", 11, 1.0, 300, 2, truth_path=os.path.join(str(tmp_path), "t.json"),
+                                 host=sim.SINGLE)  # one thread: the kernel text in plan order
         truth = run.wait(timeout=60)
         inst.tracing_on(False)
         assert os.path.exists(os.path.join(str(tmp_path), "t.json"))

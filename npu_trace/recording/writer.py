@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import msgpack
 import zstandard
@@ -118,7 +118,9 @@ class RecordingWriter:
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
         fsync: bool = False,
         overwrite: bool = False,
+        before_chunk: Optional[Callable[[RecordingWriter], None]] = None,
     ) -> None:
+        """`before_chunk(writer)`: called before each chunk is written (a note it adds goes before it)."""
         if compression not in CODECS:
             raise RecordingError(f"compression {compression!r} is not one of {', '.join(CODECS)}")
         if not 0 < chunk_bytes <= MAX_CHUNK_RAW - MAX_PAGE_BYTES:
@@ -130,6 +132,7 @@ class RecordingWriter:
         self.chunk_bytes = chunk_bytes
         self.flush_interval = flush_interval
         self.fsync = fsync
+        self.before_chunk = before_chunk
         self.ledger = LossLedger()
         self._zstd = zstandard.ZstdCompressor(level=level) if compression == "zstd" else None
         self._pending: List[Tuple[int, bytes]] = []
@@ -240,6 +243,8 @@ class RecordingWriter:
         """Write the queued notes, the queued pages as one chunk, then the queued loss records."""
         if self._fd is None:
             raise RecordingError(f"recording {self.path} is closed")
+        if self.before_chunk is not None and (self._pending or self._pending_marks):
+            self.before_chunk(self)
         blob = b"".join(msgpack.packb(note, use_bin_type=True) for note in self._pending_notes)
         self._pending_notes.clear()
         blob += self._chunk_bytes() if self._pending or self._pending_marks else b""

@@ -25,10 +25,11 @@ Python API:
     run_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> truth dict
     Both take `channels=SideChannels(...)` to run the side channels next to the executor (kmsg lines,
     synthetic uevents, a fake npu-smi: npu_trace.sim.channels); without it only the executor runs.
-    Both take `host=Host(...)`: the executor's threads and CPU moves (npu_trace.sim.threads). SINGLE (the
-    default here) runs every action on one thread; HOST_LIKE behaves like a real host: application threads,
+    Both take `host=Host(...)`: the executor's threads and CPU moves (npu_trace.sim.threads). HOST_LIKE (the
+    default) behaves like a real host: application threads,
     completions in an interrupt thread on another CPU than their submit, calls that change CPU between entry
-    and return, and every thread but the interrupt one moved to another CPU every 2 ms.
+    and return, and every thread but the interrupt one moved to another CPU every 2 ms; SINGLE runs every action
+    on one thread (the executor of old).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def start_scenario(
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
-    host: Host = SINGLE,
+    host: Host = HOST_LIKE,
 ) -> ScenarioRun:
     """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False)."""
     from npu_trace.sim import runner
@@ -94,7 +95,7 @@ def run_scenario(
     ensure_loaded: bool = True,
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
-    host: Host = SINGLE,
+    host: Host = HOST_LIKE,
 ) -> Truth:
     """Run a scenario to completion and return its ground truth (also written to `truth_path` if given)."""
     run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels, host)

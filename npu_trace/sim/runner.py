@@ -47,7 +47,7 @@ from npu_trace.errors import SimulatorError
 from npu_trace.sim import abi, build
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.scenarios import Action, plan
-from npu_trace.sim.threads import SINGLE, Host
+from npu_trace.sim.threads import HOST_LIKE, Host
 
 OPEN_TIMEOUT_S = 10.0  # the executor must open its plan within this
 
@@ -162,7 +162,7 @@ class ScenarioRun:
         binary: str,
         truth_path: Optional[str] = None,
         channels: Optional[SideChannels] = None,
-        host: Host = SINGLE,
+        host: Host = HOST_LIKE,
     ) -> None:
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
@@ -289,7 +289,7 @@ def start(
     truth_path: Optional[str] = None,
     binary: Optional[str] = None,
     channels: Optional[SideChannels] = None,
-    host: Host = SINGLE,
+    host: Host = HOST_LIKE,
 ) -> ScenarioRun:
     actions = plan(scenario, seed, duration_s, rate, devices, host)
     path = binary or build.ensure_built()
