@@ -63,6 +63,8 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
         skipped = source.events_skipped
         bar.update(source.reader_position(), source.events_read)
     bar.done()
+    if source.reader.truncated:
+        analysis.truncated(source.reader.truncation)
     result = analysis.finish()
     return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis)}
 

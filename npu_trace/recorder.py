@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from npu_trace.events import Loss
 from npu_trace.pipeline.batch import Batch
-from npu_trace.recording.writer import RecordingWriter, build_header
+from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
 from npu_trace.sources.comm import saved_comms
 from npu_trace.sources.tracefs_source import TracefsSession
 
@@ -56,6 +56,7 @@ class Recorder:
         max_time: Optional[float] = None,
         overwrite: bool = False,
         extra: Optional[Dict[str, Any]] = None,
+        mode: int = DEFAULT_MODE,
     ) -> None:
         self.session = session
         self.extra = dict(extra or {})  # more for the header's "extra" (e.g. {"channels": Channels.header()})
@@ -66,6 +67,7 @@ class Recorder:
         self.max_size = max_size
         self.max_time = max_time
         self.overwrite = overwrite
+        self.mode = mode
         self.rotating = max_size is not None or max_time is not None
         self.files: List[str] = []
         self.bytes_done = 0  # bytes of the files already closed
@@ -84,7 +86,7 @@ class Recorder:
         header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
                               extra)  # fmt: skip
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,
-                                      before_chunk=lambda w: self._note_comms(w))  # fmt: skip
+                                      before_chunk=lambda w: self._note_comms(w), mode=self.mode)  # fmt: skip
         self.files.append(path)
         self._opened_at = time.monotonic()
         self._known_comms = dict(comms)

@@ -2,6 +2,8 @@
 
     [loss]
     allowed = false          # any lost event fails the check
+    [truncated]
+    allowed = false          # a recording cut by a crash (no trailer) fails the check too
     [timeouts]
     max = 0                  # timeout findings allowed (also: alloc_fail, reset_sequences, spikes, leaks)
     [spikes]
@@ -61,11 +63,13 @@ class Rules:
     source: str = "defaults"
     max_by_op: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # table -> op -> limit
     ecc: Mapping[str, int] = field(default_factory=dict)  # max_ce_delta / max_uce_delta, per device
+    truncated_allowed: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         return {
             "source": self.source,
             "loss_allowed": self.loss_allowed,
+            "truncated_allowed": self.truncated_allowed,
             "max_counts": dict(sorted(self.max_counts.items())),
             "max_by_op": {t: dict(sorted(ops.items())) for t, ops in sorted(self.max_by_op.items())},
             "ecc": dict(sorted(self.ecc.items())),
@@ -105,7 +109,7 @@ def parse_rules(text: str, name: str = "rules.toml") -> Rules:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(f"{name}: not valid TOML: {exc}") from None
-    known = {*COUNT_RULES, "loss", "latency", "ecc"}
+    known = {*COUNT_RULES, "loss", "truncated", "latency", "ecc"}
     for key in data:
         if key not in known:
             raise _fail(name, text, key, f"one of the tables {', '.join(sorted(known))}")
@@ -115,10 +119,11 @@ def parse_rules(text: str, name: str = "rules.toml") -> Rules:
         max_counts[table], ops = _parse_max(data.get(table, {}), table, name, text, DEFAULT_MAX[table])
         if ops:
             by_op[table] = ops
-    loss_allowed = _parse_loss(data.get("loss", {}), name, text)
+    loss_allowed = _parse_allowed(data.get("loss", {}), "loss", name, text)
+    truncated_allowed = _parse_allowed(data.get("truncated", {}), "truncated", name, text)
     p99 = _parse_latency(data.get("latency", {}), name, text)
     ecc = _parse_ecc(data.get("ecc", {}), name, text)
-    return Rules(max_counts, loss_allowed, p99, name, by_op, ecc)
+    return Rules(max_counts, loss_allowed, p99, name, by_op, ecc, truncated_allowed)
 
 
 def _parse_max(table: Any, key: str, name: str, text: str, default: int) -> Tuple[int, Dict[str, int]]:
@@ -152,12 +157,12 @@ def _parse_ecc(table: Any, name: str, text: str) -> Dict[str, int]:
     return out
 
 
-def _parse_loss(table: Any, name: str, text: str) -> bool:
+def _parse_allowed(table: Any, key: str, name: str, text: str) -> bool:
     if not isinstance(table, dict) or set(table) - {"allowed"}:
-        raise _fail(name, text, "loss", "a table with `allowed = true|false`")
+        raise _fail(name, text, key, "a table with `allowed = true|false`")
     value = table.get("allowed", False)
     if not isinstance(value, bool):
-        raise _fail(name, text, "loss.allowed", "true or false")
+        raise _fail(name, text, f"{key}.allowed", "true or false")
     return value
 
 
@@ -224,6 +229,9 @@ def evaluate(
                 violations.append(Violation(f"ecc.{name}", message, delta))
     if incomplete and not rules.loss_allowed:
         violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
+    for cut in (f for f in findings if f["kind"] == "truncated"):
+        if not rules.truncated_allowed:
+            violations.append(Violation("truncated", f"the recording is cut: {cut['details'].get('where')}", 1))
     for op, limit in sorted(rules.p99_max_ns.items()):
         p99 = op_p99.get(op)
         if p99 is not None and p99 > limit:
@@ -234,6 +242,7 @@ def evaluate(
 def rule_names(rules: Rules) -> List[Tuple[str, str]]:
     """(rule, description) for every rule in force, for reports that list passing rules too (JUnit)."""
     out = [("loss", "no lost events" if not rules.loss_allowed else "loss tolerated")]
+    out.append(("truncated", "the recording is whole" if not rules.truncated_allowed else "a cut recording tolerated"))
     for table in sorted(COUNT_RULES):
         limit = rules.max_counts[table]
         out.append((table, "no limit" if limit == UNLIMITED else f"at most {limit}"))

@@ -41,6 +41,10 @@ def check_against_truth(report: Dict[str, Any], exp: Dict[str, Any]) -> None:
     assert leaks == exp["leaks"]
     check_resets(of_kind(report, "reset_sequence"), exp)
     assert of_kind(report, "loss") == [] and not report["summary"]["loss"]["incomplete"]
+    summary = report["summary"]
+    assert summary["pairing"] == {"unpaired_entries": 0, "unpaired_returns": 0}  # every return met its entry
+    latency = summary["latency"]
+    assert (latency["unmatched_completes"], latency["pending_tasks"], latency["evicted_tasks"]) == (0, 0, 0)
     expected_total = sum(exp["spikes"].values()) + len(fails) + sum(exp["timeouts"].values()) + len(leaks)
     assert len(report["findings"]) == expected_total + len(exp["resets"])
 

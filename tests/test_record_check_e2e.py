@@ -118,11 +118,21 @@ def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(sim_loade
     timeline = source.timeline()
     items = [item for batch in source.batches() for item in timeline.push(batch)]
     assert source.reader.truncated and source.events_read > 0 and items
+    assert os.stat(path).st_mode & 0o777 == 0o600  # private: its kernel log lines and process names are root's
     proc = subprocess.run([*CLI, "check", path, "--quiet", "--json", str(tmp_path / "r.json")], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode == 1, proc.stderr  # cut evidence fails the default gate, like lost events
     with open(tmp_path / "r.json") as f:
-        assert json.load(f)["reading"]["truncated"] is True
+        report = json.load(f)
+    assert report["reading"]["truncated"] is True
+    (cut,) = [f for f in report["findings"] if f["kind"] == "truncated"]
+    assert cut["details"]["where"] == report["reading"]["truncation"] and "without a trailer" in cut["details"]["where"]
+    assert [v["rule"] for v in report["violations"]] == ["truncated"]  # the steady scenario injects no fault
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[truncated]\nallowed = true\n")
+    accepted = subprocess.run([*CLI, "check", path, "--quiet", "--rules", str(rules)], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr
     subprocess.run([*CLI, "cleanup"], capture_output=True, timeout=60)
     assert not [n for n in sim_loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
     assert os.path.getsize(path) > 0

@@ -402,3 +402,29 @@ def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     assert len(items) == len(stamps) + 2 and source.ledger.total == 3  # nothing late: the marks told the merge
     kinds = [f["kind"] for f in analysis.finish()["findings"]]
     assert "timeout" in kinds and "loss" in kinds
+
+
+def test_recordings_are_private_by_default_whatever_the_umask(tmp_path: Any) -> None:
+    """A recording holds what only root may read (kernel log lines, process names, driver addresses): 0600,
+    also when it replaces a world-readable file; another mode only when asked for."""
+    pages = load_pages(ROOT)[:2]
+    old = os.umask(0)
+    try:
+        path = str(tmp_path / "p.npt")
+        write(path, pages)
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        os.chmod(path, 0o644)
+        write(path, pages, overwrite=True)
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        shared = str(tmp_path / "s.npt")
+        write(shared, pages, mode=0o640)
+        assert os.stat(shared).st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_a_bad_mode_is_a_one_line_usage_error(tmp_path: Any) -> None:
+    proc = subprocess.run([sys.executable, "-m", "npu_trace", "record", "-o", str(tmp_path / "x.npt"), "--mode",
+                           "0999"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "not a file mode" in proc.stderr and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "x.npt")

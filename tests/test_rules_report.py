@@ -25,6 +25,10 @@ def test_defaults_are_a_ci_gate() -> None:
     bad = [finding("timeout"), finding("alloc_fail"), finding("reset_sequence")]
     assert sorted(v.rule for v in evaluate(rules, bad, {}, 0, False)) == ["alloc_fail", "reset_sequences", "timeouts"]
     assert [v.rule for v in evaluate(rules, [], {}, 3, True)] == ["loss"]
+    cut = {"kind": "truncated", "device": None, "op": "recording", "ts_ns": 9, "details": {"where": "byte 42"}}
+    (v,) = evaluate(rules, [cut], {}, 0, False)
+    assert (v.rule, v.message) == ("truncated", "the recording is cut: byte 42")
+    assert evaluate(parse_rules("[truncated]\nallowed = true\n"), [cut], {}, 0, False) == []
 
 
 def test_rules_file_overrides() -> None:
@@ -61,6 +65,7 @@ def test_health_rules_heartbeat_ecc_and_link() -> None:
     [
         ("[timeouts]\nmax = 'two'\n", "rules.toml:2: timeouts.max"),
         ("[loss]\nallowed = 1\n", "rules.toml:2: loss.allowed"),
+        ("[truncated]\nallowed = 'yes'\n", "rules.toml:2: truncated.allowed"),
         ("\n\n[nosuch]\nmax = 1\n", "rules.toml:3: nosuch"),
         ("[latency.p99_max_ns]\nhalMemAlloc = -5\n", "rules.toml:2: latency.p99_max_ns.halMemAlloc"),
         ("[spikes]\nlimit = 3\n", "rules.toml:2: spikes.limit"),

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections import namedtuple
 from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,3 +217,45 @@ def test_recordings_cut_into_chunks_differently_give_a_byte_identical_check_repo
         reports.append(json.dumps(result["analysis"], sort_keys=True))
     assert reports[0] == reports[1] == reports[2]
     assert reports[0] == run_timeline(batches, 3)[1]
+
+
+# ---- live: time moves on while the host is quiet ----------------------------------------------------------
+@pytest.mark.privileged
+def test_live_analysis_reports_a_reset_within_3_s_of_its_last_step_with_nothing_else_arriving(
+    sim_loaded: Any,
+) -> None:
+    """The ecc-reset scenario, live (ftrace and the simulator's kmsg lines and uevents): the sequence closes
+    1 s after its end step (other channels' copies may still come), and that is reported from the timeline's
+    watermark alone, in a read that brought no event at all, within 3 s of the last step."""
+    from npu_trace import sim
+    from npu_trace.pipeline import pump
+    from npu_trace.sim.channels import SideChannels
+    from npu_trace.sources.channels import Channels
+    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sources.tracefs_source import TracefsSession
+
+    profile = PROFILES["sim"]
+    session = TracefsSession(optional=profile.events, fs=sim_loaded, layouts=profile.layouts, tag="quiet")
+    analysis = Analysis(profile)
+    found: List[Tuple[int, int, Any]] = []  # (monotonic ns, items released with it, finding)
+    with LiveTrace(session, Channels(["kmsg", "uevent"])) as trace:
+        timeline = trace.timeline()
+
+        def sink(batch: Batch) -> None:
+            items = timeline.push(batch)
+            for f in analysis.feed(items, timeline.now):
+                if f.kind == "reset_sequence":
+                    found.append((time.monotonic_ns(), len(items), f))
+
+        run = sim.start_scenario("ecc-reset", 4, 2.0, 200, 1, ensure_loaded=False, channels=SideChannels())
+        deadline = time.monotonic() + 30
+        try:
+            pump(trace, sink, until=lambda: bool(found) or time.monotonic() > deadline)
+            truth = run.wait(timeout=30)
+        finally:
+            run.terminate()
+    last_step = max(a["end_ns"] for a in truth["actions"] if a["func"] == "devdrv_reset_step")
+    (when, released, finding), *_ = found
+    assert finding.details["status"] == "complete" and len(finding.details["steps"]) == len(sim.RESET_STEPS)
+    assert released == 0  # told by time alone: no event came with it
+    assert 0 < when - last_step <= 3 * S, (when - last_step) / S

@@ -18,6 +18,7 @@ from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
 from npu_trace.recorder import Recorder
+from npu_trace.recording.writer import DEFAULT_MODE
 from npu_trace.sources.live import LiveTrace
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?$")
@@ -29,6 +30,17 @@ def parse_size(text: str) -> int:
     if not m or float(m.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G, 100000)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_mode(text: str) -> int:
+    """ "0640" -> 0o640: the file mode of recordings (octal, at most 0777)."""
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"not a file mode: {text!r} (octal, e.g. 0600 or 0640)")
+    return mode
 
 
 def add_parser(sub: Any) -> None:
@@ -43,6 +55,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-time", type=float, metavar="S", help="rotate to a new numbered file every S seconds")
     p.add_argument("--compression", choices=("zstd", "none"), default="zstd", help="chunk codec (default zstd)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.add_argument("--mode", type=parse_mode, default=DEFAULT_MODE, metavar="MODE",
+                   help="permissions of the files written (octal; default 0600: a recording holds kernel log "
+                   "lines, process names and driver addresses that only root may read on the host)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -56,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         extra = {"channels": channels.header()} if channels is not None else {}
         recorder = Recorder(session, args.output, args.profile, compression=args.compression,
                             max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite,
-                            extra=extra)  # fmt: skip
+                            extra=extra, mode=args.mode)  # fmt: skip
         announce(session, f"recording to {args.output}", channels)
         try:
             pump(source, recorder, duration=args.duration, stop=stop)

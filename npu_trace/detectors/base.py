@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 from npu_trace.model import NpuEvent
 
 FINDING_KINDS: Tuple[str, ...] = (
-    "spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss", "link_degraded", "health",
+    "spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss", "link_degraded", "health", "truncated",
 )  # fmt: skip
 
 

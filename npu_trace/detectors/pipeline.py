@@ -66,6 +66,12 @@ class Analysis:
         self.findings.extend(new)
         return sort_findings(new)
 
+    def truncated(self, where: str) -> None:
+        """The input ended before its end (a recording cut by a crash): evidence as incomplete as a lossy
+        trace, said as a finding at the last event's time, before finish()."""
+        details = {"where": where, "last_ts_ns": self.last_ts}
+        self.findings.append(Finding("truncated", None, "recording", self.last_ts or 0, details))
+
     def mapped_events(self) -> Set[str]:
         """The "system:name" events the profile maps: every other event is only counted (as "log")."""
         return set(self.normalizer.rules)

@@ -94,14 +94,24 @@ def _format_entries(formats: Any, texts: Mapping[str, str]) -> List[Dict[str, st
     return entries
 
 
-def _open_excl(path: str, overwrite: bool) -> int:
+DEFAULT_MODE = 0o600  # a recording holds what only root may read on the host (kernel log, process names)
+
+
+def _open_excl(path: str, overwrite: bool, mode: int = DEFAULT_MODE) -> int:
+    """The new file, with exactly `mode` (whatever the umask, and also when an existing file is replaced)."""
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | (os.O_TRUNC if overwrite else os.O_EXCL)
     try:
-        return os.open(path, flags, 0o644)
+        fd = os.open(path, flags, mode)
     except FileExistsError:
         raise RecordingError(f"{path} already exists: refusing to overwrite a recording") from None
     except OSError as exc:
         raise RecordingError(f"cannot create recording {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, mode)
+    except OSError as exc:
+        os.close(fd)
+        raise RecordingError(f"cannot set the mode of recording {path}: {exc.strerror}") from None
+    return fd
 
 
 class RecordingWriter:
@@ -119,8 +129,10 @@ class RecordingWriter:
         fsync: bool = False,
         overwrite: bool = False,
         before_chunk: Optional[Callable[[RecordingWriter], None]] = None,
+        mode: int = DEFAULT_MODE,
     ) -> None:
-        """`before_chunk(writer)`: called before each chunk is written (a note it adds goes before it)."""
+        """`before_chunk(writer)`: called before each chunk is written (a note it adds goes before it).
+        `mode`: the file's permissions (default 0600: private to its owner)."""
         if compression not in CODECS:
             raise RecordingError(f"compression {compression!r} is not one of {', '.join(CODECS)}")
         if not 0 < chunk_bytes <= MAX_CHUNK_RAW - MAX_PAGE_BYTES:
@@ -144,7 +156,7 @@ class RecordingWriter:
         self._started = 0.0
         self._index: List[Tuple[int, int]] = []
         self._pages = self._bytes_raw = self._bytes_written = self._events = 0
-        self._fd: Optional[int] = _open_excl(path, overwrite)
+        self._fd: Optional[int] = _open_excl(path, overwrite, mode)
         self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
 
     # ---- lifecycle -----------------------------------------------------------------------------
