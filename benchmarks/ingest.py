@@ -415,8 +415,8 @@ class Bench:
         from npu_trace.sim import runner
 
         with open(self.sim_out) as f:
-            rows = runner.parse_output(f.read(), self.sim_actions)
-        return rows[-1][1] - rows[0][0] if rows else 0
+            rows = runner.parse_output(f.read(), self.sim_actions).rows
+        return max(r.end_ns for r in rows) - min(r.start_ns for r in rows) if rows else 0
 
     def sim_npu(self, n: int, rate: float) -> Run:
         run = Run(NPU, n, rate)

@@ -236,6 +236,7 @@ class PageDecoder:
         self.last_malformed = ""
         self.pages = 0
         self.last_ts = 0
+        self.backwards = 0  # times a page or an absolute stamp went back before the previous record (rare)
 
     def decode(self, page: bytes, out: List[Any]) -> int:
         """Append this page's events (and Loss records) to `out`; returns the number of events appended."""
@@ -244,6 +245,8 @@ class PageDecoder:
             self._malformed(out, 0, "short page")
             return 0
         page_ts, commit = self._page(page, h.ts_offset)
+        if page_ts < self.last_ts:
+            self.backwards += 1
         self.pages += 1
         length = commit & COMMIT_MASK
         end = h.data_offset + length
@@ -317,7 +320,8 @@ class PageDecoder:
                 pos += 8
                 continue
             elif tl == TYPE_TIME_STAMP:
-                ts = self._abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
+                before, ts = ts, self._abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
+                self.backwards += ts < before
                 pos += 8
                 continue
             else:  # padding: delta 0 ends the page, otherwise a discarded record of array[0] bytes

@@ -24,7 +24,6 @@ carries at its front.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from itertools import chain, islice
 from operator import attrgetter, le
 from typing import Any, Dict, List, Tuple
@@ -38,33 +37,49 @@ _ts = attrgetter("ts_ns")  # TraceEvent, NpuEvent and Loss all carry it
 
 
 class _Stream:
-    __slots__ = ("items", "ordered", "stamps", "wm")
+    __slots__ = ("items", "last", "ordered", "wm")
 
     def __init__(self) -> None:
         self.items: List[Any] = []
-        self.stamps: List[int] = []
-        self.ordered = True  # stamps are non-decreasing
+        self.last = -math.inf  # the latest stamp held
+        self.ordered = True  # the held items are in time order
         self.wm = -math.inf
 
-    def add(self, items: List[Any], stamps: List[int]) -> None:
-        if self.ordered and ((self.stamps and stamps[0] < self.stamps[-1]) or not _ascending(stamps)):
+    def add(self, items: List[Any], ascending: bool, first: int, last: int) -> None:
+        if self.ordered and (not ascending or first < self.last):
             self.ordered = False
         self.items += items
-        self.stamps += stamps
+        if last > self.last:
+            self.last = last
 
-    def take(self, upto: float) -> Tuple[List[Any], List[int]]:
+    def take(self, upto: float) -> List[Any]:
         """The held items stamped before `upto` (in time order, arrival order among equals)."""
+        items = self.items
         if not self.ordered:
-            order = sorted(range(len(self.stamps)), key=self.stamps.__getitem__)
-            self.items = [self.items[i] for i in order]
-            self.stamps = [self.stamps[i] for i in order]
+            items.sort(key=_ts)  # stable: arrival order among equal stamps
             self.ordered = True
-        cut = len(self.stamps) if upto == math.inf else bisect_left(self.stamps, upto)
+        cut = len(items) if upto == math.inf else _bisect(items, upto)
         if not cut:
-            return [], []
-        items, stamps = self.items[:cut], self.stamps[:cut]
-        del self.items[:cut], self.stamps[:cut]
-        return items, stamps
+            return []
+        taken = items[:cut]
+        del items[:cut]
+        if not items:
+            self.last = -math.inf
+        return taken
+
+
+def _bisect(items: List[Any], upto: float) -> int:
+    """The number of (time-ordered) items stamped before `upto`."""
+    lo, hi = 0, len(items)
+    if hi and _ts(items[-1]) < upto:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _ts(items[mid]) < upto:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class OrderedMerge:
@@ -87,22 +102,31 @@ class OrderedMerge:
             st = self.streams[key] = _Stream()
         return st
 
-    def push(self, key: int, items: List[Any]) -> None:
-        """Items of stream `key` in the order it delivered them (a CPU's: in time order)."""
+    def push(self, key: int, items: List[Any], ordered: bool = False) -> None:
+        """Items of stream `key` in the order it delivered them; `ordered`: the caller knows they are in time
+        order (a CPU's records: the ring buffer's deltas never go back), so nothing is checked item by item."""
         if not items:
             return
-        stamps = list(map(_ts, items))
-        if not all(stamps) or min(stamps) < self.released:
-            items, stamps = self._sift(key, items, stamps)
+        if ordered:
+            first, last, ascending = _ts(items[0]), _ts(items[-1]), True
+        else:
+            stamps = list(map(_ts, items))
+            ascending = _ascending(stamps)
+            first, last = (stamps[0], stamps[-1]) if ascending else (min(stamps), max(stamps))
+        if first < self.released or not first:  # late items, or untimed ones (stamped 0): set apart
+            items = self._sift(key, items)
             if not items:
                 return
-        self._stream(key).add(items, stamps)
+            stamps = list(map(_ts, items))
+            ascending, first, last = _ascending(stamps), min(stamps), max(stamps)
+        self._stream(key).add(items, ascending, first, last)
         self.held += len(items)
 
-    def _sift(self, key: int, items: List[Any], stamps: List[int]) -> Tuple[List[Any], List[int]]:
+    def _sift(self, key: int, items: List[Any]) -> List[Any]:
         """Set untimed items aside for the front, drop (and count) late ones; the rest stays."""
-        keep, kept = [], []
-        for item, ts in zip(items, stamps):
+        keep = []
+        for item in items:
+            ts = _ts(item)
             if not ts:
                 self._front.append(item)
             elif ts < self.released:
@@ -110,8 +134,7 @@ class OrderedMerge:
                 self.late[where] = self.late.get(where, 0) + 1
             else:
                 keep.append(item)
-                kept.append(ts)
-        return keep, kept
+        return keep
 
     def advance(self, key: int, watermark: float) -> None:
         """Stream `key` will deliver nothing stamped before `watermark` (a watermark never moves back)."""
@@ -146,24 +169,23 @@ class OrderedMerge:
 
     def _cut(self, count: int) -> float:
         """A time before which about `count` of the held items lie (the oldest first)."""
-        stamps = sorted(chain.from_iterable(st.stamps for st in self.streams.values()))  # runs: timsort is fast
+        stamps = sorted(map(_ts, chain.from_iterable(st.items for st in self.streams.values())))  # runs: fast
         return stamps[min(count, len(stamps)) - 1] + 1 if stamps else self.released
 
     def _release(self, upto: float) -> List[Any]:
         out = self._take_front()
         if upto <= self.released and upto != math.inf:
             return out
-        parts = [st.take(upto) for _, st in sorted(self.streams.items()) if st.stamps]
-        parts = [p for p in parts if p[0]]
+        parts = [st.take(upto) for _, st in sorted(self.streams.items()) if st.items]
+        parts = [p for p in parts if p]
         if upto > self.released:
             self.released = upto
         if not parts:
             return out
-        for items, _ in parts:
+        for items in parts:
             self.held -= len(items)
-        if len(parts) == 1:
-            return out + parts[0][0] if out else parts[0][0]
-        return out + _merge_runs(parts)
+        merged = parts[0] if len(parts) == 1 else _merge_runs(parts)
+        return out + merged if out else merged
 
     def _take_front(self) -> List[Any]:
         front, self._front = self._front, []
@@ -185,13 +207,17 @@ def _ascending(stamps: List[int]) -> bool:
     return all(map(le, stamps, islice(stamps, 1, None)))
 
 
-def _merge_runs(parts: List[Tuple[List[Any], List[int]]]) -> List[Any]:
-    """Sorted runs (one per stream, in stream-key order) -> one sorted list; stable, so equal stamps keep the
-    stream order, then the arrival order."""
-    items = list(chain.from_iterable(p[0] for p in parts))
-    stamps = list(chain.from_iterable(p[1] for p in parts))
-    order = sorted(range(len(stamps)), key=stamps.__getitem__)
-    return [items[i] for i in order]
+def _merge_runs(parts: List[List[Any]]) -> List[Any]:
+    """Sorted runs (one per stream, in stream-key order) -> one sorted list: equal stamps keep the stream
+    order, then the arrival order. Runs that do not overlap in time are only put one after the other."""
+    bounds = sorted((_ts(p[0]), i) for i, p in enumerate(parts))
+    order = [i for _, i in bounds]
+    if all(_ts(parts[a][-1]) < _ts(parts[b][0]) or (_ts(parts[a][-1]) == _ts(parts[b][0]) and a < b)
+           for a, b in zip(order, order[1:])):  # fmt: skip
+        return list(chain.from_iterable(parts[i] for i in order))
+    out = list(chain.from_iterable(parts))
+    out.sort(key=_ts)  # stable: parts are in stream-key order, each in arrival order
+    return out
 
 
 def _late_key(key: int, item: Any) -> Tuple[str, int]:

@@ -74,14 +74,18 @@ class Timeline:
     def _decode(self, pages: List[Tuple[int, bytes]]) -> None:
         assert self.decoders is not None, "a batch with pages needs page decoders"
         per_cpu: Dict[int, List[Any]] = {}
+        backwards = {}
         for cpu, page in pages:
             out = per_cpu.get(cpu)
+            decoder = self.decoders.decoder(cpu)
             if out is None:
                 out = per_cpu[cpu] = []
-            self.events += self.decoders.decoder(cpu).decode(page, out)
+                backwards[cpu] = decoder.backwards
+            self.events += decoder.decode(page, out)
         for cpu, items in per_cpu.items():
-            self.merge.push(cpu, items)
-            self.merge.advance(cpu, self.decoders.decoder(cpu).last_ts)
+            decoder = self.decoders.decoder(cpu)
+            self.merge.push(cpu, items, ordered=decoder.backwards == backwards[cpu])  # its deltas only add up
+            self.merge.advance(cpu, decoder.last_ts)
 
     def _mark(self, mark: Mark) -> None:
         floor = mark.read_ns - self.margin_ns
