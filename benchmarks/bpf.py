@@ -166,7 +166,7 @@ class Tracefs:
     """npu-trace's tracefs reader and trace-cmd, through benchmarks.ingest.Bench (its own trace-cmd instance)."""
 
     def __init__(self, args: argparse.Namespace, tmp: str) -> None:
-        from npu_trace.tracefs import Tracefs as Fs
+        from npu_trace.ftrace.tracefs import Tracefs as Fs
 
         self.root = Fs.find().root
         self.state = ingest.GlobalState(self.root)

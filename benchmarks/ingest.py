@@ -390,8 +390,9 @@ class Bench:
     def sim_prepare(self) -> Tuple[int, int]:
         """Register the simulator's uprobes and write the plan; returns (actions, events expected)."""
         from npu_trace import sim
-        from npu_trace.sim import abi, runner, scenarios
-        from npu_trace.tracefs import Tracefs
+        from npu_trace.device import hal
+        from npu_trace.ftrace.tracefs import Tracefs
+        from npu_trace.sim import runner, scenarios
 
         a = self.args
         self.sim_loaded = sim.load(Tracefs(self.root))
@@ -401,11 +402,11 @@ class Bench:
         with open(self.sim_plan, "w") as f:
             f.writelines(runner.plan_line(x) for x in actions)
         self.sim_actions = len(actions)
-        return len(actions), sum(1 + int(abi.FUNC_BY_NAME[x.func].hal) for x in actions)
+        return len(actions), sum(1 + int(hal.FUNC_BY_NAME[x.func].hal) for x in actions)
 
     def sim_release(self) -> None:
         from npu_trace import sim
-        from npu_trace.tracefs import Tracefs
+        from npu_trace.ftrace.tracefs import Tracefs
 
         if getattr(self, "sim_loaded", None) is not None and self.sim_loaded.changed:
             sim.unload(Tracefs(self.root))  # registered by this bench: leave uprobe_events as found
@@ -746,7 +747,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log("bench: needs root (tracefs instances, trace-cmd)")
         return 2
     sys.path.insert(0, os.path.dirname(HERE))
-    from npu_trace.tracefs import Tracefs
+    from npu_trace.ftrace.tracefs import Tracefs
 
     root = Tracefs.find().root
     state = GlobalState(root)

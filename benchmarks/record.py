@@ -39,7 +39,7 @@ def record_run(bench: Bench, n: int, rate: float) -> Run:
     """One traced generator run recorded to an .npt file (kept when it is the first full-speed run)."""
     from benchmarks.ingest import EVENT, BenchError, Run, cpu_self, parse_gen
     from npu_trace.pipeline import pump
-    from npu_trace.recorder import Recorder
+    from npu_trace.sinks.recorder import Recorder
     from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
@@ -158,7 +158,7 @@ def time_replay(path: str, repeat: int) -> Dict[str, Any]:
 def time_check(path: str, repeat: int) -> Dict[str, Any]:
     """analyze(path, "sim") as `npu-trace check` runs it (no progress bar); median of `repeat`."""
     from benchmarks.ingest import cpu_self, median
-    from npu_trace.analyze import analyze
+    from npu_trace.ci.analyze import analyze
 
     walls, cpus = [], []
     result: Dict[str, Any] = {}
@@ -181,11 +181,11 @@ def record_detector_heavy(bench: Bench) -> Optional[str]:
     from benchmarks.ingest import log
     from npu_trace import sim
     from npu_trace.errors import NpuTraceError
+    from npu_trace.ftrace.tracefs import Tracefs
     from npu_trace.pipeline import pump
-    from npu_trace.recorder import Recorder
+    from npu_trace.sinks.recorder import Recorder
     from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
-    from npu_trace.tracefs import Tracefs
 
     path = os.path.join(bench.tmp, "detector-heavy.npt")
     try:

@@ -1,5 +1,11 @@
 """The event model shared by sources, detectors and sinks.
 
+An `NpuEvent` is what detectors and sinks see, whatever source an event came from: (ts_ns, kind, dev, op,
+pid, cpu, args). `kind` is one of `KINDS`; `dev` is the NPU's device id or None; `op` names the operation
+within the kind (a HAL function, "task", a timeout kind, "reset" ...); `args` holds the event's own values
+(JSON-able). Raw trace records become NpuEvents in `npu_trace.pipeline.normalize`; the other channels (kmsg,
+uevents, npu-smi, BPF) make them directly.
+
 A decoded ftrace record is a `TraceEvent`: a plain tuple (cheap to build at millions per second) holding the
 timestamp on the trace clock (ns), the CPU, the pid, the event's `EventFormat` and the field values in the
 order of the format's non-common fields. `fields()` turns it into a dict keyed by the format's field names.
@@ -10,7 +16,7 @@ Loss is data too: `Loss` records say which source and CPU lost how many events, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 if TYPE_CHECKING:
     from npu_trace.ftrace.format import EventFormat
@@ -30,6 +36,22 @@ class TraceEvent(NamedTuple):
 
     def fields(self) -> Dict[str, Any]:
         return dict(zip(self.fmt.field_names, self.values))
+
+
+KINDS: Tuple[str, ...] = (
+    "call", "irq", "alloc", "free", "alloc_fail", "submit", "complete", "timeout", "reset_step", "ecc",
+    "link", "thermal", "log", "lost", "marker",
+)  # fmt: skip
+
+
+class NpuEvent(NamedTuple):
+    ts_ns: int
+    kind: str
+    dev: Optional[int]
+    op: str
+    pid: int
+    cpu: int
+    args: Dict[str, Any]
 
 
 class Loss(NamedTuple):
@@ -89,3 +111,9 @@ class LossLedger:
                 label = f"{count}" if count else "unknown number (flagged)"
                 parts.append(f"{source}/{kind}/{where}={label}")
         return f"loss: {self.total} events lost ({', '.join(parts)})"
+
+
+def lost_event(loss: Loss) -> NpuEvent:
+    """A Loss as the NpuEvent detectors and sinks see (kind "lost", op = the loss kind)."""
+    args = {"source": loss.source, "lost": loss.lost}
+    return NpuEvent(loss.ts_ns, "lost", None, loss.kind, -1, loss.cpu, args)

@@ -19,8 +19,8 @@ import time
 from typing import List, Tuple
 
 from npu_trace import sim
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sources.tracefs_source import TracefsSession
-from npu_trace.tracefs import Tracefs
 
 EVENTS = ["syscalls:sys_enter_getpid", "raw_syscalls:sys_enter", "sched:sched_switch", "irq:irq_handler_entry",
           "irq:irq_handler_exit", "ascend:*"]  # fmt: skip

@@ -60,7 +60,7 @@ def sim_loaded() -> Generator[Any, None, None]:
     """The simulated NPU's uprobe events registered (tracefs found or mounted); unloaded afterwards only if
     this fixture loaded them. Use from privileged tests (it needs root)."""
     from npu_trace import sim
-    from npu_trace.tracefs import Tracefs
+    from npu_trace.ftrace.tracefs import Tracefs
 
     fs = Tracefs.find()
     was_loaded = sim.is_loaded(fs)

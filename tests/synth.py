@@ -1,6 +1,6 @@
 """Synthesize the raw TraceEvents the kernel would record for a simulator run, from its plan or its truth.
 
-`formats()` builds an EventFormat for every simulator probe event from `npu_trace.sim.abi`, through
+`formats()` builds an EventFormat for every simulator probe event from `npu_trace.device.hal`, through
 `parse_format` on format texts shaped like the kernel's uprobe formats (entry: `__probe_ip` then the typed
 parameters; return: `__probe_func`, `__probe_ret_ip`, `ret` s32).
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import collections
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from npu_trace.device import hal
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.format import EventFormat, parse_format
-from npu_trace.sim import abi
 from npu_trace.sim.scenarios import Action
 
 PID = 4242
@@ -41,7 +41,7 @@ def _field(decl: str, offset: int, size: int, signed: int) -> str:
     return f"\tfield:{decl};\toffset:{offset};\tsize:{size};\tsigned:{signed};\n"
 
 
-def entry_format_text(func: abi.Func, ev_id: int) -> str:
+def entry_format_text(func: hal.Func, ev_id: int) -> str:
     lines, offset = [_field("unsigned long __probe_ip", 8, 8, 0)], 16
     for p in func.params:
         if p.type == "string":
@@ -54,7 +54,7 @@ def entry_format_text(func: abi.Func, ev_id: int) -> str:
     return f'name: {func.event}\nID: {ev_id}\nformat:\n{_COMMON}\n{"".join(lines)}\nprint fmt: "(%lx)"\n'
 
 
-def ret_format_text(func: abi.Func, ev_id: int) -> str:
+def ret_format_text(func: hal.Func, ev_id: int) -> str:
     body = _field("unsigned long __probe_func", 8, 8, 0) + _field("unsigned long __probe_ret_ip", 16, 8, 0)
     body += _field("s32 ret", 24, 4, 1)
     fmt = '"(%lx <- %lx) ret=%d", REC->__probe_func, REC->__probe_ret_ip, REC->ret'
@@ -70,7 +70,7 @@ def format_texts() -> Dict[str, str]:
     """Event name (without the group) -> its format text, for every entry and return probe of the simulator."""
     out: Dict[str, str] = {}
     ev_id = FIRST_ID
-    for func in abi.FUNCS:
+    for func in hal.FUNCS:
         out[func.event] = entry_format_text(func, ev_id)
         ev_id += 1
         if func.hal:
@@ -81,7 +81,7 @@ def format_texts() -> Dict[str, str]:
 
 def formats() -> Dict[str, EventFormat]:
     """Event name (without the group) -> EventFormat, for every entry and return probe of the simulator."""
-    return {name: parse_format(text, abi.GROUP) for name, text in format_texts().items()}
+    return {name: parse_format(text, hal.GROUP) for name, text in format_texts().items()}
 
 
 _FORMATS = formats()
@@ -114,7 +114,7 @@ def timed(recs: List[Dict[str, Any]]) -> List[Tuple[int, int, Dict[str, Any]]]:
     return out
 
 
-def _entry_values(func: abi.Func, args: Mapping[str, Any], ip: int) -> Tuple[Any, ...]:
+def _entry_values(func: hal.Func, args: Mapping[str, Any], ip: int) -> Tuple[Any, ...]:
     return (ip, *(args[p.name] if p.type == "string" else int(args[p.name]) for p in func.params))
 
 
@@ -122,7 +122,7 @@ def synth_events(source: Source, pid: int = PID, cpu: int = 0) -> List[TraceEven
     """The TraceEvents (entry and return probes) of every action, sorted by timestamp (stable)."""
     evs: List[Tuple[int, int, TraceEvent]] = []
     for seq, (start, end, rec) in enumerate(timed(records(source))):
-        func = abi.FUNC_BY_NAME[rec["func"]]
+        func = hal.FUNC_BY_NAME[rec["func"]]
         values = _entry_values(func, rec["args"], 0x400000 + seq % 4096)
         evs.append((start, 2 * seq, TraceEvent(start, cpu, pid, _FORMATS[func.event], values)))
         if func.hal:
@@ -168,8 +168,8 @@ def truth_expectations(source: Source) -> Dict[str, Any]:
 
 def _timeout_key(rec: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
     if rec["func"] == "drv_timeout":
-        return rec["dev"], abi.TIMEOUT_KINDS[int(rec["args"]["kind"])]
-    if rec["func"] == "halCqReportRecv" and rec["ret"] == abi.ETIMEDOUT:
+        return rec["dev"], hal.TIMEOUT_KINDS[int(rec["args"]["kind"])]
+    if rec["func"] == "halCqReportRecv" and rec["ret"] == hal.ETIMEDOUT:
         return rec["dev"], "halCqReportRecv"
     if rec["func"] == "hb_report_heart_beat_lost_event":
         return rec["dev"], "heartbeat"

@@ -13,11 +13,11 @@ import pytest
 from npu_trace.bpf import formats, layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
-from npu_trace.bpf.mapping import BPF_MAPPING
+from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.profiles import get_profile
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
-from npu_trace.model import Normalizer
-from npu_trace.profiles import get_profile
+from npu_trace.pipeline.normalize import Normalizer
 
 BPF_DIR = Path(__file__).resolve().parents[1] / "bpf"
 HEADER = (BPF_DIR / "npu_trace.h").read_text()

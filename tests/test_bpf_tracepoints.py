@@ -30,16 +30,16 @@ from npu_trace.bpf import layout
 from npu_trace.bpf import source as bpf_source
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
-from npu_trace.bpf.mapping import BPF_MAPPING
 from npu_trace.bpf.source import BpfSource
 from npu_trace.bpf.tracepoints import ROLES, TRS_SPECS, TpPlan, TpSpec, TpValue, by_tracepoint, plan
 from npu_trace.detectors.latency import LatencyDetector
+from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.profiles import ASCEND_LAYOUTS, get_profile
 from npu_trace.errors import KernelFeatureError, UsageError
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.decode import make_decoder
 from npu_trace.ftrace.format import parse_format
-from npu_trace.model import Normalizer
-from npu_trace.profiles import ASCEND_LAYOUTS, get_profile
+from npu_trace.pipeline.normalize import Normalizer
 from test_ftrace_driver_golden import BLOCKS
 
 ROOT = Path(DATA) / "ascend-driver"

@@ -12,11 +12,11 @@ from typing import Any, List
 
 import pytest
 
+from npu_trace.device.kmsg import write_kmsg
 from npu_trace.errors import UsageError
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 from npu_trace.sources import channels as channels_mod
 from npu_trace.sources.channels import Channels, parse_channels
-from npu_trace.sources.kmsg_source import write_kmsg
 from npu_trace.sources.replay_source import ReplaySource
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -124,7 +124,7 @@ def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: A
     order, each told by the driver probe and its kmsg line (and a uevent where a real reset sends one); its
     precursor window shows the ECC climb and the temperature peak the simulator injected (probe and npu-smi)."""
     from npu_trace import sim
-    from npu_trace.sim.abi import RESET_STEPS
+    from npu_trace.device.hal import RESET_STEPS
     from npu_trace.sim.channels import SideChannels
 
     path, report_path = str(tmp_path / "ecc.npt"), str(tmp_path / "report.json")

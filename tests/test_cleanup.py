@@ -10,8 +10,8 @@ from typing import List
 
 import pytest
 
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sources.tracefs_source import TracefsSession
-from npu_trace.tracefs import Tracefs
 
 CLI = [sys.executable, "-m", "npu_trace"]
 

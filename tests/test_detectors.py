@@ -19,10 +19,9 @@ from npu_trace.detectors import (
     ResetDetector,
     TimeoutDetector,
 )
-from npu_trace.events import Loss
-from npu_trace.model import NpuEvent
-from npu_trace.profiles import PROFILES, SIM_RESET
-from npu_trace.sim.abi import RESET_STEPS
+from npu_trace.device.hal import RESET_STEPS
+from npu_trace.device.profiles import PROFILES, SIM_RESET
+from npu_trace.events import Loss, NpuEvent
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
 

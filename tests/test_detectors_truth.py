@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 
 from npu_trace.detectors import Analysis
-from npu_trace.profiles import PROFILES
+from npu_trace.device.profiles import PROFILES
 from npu_trace.sim.runner import build_truth
 from npu_trace.sim.scenarios import SCENARIOS, plan
 from synth import records, synth_events, timed, truth_expectations

@@ -1,4 +1,4 @@
-"""The simulator's fake npu-smi: every command it answers, parsed by the real parsers (npu_trace.health), its
+"""The simulator's fake npu-smi: every command it answers, parsed by the real parsers (npu_trace.device.npusmi), its
 values over the `ecc-reset` scenario (clock faked), the installed script, and HealthSource polling it."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any, Dict, List
 
 import pytest
 
-from npu_trace.health import HealthTracker, error_codes, parse_fields, parse_info, temperature
+from npu_trace.device.npusmi import HealthTracker, error_codes, parse_fields, parse_info, temperature
 from npu_trace.sim import fake_smi
 from npu_trace.sim.channels import bdf_of
 from npu_trace.sim.scenarios import plan
-from npu_trace.sources.health_source import QUERIES, HealthSource
+from npu_trace.sources.npusmi_source import QUERIES, HealthSource
 
 T0 = 1_000_000_000_000
 MS = 1_000_000

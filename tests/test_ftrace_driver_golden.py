@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from goldens import DATA, by_name, load_formats, read
+from npu_trace.device.profiles import ASCEND_LAYOUTS
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.decode import PageDecoder, build_decoders, make_decoder
-from npu_trace.profiles import ASCEND_LAYOUTS
 from oracle import render_pattern
 
 ROOT = os.path.join(DATA, "ascend-driver")

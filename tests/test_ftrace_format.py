@@ -110,7 +110,7 @@ def test_all_captured_formats_parse_and_compile() -> None:
 
 @pytest.mark.privileged
 def test_every_format_of_the_running_kernel_parses_and_compiles() -> None:
-    from npu_trace.tracefs import Tracefs
+    from npu_trace.ftrace.tracefs import Tracefs
 
     fs = Tracefs.find()
     paths = glob.glob(fs.path("events/*/*/format"))

@@ -11,8 +11,8 @@ from typing import Dict
 
 import pytest
 
-from npu_trace.health import HealthTracker, error_codes, parse_fields, parse_info, temperature
-from npu_trace.sources.health_source import HealthSource, read_link, run_bounded
+from npu_trace.device.npusmi import HealthTracker, error_codes, parse_fields, parse_info, temperature
+from npu_trace.sources.npusmi_source import HealthSource, read_link, run_bounded
 
 DATA = Path(__file__).parent / "data" / "npusmi"
 

@@ -9,7 +9,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from npu_trace.kmsg import (
+from npu_trace.device.kmsg import (
     MAX_LINE,
     KmsgMatcher,
     SeqTracker,
@@ -20,7 +20,7 @@ from npu_trace.kmsg import (
     suppressed,
     to_event,
 )
-from npu_trace.kmsg_rules import RULES
+from npu_trace.device.kmsg_templates import RULES
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "kmsg", "templates.txt")
 
@@ -63,7 +63,7 @@ def test_every_rule_has_a_golden_line() -> None:
 
 
 def test_reset_steps_follow_the_simulator_names() -> None:
-    from npu_trace.sim.abi import RESET_STEPS
+    from npu_trace.device.hal import RESET_STEPS
 
     steps = {row[4] for row in golden() if row[1] == "reset_step"}
     assert set(RESET_STEPS) <= steps

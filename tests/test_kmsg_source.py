@@ -8,9 +8,9 @@ from typing import List
 
 import pytest
 
-from npu_trace.kmsg import parse_record
-from npu_trace.model import NpuEvent
-from npu_trace.sources.kmsg_source import KmsgSource, write_kmsg
+from npu_trace.device.kmsg import parse_record, write_kmsg
+from npu_trace.events import NpuEvent
+from npu_trace.sources.kmsg_source import KmsgSource
 
 TAG = f"npt-test-{os.getpid() % 100000}"  # the comm of every line this test writes (<= 15 chars)
 LINES = [

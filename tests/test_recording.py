@@ -18,11 +18,11 @@ from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.errors import InputError, RecordingError
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header, iter_events
 from npu_trace.recording.format import PREAMBLE
 from npu_trace.sources.replay_source import ReplaySource
-from npu_trace.tracefs import parse_saved_cmdlines
 
 ROOT = next(d for d in kernel_dirs() if "6.18.44" in d)
 PAGE = 4096
@@ -305,8 +305,8 @@ def test_saved_cmdlines_parsing() -> None:
 
 
 def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
-    from npu_trace import recorder as recorder_mod
     from npu_trace.events import LossLedger
+    from npu_trace.sinks import recorder as recorder_mod
 
     page_header, formats = load_formats(ROOT)
     saved = {1: "init"}
@@ -336,9 +336,9 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
 def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_path: Any) -> None:
     """analyze() decodes only the events the profile maps (the rest are counted): same report, same counts,
     on the golden capture that mixes ascend:* with syscalls, sched and irq events."""
-    from npu_trace.analyze import analyze
+    from npu_trace.ci.analyze import analyze
     from npu_trace.detectors import Analysis
-    from npu_trace.profiles import PROFILES
+    from npu_trace.device.profiles import PROFILES
 
     path = str(tmp_path / "g.npt")
     write(path, load_pages(ROOT))
@@ -358,7 +358,7 @@ def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     """Events of the other channels (kmsg, uevents, npu-smi) are written after the pages queued before them,
     with the reads' marks beside the pages, so a replay's timeline places them among the trace's events by
     time, as the live one did; lost ones count in the trailer."""
-    from npu_trace.model import NpuEvent
+    from npu_trace.events import NpuEvent
     from npu_trace.pipeline import Mark
 
     pages = load_pages(ROOT)[:6]
@@ -387,7 +387,7 @@ def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     assert [len(b.pages) for b in batches] == [3, 0, 3, 0] and batches[-1].final
     assert [b.mark for b in batches] == [Mark(t, (), t), None, Mark(t + 2, (), t + 2), None]
     from npu_trace.detectors import Analysis
-    from npu_trace.profiles import PROFILES
+    from npu_trace.device.profiles import PROFILES
 
     analysis = Analysis(PROFILES["sim"])
     timeline = source.timeline()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from npu_trace.kmsg import KmsgMatcher
-from npu_trace.sim.abi import RESET_STEPS
+from npu_trace.device.hal import RESET_STEPS
+from npu_trace.device.kmsg import KmsgMatcher
 from npu_trace.sim.channels import KmsgChannel, schedule
 from npu_trace.sim.scenarios import plan
 
@@ -34,9 +34,9 @@ def test_channel_writes_at_planned_times(tmp_path: object) -> None:
 
 
 def test_kmsg_events_alone_build_one_complete_reset_sequence() -> None:
-    from npu_trace.detectors.pipeline import Analysis
-    from npu_trace.kmsg import parse_record, to_event
-    from npu_trace.profiles import PROFILES
+    from npu_trace.detectors.analysis import Analysis
+    from npu_trace.device.kmsg import parse_record, to_event
+    from npu_trace.device.profiles import PROFILES
 
     m = KmsgMatcher()
     m.bdf_dev["3b:00.0"] = 0  # what the source seeds from sysfs dev_id

@@ -9,8 +9,9 @@ from typing import Dict
 
 import pytest
 
+from npu_trace.device import hal
 from npu_trace.errors import SimulatorError
-from npu_trace.sim import abi, build
+from npu_trace.sim import build
 from npu_trace.sim.elf import Elf, Segment
 from npu_trace.sim.runner import start
 from npu_trace.sim.threads import SINGLE
@@ -37,16 +38,16 @@ def _nm(path: str) -> Dict[str, int]:
 
 def test_functions_match_nm(binary: str) -> None:
     ours, theirs = Elf.open(binary).functions(), _nm(binary)
-    for name in (f.name for f in abi.FUNCS):
+    for name in (f.name for f in hal.FUNCS):
         assert ours[name] == theirs[name]
     common = set(ours) & set(theirs)
-    assert len(common) >= len(abi.FUNCS)
+    assert len(common) >= len(hal.FUNCS)
     assert all(ours[n] == theirs[n] for n in common)
 
 
 def test_file_offsets_point_at_code(binary: str) -> None:
     elf = Elf.open(binary)
-    offsets = elf.function_offsets(tuple(f.name for f in abi.FUNCS))
+    offsets = elf.function_offsets(tuple(f.name for f in hal.FUNCS))
     funcs = elf.functions()
     for name, off in offsets.items():
         seg = next(s for s in elf.segments if s.vaddr <= funcs[name] < s.vaddr + s.filesz)

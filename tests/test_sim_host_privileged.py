@@ -12,10 +12,10 @@ from typing import Any, Dict, List, NamedTuple, Tuple
 import pytest
 
 from npu_trace import sim
-from npu_trace.sim import abi
+from npu_trace.device import hal
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim.runner import record_events
 from npu_trace.sim.threads import IRQ_THREAD
-from npu_trace.tracefs import Tracefs
 
 pytestmark = pytest.mark.privileged
 
@@ -55,7 +55,7 @@ def traced(fs: Tracefs, scenario: str, seed: int) -> Tuple[Truth, List[Seen]]:
     try:
         inst.set_clock("mono")
         inst.set_buffer_size_kb(8192)
-        for ev in abi.event_names():
+        for ev in hal.event_names():
             inst.enable_event(ev)
         inst.tracing_on(True)
         truth = sim.run_scenario(scenario, seed, 1.0, 300, 2, ensure_loaded=False, host=sim.HOST_LIKE)

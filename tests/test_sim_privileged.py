@@ -10,9 +10,10 @@ from typing import Dict, List, Tuple
 import pytest
 
 from npu_trace import sim
+from npu_trace.device import hal
 from npu_trace.errors import SimulatorError
-from npu_trace.sim import abi, probes
-from npu_trace.tracefs import Tracefs
+from npu_trace.ftrace.tracefs import Tracefs
+from npu_trace.sim import probes
 
 pytestmark = pytest.mark.privileged
 
@@ -44,7 +45,7 @@ def _parse(text: str, pid: int) -> List[Tuple[str, str, int]]:
 
 def _check_formats(fs: Tracefs) -> None:
     available = set(fs.available_events())
-    for func in abi.FUNCS:
+    for func in hal.FUNCS:
         assert f"ascend:{func.event}" in available
         fields = _FIELD.findall(fs.event_format("ascend", func.event))
         assert [f for f in fields if not f.startswith(("common_", "__probe"))] == list(func.field_names)
@@ -69,12 +70,12 @@ def test_load_trace_exact_truth_unload(tmp_path: object) -> None:
     try:
         loaded = sim.load(fs)
         assert sim.is_loaded(fs) and not sim.load(fs).changed
-        assert sorted(loaded.events) == sorted(abi.event_names())
+        assert sorted(loaded.events) == sorted(hal.event_names())
         _check_formats(fs)
         inst = fs.create_instance(name)
         inst.set_clock("mono")
         inst.set_buffer_size_kb(8192)
-        for ev in abi.event_names():
+        for ev in hal.event_names():
             inst.enable_event(ev)
         inst.tracing_on(True)
         run = sim.start_scenario("mixed", 11, 1.0, 300, 2, truth_path=os.path.join(str(tmp_path), "t.json"),

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from npu_trace.device import hal
 from npu_trace.errors import KernelFeatureError
-from npu_trace.sim import abi, probes
+from npu_trace.sim import probes
 
-OFFSETS = {f.name: 0x1000 + 0x10 * i for i, f in enumerate(abi.FUNCS)}
+OFFSETS = {f.name: 0x1000 + 0x10 * i for i, f in enumerate(hal.FUNCS)}
 
 
 def test_x86_64_definitions() -> None:
     defs = probes.definitions("/b/npu-sim", OFFSETS, machine="x86_64")
-    assert len(defs) == len(abi.event_names()) == 16
+    assert len(defs) == len(hal.event_names()) == 16
     assert defs[0] == "p:ascend/ascend_halMemAlloc /b/npu-sim:0x1000 dev=%di:u32 size=%si:u64 flag=%dx:u64"
     assert defs[1] == "r:ascend/ascend_halMemAlloc_ret /b/npu-sim:0x1000 ret=$retval:s32"
     alloc_done = next(d for d in defs if "devmm_alloc_done" in d)
@@ -33,7 +34,7 @@ def test_aarch64_definitions() -> None:
 def test_only_hal_calls_have_return_probes() -> None:
     defs = probes.definitions("/b/npu-sim", OFFSETS, machine="x86_64")
     rets = sorted(d.split()[0] for d in defs if d.startswith("r:"))
-    assert rets == sorted(f"r:ascend/ascend_{f.name}_ret" for f in abi.FUNCS if f.hal)
+    assert rets == sorted(f"r:ascend/ascend_{f.name}_ret" for f in hal.FUNCS if f.hal)
     assert len(rets) == 4
 
 
@@ -51,7 +52,7 @@ def test_key_matches_kernel_respelling() -> None:
 
 
 def test_event_names() -> None:
-    names = abi.event_names()
+    names = hal.event_names()
     assert "ascend:ascend_halCqReportRecv_ret" in names
     assert "ascend:ascend_hb_report_heart_beat_lost_event" in names
     assert all(n.startswith("ascend:ascend_") for n in names)

@@ -7,8 +7,8 @@ from typing import List
 
 import pytest
 
+from npu_trace.device import hal
 from npu_trace.errors import InputError
-from npu_trace.sim import abi
 from npu_trace.sim.runner import build_truth, expected_events, plan_line
 from npu_trace.sim.scenarios import KINDS, MS, SCENARIOS, Action, Heap, plan
 
@@ -28,7 +28,7 @@ def test_plan_is_well_formed(scenario: str) -> None:
     actions = plan(scenario, 3, 0.5, 400, 3)
     assert [a.t_ns for a in actions] == sorted(a.t_ns for a in actions)
     for a in actions:
-        func = abi.FUNC_BY_NAME[a.func]
+        func = hal.FUNC_BY_NAME[a.func]
         assert len(a.args) == len(func.params)
         assert 0 <= a.dev < 3
         assert a.kind in KINDS
@@ -63,9 +63,9 @@ def test_fragmentation_failures_have_free_memory_but_no_block() -> None:
     assert [a.func for a in fails] == ["halMemAlloc", "devmm_alloc_done"] * 3
     for done in (a for a in fails if a.func == "devmm_alloc_done"):
         f = done.fields()
-        assert f["ret"] == abi.ENOMEM and f["va"] == 0
+        assert f["ret"] == hal.ENOMEM and f["va"] == 0
         assert f["largest_free"] < f["size"] <= f["free_bytes"]
-    assert all(a.ret == abi.ENOMEM for a in fails if a.func == "halMemAlloc")
+    assert all(a.ret == hal.ENOMEM for a in fails if a.func == "halMemAlloc")
     last = [a for a in actions if a.func == "devmm_alloc_done" and a.phase == "recover"]
     assert last and last[-1].fields()["ret"] == 0  # the same request succeeds once memory is defragmented
 
@@ -75,14 +75,14 @@ def test_ecc_reset_sequence() -> None:
     ecc = _by_kind(actions, "ecc")
     ce = [a.fields()["ce_count"] for a in ecc]
     temps = [a.fields()["temp_c"] for a in ecc]
-    assert ce == sorted(ce) and temps == sorted(temps) and ecc[-1].fields()["event_id"] == abi.ECC_UCE_EVENT
+    assert ce == sorted(ce) and temps == sorted(temps) and ecc[-1].fields()["event_id"] == hal.ECC_UCE_EVENT
     steps = _by_kind(actions, "reset_step")
-    assert [a.args[2] for a in steps] == list(abi.RESET_STEPS)
-    assert [a.args[1] for a in steps] == list(range(1, len(abi.RESET_STEPS) + 1))
+    assert [a.args[2] for a in steps] == list(hal.RESET_STEPS)
+    assert [a.args[1] for a in steps] == list(range(1, len(hal.RESET_STEPS) + 1))
     assert {a.dev for a in ecc + steps} == {0}
     lost = _by_kind(actions, "heartbeat_lost")
     timeouts = [a for a in _by_kind(actions, "timeout") if a.func == "halCqReportRecv"]
-    assert len(lost) == 1 and len(timeouts) == 3 and all(a.ret == abi.ETIMEDOUT for a in timeouts)
+    assert len(lost) == 1 and len(timeouts) == 3 and all(a.ret == hal.ETIMEDOUT for a in timeouts)
     assert ecc[-1].t_ns < timeouts[0].t_ns < lost[0].t_ns < steps[0].t_ns
     busy = [a for a in actions if a.dev == 0 and a.kind == "call" and lost[0].t_ns <= a.t_ns <= steps[-1].t_ns]
     assert busy == []  # no traffic on the device while it is lost / resetting
@@ -145,6 +145,6 @@ def test_plan_line_and_truth() -> None:
 
 
 def test_render_value() -> None:
-    assert abi.render_value("x32", abi.ECC_UCE_EVENT) == "0x80e01801"
-    assert abi.render_value("x64", 0) == "0x0"
-    assert abi.render_value("s32", -110) == "-110"
+    assert hal.render_value("x32", hal.ECC_UCE_EVENT) == "0x80e01801"
+    assert hal.render_value("x64", 0) == "0x0"
+    assert hal.render_value("s32", -110) == "-110"

@@ -12,7 +12,7 @@ from typing import Any, Dict
 import pytest
 
 from npu_trace import cli
-from npu_trace.health import parse_fields
+from npu_trace.device.npusmi import parse_fields
 from npu_trace.sim import build, channels
 from npu_trace.sim.runner import start
 from npu_trace.sim.scenarios import plan

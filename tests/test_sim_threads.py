@@ -8,8 +8,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
+from npu_trace.device import hal
 from npu_trace.errors import InputError, SimulatorError
-from npu_trace.sim import abi
 from npu_trace.sim.runner import Observed, build_truth, parse_output, plan_line
 from npu_trace.sim.scenarios import SCENARIOS, Action, plan
 from npu_trace.sim.threads import DRIVER_THREAD, FIRST_APP_THREAD, HOST_LIKE, IRQ_THREAD, SINGLE, Host
@@ -58,7 +58,7 @@ def test_threads_by_role(scenario: str) -> None:
     for a in actions:
         if a.func in ("irq_handler_entry", "trs_logic_cq_enque", "irq_handler_exit"):
             assert a.thread == IRQ_THREAD, a
-        elif abi.FUNC_BY_NAME[a.func].hal:
+        elif hal.FUNC_BY_NAME[a.func].hal:
             assert a.thread in apps, a
         else:
             assert a.thread == DRIVER_THREAD, a
@@ -123,9 +123,9 @@ def test_memory_calls_wait_for_the_address_they_use() -> None:
 def test_driver_work_stays_in_order_on_its_thread() -> None:
     actions = placed("ecc-reset")
     steps = [a for a in actions if a.func == "devdrv_reset_step"]
-    assert [a.args[2] for a in steps] == list(abi.RESET_STEPS) and {a.thread for a in steps} == {DRIVER_THREAD}
+    assert [a.args[2] for a in steps] == list(hal.RESET_STEPS) and {a.thread for a in steps} == {DRIVER_THREAD}
     lost = next(i for i, a in enumerate(actions) if a.func == "hb_report_heart_beat_lost_event")
-    reaps = [i for i, a in enumerate(actions) if a.ret == abi.ETIMEDOUT]
+    reaps = [i for i, a in enumerate(actions) if a.ret == hal.ETIMEDOUT]
     assert len(reaps) == 3 and max(reaps) < lost
     after_reap = [a for a in actions if a.after in reaps]  # the driver thread waits for each timed-out wait
     assert [a.func for a in after_reap] == ["drv_timeout"] * 3 and {a.thread for a in after_reap} == {DRIVER_THREAD}
@@ -133,13 +133,13 @@ def test_driver_work_stays_in_order_on_its_thread() -> None:
 
 def test_hops_are_a_seeded_share_of_the_hal_calls() -> None:
     actions = placed("steady")
-    hal = [a for a in actions if abi.FUNC_BY_NAME[a.func].hal]
-    hops = [a for a in hal if a.hop]
-    assert all(abi.FUNC_BY_NAME[a.func].hal for a in actions if a.hop)
-    assert 0.15 * len(hal) < len(hops) < 0.35 * len(hal)
+    calls = [a for a in actions if hal.FUNC_BY_NAME[a.func].hal]
+    hops = [a for a in calls if a.hop]
+    assert all(hal.FUNC_BY_NAME[a.func].hal for a in actions if a.hop)
+    assert 0.15 * len(calls) < len(hops) < 0.35 * len(calls)
     assert not any(a.hop for a in placed("steady", host=dataclasses.replace(HOST_LIKE, hop_share=0.0)))
     every = placed("steady", host=dataclasses.replace(HOST_LIKE, hop_share=1.0))
-    assert [a.hop for a in every] == [abi.FUNC_BY_NAME[a.func].hal for a in every]
+    assert [a.hop for a in every] == [hal.FUNC_BY_NAME[a.func].hal for a in every]
 
 
 @pytest.mark.parametrize(

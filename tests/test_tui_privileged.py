@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from npu_trace import sim
-from npu_trace.profiles import PROFILES
-from npu_trace.tracefs import Tracefs
+from npu_trace.device.profiles import PROFILES
+from npu_trace.ftrace.tracefs import Tracefs
 from test_tui_support import wait_for
 from tui.app import NpuTraceApp
 from tui.live import session_source

@@ -13,10 +13,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
+from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import SourceError
 from npu_trace.events import TraceEvent
 from npu_trace.process import StopFlag
-from npu_trace.profiles import PROFILES
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
 from tui.collector import ROWS_PER_UPDATE
@@ -144,8 +144,8 @@ def orphan_main(root: str) -> None:
 
 
 def test_a_reset_in_progress_shows_each_step_once_however_many_channels_tell_it() -> None:
-    from npu_trace.model import NpuEvent
-    from npu_trace.profiles import get_profile
+    from npu_trace.device.profiles import get_profile
+    from npu_trace.events import NpuEvent
     from tui.collector import Collector
 
     col = Collector(get_profile("sim"), lambda pid: "x")

@@ -15,7 +15,7 @@ from typing import Any, List
 
 import pytest
 
-from npu_trace.model import Normalizer
+from npu_trace.pipeline.normalize import Normalizer
 from test_tui_support import (
     PROFILE,
     batches,

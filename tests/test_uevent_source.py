@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from npu_trace.sources.uevent_source import UeventSource, parse_uevent, to_event
+from npu_trace.device.uevents import parse_uevent, to_event
+from npu_trace.sources.uevent_source import UeventSource
 
 PCI = (b"unbind@/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0\x00ACTION=unbind\x00"
        b"DEVPATH=/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0\x00SUBSYSTEM=pci\x00DRIVER=devdrv_device_driver\x00"

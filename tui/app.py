@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from npu_trace.profiles import Profile
+from npu_trace.device.profiles import Profile
 from tui.collector import ROWS_PER_UPDATE
 from tui.fmt import row_detail, safe, stamp
 from tui.model import Counters, FeedUpdate, LogWindow

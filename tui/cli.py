@@ -8,12 +8,12 @@ import sys
 from typing import Optional
 
 from npu_trace import sim
+from npu_trace.device.profiles import get_profile
 from npu_trace.errors import KernelFeatureError, NpuTraceError, UsageError
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.process import tune_gc
-from npu_trace.profiles import get_profile
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.replay_source import ReplaySource
-from npu_trace.tracefs import Tracefs
 from tui.app import NpuTraceApp
 from tui.live import demo_source, live_source
 from tui.replay import ReplayFeedSource

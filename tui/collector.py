@@ -12,11 +12,11 @@ from collections import Counter, deque
 from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
-from npu_trace.detectors.pipeline import Analysis
 from npu_trace.detectors.reset import ResetDetector
-from npu_trace.model import NpuEvent
-from npu_trace.profiles import Profile
+from npu_trace.device.profiles import Profile
+from npu_trace.events import NpuEvent
 from tui.fmt import log_row
 from tui.logfilter import LogFilter
 from tui.model import (

@@ -21,10 +21,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
+from npu_trace.device.profiles import Profile
 from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
 from npu_trace.process import StopFlag
-from npu_trace.profiles import Profile
 from tui.collector import ROWS_PER_UPDATE, Collector, fresh_counters
 
 INTERVAL_S = 0.1

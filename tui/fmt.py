@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from rich.text import Text
 
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 from npu_trace.sinks.text import safe_text
 from tui.model import COMM, CPU, DEV, FIELDS, KIND, OP, PID, TS, LogRow
 

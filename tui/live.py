@@ -14,16 +14,16 @@ import argparse
 import time
 from typing import Callable, List, Optional, Tuple
 
+from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import NpuTraceError, SourceError
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, Timeline, pump
 from npu_trace.process import StopFlag
-from npu_trace.profiles import Profile, get_profile
-from npu_trace.recorder import Recorder
+from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
-from npu_trace.tracefs import Tracefs
 from tui.feed import Sink
 from tui.sources import BaseSource
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 from tui.fmt import log_row, row_plain
 from tui.model import COMM, DEV, KIND, PID, LogRow
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from npu_trace.device.profiles import Profile
 from npu_trace.process import StopFlag, tune_gc
-from npu_trace.profiles import Profile
 from tui.collector import ROWS_PER_UPDATE
 from tui.feed import INTERVAL_S, Feed, Source, one_line
 
@@ -281,7 +281,7 @@ class FeedClient:
         if not name or not root:
             return
         from npu_trace.errors import NpuTraceError
-        from npu_trace.tracefs import Tracefs
+        from npu_trace.ftrace.tracefs import Tracefs
 
         try:
             fs = Tracefs(root)

@@ -1,5 +1,5 @@
 """Synthetic `EventFormat`s of the BPF events (built here, no tracefs): one per HAL operation
-(`bpf:halMemAlloc` ...: the call's parameters as in `npu_trace.sim.abi`, then `ret`, `latency_ns`,
+(`bpf:halMemAlloc` ...: the call's parameters as in `npu_trace.device.hal`, then `ret`, `latency_ns`,
 `entry_ts_ns`), `bpf:irq`, `bpf:getpid` (benchmark) and one per tracepoint read by offsets
 (`bpf:trs_chan_sqe` ...: the values its `TpSpec` names, then its string). Their ids sit far above tracefs
 event ids.
@@ -11,8 +11,8 @@ from typing import Dict, Sequence, Tuple
 
 from npu_trace.bpf import layout
 from npu_trace.bpf.tracepoints import TRS_SPECS, TpSpec
+from npu_trace.device.hal import FUNC_BY_NAME
 from npu_trace.ftrace.format import CHAR_ARRAY, INT, EventFormat, Field
-from npu_trace.sim.abi import FUNC_BY_NAME
 
 SYSTEM = "bpf"
 ID_BASE = 1 << 24

@@ -82,7 +82,7 @@ def compile_check(bpf_dir: Path = BPF_DIR) -> str:
 
 def read_tracepoint_format(tracepoint: str) -> Optional[str]:
     """The tracefs format text of "system:name", None when this kernel has no such tracepoint."""
-    from npu_trace.tracefs import Tracefs
+    from npu_trace.ftrace.tracefs import Tracefs
 
     system, name = tracepoint.split(":", 1)
     fs = Tracefs.find()
@@ -251,7 +251,7 @@ class BpfSource:
     def _plan_tracepoints(self) -> Tuple[TpPlan, ...]:
         layouts = self.layouts
         if layouts is None:
-            from npu_trace.profiles import ASCEND_LAYOUTS
+            from npu_trace.device.profiles import ASCEND_LAYOUTS
 
             layouts = ASCEND_LAYOUTS
         self.tracepoint_plans = plan(self.config.tracepoints, self.tracepoint_specs, read_tracepoint_format, layouts)

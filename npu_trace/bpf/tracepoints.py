@@ -4,7 +4,7 @@ bcc and no tracefs here (format texts come in as text, through `read_format`).
 
 The Ascend driver's tracepoints (trs_chan:*, trs_core:*) are made of struct-typed fields
 (`field:struct trs_id_inst inst; offset:12; size:8;`): the format file gives a struct field's offset and size,
-the profile's struct layouts (`npu_trace.profiles.ASCEND_LAYOUTS`) give its members, packed in declaration
+the profile's struct layouts (`npu_trace.device.profiles.ASCEND_LAYOUTS`) give its members, packed in declaration
 order as the ftrace decoder reads them. A `TpSpec` names, for each event value it fills (`ROLES`, the
 NPU_TPV_* of npu_trace.h: dev, ts, stream, task, sq, cq, err, aux), the field path it comes from:
 

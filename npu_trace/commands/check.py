@@ -7,11 +7,11 @@ import os
 import sys
 from typing import Any
 
-from npu_trace.analyze import analyze, op_rows, p99_by_op
+from npu_trace.ci.analyze import analyze, op_rows, p99_by_op
+from npu_trace.ci.report import build_report, render_json, render_junit, render_text
+from npu_trace.ci.rules import evaluate, load_rules
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
 from npu_trace.process import tune_gc
-from npu_trace.report import build_report, render_json, render_junit, render_text
-from npu_trace.rules import evaluate, load_rules
 
 
 def add_parser(sub: Any) -> None:

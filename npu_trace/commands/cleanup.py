@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from npu_trace import sim
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sources.tracefs_source import cleanup_stale
-from npu_trace.tracefs import Tracefs
 
 
 def add_parser(sub: Any) -> None:

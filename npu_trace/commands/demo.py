@@ -10,15 +10,15 @@ from typing import Any, Callable, Tuple
 from npu_trace import sim
 from npu_trace.commands.sim import add_host_options, host_from_args
 from npu_trace.commands.stream import announce, print_summary, printing, terminal_printer
+from npu_trace.device.profiles import get_profile
 from npu_trace.errors import UsageError
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
-from npu_trace.profiles import get_profile
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
-from npu_trace.tracefs import Tracefs
 
 
 def add_parser(sub: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from npu_trace.doctor import Host, essentials_ok, format_text, run_checks, to_json_obj
+from npu_trace.capabilities import Host, essentials_ok, format_text, run_checks, to_json_obj
 from npu_trace.errors import EXIT_OK, EXIT_PRIVILEGE
 
 HELP = "check what this host supports (tracefs, uprobes, BPF, Ascend driver, simulator) and what to fix"

@@ -17,8 +17,8 @@ from npu_trace.commands.stream import (
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
-from npu_trace.recorder import Recorder
 from npu_trace.recording.writer import DEFAULT_MODE
+from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.live import LiveTrace
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?$")

@@ -7,9 +7,9 @@ import sys
 from typing import Any, Dict, List
 
 from npu_trace import sim
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import build, channels, probes
 from npu_trace.sim.threads import HOST_LIKE, Host, validate_host
-from npu_trace.tracefs import Tracefs
 
 
 def add_parser(subparsers: Any) -> None:

@@ -7,16 +7,16 @@ import sys
 from typing import Any, List, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
+from npu_trace.device.profiles import get_profile
 from npu_trace.errors import UsageError
+from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
 from npu_trace.process import prepare_process
-from npu_trace.profiles import get_profile
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
-from npu_trace.tracefs import Tracefs, find_optional
 
 
 def add_parser(sub: Any) -> None:

@@ -1,4 +1,4 @@
-"""Deterministic detectors over normalized events (`npu_trace.model.NpuEvent`).
+"""Deterministic detectors over normalized events (`npu_trace.pipeline.normalize.NpuEvent`).
 
 Analysis(profile).feed(items) -> [Finding]; .finish() -> {"findings": [...], "summary": {...}}
 LatencyDetector(config), ResetDetector(definition), MemoryDetector(), TimeoutDetector(), LossDetector():
@@ -7,12 +7,12 @@ LatencyDetector(config), ResetDetector(definition), MemoryDetector(), TimeoutDet
 
 from __future__ import annotations
 
+from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import FINDING_KINDS, Detector, Finding, sort_findings
 from npu_trace.detectors.histogram import Histogram
 from npu_trace.detectors.latency import DEFAULT_THRESHOLDS_NS, LatencyDetector
 from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
-from npu_trace.detectors.pipeline import Analysis
 from npu_trace.detectors.reset import ResetDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 FINDING_KINDS: Tuple[str, ...] = (
     "spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss", "link_degraded", "health", "truncated",

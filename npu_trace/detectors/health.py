@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 from npu_trace.detectors.base import Finding
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 OK_HEALTH = ("OK", "Healthy")
 

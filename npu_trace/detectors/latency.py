@@ -26,7 +26,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 MS = 1_000_000
 DEFAULT_THRESHOLDS_NS: Dict[str, int] = {

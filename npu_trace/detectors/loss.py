@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.events import Loss, LossLedger
-from npu_trace.model import NpuEvent
+from npu_trace.events import Loss, LossLedger, NpuEvent
 
 
 class LossDetector:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 DevPid = Tuple[int, int]
 MAX_LEAK_VAS = 8  # addresses listed per leak finding (the oldest)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 S = 1_000_000_000
 MAX_HISTORY = 10_000

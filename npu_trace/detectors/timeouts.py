@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 _SKIP = frozenset(("latency_ns", "entry_ts_ns", "wait_us", "wait_ns"))
 

@@ -15,8 +15,7 @@ import msgpack
 import zstandard
 
 from npu_trace.errors import RecordingError
-from npu_trace.events import Loss
-from npu_trace.model import KINDS, NpuEvent
+from npu_trace.events import KINDS, Loss, NpuEvent
 from npu_trace.pipeline.batch import Mark
 
 MAGIC = b"NPUTRACE"

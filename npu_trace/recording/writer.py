@@ -19,8 +19,7 @@ import zstandard
 
 import npu_trace
 from npu_trace.errors import RecordingError
-from npu_trace.events import Loss, LossLedger
-from npu_trace.model import NpuEvent
+from npu_trace.events import Loss, LossLedger, NpuEvent
 from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.format import (
     CODECS,

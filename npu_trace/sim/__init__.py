@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from npu_trace.sim.abi import RESET_STEPS, event_names
+from npu_trace.device.hal import RESET_STEPS, event_names
+from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.probes import LoadedSim, is_loaded, load, unload
 from npu_trace.sim.runner import ScenarioRun, Truth, expected_events
 from npu_trace.sim.scenarios import SCENARIOS
 from npu_trace.sim.threads import HOST_LIKE, SINGLE, Host
-from npu_trace.tracefs import Tracefs
 
 __all__ = [
     "HOST_LIKE",

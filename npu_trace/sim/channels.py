@@ -2,14 +2,14 @@
 
 * kmsg (`KmsgChannel`): the real driver's message templates for the scenario's actions (reset steps, heartbeat
   loss, driver timeouts), written to /dev/kmsg. Lines carry the comm `npu-sim` (and the executor's pid) so they
-  are recognisable; their text is exactly what the driver prints (npu_trace.kmsg parses them into the same
+  are recognisable; their text is exactly what the driver prints (npu_trace.device.kmsg parses them into the same
   kinds, devices and reset-step names as the simulator's own probes).
 * uevents (`UeventChannel`): at the hot reset's steps, the uevents a real reset emits (PCI unbind, remove, add,
   bind with the device's PCI variables; davinciN remove/add), as synthetic uevents through the sysfs `uevent`
   file of /dev/kmsg's device (`UEVENT_PATH`): a device that exists on every Linux host, that the simulator
   already uses for its kmsg channel, and that nothing reacts to. The simulator always writes the action
   `change` (a synthetic `remove` or `unbind` of a real device could make udev act on it) and carries the
-  simulated action and variables in SYNTH_ARG_* (encoding: npu_trace.sources.uevent_source.synth_args).
+  simulated action and variables in SYNTH_ARG_* (encoding: npu_trace.device.uevents.synth_args).
 * npu-smi (npu_trace.sim.fake_smi): an `npu-smi` executable in a directory (default `default_smi_dir()`,
   prepend it to PATH) answering with the scenario's ECC counts, temperatures and health over time.
 
@@ -88,7 +88,7 @@ class KmsgChannel:
     """Writes `schedule(actions)` to /dev/kmsg from a thread, each line at t0_mono_ns + its offset."""
 
     def __init__(self, actions: Sequence[Action], pid: int = 0, path: str = KMSG_PATH) -> None:
-        from npu_trace.sources.kmsg_source import write_kmsg  # imported now: not late at the first line
+        from npu_trace.device.kmsg import write_kmsg  # imported now: not late at the first line
 
         self._write = write_kmsg
         self.lines = schedule(actions, pid)
@@ -194,7 +194,7 @@ class UeventChannel:
     """Writes `uevent_schedule(actions)` as synthetic uevents (`change <uuid> KEY=VALUE ...`) into `path`."""
 
     def __init__(self, actions: Sequence[Action], path: str = UEVENT_PATH) -> None:
-        from npu_trace.sources.uevent_source import synth_args
+        from npu_trace.device.uevents import synth_args
 
         self.events = uevent_schedule(actions)
         self.path = path
@@ -282,7 +282,7 @@ class SideChannels:
         """Plan every channel and install the fake npu-smi (before the executor starts)."""
         self.actions, self.devices = actions, devices
         if self.kmsg_on:
-            from npu_trace.sources import kmsg_source  # noqa: F401  (imported now, not after t0)
+            from npu_trace.device import kmsg  # noqa: F401  (imported now, not after t0)
         if self.uevents_on:
             self.uevent = UeventChannel(actions, self.uevent_path)
         if self.smi_dir is not None:

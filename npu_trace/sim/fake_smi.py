@@ -1,4 +1,4 @@
-"""The simulated NPU's `npu-smi`: the real tool's output formats (reference §8, as npu_trace.health parses
+"""The simulated NPU's `npu-smi`: the real tool's output formats (reference §8, as npu_trace.device.npusmi parses
 them), with values that follow a scenario's own state over time.
 
 `npu-trace sim run` writes two files into one directory (`install`, `write_state`):
@@ -15,7 +15,7 @@ single/double-bit counts, the chip and HBM temperature (the event's temp_c) and 
 Warning, uncorrectable: Alarm, with the event ids as error codes); the reset's last step (`heartbeat_resume`)
 brings the health back to OK and the temperature back to the baseline (the ECC counts stay).
 
-Commands answered (what npu_trace.sources.health_source invokes, and a few more):
+Commands answered (what npu_trace.sources.npusmi_source invokes, and a few more):
     npu-smi info                                      the 910B "v1" device table
     npu-smi info -t ecc|temp|health|pcie-err|sensors|memory -i <npu> [-c <chip>]
     npu-smi -v | -h

@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from npu_trace.device import hal
 from npu_trace.errors import KernelFeatureError, SimulatorError, SourceError
-from npu_trace.sim import abi, build
+from npu_trace.ftrace.tracefs import Tracefs
+from npu_trace.sim import build
 from npu_trace.sim.elf import Elf
-from npu_trace.tracefs import Tracefs
 
 ARG_REGISTERS: Dict[str, Tuple[str, ...]] = {
     "x86_64": ("%di", "%si", "%dx", "%cx", "%r8", "%r9"),
@@ -35,7 +36,7 @@ def arch_registers(machine: Optional[str] = None) -> Tuple[str, ...]:
     return ARG_REGISTERS[m]
 
 
-def fetch_arg(param: abi.Param, reg: str) -> str:
+def fetch_arg(param: hal.Param, reg: str) -> str:
     if param.type == "string":
         return f"{param.name}=+0({reg}):string"
     return f"{param.name}={reg}:{param.type}"
@@ -45,12 +46,12 @@ def definitions(binary: str, offsets: Mapping[str, int], machine: Optional[str] 
     """Every uprobe_events line for the simulator at `binary` (function -> file offset)."""
     regs = arch_registers(machine)
     out = []
-    for func in abi.FUNCS:
+    for func in hal.FUNCS:
         loc = f"{binary}:{offsets[func.name]:#x}"
         args = " ".join(fetch_arg(p, regs[i]) for i, p in enumerate(func.params))
-        out.append(f"p:{abi.GROUP}/{func.event} {loc} {args}")
+        out.append(f"p:{hal.GROUP}/{func.event} {loc} {args}")
         if func.hal:
-            out.append(f"r:{abi.GROUP}/{func.ret_event} {loc} ret=$retval:s32")
+            out.append(f"r:{hal.GROUP}/{func.ret_event} {loc} ret=$retval:s32")
     return out
 
 
@@ -60,13 +61,13 @@ class LoadedSim:
 
     binary: str
     definitions: List[str]
-    events: List[str] = field(default_factory=lambda: list(abi.event_names()))
+    events: List[str] = field(default_factory=lambda: list(hal.event_names()))
     changed: bool = False  # False when load() found everything already in place
 
 
 def binary_definitions(binary: Optional[str] = None) -> Tuple[str, List[str]]:
     path = binary or build.ensure_built()
-    offsets = Elf.open(path).function_offsets(tuple(f.name for f in abi.FUNCS))
+    offsets = Elf.open(path).function_offsets(tuple(f.name for f in hal.FUNCS))
     return path, definitions(path, offsets)
 
 
@@ -83,7 +84,7 @@ def _key(line: str) -> Optional[Tuple[str, str, str, str, int]]:
 
 def registered(fs: Tracefs) -> List[str]:
     """Lines of uprobe_events in our group."""
-    return [ln for ln in fs.uprobe_events() if (_key(ln) or ("", "", "", "", 0))[1] == abi.GROUP]
+    return [ln for ln in fs.uprobe_events() if (_key(ln) or ("", "", "", "", 0))[1] == hal.GROUP]
 
 
 def is_loaded(fs: Tracefs, binary: Optional[str] = None) -> bool:
@@ -116,10 +117,10 @@ def _quiet_unload(fs: Tracefs) -> None:
 def holders(fs: Tracefs) -> List[str]:
     """Where an ascend event is still enabled: "top-level" or "instance <name>"."""
     out = []
-    if _any_enabled(fs.path(f"events/{abi.GROUP}")):
+    if _any_enabled(fs.path(f"events/{hal.GROUP}")):
         out.append("top-level")
     for inst in glob.glob(fs.path("instances/*")):
-        if _any_enabled(os.path.join(inst, "events", abi.GROUP)):
+        if _any_enabled(os.path.join(inst, "events", hal.GROUP)):
             out.append(f"instance {os.path.basename(inst)}")
     return out
 

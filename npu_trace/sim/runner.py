@@ -43,8 +43,9 @@ import termios
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from npu_trace.device import hal
 from npu_trace.errors import SimulatorError
-from npu_trace.sim import abi, build
+from npu_trace.sim import build
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.scenarios import Action, plan
 from npu_trace.sim.threads import HOST_LIKE, Host
@@ -75,7 +76,7 @@ class Output(NamedTuple):
 
 
 def plan_line(a: Action) -> str:
-    func = abi.FUNC_BY_NAME[a.func]
+    func = hal.FUNC_BY_NAME[a.func]
     nums: List[int] = []
     text = "-"
     for param, value in zip(func.params, a.args):
@@ -110,7 +111,7 @@ def parse_output(text: str, count: int) -> Output:
 
 def action_record(seq: int, a: Action, row: Sequence[int]) -> Dict[str, Any]:
     """One truth record; `row` is an Observed (or only its first three: start_ns, end_ns, ret)."""
-    func = abi.FUNC_BY_NAME[a.func]
+    func = hal.FUNC_BY_NAME[a.func]
     events = [func.event] + ([func.ret_event] if func.hal else [])
     rec = {
         "seq": seq,
@@ -299,9 +300,9 @@ def start(
         "params": {"duration_s": duration_s, "rate": rate, "devices": devices},
         "clock": "mono",
         "binary": path,
-        "group": abi.GROUP,
-        "events": list(abi.event_names()),
-        "fields": {f.event: list(f.field_names) for f in abi.FUNCS},
+        "group": hal.GROUP,
+        "events": list(hal.event_names()),
+        "fields": {f.event: list(f.field_names) for f in hal.FUNCS},
         "host": host.describe(),
     }
     return ScenarioRun(meta, actions, path, truth_path, channels, host)
@@ -314,6 +315,6 @@ def expected_events(truth: Truth) -> List[Tuple[str, str]]:
 
 def record_events(rec: Dict[str, Any]) -> List[Tuple[str, str]]:
     """What the kernel's text rendering shows for one truth action: its entry event [and its return]."""
-    func = abi.FUNC_BY_NAME[rec["func"]]
-    text = " ".join(f"{p.name}={abi.render_value(p.type, rec['args'][p.name])}" for p in func.params)
+    func = hal.FUNC_BY_NAME[rec["func"]]
+    text = " ".join(f"{p.name}={hal.render_value(p.type, rec['args'][p.name])}" for p in func.params)
     return [(func.event, text)] + ([(func.ret_event, f"ret={rec['ret']}")] if func.hal else [])

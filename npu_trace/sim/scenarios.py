@@ -2,7 +2,7 @@
 
 Pure: no I/O, randomness only from random.Random(seed). `rate` is the steady background traffic in calls per
 second (all devices together); special phases (spikes, failures, ECC climb, reset steps, IRQ storm) add
-their calls on top. Each Action is one call of one exported simulator function; `args` follow abi.FUNCS'
+their calls on top. Each Action is one call of one exported simulator function; `args` follow hal.FUNCS'
 parameter order. `host` (npu_trace.sim.threads) places the actions on the executor's threads (which thread,
 what it waits for, where it changes CPU) without changing what they are.
 """
@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
+from npu_trace.device import hal
 from npu_trace.errors import InputError
-from npu_trace.sim import abi
 from npu_trace.sim.threads import SINGLE, Host, place, validate_host
 
 SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed")
@@ -54,7 +54,7 @@ class Action:
         return int(self.args[0])
 
     def fields(self) -> Dict[str, Value]:
-        names = abi.FUNC_BY_NAME[self.func].field_names
+        names = hal.FUNC_BY_NAME[self.func].field_names
         return dict(zip(names, self.args))
 
 
@@ -150,7 +150,7 @@ def op_alloc(
 ) -> int:
     heap = p.heaps[dev]
     va = heap.alloc(size)
-    ret = 0 if va is not None else abi.ENOMEM
+    ret = 0 if va is not None else hal.ENOMEM
     kind = kind if va is not None else "alloc_fail"
     g = p.group()
     d = p.hal_delay() if delay is None else delay
@@ -172,7 +172,7 @@ def op_irq(
     g = p.group() if group is None else group
     irq = irq_number(dev, name)
     p.add(t, "irq_handler_entry", (dev, irq, name), kind="irq", group=g, phase=phase)
-    p.add(t + dur_ns, "irq_handler_exit", (dev, irq, abi.IRQ_HANDLED), kind="irq", group=g, phase=phase)
+    p.add(t + dur_ns, "irq_handler_exit", (dev, irq, hal.IRQ_HANDLED), kind="irq", group=g, phase=phase)
     return 2
 
 
@@ -189,7 +189,7 @@ def op_task(
     irq = irq_number(dev, "cq_update_irq")
     p.add(t_irq, "irq_handler_entry", (dev, irq, "cq_update_irq"), kind="irq", group=g, phase=phase)
     p.add(t_irq + 2 * US, "trs_logic_cq_enque", (dev, stream, task, 0), group=g, phase=phase)
-    p.add(t_irq + 4 * US, "irq_handler_exit", (dev, irq, abi.IRQ_HANDLED), kind="irq", group=g, phase=phase)
+    p.add(t_irq + 4 * US, "irq_handler_exit", (dev, irq, hal.IRQ_HANDLED), kind="irq", group=g, phase=phase)
     p.add(
         t_irq + 6 * US,
         "halCqReportRecv",
@@ -279,10 +279,10 @@ def ecc_reset(p: Planner, t0: float, t1: float, dev: int) -> None:
     ce = 0
     for k in range(8):
         ce += 1 << k
-        args = (dev, abi.ECC_CE_EVENT, ce, 0, 62 + 4 * k)
+        args = (dev, hal.ECC_CE_EVENT, ce, 0, 62 + 4 * k)
         t = t0 + span * 0.05 * (k + 1)
         p.add(t, "dms_event_report", args, kind="ecc", group=p.group(), phase="degrade")
-    uce = (dev, abi.ECC_UCE_EVENT, ce, 1, 96)
+    uce = (dev, hal.ECC_UCE_EVENT, ce, 1, 96)
     p.add(t0 + 0.46 * span, "dms_event_report", uce, kind="ecc", group=p.group(), phase="degrade")
     _timeouts(p, t0 + 0.5 * span, t0 + 0.6 * span, dev)
     lost = (dev, 4)
@@ -305,7 +305,7 @@ def _timeouts(p: Planner, t0: float, t1: float, dev: int) -> None:
             t + 5 * US,
             "halCqReportRecv",
             (dev, 0, stream, 20),
-            ret=abi.ETIMEDOUT,
+            ret=hal.ETIMEDOUT,
             delay_ns=20 * MS,
             kind="timeout",
             group=g,
@@ -316,8 +316,8 @@ def _timeouts(p: Planner, t0: float, t1: float, dev: int) -> None:
 
 
 def _reset_steps(p: Planner, t0: float, t1: float, dev: int) -> None:
-    g, n = p.group(), len(abi.RESET_STEPS)
-    for i, name in enumerate(abi.RESET_STEPS):
+    g, n = p.group(), len(hal.RESET_STEPS)
+    for i, name in enumerate(hal.RESET_STEPS):
         t = t0 + i * (t1 - t0) / n
         if name == "os_load_success":
             op_irq(p, t - 20 * US, dev, "devdrv_load_irq", 5 * US, phase="reset", group=g)

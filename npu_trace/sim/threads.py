@@ -31,8 +31,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from npu_trace.device import hal
 from npu_trace.errors import InputError
-from npu_trace.sim import abi
 
 if TYPE_CHECKING:  # scenarios.plan calls place(): only the type comes from there
     from npu_trace.sim.scenarios import Action
@@ -112,13 +112,13 @@ class _Placer:
         after = self.after(i, a, thread)
         self.remember(i, a)
         away = a.func == "irq_handler_entry" and after is not None and self.actions[after].func == "halSqTaskSend"
-        hop = abi.FUNC_BY_NAME[a.func].hal and self.rng.random() < self.host.hop_share
+        hop = hal.FUNC_BY_NAME[a.func].hal and self.rng.random() < self.host.hop_share
         return replace(a, thread=thread, after=after, away=away, hop=hop)
 
     def thread(self, a: Action) -> int:
         if a.func in IRQ_FUNCS:
             return IRQ_THREAD
-        if not abi.FUNC_BY_NAME[a.func].hal:
+        if not hal.FUNC_BY_NAME[a.func].hal:
             return DRIVER_THREAD
         if a.func in STREAM_FUNCS:
             key = (a.dev, int(a.args[2]))

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, TextIO
 
-from npu_trace.events import Loss, TraceEvent
-from npu_trace.model import NpuEvent
+from npu_trace.events import Loss, NpuEvent, TraceEvent
 
 CommOf = Callable[[int], str]
 

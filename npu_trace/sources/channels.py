@@ -27,13 +27,13 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf.config import BpfConfig
-from npu_trace.bpf.mapping import BPF_MAPPING
+from npu_trace.device.bpf_rules import BPF_MAPPING
 from npu_trace.errors import UsageError
-from npu_trace.events import Loss
-from npu_trace.model import Normalizer, NpuEvent, lost_event
+from npu_trace.events import Loss, NpuEvent, lost_event
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS
-from npu_trace.sources.health_source import HealthSource, mono_ns
+from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.sources.kmsg_source import KmsgSource
+from npu_trace.sources.npusmi_source import HealthSource, mono_ns
 from npu_trace.sources.uevent_source import UeventSource, sysfs_bdf_dev
 
 CHANNELS = ("kmsg", "uevent", "health")  # a "bpf" channel runs when a BpfConfig is given

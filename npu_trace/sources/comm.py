@@ -7,7 +7,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, Optional
 
 from npu_trace.errors import SourceError
-from npu_trace.tracefs import Tracefs
+from npu_trace.ftrace.tracefs import Tracefs
 
 MAX_ENTRIES = 8192
 REFRESH_S = 0.5

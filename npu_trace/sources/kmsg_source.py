@@ -19,13 +19,21 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from npu_trace.events import Loss
-from npu_trace.kmsg import MAX_RECORD, KmsgMatcher, KmsgRecord, SeqTracker, driver_suppressed, parse_record, to_event
-from npu_trace.model import NpuEvent, lost_event
+from npu_trace.device.kmsg import (
+    KMSG,
+    MAX_RECORD,
+    KmsgMatcher,
+    KmsgRecord,
+    SeqTracker,
+    driver_suppressed,
+    parse_record,
+    to_event,
+    write_kmsg,
+)
+from npu_trace.events import Loss, NpuEvent, lost_event
 
-KMSG = "/dev/kmsg"
 SOURCE = "kmsg"
 MARKER = "npu-trace: clock marker"
 MAX_READS = 10_000  # records per read() call, so one call never runs unbounded
@@ -161,17 +169,3 @@ class KmsgSource:
     def drain_losses(self) -> List[Loss]:
         losses, self.losses = self.losses, []
         return losses
-
-
-def write_kmsg(line: str, path: str = KMSG) -> Tuple[int, int]:
-    """Write one record (a fresh open per record: the devkmsg rate limit is per open file; a record without a
-    final newline stays open for a continuation and is not readable until the next record).
-    Returns the CLOCK_MONOTONIC ns before and after the write."""
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        os.write(fd, line.encode()[:1000].rstrip(b"\n") + b"\n")  # no newline: the record stays open
-        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    finally:
-        os.close(fd)
-    return before, after

@@ -15,7 +15,7 @@ from npu_trace.events import LossLedger
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.timeline import Timeline
 from npu_trace.sources.channels import Channels
-from npu_trace.sources.health_source import mono_ns
+from npu_trace.sources.npusmi_source import mono_ns
 from npu_trace.sources.tracefs_source import TracefsSession
 
 BPF_BACKLOG = 256 << 10  # bytes of BPF ring buffer still unread after a read: poll again at once

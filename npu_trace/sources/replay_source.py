@@ -16,11 +16,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterator, Optional, Set
 
+from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, LossLedger
 from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
 from npu_trace.pipeline.batch import Batch, empty_batch
 from npu_trace.pipeline.timeline import Timeline
-from npu_trace.profiles import PROFILES
 from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
 

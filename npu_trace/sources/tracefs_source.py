@@ -20,7 +20,7 @@ from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.select import match_globs, resolve_globs
-from npu_trace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
+from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
 
 DEFAULT_BUFFER_KB = 8192
 PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read

@@ -1,8 +1,4 @@
-"""The normalized event model: what detectors and sinks see, whatever source an event came from.
-
-An `NpuEvent` is (ts_ns, kind, dev, op, pid, cpu, args). `kind` is one of `KINDS`; `dev` is the NPU's device
-id or None; `op` names the operation within the kind (a HAL function, "task", a timeout kind, "reset" ...);
-`args` holds the event's own values (JSON-able).
+"""Normalization: raw trace records into the event model's `NpuEvent`s (`npu_trace.events`), by rules as data.
 
 `Normalizer(mapping)` turns raw `TraceEvent`/`Loss` items into NpuEvents. The mapping is data (a profile's
 `mapping`): event "system:name" -> a rule dict, or a list of rule dicts tried in order (the first whose
@@ -32,31 +28,17 @@ silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from npu_trace.errors import UsageError
-from npu_trace.events import Loss, TraceEvent
+from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
 
-KINDS: Tuple[str, ...] = (
-    "call", "irq", "alloc", "free", "alloc_fail", "submit", "complete", "timeout", "reset_step", "ecc",
-    "link", "thermal", "log", "lost", "marker",
-)  # fmt: skip
 MAX_PENDING = 100_000  # call entries waiting for their return, all (pid, op) together
 MAX_DEPTH = 64  # nested entries of one (pid, op)
 
 COMMON_MAPPING: Dict[str, Any] = {
     "ftrace:print": {"kind": "marker", "op": "marker", "dev": "", "args": {"text": "buf"}},
 }
-
-
-class NpuEvent(NamedTuple):
-    ts_ns: int
-    kind: str
-    dev: Optional[int]
-    op: str
-    pid: int
-    cpu: int
-    args: Dict[str, Any]
 
 
 _CMP = {
@@ -192,11 +174,6 @@ def _plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optio
         arg_at = tuple((n, i) for i, n in enumerate(names) if not n.startswith("__") and n != rule.dev)
     dev_at = index.get(rule.dev, -1) if rule.dev else -1  # absent (return probes): no device, as _dev says
     return (rule.kind, rule.op or event_name, dev_at, arg_at, rule.set, rule.pair, kind_if)
-
-
-def lost_event(loss: Loss) -> NpuEvent:
-    args = {"source": loss.source, "lost": loss.lost}
-    return NpuEvent(loss.ts_ns, "lost", None, loss.kind, -1, loss.cpu, args)
 
 
 Item = Union[TraceEvent, Loss, NpuEvent]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError
-from npu_trace.tracefs import MOUNT_POINTS, Tracefs, find_optional
+from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 
 HUAWEI_PCI_VENDOR = "0x19e5"
 # Modules of the Ascend host driver package (910B); the first two carry the trs_chan/trs_core tracepoints.

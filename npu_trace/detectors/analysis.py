@@ -18,8 +18,9 @@ from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
 from npu_trace.detectors.reset import ResetDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
-from npu_trace.model import Normalizer, NpuEvent
-from npu_trace.profiles import Profile
+from npu_trace.device.profiles import Profile
+from npu_trace.events import NpuEvent
+from npu_trace.pipeline.normalize import Normalizer
 
 
 class Analysis:

@@ -1,4 +1,4 @@
-"""npu_trace.doctor on fake host trees, plus one real `npu-trace doctor --json` run."""
+"""npu_trace.capabilities on fake host trees, plus one real `npu-trace doctor --json` run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Dict, Optional, Tuple
 
 import pytest
 
-from npu_trace import doctor
-from npu_trace.doctor import Check, Host
+from npu_trace import capabilities as doctor
+from npu_trace.capabilities import Check, Host
 
 RELEASE = "6.1.0-test"
 ROOT_CAPS = "CapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
-from npu_trace.events import Loss, TraceEvent
+from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent
 from npu_trace.ftrace.format import parse_format
-from npu_trace.model import KINDS, Normalizer, NpuEvent, compile_mapping, field_value
-from npu_trace.profiles import PROFILES
+from npu_trace.pipeline.normalize import Normalizer, compile_mapping, field_value
 from synth import PID, formats, marker
 
 F = formats()
@@ -145,7 +145,7 @@ def test_synth_formats_match_the_real_kernel_formats() -> None:
 @pytest.mark.parametrize("scenario", ["mixed", "ecc-reset", "fragmentation"])
 def test_positional_plans_give_what_the_general_rules_give(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The precompiled plans (kind_if included, returns without a device field) are an optimisation only."""
-    from npu_trace import model
+    from npu_trace.pipeline import normalize as model
     from npu_trace.sim.scenarios import plan
     from synth import synth_events
 

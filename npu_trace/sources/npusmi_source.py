@@ -2,7 +2,7 @@
 
 A background thread polls (`npu-smi info` for the devices, then `info -t ecc|temp|health|pcie-err -i <npu>
 -c <chip>` per chip); `read()` never blocks: it returns the NpuEvents gathered since the last call (see
-`npu_trace.health.HealthTracker` for the kinds). Every npu-smi run has a timeout and an output bound: a
+`npu_trace.device.npusmi.HealthTracker` for the kinds). Every npu-smi run has a timeout and an output bound: a
 hanging, garbage-printing or missing npu-smi gives a note (rate-limited: one per problem per `NOTE_EVERY_S`;
 "missing" once), never a stall. Notes are in `notes()` and as "log" events op "health_note".
 
@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from npu_trace.health import HealthTracker, parse_fields, parse_info
-from npu_trace.model import NpuEvent
+from npu_trace.device.npusmi import HealthTracker, parse_fields, parse_info
+from npu_trace.events import NpuEvent
 
 VENDOR = "0x19e5"
 PCI_ROOT = "/sys/bus/pci/devices"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
-from npu_trace.bpf.mapping import BPF_MAPPING
+from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.hal import ETIMEDOUT, RESET_STEPS, TIMEOUT_KINDS
 from npu_trace.errors import UsageError
-from npu_trace.sim.abi import ETIMEDOUT, RESET_STEPS, TIMEOUT_KINDS
 
 # Struct layouts of the real driver's struct-typed tracepoint fields (their format files only say
 # `struct trs_chan_sq_trace sq_trace; size:40`): member names as in C (nested structs as "outer.inner")
@@ -54,7 +54,7 @@ class Profile:
     events: Tuple[str, ...]  # globs; those of a profile are optional one by one, but at least one must exist
     layouts: Mapping[str, Sequence[Tuple[str, str]]] = field(default_factory=dict)
     hint: str = ""  # what to do when none of the events exists
-    # raw event -> NpuEvent rules (npu_trace.model documents the rule keys)
+    # raw event -> NpuEvent rules (npu_trace.pipeline.normalize documents the rule keys)
     mapping: Mapping[str, Any] = field(default_factory=dict)
     # reset-sequence state machine (npu_trace.detectors.reset documents the keys); empty: no reset detection
     reset: Mapping[str, Any] = field(default_factory=dict)
@@ -75,7 +75,7 @@ class Profile:
     bpf_tracepoints: Tuple[str, ...] = ()
 
 
-# ---- normalization: raw event -> NpuEvent kind (see npu_trace.model for the rule keys) ------------------
+# ---- normalization: raw event -> NpuEvent kind (see npu_trace.pipeline.normalize for the rule keys) ------------------
 _S = 1_000_000_000
 
 

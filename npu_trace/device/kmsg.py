@@ -6,7 +6,7 @@ overwritten before they were read; the read itself fails with EPIPE) into a coun
 
 `KmsgMatcher` parses a message: the driver's prefix `[ascend] [ERROR] [module] [func line] `, the optional
 caller context (`<comm:tgid:pid> `, `<comm:tgid:pid:cpu> `, `<comm:tgid,pid> `; comm may hold ':', so parsed
-from the right), the `Text. (k1=v1; k2=v2)` payload, then the first matching rule of `npu_trace.kmsg_rules`
+from the right), the `Text. (k1=v1; k2=v2)` payload, then the first matching rule of `npu_trace.device.kmsg_templates`
 (kind, op, reset step, device). Lines without the prefix give nothing, except the kernel rules, the rate
 limiter's `log_to_printk_and_ringbuf: N callbacks suppressed` (`suppressed()`, counted as lost driver
 messages) and lines naming `[ascend]` that do not parse (kind "log", op "ascend:malformed").
@@ -17,11 +17,13 @@ so hostile input costs linear time.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from npu_trace.kmsg_rules import DEV_FIELDS, RATELIMIT_FUNC, RULES, Rule
-from npu_trace.model import NpuEvent
+from npu_trace.device.kmsg_templates import DEV_FIELDS, RATELIMIT_FUNC, RULES, Rule
+from npu_trace.events import NpuEvent
 
 MAX_LINE = 4096  # the kernel's records are at most ~1 KiB of text; anything longer is cut here
 MAX_RECORD = 16384  # bytes read per /dev/kmsg record (the kernel refuses reads smaller than a record)
@@ -201,7 +203,7 @@ class KmsgMatcher:
     """Message text -> Parsed (or None for lines that are not the driver's), by rules (data)."""
 
     def __init__(self, rules: Sequence[Rule] = RULES, kernel_rules: Sequence[Rule] = ()) -> None:
-        from npu_trace.kmsg_rules import KERNEL
+        from npu_trace.device.kmsg_templates import KERNEL
 
         self.rules = compile_rules(rules)
         self.kernel = compile_rules(kernel_rules or KERNEL)
@@ -266,3 +268,20 @@ def to_event(rec: KmsgRecord, p: Parsed, offset_ns: int) -> NpuEvent:
     pid = p.ctx.pid if p.ctx else -1
     cpu = p.ctx.cpu if p.ctx else -1
     return NpuEvent(rec.ts_us * 1000 + offset_ns, p.kind, p.dev, p.op, pid, cpu, args)
+
+
+KMSG = "/dev/kmsg"
+
+
+def write_kmsg(line: str, path: str = KMSG) -> Tuple[int, int]:
+    """Write one record (a fresh open per record: the devkmsg rate limit is per open file; a record without a
+    final newline stays open for a continuation and is not readable until the next record).
+    Returns the CLOCK_MONOTONIC ns before and after the write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        os.write(fd, line.encode()[:1000].rstrip(b"\n") + b"\n")  # no newline: the record stays open
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    finally:
+        os.close(fd)
+    return before, after

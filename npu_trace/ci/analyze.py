@@ -7,10 +7,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, TextIO
 
+from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.histogram import Histogram
-from npu_trace.detectors.pipeline import Analysis
+from npu_trace.device.profiles import PROFILES, Profile, get_profile
 from npu_trace.errors import UsageError
-from npu_trace.profiles import PROFILES, Profile, get_profile
 from npu_trace.sources.replay_source import ReplaySource
 
 

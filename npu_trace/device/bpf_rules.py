@@ -1,4 +1,4 @@
-"""Mapping rules (see `npu_trace.model`) of the BPF events, merged into the sim profile's mapping.
+"""Mapping rules (see `npu_trace.pipeline.normalize`) of the BPF events, merged into the sim profile's mapping.
 
 The kernel already paired entry and return, so each event is a complete call carrying `ret`, `latency_ns`
 and `entry_ts_ns` (what the Normalizer's pairing adds for tracefs events); no `pair` key here.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from npu_trace.sim.abi import ETIMEDOUT
+from npu_trace.device.hal import ETIMEDOUT
 
 BPF_MAPPING: Dict[str, Any] = {
     "bpf:halMemAlloc": {"kind": "call", "op": "halMemAlloc"},

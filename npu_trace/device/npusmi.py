@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from npu_trace.model import NpuEvent
+from npu_trace.events import NpuEvent
 
 MAX_OUTPUT = 1 << 20  # characters of one npu-smi output parsed at most
 HEALTH_VALUES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")
