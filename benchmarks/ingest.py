@@ -21,117 +21,41 @@ import gc
 import json
 import os
 import re
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from benchmarks.common import (
+    ANCHOR,
+    ANCHOR_INSTANCE,
+    EVENT,
+    NPU,
+    NPU_UNMERGED,
+    UNTRACED,
+    BenchError,
+    Run,
+    cpu_children,
+    cpu_self,
+    gcc,
+    log,
+    median,
+    parse_gen,
+)
+from benchmarks.record import REC, record_run, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN_SOURCE = os.path.join(HERE, "gen_syscalls.c")
 SHIM_SOURCE = "/work/shared/anchor-tools/trace-cmd-eperm-shim.c"
-EVENT = "syscalls:sys_enter_getpid"
-ANCHOR_INSTANCE = "npubench"
 DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near the ~1.4M/s the generator reaches traced
 GC_THRESHOLD = 100_000
 # Global tracefs files the benchmark (or trace-cmd) could change: snapshotted first, restored at the end.
 GLOBAL_FILES = ("tracing_on", "current_tracer", "trace_clock", "buffer_size_kb", "set_event")
 PROC_FILES = ("/proc/sys/kernel/kptr_restrict",)
-GEN_LINE = re.compile(rb"pid=(\d+) n=(\d+) elapsed_ns=(\d+) cpu_ns=(\d+)")
 
-NPU = "npu-trace"
-NPU_UNMERGED = "npu-trace, merge bypassed"
-ANCHOR = "trace-cmd"
-UNTRACED = "untraced"
-
-
-class BenchError(Exception):
-    pass
-
-
-@dataclass
-class Run:
-    """One traced (or untraced) generator run."""
-
-    tool: str
-    n: int
-    target_rate: float  # 0: as fast as possible
-    gen_pid: int = 0
-    gen_elapsed_ns: int = 0
-    gen_cpu_ns: int = 0
-    events: int = 0  # the generator's events seen by the tool
-    other_events: int = 0  # events of other getpid callers (not counted)
-    lost: int = 0
-    incomplete: bool = False
-    wall_s: float = 0.0
-    reader_cpu_s: float = 0.0
-    dat_bytes: int = 0
-    notes: List[str] = field(default_factory=list)
-
-    @property
-    def rate(self) -> float:
-        return self.n / (self.gen_elapsed_ns / 1e9) if self.gen_elapsed_ns else 0.0
-
-    @property
-    def lossless(self) -> bool:
-        return self.lost == 0 and not self.incomplete and self.events == self.n
-
-    @property
-    def mismatch(self) -> bool:
-        return self.tool != UNTRACED and self.events + self.lost != self.n
-
-    def to_json(self) -> Dict[str, Any]:
-        d = asdict(self)
-        d["rate"] = self.rate
-        d["lossless"] = self.lossless
-        return d
-
-
-# ---- helpers ---------------------------------------------------------------------------------------
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0
-
-
-def cpu_self() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def cpu_children() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def parse_gen(output: bytes) -> Tuple[int, int, int, int]:
-    """(pid, n, elapsed_ns, cpu_ns) from the generator's line."""
-    m = GEN_LINE.search(output)
-    if not m:
-        raise BenchError(f"no result line from the generator in: {output[-500:]!r}")
-    pid, n, elapsed, cpu = (int(x) for x in m.groups())
-    return pid, n, elapsed, cpu
-
-
-def gcc(src: str, out: str, extra: Sequence[str] = ()) -> None:
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise BenchError("gcc is not installed (run scripts/setup)")
-    proc = subprocess.run(
-        [cc, "-O2", *extra, "-o", out, src, *(["-ldl"] if "-shared" in extra else [])],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode:
-        raise BenchError(f"compiling {src} failed:\n{proc.stderr}")
 
 
 def ensure_trace_cmd() -> str:
@@ -355,7 +279,6 @@ class Bench:
 
     # -- npu-trace record -------------------------------------------------------------------------
     def record(self, n: int, rate: float) -> Run:
-        from benchmarks.record import record_run
 
         return record_run(self, n, rate)
 
@@ -660,8 +583,6 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     tools: List[Tuple[str, Callable[[int, float], Run]]] = [(NPU, bench.npu_trace)]
     tools.append((NPU_UNMERGED, bench.npu_trace_unmerged))
     if not args.no_record:
-        from benchmarks.record import REC
-
         tools.append((REC, bench.record))
     if not args.no_anchor:
         tools.append((ANCHOR, bench.anchor))
@@ -735,8 +656,6 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
         goal.append(f"{rl:.2f}x trace-cmd's lossless rate vs target 0.70x: {'met' if rl >= 0.7 else 'NOT met'}")
     log("targets: " + "; ".join(goal))
     if not args.no_record:
-        from benchmarks.record import report
-
         result["record"] = report(args, bench, by_tool)
     return result
 

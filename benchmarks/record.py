@@ -27,7 +27,8 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from benchmarks.ingest import Bench, Run
+    from benchmarks.common import Run
+    from benchmarks.ingest import Bench  # annotations only: record never imports ingest at run time
 
 REC = "npu-record"
 RECORD_MODE = "in-process: LiveTrace + Recorder as the sink of the pump, reader on the tracer CPU"
@@ -37,7 +38,7 @@ TARGET_RATE = 1_000_000.0
 
 def record_run(bench: Bench, n: int, rate: float) -> Run:
     """One traced generator run recorded to an .npt file (kept when it is the first full-speed run)."""
-    from benchmarks.ingest import EVENT, BenchError, Run, cpu_self, parse_gen
+    from benchmarks.common import EVENT, BenchError, Run, cpu_self, parse_gen
     from npu_trace.pipeline import pump
     from npu_trace.sinks.recorder import Recorder
     from npu_trace.sources.live import LiveTrace
@@ -113,7 +114,7 @@ def npt_sizes(path: str) -> Dict[str, int]:
 
 def dat_sizes(bench: Bench, dat: str) -> Dict[str, Any]:
     """Whole file, flyrecord (event data) bytes as stored and uncompressed, and the format, of a trace-cmd file."""
-    from benchmarks.ingest import ANCHOR_INSTANCE
+    from benchmarks.common import ANCHOR_INSTANCE
 
     out: Dict[str, Any] = {"file": os.path.getsize(dat)}
     with open(dat, "rb") as f:
@@ -139,7 +140,7 @@ def dat_sizes(bench: Bench, dat: str) -> Dict[str, Any]:
 
 def time_replay(path: str, repeat: int) -> Dict[str, Any]:
     """Decode-only replay: every batch of ReplaySource(path).batches(), events counted; median of `repeat`."""
-    from benchmarks.ingest import cpu_self, median
+    from benchmarks.common import cpu_self, median
     from npu_trace.sources.replay_source import ReplaySource
 
     walls, cpus, events = [], [], 0
@@ -157,7 +158,7 @@ def time_replay(path: str, repeat: int) -> Dict[str, Any]:
 
 def time_check(path: str, repeat: int) -> Dict[str, Any]:
     """analyze(path, "sim") as `npu-trace check` runs it (no progress bar); median of `repeat`."""
-    from benchmarks.ingest import cpu_self, median
+    from benchmarks.common import cpu_self, median
     from npu_trace.ci.analyze import analyze
 
     walls, cpus = [], []
@@ -178,7 +179,7 @@ def record_detector_heavy(bench: Bench) -> Optional[str]:
     """A recording where nearly every event is a driver event the detectors work on: the simulator's mixed
     scenario (4 devices, 20,000 background calls/s for 5 s), recorded in-process. None when the simulator
     cannot run here (its figure is then left out, and said so)."""
-    from benchmarks.ingest import log
+    from benchmarks.common import log
     from npu_trace import sim
     from npu_trace.errors import NpuTraceError
     from npu_trace.ftrace.tracefs import Tracefs
@@ -211,7 +212,7 @@ def record_detector_heavy(bench: Bench) -> Optional[str]:
 
 def time_report(bench: Bench, dat: str, events: int, repeat: int) -> Dict[str, Any]:
     """`trace-cmd report -q -i DAT > /dev/null` (text formatting included: that is what it does)."""
-    from benchmarks.ingest import BenchError, cpu_children, median
+    from benchmarks.common import BenchError, cpu_children, median
 
     walls, cpus = [], []
     for _ in range(repeat):
@@ -232,7 +233,7 @@ def rate_figures(events: int, wall: float, cpu: float) -> Dict[str, Any]:
 
 # ---- reporting --------------------------------------------------------------------------------------
 def table(rows: Sequence[Sequence[str]]) -> None:
-    from benchmarks.ingest import log
+    from benchmarks.common import log
 
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
@@ -259,7 +260,7 @@ def fmt_ratio(name: str, v: Optional[float]) -> str:
 
 def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """Measure replay/check/report on the kept files, print the tables, ratios and targets; the JSON part."""
-    from benchmarks.ingest import ANCHOR, log
+    from benchmarks.common import ANCHOR, log
 
     rec = by_tool.get(REC, {})
     anchor = by_tool.get(ANCHOR)

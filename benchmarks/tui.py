@@ -29,10 +29,10 @@ from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
-from tui.sources import FakeSource
+from tui.worker.sources import FakeSource
 
 if TYPE_CHECKING:
-    from tui.app import NpuTraceApp
+    from tui.ui.app import NpuTraceApp
 
 TICK_S = 0.02
 MAX_BATCH = 5000  # events per sink call at most (what one read of a busy session hands over)
@@ -137,8 +137,8 @@ async def measure(seconds: float, rate: int) -> None:
 
     from benchmarks.tui import FloodSource as flood  # by its module's name (run as __main__, this one is not)
     from npu_trace.process import tune_gc
-    from tui.app import NpuTraceApp
-    from tui.worker import SourceSpec
+    from tui.messages import SourceSpec
+    from tui.ui.app import NpuTraceApp
 
     tune_gc()  # as the CLI does
     app = NpuTraceApp(SourceSpec(flood, (rate, seconds)), PROFILES["sim"])

@@ -13,13 +13,12 @@ import pytest
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.format import parse_format
 from test_tui_support import PROFILE, batches, fake_app, mixed_events, settled, wait_for
-from tui.app import NpuTraceApp
 from tui.fmt import row_plain
-from tui.model import DEV, FIELDS, KIND
-from tui.widgets.eventlog import EventLog
-from tui.widgets.screens import HelpScreen, PromptScreen
-from tui.widgets.spikes import SpikesPanel
-from tui.worker import SourceSpec
+from tui.messages import DEV, FIELDS, KIND, SourceSpec
+from tui.ui.app import NpuTraceApp
+from tui.ui.widgets.eventlog import EventLog
+from tui.ui.widgets.screens import HelpScreen, PromptScreen
+from tui.ui.widgets.spikes import SpikesPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 40)
@@ -166,7 +165,7 @@ async def test_untrusted_text_is_shown_literally() -> None:
 
 
 async def test_recorded_session_replays_in_the_tui(demo_recording: str) -> None:
-    from tui.replay import ReplayFeedSource
+    from tui.worker.replay import ReplayFeedSource
 
     app = NpuTraceApp(SourceSpec(ReplayFeedSource, (demo_recording, None)), PROFILE)
     async with app.run_test(size=SIZE) as pilot:

@@ -12,11 +12,10 @@ from npu_trace import sim
 from npu_trace.device.profiles import PROFILES
 from npu_trace.ftrace.tracefs import Tracefs
 from test_tui_support import wait_for
-from tui.app import NpuTraceApp
-from tui.live import session_source
-from tui.model import FIELDS, KIND
-from tui.widgets.eventlog import EventLog
-from tui.worker import SourceSpec
+from tui.messages import FIELDS, KIND, SourceSpec
+from tui.ui.app import NpuTraceApp
+from tui.ui.widgets.eventlog import EventLog
+from tui.worker.live import session_source
 
 
 @pytest.mark.privileged

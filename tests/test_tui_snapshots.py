@@ -18,7 +18,7 @@ SIZE = (120, 40)
 def spikes_stay_hot(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new spike's row is highlighted for HOT_S of wall time: held here, so that the picture does not depend on
     how long the run took."""
-    monkeypatch.setattr("tui.widgets.ops.HOT_S", 3600.0)
+    monkeypatch.setattr("tui.ui.widgets.ops.HOT_S", 3600.0)
 
 
 def _snap(snap_compare: Any, until_ns: int) -> bool:

@@ -19,13 +19,12 @@ from npu_trace.events import TraceEvent
 from npu_trace.process import StopFlag
 from npu_trace.sim.scenarios import plan
 from synth import synth_events
-from tui.collector import ROWS_PER_UPDATE
-from tui.feed import Sink
-from tui.sources import IDLE_S, BaseSource, FakeSource
-from tui.worker import SourceSpec
+from tui.messages import ROWS_PER_UPDATE, SourceSpec
+from tui.worker.feed import Sink
+from tui.worker.sources import IDLE_S, BaseSource, FakeSource
 
 if TYPE_CHECKING:
-    from tui.app import NpuTraceApp
+    from tui.ui.app import NpuTraceApp
 
 PROFILE = PROFILES["sim"]
 BATCH_NS = 50_000_000
@@ -53,14 +52,14 @@ def fake_spec(items: List[List[Any]], **kw: Any) -> SourceSpec:
 
 
 def fake_app(items: List[List[Any]], **kw: Any) -> NpuTraceApp:
-    from tui.app import NpuTraceApp
+    from tui.ui.app import NpuTraceApp
 
     rows = kw.pop("rows", ROWS_PER_UPDATE)
     return NpuTraceApp(fake_spec(items, **kw), PROFILE, rows=rows)
 
 
 def spec_app(spec: SourceSpec, **kw: Any) -> NpuTraceApp:
-    from tui.app import NpuTraceApp
+    from tui.ui.app import NpuTraceApp
 
     return NpuTraceApp(spec, PROFILE, **kw)
 
@@ -133,7 +132,7 @@ def instances(root: str) -> List[str]:
 def orphan_main(root: str) -> None:
     """A UI process without a UI (`python -c`): starts a worker on a ResourceSource, prints the worker's pid
     once its instance exists, then waits to be killed (tests: the worker must clean up on its own)."""
-    from tui.worker import FeedClient
+    from tui.ui.client import FeedClient
 
     client = FeedClient(resource_spec(root, [[]]), PROFILE, lambda _msg: None)
     client.start()
@@ -146,7 +145,7 @@ def orphan_main(root: str) -> None:
 def test_a_reset_in_progress_shows_each_step_once_however_many_channels_tell_it() -> None:
     from npu_trace.device.profiles import get_profile
     from npu_trace.events import NpuEvent
-    from tui.collector import Collector
+    from tui.worker.collector import Collector
 
     col = Collector(get_profile("sim"), lambda pid: "x")
     steps = ("ready_for_hotreset", "unbind", "remove")

@@ -27,10 +27,10 @@ from test_tui_support import (
     spec_app,
     wait_for,
 )
-from tui.model import KIND, TS
-from tui.widgets.eventlog import EventLog
-from tui.widgets.screens import HelpScreen, PromptScreen
-from tui.widgets.spikes import SpikesPanel
+from tui.messages import KIND, TS
+from tui.ui.widgets.eventlog import EventLog
+from tui.ui.widgets.screens import HelpScreen, PromptScreen
+from tui.ui.widgets.spikes import SpikesPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 40)

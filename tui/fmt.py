@@ -9,7 +9,7 @@ from rich.text import Text
 
 from npu_trace.events import NpuEvent
 from npu_trace.sinks.text import safe_text
-from tui.model import COMM, CPU, DEV, FIELDS, KIND, OP, PID, TS, LogRow
+from tui.messages import COMM, CPU, DEV, FIELDS, KIND, OP, PID, TS, LogRow
 
 BARS = "▁▂▃▄▅▆▇█"
 KIND_STYLE: Dict[str, str] = {

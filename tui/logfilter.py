@@ -8,7 +8,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from npu_trace.events import NpuEvent
 from tui.fmt import log_row, row_plain
-from tui.model import COMM, DEV, KIND, PID, LogRow
+from tui.messages import COMM, DEV, KIND, PID, LogRow
 
 
 @dataclass(frozen=True)

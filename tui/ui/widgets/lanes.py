@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.fmt import STATE_STYLE, dev_name, dur, safe, spark
-from tui.model import DeviceState
+from tui.messages import DeviceState
 
 
 def lanes_text(devices: List[DeviceState]) -> Text:

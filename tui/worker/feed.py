@@ -1,6 +1,6 @@
 """The feed, in the worker process: runs a source, analyses every batch, sends one `FeedUpdate` per interval.
 
-A source (see `tui.sources`) is injected: it calls `sink(items, now)` often (at least every ~50 ms, with an
+A source (see `tui.worker.sources`) is injected: it calls `sink(items, now)` often (at least every ~50 ms, with an
 empty list when nothing came) with the timeline's items in time order and its watermark (`now`: time has
 reached it, events or not), `sink.restart()` when it starts over (seek back), `sink.end()` when it has nothing
 more, and `sink.announce(resource)` once it holds a kernel resource (a tracefs instance) that the UI must
@@ -25,9 +25,9 @@ from npu_trace.device.profiles import Profile
 from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
 from npu_trace.process import StopFlag
-from tui.collector import ROWS_PER_UPDATE, Collector, fresh_counters
+from tui.messages import INTERVAL_S, ROWS_PER_UPDATE, one_line
+from tui.worker.collector import Collector, fresh_counters
 
-INTERVAL_S = 0.1
 IDLE_S = 0.05  # after the source ended: how often requests are looked at
 
 
@@ -187,8 +187,3 @@ class Feed:
         update.restart, self.restarted = self.restarted, False
         self._last = now
         self.channel.send(("update", update))
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__

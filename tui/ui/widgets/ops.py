@@ -20,7 +20,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.fmt import dev_name, dur, safe
-from tui.model import OpRow
+from tui.messages import OpRow
 
 HOT_S = 2.0  # a new spike stays highlighted this long
 COLUMNS = ("dev", "op", "count", "rate/s", "p50", "p99", "max", "spikes")

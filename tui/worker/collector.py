@@ -19,7 +19,9 @@ from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from tui.fmt import log_row
 from tui.logfilter import LogFilter
-from tui.model import (
+from tui.messages import (
+    CONTEXT_NS,
+    ROWS_PER_UPDATE,
     Counters,
     DeviceState,
     FeedUpdate,
@@ -30,10 +32,8 @@ from tui.model import (
     SpikeView,
 )
 
-ROWS_PER_UPDATE = 250  # events carried to the log per update (the newest that match the log filter)
 RING = 50_000  # recent events kept for spike context and for a new log filter's first window
 LOG_MAX = 10_000  # rows of a new filter's window (the UI's log holds as many)
-CONTEXT_NS = 5_000_000  # a spike's context: events within 5 ms of the slow call
 CONTEXT_MAX = 40
 SPARK = 40
 BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (deterministic, whatever the UI's pace)

@@ -24,8 +24,8 @@ from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
-from tui.feed import Sink
-from tui.sources import BaseSource
+from tui.worker.feed import Sink
+from tui.worker.sources import BaseSource
 
 LOSS_EVERY_S = 1.0
 

@@ -13,7 +13,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.fmt import STATE_STYLE, dev_name, dur, safe, stamp
-from tui.model import ResetView
+from tui.messages import ResetView
 
 STATUS_STYLE = {"in progress": "bold magenta", "complete": "green", "failed": "bold red", "incomplete": "bold red"}
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.fmt import safe, size
-from tui.model import Counters
+from tui.messages import Counters
 
 ERROR_CHARS = 60  # the whole error is on the line under the event log
 

@@ -14,11 +14,13 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.process import tune_gc
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.replay_source import ReplaySource
-from tui.app import NpuTraceApp
-from tui.live import demo_source, live_source
-from tui.replay import ReplayFeedSource
-from tui.worker import SourceSpec
+from tui.messages import SourceSpec
+from tui.ui.app import NpuTraceApp
 
+# the worker's sources, by name: the UI process never imports the worker's modules
+LIVE = "tui.worker.live:live_source"
+DEMO = "tui.worker.live:demo_source"
+REPLAY = "tui.worker.replay:ReplayFeedSource"
 DEMO_RECORDING = os.path.join(os.path.dirname(sim.__file__), os.pardir, "data", "demo.npt")
 
 
@@ -46,7 +48,7 @@ def run_live(args: argparse.Namespace) -> int:
 
     session_from_args(args)  # the arguments checked here, before the UI starts; the worker builds the session
     trace_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})  # picklable
-    spec = SourceSpec(live_source, (trace_args,), label="live")
+    spec = SourceSpec(LIVE, (trace_args,), label="live")
     return _run(_app(spec, args.profile, getattr(args, "record_dir", ".")))
 
 
@@ -55,7 +57,7 @@ def run_replay(args: argparse.Namespace) -> int:
         raise UsageError("--speed must be positive")
     speed = None if args.max else (args.speed or 1.0)
     header = ReplaySource(args.file).header  # a bad file fails here, before the UI starts
-    spec = SourceSpec(ReplayFeedSource, (args.file, speed), label="replay")
+    spec = SourceSpec(REPLAY, (args.file, speed), label="replay")
     return _run(_app(spec, str(header.get("profile", "sim")) or "sim"))
 
 
@@ -89,7 +91,7 @@ def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str])
     run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False,
                              channels=side, host=host_from_args(args))  # fmt: skip
     try:
-        return _run(_app(SourceSpec(demo_source, (fs.root, label, smi), label=label), "sim"), screenshot)
+        return _run(_app(SourceSpec(DEMO, (fs.root, label, smi), label=label), "sim"), screenshot)
     finally:
         run.terminate()
 
@@ -97,5 +99,5 @@ def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str])
 def _demo_replay(why: str, screenshot: Optional[str]) -> int:
     path = os.path.normpath(DEMO_RECORDING)
     print(f"npu-trace: {why}: replaying the demo recording shipped with the package ({path})", file=sys.stderr)
-    spec = SourceSpec(ReplayFeedSource, (path, 1.0), label="demo: recording (no root)")
+    spec = SourceSpec(REPLAY, (path, 1.0), label="demo: recording (no root)")
     return _run(_app(spec, "sim"), screenshot)

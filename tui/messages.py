@@ -1,13 +1,15 @@
-"""The values a feed update carries from the worker process to the UI: plain, picklable data.
+"""What crosses the process boundary between the UI and the worker: plain, picklable values.
 
-Nothing here touches Textual: the worker builds these, the UI process unpickles them and the widgets only
-read them.
+The feed update and its views (the worker builds them, the UI process unpickles them and the widgets only
+read them), the `SourceSpec` the UI sends first, and the command that starts the worker. Nothing here
+touches Textual, and both sides import it: it is the protocol (`tui.worker.main` documents the messages).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Final, List, Optional, Tuple
+from typing import Any, Callable, Dict, Final, List, Optional, Tuple, Union
 
 from npu_trace.detectors.base import Finding
 
@@ -25,6 +27,46 @@ CPU: Final = 5
 COMM: Final = 6
 FIELDS: Final = 7
 STATES = ("ok", "degraded", "resetting", "offline")
+
+
+INTERVAL_S = 0.1  # the longest a feed update waits (the worker sends one per interval, once acknowledged)
+ROWS_PER_UPDATE = 250  # events carried to the log per update (the newest that match the log filter)
+CONTEXT_NS = 5_000_000  # a spike's context: events within 5 ms of the slow call
+
+WORKER_BOOT = (  # python -c BOOT FD PATH: the UI's module search path first, then the worker
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[2]); "
+    "from tui.worker.main import worker_main; worker_main(int(sys.argv[1]))"
+)
+
+
+@dataclass
+class SourceSpec:
+    """How the worker builds its source: `factory(*args, **kwargs)`; the factory is importable by name (a
+    "module:name" string, or a module-level class or function) and the arguments are picklable."""
+
+    factory: Union[str, Callable[..., Any]]  # "module:name" (the UI never imports the worker's modules)
+    args: Tuple[Any, ...] = ()
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # shown until the worker's first update (and set on the source when given)
+
+    def build(self) -> Any:
+        """The source (in the worker process: a "module:name" factory is imported there)."""
+        factory = self.factory
+        if isinstance(factory, str):
+            module, _, name = factory.partition(":")
+            factory = getattr(importlib.import_module(module), name)
+        source = factory(*self.args, **self.kwargs)
+        if self.label:
+            source.label = self.label
+        return source
+
+    def title(self) -> str:
+        return self.label or str(getattr(self.factory, "label", "") or "")
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 @dataclass

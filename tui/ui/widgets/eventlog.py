@@ -19,7 +19,7 @@ from textual.strip import Strip
 
 from tui.fmt import row_text
 from tui.logfilter import LogFilter
-from tui.model import LogRow
+from tui.messages import LogRow
 
 __all__ = ["LOG_MAX", "EventLog", "LogFilter"]
 

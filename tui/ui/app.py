@@ -1,9 +1,9 @@
 """The npu-trace Textual app: views over the batched, summarised updates of a worker process.
 
-The UI thread never reads, decodes or analyses events: the worker process (`tui.worker`) does, and sends a
-`FeedUpdate` at most every interval and only once the previous one was shown (the app acknowledges it after
-the screen refreshed). What needs the worker's data or its source (the log filter, markers, recording,
-replay controls) is a request answered asynchronously.
+The UI thread never reads, decodes or analyses events: the worker process (`tui.worker`, started by
+`tui.ui.client`) does, and sends a `FeedUpdate` at most every interval and only once the previous one was
+shown (the app acknowledges it after the screen refreshed). What needs the worker's data or its source (the
+log filter, markers, recording, replay controls) is a request answered asynchronously.
 """
 
 from __future__ import annotations
@@ -23,18 +23,17 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from npu_trace.device.profiles import Profile
-from tui.collector import ROWS_PER_UPDATE
 from tui.fmt import row_detail, safe, stamp
-from tui.model import Counters, FeedUpdate, LogWindow
-from tui.widgets.eventlog import EventLog
-from tui.widgets.lanes import Lanes
-from tui.widgets.memory import MemoryPanel
-from tui.widgets.ops import OpsTable
-from tui.widgets.resets import ResetsPanel
-from tui.widgets.screens import HelpScreen, PromptScreen
-from tui.widgets.spikes import SpikesPanel
-from tui.widgets.status import StatusBar
-from tui.worker import FeedClient, SourceSpec
+from tui.messages import ROWS_PER_UPDATE, Counters, FeedUpdate, LogWindow, SourceSpec
+from tui.ui.client import FeedClient
+from tui.ui.widgets.eventlog import EventLog
+from tui.ui.widgets.lanes import Lanes
+from tui.ui.widgets.memory import MemoryPanel
+from tui.ui.widgets.ops import OpsTable
+from tui.ui.widgets.resets import ResetsPanel
+from tui.ui.widgets.screens import HelpScreen, PromptScreen
+from tui.ui.widgets.spikes import SpikesPanel
+from tui.ui.widgets.status import StatusBar
 
 CSS = """
 #status { height: 1; background: $panel; }

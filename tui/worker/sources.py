@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from npu_trace.events import LossLedger, TraceEvent
 from npu_trace.ftrace.format import EventFormat, parse_format
 from npu_trace.process import StopFlag
-from tui.feed import Sink
+from tui.worker.feed import Sink
 
 IDLE_S = 0.02
 PRINT_FORMAT = """name: print

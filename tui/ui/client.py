@@ -1,25 +1,7 @@
-"""The worker process: the source, decoding, normalization and every detector run there, never in the UI.
-
-Why a process: at 100,000 events/s the analysis alone needs most of a CPU; in a thread of the UI process it
-holds the GIL so long that a key press waits for seconds, and it still cannot keep up (measured, see
-benchmarks/tui.py). The UI process only receives compact, already summarised `FeedUpdate`s.
-
-`SourceSpec` says how to build the source in the worker (a module-level factory and its arguments,
-pickled to it: the worker is a fresh interpreter, `python -c BOOT`, that imports only what the spec names,
-never Textual, nor the UI's main module). `FeedClient` is the UI side: it starts the worker, reads its
-messages on a thread of its own (receiving and unpickling never happen on the UI thread) and hands them to
-`deliver` (the app's thread-safe post_message); it sends acknowledgements and requests, and stops the worker.
-
-Protocol (pickled tuples over a duplex pipe):
-  UI -> worker: ("ack", seq) | ("call", id, name, args) | ("stop",)
-  worker -> UI: ("update", FeedUpdate) | ("reply", id, value, error) | ("resource", {...}) | ("error", text)
-                | ("bye",)   (the source is closed: its kernel resources are released)
-  and, made by FeedClient when the worker has exited: ("gone", error or "").
-
-Exit paths: q / ctrl+q (stop, the worker closes the source, says bye); the UI process dying (the worker
-reads end-of-file and stops; SIGINT/SIGTERM/SIGHUP stop it the same way); the worker failing (the source is
-unwound and closed, the error is sent as one line); the worker killed (the UI sees end-of-file without bye
-and removes the tracefs instance the worker announced).
+"""The UI side of the worker process: `FeedClient` starts the worker (`tui.messages.WORKER_BOOT`, a fresh
+interpreter), reads its messages on a thread of its own (receiving and unpickling never happen on the UI
+thread) and hands them to `deliver` (the app's thread-safe post_message); it sends acknowledgements and
+requests, and stops the worker. The protocol and every exit path: `tui.worker.main`.
 """
 
 from __future__ import annotations
@@ -32,103 +14,17 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from npu_trace.device.profiles import Profile
-from npu_trace.process import StopFlag, tune_gc
-from tui.collector import ROWS_PER_UPDATE
-from tui.feed import INTERVAL_S, Feed, Source, one_line
+from tui.messages import INTERVAL_S, ROWS_PER_UPDATE, WORKER_BOOT, SourceSpec, one_line
 
 STOP_TIMEOUT_S = 10.0  # a live session drains its buffers and removes its instance: give it time
 KILL_TIMEOUT_S = 3.0
 MAX_CALLS = 1000  # pending requests remembered (a UI that never hears back does not grow without bound)
 
 
-@dataclass
-class SourceSpec:
-    """How the worker builds its source: `factory(*args, **kwargs)`; the factory must be importable by name
-    (a module-level class or function) and the arguments picklable."""
-
-    factory: Callable[..., Source]
-    args: Tuple[Any, ...] = ()
-    kwargs: Dict[str, Any] = field(default_factory=dict)
-    label: str = ""  # shown until the worker's first update (and set on the source when given)
-
-    def build(self) -> Source:
-        source = self.factory(*self.args, **self.kwargs)
-        if self.label:
-            source.label = self.label
-        return source
-
-    def title(self) -> str:
-        return self.label or str(getattr(self.factory, "label", "") or "")
-
-
-# ---- the worker process ---------------------------------------------------------------------------------
-class PipeChannel:
-    """The feed's side of the pipe. End-of-file or a broken pipe means the UI is gone: stop."""
-
-    def __init__(self, conn: Connection, stop: StopFlag) -> None:
-        self.conn = conn
-        self.stop = stop
-        self.broken = False
-
-    def send(self, message: Tuple[Any, ...]) -> None:
-        if self.broken:
-            return
-        try:
-            self.conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
-        except OSError:  # EPIPE, ECONNRESET: the UI process is gone
-            self._gone()
-
-    def receive(self, timeout: float = 0.0) -> Optional[Tuple[Any, ...]]:
-        if self.broken:
-            return None
-        try:
-            if not self.conn.poll(timeout):
-                return None
-            msg: Tuple[Any, ...] = pickle.loads(self.conn.recv_bytes())
-        except (EOFError, OSError):
-            self._gone()
-            return None
-        return msg
-
-    def _gone(self) -> None:
-        self.broken = True
-        self.stop.set()
-
-
-BOOT = (  # python -c BOOT FD PATH: the UI's module search path first, then the worker
-    "import json, sys; sys.path[:0] = json.loads(sys.argv[2]); "
-    "from tui.worker import worker_main; worker_main(int(sys.argv[1]))"
-)
-
-
-def worker_main(fd: int) -> None:
-    """The worker process's entry point: `fd` is its end of the pipe; the first message says what to run:
-    (SourceSpec, Profile, interval, rows)."""
-    stop = StopFlag()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop.set)
-    conn = Connection(fd)
-    channel = PipeChannel(conn, stop)
-    try:
-        spec, profile, interval, rows = pickle.loads(conn.recv_bytes())
-        tune_gc()
-        feed = Feed(spec.build(), profile, channel, stop, interval=interval, rows_per_update=rows)
-        feed.run()
-    except EOFError:  # the UI went away before saying what to run
-        pass
-    except BaseException as exc:  # whatever it was, the UI says it in one line
-        channel.send(("error", f"worker: {type(exc).__name__}: {one_line(exc)}"))
-    finally:
-        channel.send(("bye",))
-        conn.close()
-
-
-# ---- the UI side ----------------------------------------------------------------------------------------
 class FeedClient:
     """Starts and stops the worker; `deliver(message)` is called on the reader thread (it must be
     thread-safe: App.post_message is). Calls and acks may come from any thread."""
@@ -178,7 +74,7 @@ class FeedClient:
         path = json.dumps([os.path.abspath(p or os.curdir) for p in sys.path])
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", BOOT, str(fd), path],
+                [sys.executable, "-c", WORKER_BOOT, str(fd), path],
                 pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
             )  # fmt: skip
         finally:

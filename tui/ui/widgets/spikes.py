@@ -9,9 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.collector import CONTEXT_NS
 from tui.fmt import dev_name, dur, row_text, safe, stamp
-from tui.model import SpikeView
+from tui.messages import CONTEXT_NS, SpikeView
 
 MAX_SPIKES = 500
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.fmt import dev_name, safe, size, spark, stamp
-from tui.model import MemoryView
+from tui.messages import MemoryView
 
 
 def memory_text(m: MemoryView) -> Text:

@@ -14,8 +14,8 @@ from typing import Callable, Optional
 from npu_trace.pipeline import Batch, Timeline, empty_batch, pump
 from npu_trace.process import StopFlag
 from npu_trace.sources.replay_source import ReplaySource
-from tui.feed import Sink
-from tui.sources import IDLE_S, BaseSource
+from tui.worker.feed import Sink
+from tui.worker.sources import IDLE_S, BaseSource
 
 SPEEDS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 

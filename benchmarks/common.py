@@ -1,0 +1,107 @@
+"""What the benchmarks share: a run's figures, the generator's result line, CPU clocks, logging.
+
+Imported by `benchmarks.ingest` and `benchmarks.record` alike (neither imports the other's internals back).
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Sequence, Tuple
+
+EVENT = "syscalls:sys_enter_getpid"
+ANCHOR_INSTANCE = "npubench"
+GEN_LINE = re.compile(rb"pid=(\d+) n=(\d+) elapsed_ns=(\d+) cpu_ns=(\d+)")
+
+NPU = "npu-trace"
+NPU_UNMERGED = "npu-trace, merge bypassed"
+ANCHOR = "trace-cmd"
+UNTRACED = "untraced"
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Run:
+    """One traced (or untraced) generator run."""
+
+    tool: str
+    n: int
+    target_rate: float  # 0: as fast as possible
+    gen_pid: int = 0
+    gen_elapsed_ns: int = 0
+    gen_cpu_ns: int = 0
+    events: int = 0  # the generator's events seen by the tool
+    other_events: int = 0  # events of other getpid callers (not counted)
+    lost: int = 0
+    incomplete: bool = False
+    wall_s: float = 0.0
+    reader_cpu_s: float = 0.0
+    dat_bytes: int = 0
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.n / (self.gen_elapsed_ns / 1e9) if self.gen_elapsed_ns else 0.0
+
+    @property
+    def lossless(self) -> bool:
+        return self.lost == 0 and not self.incomplete and self.events == self.n
+
+    @property
+    def mismatch(self) -> bool:
+        return self.tool != UNTRACED and self.events + self.lost != self.n
+
+    def to_json(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["rate"] = self.rate
+        d["lossless"] = self.lossless
+        return d
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def cpu_self() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cpu_children() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def parse_gen(output: bytes) -> Tuple[int, int, int, int]:
+    """(pid, n, elapsed_ns, cpu_ns) from the generator's line."""
+    m = GEN_LINE.search(output)
+    if not m:
+        raise BenchError(f"no result line from the generator in: {output[-500:]!r}")
+    pid, n, elapsed, cpu = (int(x) for x in m.groups())
+    return pid, n, elapsed, cpu
+
+
+def gcc(src: str, out: str, extra: Sequence[str] = ()) -> None:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise BenchError("gcc is not installed (run scripts/setup)")
+    proc = subprocess.run(
+        [cc, "-O2", *extra, "-o", out, src, *(["-ldl"] if "-shared" in extra else [])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode:
+        raise BenchError(f"compiling {src} failed:\n{proc.stderr}")
