@@ -151,7 +151,7 @@ def test_complete_reset_sequence_with_trigger_and_precursors() -> None:
     assert p["ecc"] == {"reports": 3, "ce_first": 20, "ce_last": 50, "ce_delta": 30, "uce_first": 0, "uce_last": 1,
                         "uce_delta": 1}  # fmt: skip
     assert p["max_temp_c"] == 65
-    assert det.flush() == [] and det.summary()["devices"] == {"0": "ok"}
+    assert det.flush() == [] and det.summary()["complete"] == 1
 
 
 def test_failed_step_closes_the_sequence() -> None:
@@ -159,13 +159,13 @@ def test_failed_step_closes_the_sequence() -> None:
     (f,) = det.feed(reset_run(1, 0, MS, RESET_STEPS[:6], fail="rescan"))
     assert f.details["status"] == "failed" and f.details["failed_step"] == "rescan"
     assert f.details["reason"] == "step_failed" and f.details["trigger"] is None
-    assert det.summary()["devices"] == {"1": "offline"}
+    assert det.summary()["failed"] == 1
 
 
 def test_step_timeout_makes_it_incomplete_and_a_late_step_opens_another() -> None:
     det = ResetDetector({**IMMEDIATE, "step_timeout_ns": 10 * S})
     assert det.feed(reset_run(0, 0, S, RESET_STEPS[:4])) == []
-    assert det.summary()["devices"] == {"0": "resetting"}
+    assert [run.dev for run in det.open_sequences()] == [0]
     out = det.feed([E(14 * S, "ecc", 1, "dms_event", ce_count=1, uce_count=0, temp_c=50)])
     (f,) = out
     assert f.details["status"] == "incomplete" and f.details["reason"] == "step_timeout"
@@ -394,3 +394,37 @@ def test_one_timeout_told_by_two_channels_is_one_finding() -> None:
     ]
     assert "source" not in out[0].details  # the probe's copy tells the details
     assert run([evs[:2], evs[2:4], evs[4:]]) == out and run([[e] for e in evs]) == out
+
+
+
+# ---- device states ------------------------------------------------------------------------------------
+def states_after(events: List[NpuEvent], definition: Any = None) -> Any:
+    from npu_trace.detectors.states import DeviceStateDetector
+
+    resets, states = ResetDetector(definition or IMMEDIATE), DeviceStateDetector(definition or IMMEDIATE)
+    states.feed(events)
+    states.note([*resets.feed(events), *resets.flush()])
+    return states
+
+
+def test_a_device_goes_degraded_resetting_offline_then_ok_through_a_reset() -> None:
+    states = states_after([*precursors(0), *reset_run(0, 8 * S, S // 10)])
+    changes = [(t.state, t.why) for t in states.take_transitions()]
+    assert changes == [("degraded", "timeout mbox"), ("resetting", "reset step ready_for_hotreset"),
+                       ("offline", "reset step remove"),  # removed, in reset, off the bus: gone until the rescan
+                       ("resetting", "reset step rescan"), ("ok", "reset step heartbeat_resume")]  # fmt: skip
+    (dev0,) = states.states().items()
+    assert dev0[0] == 0 and dev0[1].state == "ok" and dev0[1].last_error == "timeout heartbeat"
+    summary = states.summary()["devices"]["0"]
+    assert summary["state"] == "ok" and summary["entered"]["degraded"] == 1 and summary["entered"]["ok"] == 1
+    assert states.take_transitions() == []
+
+
+def test_a_failed_or_unfinished_reset_leaves_the_device_offline() -> None:
+    failed = states_after(reset_run(1, 0, MS, RESET_STEPS[:6], fail="rescan"))
+    assert failed.states()[1].state == "offline" and failed.states()[1].last_error == "reset step rescan failed (-1)"
+    unfinished = states_after(reset_run(2, 0, S, RESET_STEPS[:2]), {**IMMEDIATE, "step_timeout_ns": 10 * S})
+    last = unfinished.take_transitions()[-1]
+    assert (last.state, last.ts_ns, last.why) == ("offline", S, "reset incomplete: session_end")
+    alloc = states_after([E(1, "alloc_fail", 3, "halMemAlloc", size=10)])
+    assert alloc.states()[3].state == "ok" and alloc.states()[3].last_error == "alloc failed: 10 bytes"

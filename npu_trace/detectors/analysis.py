@@ -17,6 +17,7 @@ from npu_trace.detectors.latency import LatencyDetector
 from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
 from npu_trace.detectors.reset import ResetDetector
+from npu_trace.detectors.states import DeviceStateDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
@@ -29,14 +30,19 @@ class Analysis:
 
     def __init__(self, profile: Profile) -> None:
         self.normalizer = Normalizer(profile.mapping)
-        self.latency = LatencyDetector(profile.latency)  # typed access (histograms) for check/diff
+        # typed, for their read-only views (check, diff, the TUI's collector, exporters)
+        self.latency = LatencyDetector(profile.latency)
+        self.reset = ResetDetector(profile.reset)
+        self.memory = MemoryDetector()
+        self.states = DeviceStateDetector(profile.reset)
         self.detectors: Dict[str, Detector] = {
             "latency": self.latency,
-            "reset": ResetDetector(profile.reset),
-            "memory": MemoryDetector(),
+            "reset": self.reset,
+            "memory": self.memory,
             "timeouts": TimeoutDetector(profile.merge_ns),
             "health": HealthDetector(),
             "loss": LossDetector(),
+            "states": self.states,
         }
         self.findings: List[Finding] = []
         self.kind_counts: Counter[str] = Counter()
@@ -64,6 +70,7 @@ class Analysis:
         new: List[Finding] = []
         for detector in self.detectors.values():
             new.extend(detector.advance(now))
+        self.states.note(new)
         self.findings.extend(new)
         return sort_findings(new)
 
@@ -88,6 +95,7 @@ class Analysis:
         new: List[Finding] = []
         for detector in self.detectors.values():
             new.extend(detector.feed(events))
+        self.states.note(new)
         self.findings.extend(new)
         return sort_findings(new)
 
@@ -95,7 +103,9 @@ class Analysis:
         """Flush every detector (once) and return the report."""
         if self._report is None:
             for detector in self.detectors.values():
-                self.findings.extend(detector.flush())
+                flushed = detector.flush()
+                self.states.note(flushed)
+                self.findings.extend(flushed)
             findings = [f.to_dict() for f in sort_findings(self.findings)]
             self._report = {"findings": findings, "summary": self.summary()}
         return self._report

@@ -22,7 +22,7 @@ Config (a profile's `latency` mapping, all optional): floor_ns, k, window, warmu
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram
@@ -39,6 +39,16 @@ CALL_KINDS = frozenset(("call", "submit", "free"))
 MAX_TASKS = 100_000
 
 Key = Tuple[Optional[int], str]
+
+
+class OpView(NamedTuple):
+    dev: Optional[int]
+    op: str
+    calls: int
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+    spikes: int
 
 
 class OpStats:
@@ -103,6 +113,14 @@ class LatencyDetector:
 
     def histograms(self) -> Dict[Key, Histogram]:
         return {k: s.hist for k, s in self.stats.items()}
+
+    def ops(self) -> List[OpView]:
+        """Every (device, op) now, by device then op (read-only values: calls, p50, p99, max, spikes)."""
+        out = []
+        for key in sorted(self.stats, key=_key_order):
+            st, h = self.stats[key], self.stats[key].hist
+            out.append(OpView(key[0], key[1], h.count, h.percentile(0.5), h.percentile(0.99), h.max or 0, st.spikes))
+        return out
 
     # ---- tasks --------------------------------------------------------------------------------------
     def _submit(self, ev: NpuEvent) -> None:

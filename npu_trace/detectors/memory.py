@@ -75,6 +75,15 @@ class MemoryDetector:
     def advance(self, now: int) -> List[Finding]:
         return []
 
+    def devices(self) -> List[Tuple[int, int, int]]:
+        """(device, live bytes, peak bytes) of every device seen, by device."""
+        return [(dev, live, self.peak.get(dev, 0)) for dev, live in sorted(self.dev_bytes.items())]
+
+    def top_processes(self, most: int) -> List[Tuple[int, int, int]]:
+        """(device, pid, live bytes) of the `most` processes holding the most device memory now."""
+        top = sorted(((n, d, p) for (d, p), n in self.pid_bytes.items() if n), reverse=True)[:most]
+        return [(d, p, n) for n, d, p in top]
+
     def flush(self) -> List[Finding]:
         groups: Dict[DevPid, List[Tuple[int, int, int]]] = {}
         for (dev, va), (size, pid, ts) in self.live.items():

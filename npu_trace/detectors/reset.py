@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
 from npu_trace.events import NpuEvent
@@ -132,11 +132,14 @@ class ResetDetector:
         return out
 
     def summary(self) -> Dict[str, Any]:
-        devices = {str(d): self._state(d) for d in sorted(set(self.history) | set(self.last_status))}
-        out = {"sequences": sum(self.counts.values()), **self.counts, "devices": devices}
+        out: Dict[str, Any] = {"sequences": sum(self.counts.values()), **self.counts}
         if self.merge:
             out["merged_steps"] = self.merged
         return out
+
+    def open_sequences(self) -> List[OpenSequence]:
+        """The sequences still open (read-only values, by device): a reset as it happens."""
+        return [_open_view(run) for _, run in sorted(self.open.items())]
 
     # ---- per event ----------------------------------------------------------------------------------
     def _event(self, ev: NpuEvent, out: List[Finding]) -> None:
@@ -261,15 +264,6 @@ class ResetDetector:
             "max_temp_c": max(temps) if temps else None,
         }  # fmt: skip
 
-    def _state(self, dev: int) -> str:
-        seq = self.open.get(dev)
-        if seq is not None:
-            return "resetting" if seq.ended_at is None else "ok"
-        if self.last_status.get(dev) in ("failed", "incomplete"):
-            return "offline"
-        hist = self.history.get(dev)
-        return "degraded" if hist is not None and hist.trigger is not None else "ok"
-
 
 def _ecc(hist: DeviceHistory, lo: int, ref: int) -> Dict[str, Any]:
     inside = [e for e in hist.ecc if lo <= e[0] <= ref]
@@ -289,6 +283,21 @@ def _ecc(hist: DeviceHistory, lo: int, ref: int) -> Dict[str, Any]:
 def _steps(seq: ResetRun) -> List[Dict[str, Any]]:
     return [{"step": n, "ts_ns": ts, "ret": ret, "since_start_ns": ts - seq.first_ts, "sources": sorted(channels)}
             for n, ts, ret, channels in seq.steps]  # fmt: skip
+
+
+class OpenSequence(NamedTuple):
+    dev: int
+    first_ts: int
+    steps: List[Tuple[str, int, int]]  # (step, ts, ret)
+    precursor: Dict[str, Any]
+    trigger: Optional[Dict[str, Any]]  # kind, op, ts_ns
+
+
+def _open_view(run: ResetRun) -> OpenSequence:
+    trigger = None if run.trigger is None else {"kind": run.trigger.kind, "op": run.trigger.op,
+                                                "ts_ns": run.trigger.ts_ns}  # fmt: skip
+    steps = [(name, ts, ret) for name, ts, ret, _ in run.steps]
+    return OpenSequence(run.dev, run.first_ts, steps, dict(run.precursor), trigger)
 
 
 def _trigger(ev: Optional[NpuEvent]) -> Optional[Dict[str, Any]]:

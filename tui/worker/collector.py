@@ -14,7 +14,6 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
-from npu_trace.detectors.reset import ResetDetector
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from tui.fmt import log_row
@@ -40,8 +39,6 @@ BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (determinis
 MAX_RESETS = 50
 MAX_FAILURES = 20
 CALL_KINDS = frozenset(("call", "submit", "free"))
-STATE_KINDS = frozenset(("timeout", "reset_step", "alloc_fail"))
-OFFLINE_STEPS = frozenset(("remove", "reset_begin", "bus_remove"))
 
 CommOf = Callable[[int], str]
 
@@ -50,7 +47,6 @@ class Collector:
     def __init__(self, profile: Profile, comm_of: CommOf, rows_per_update: int = ROWS_PER_UPDATE) -> None:
         self.analysis = Analysis(profile)
         self.comm_of = comm_of
-        self.end_steps = frozenset(profile.reset.get("end", ()))
         self.ring = Ring(RING)
         self.rows: Deque[NpuEvent] = deque(maxlen=rows_per_update)
         self.filter = LogFilter()
@@ -104,8 +100,8 @@ class Collector:
         return LogWindow(query, rows, len(matched) - len(shown), len(recent))
 
     def _scan(self, events: List[NpuEvent]) -> None:
-        """One pass over the batch for what needs a look at single events: states and latency bars."""
-        lat_bins, call_kinds, state_kinds = self.lat_bins, CALL_KINDS, STATE_KINDS
+        """One pass over the batch for what needs a look at single events: the latency bars."""
+        lat_bins, call_kinds = self.lat_bins, CALL_KINDS
         for ev in events:
             kind = ev[1]
             if kind in call_kinds:
@@ -118,8 +114,6 @@ class Collector:
                             series[-1][1] = value
                     else:
                         _bin(lat_bins, dev, index, value, max)
-            elif kind in state_kinds:
-                self._state_event(ev)
 
     def finish(self) -> None:
         """The end of the source: flush the detectors (leaks, incomplete sequences); once."""
@@ -129,8 +123,7 @@ class Collector:
         self.analysis.findings.clear()
 
     def _memory_bins(self) -> None:
-        mem: Any = self.analysis.detectors["memory"]
-        for dev, live in mem.dev_bytes.items():
+        for dev, live, _ in self.analysis.memory.devices():
             _bin(self.mem_bins, dev, self.last_ts // BIN_NS, live, lambda _old, new: new)
 
     def _device(self, dev: int) -> DeviceState:
@@ -138,23 +131,6 @@ class Collector:
         if state is None:
             state = self.devices[dev] = DeviceState(dev)
         return state
-
-    def _state_event(self, ev: NpuEvent) -> None:
-        if ev.dev is None:
-            return
-        st = self._device(ev.dev)
-        if ev.kind == "timeout":
-            st.last_error = f"timeout {ev.op}"
-            if st.state == "ok":
-                st.state = "degraded"
-        elif ev.kind == "alloc_fail":
-            st.last_error = f"alloc failed: {ev.args.get('size')} bytes"
-        else:
-            step = str(ev.args.get("step", ev.op))
-            ret = ev.args.get("ret", 0)
-            st.state = "ok" if step in self.end_steps else "offline" if step in OFFLINE_STEPS else "resetting"
-            if isinstance(ret, int) and ret != 0:
-                st.state, st.last_error = "offline", f"reset step {step} failed ({ret})"
 
     def _note(self, findings: List[Finding]) -> None:
         for f in findings:
@@ -173,9 +149,6 @@ class Collector:
         view = ResetView(dev, d["status"], f.ts_ns, steps, d.get("precursor", {}), d.get("trigger"),
                          d.get("waiting_for"))  # fmt: skip
         self.closed_resets.append(view)
-        if d["status"] != "complete":
-            st = self._device(dev)
-            st.state, st.last_error = "offline", f"reset {d['status']}: {d.get('reason')}"
 
     # ---- out -----------------------------------------------------------------------------------
     def update(self, seq: int, dt: float, counters: Counters, ended: bool = False) -> FeedUpdate:
@@ -195,6 +168,9 @@ class Collector:
         for dev in self.dev_counts:
             if dev is not None:
                 self._device(dev)
+        for dev, known in self.analysis.states.states().items():  # the detectors' device state machine
+            st = self._device(dev)
+            st.state, st.last_error = known.state, known.last_error
         for dev, st in self.devices.items():
             n = self.dev_counts.get(dev, 0)
             st.events += n
@@ -204,15 +180,13 @@ class Collector:
         return [_copy_state(self.devices[d]) for d in sorted(self.devices)]
 
     def _ops(self, dt: float, ended: bool) -> List[OpRow]:
-        stats = self.analysis.latency.stats
         rows = []
-        for key in sorted(stats, key=lambda k: (-1 if k[0] is None else k[0], k[1])):
-            st, h = stats[key], stats[key].hist
+        for op in self.analysis.latency.ops():
+            key = (op.dev, op.op)
             before = self.op_counts.get(key, 0)
-            self.op_counts[key] = h.count
-            rate = 0.0 if ended or dt <= 0 else (h.count - before) / dt
-            rows.append(OpRow(key[0], key[1], h.count, rate, h.percentile(0.5), h.percentile(0.99), h.max or 0,
-                              st.spikes))  # fmt: skip
+            self.op_counts[key] = op.calls
+            rate = 0.0 if ended or dt <= 0 else (op.calls - before) / dt
+            rows.append(OpRow(op.dev, op.op, op.calls, rate, op.p50_ns, op.p99_ns, op.max_ns, op.spikes))
         return rows
 
     def _spikes(self, ended: bool) -> List[SpikeView]:
@@ -229,25 +203,16 @@ class Collector:
     def _resets(self) -> List[ResetView]:
         """Closed sequences, then the open ones with the steps seen so far, so that a reset shows as it
         happens."""
-        detector = self.analysis.detectors["reset"]
         out = list(self.closed_resets)
-        if not isinstance(detector, ResetDetector):
-            return out
-        for dev in sorted(detector.open):
-            run = detector.open[dev]
-            steps = [(step[0], step[1], step[2]) for step in run.steps]
-            trigger = None if run.trigger is None else {"kind": run.trigger.kind, "op": run.trigger.op,
-                                                        "ts_ns": run.trigger.ts_ns}  # fmt: skip
-            out.append(ResetView(dev, "in progress", run.first_ts, steps, dict(run.precursor), trigger))
+        for run in self.analysis.reset.open_sequences():
+            out.append(ResetView(run.dev, "in progress", run.first_ts, run.steps, run.precursor, run.trigger))
         return out
 
     def _memory(self) -> MemoryView:
-        mem: Any = self.analysis.detectors["memory"]
-        devices = [(d, n, mem.peak.get(d, 0)) for d, n in sorted(mem.dev_bytes.items())]
-        top = sorted(((n, d, p) for (d, p), n in mem.pid_bytes.items() if n), reverse=True)[:8]
-        procs = [(d, p, self.comm_of(p), n) for n, d, p in top]
+        mem = self.analysis.memory
+        procs = [(d, p, self.comm_of(p), n) for d, p, n in mem.top_processes(8)]
         sparks = {d: [v for _, v in bins] for d, bins in self.mem_bins.items()}
-        return MemoryView(devices, procs, list(self.failures), sparks)
+        return MemoryView(mem.devices(), procs, list(self.failures), sparks)
 
 
 _ts_of = itemgetter(0)  # NpuEvent.ts_ns
