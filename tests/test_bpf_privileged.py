@@ -352,7 +352,7 @@ def test_compile_check_compiles_here_and_names_a_compile_failure() -> None:
 
     from npu_trace.bpf.source import compile_check
 
-    assert compile_check() == "compiled hal_uprobes.bpf.c"
+    assert compile_check() == f"compiled hal_uprobes.bpf.c from {ROOT / 'bpf'}"  # editable: the checkout's own
     broken = Path(__file__).parent / "data" / "bpf_broken"
     with pytest.raises(SourceError, match=r"bcc cannot compile hal_uprobes\.bpf\.c"):
         compile_check(broken)

@@ -20,15 +20,17 @@ anything is compiled; a tracepoint that does not exist is a KernelFeatureError a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf import layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.files import program_dir
 from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
 from npu_trace.bpf.tracepoints import TRS_SPECS, StructLayouts, TpPlan, TpSpec, plan
 from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
@@ -36,7 +38,9 @@ from npu_trace.events import Loss, LossLedger
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS, Batch, Mark
 from npu_trace.sim.elf import Elf
 
-BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
 KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
 KHEADERS = "/sys/kernel/kheaders.tar.xz"
 ENTRY_FUNCS = {
@@ -66,18 +70,14 @@ def check_headers() -> None:
         raise KernelFeatureError(f"kernel headers missing: {headers_dir()} (bcc cannot compile; run scripts/setup)")
 
 
-def compile_check(bpf_dir: Path = BPF_DIR) -> str:
-    """Compile the HAL program (nothing attached) and unload it: can bcc build programs here? Raises
-    KernelFeatureError/SourceError saying why not; returns what it compiled."""
+def compile_check(bpf_dir: Optional[Traversable] = None) -> str:
+    """Compile the HAL program of `bpf_dir` (default: the installed programs), attach nothing, unload it: can
+    bcc build programs here? Raises KernelFeatureError/SourceError saying why not; returns what it compiled."""
     check_headers()
     bcc = _bcc()
-    src = bpf_dir / "hal_uprobes.bpf.c"
-    try:
-        obj = bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{bpf_dir}", *BpfConfig().hal_cflags()])
-    except Exception as exc:  # bcc raises plain Exception for compile failures
-        raise SourceError(f"bcc cannot compile {src.name}: {exc}") from None
-    obj.cleanup()
-    return f"compiled {src.name}"
+    with program_dir(bpf_dir) as folder:
+        _compile(bcc, folder, "hal_uprobes", BpfConfig().hal_cflags()).cleanup()
+    return f"compiled hal_uprobes.bpf.c from {folder}"
 
 
 def read_tracepoint_format(tracepoint: str) -> Optional[str]:
@@ -95,24 +95,32 @@ def tracepoint_cflags(config: BpfConfig, plans: Sequence[TpPlan]) -> List[str]:
     return [*config.tracepoint_cflags(), *(flag for p in plans for flag in p.cflags())]
 
 
-def compile_tracepoints(plans: Sequence[TpPlan], config: Optional[BpfConfig] = None, bpf_dir: Path = BPF_DIR) -> str:
+def compile_tracepoints(
+    plans: Sequence[TpPlan], config: Optional[BpfConfig] = None, bpf_dir: Optional[Traversable] = None
+) -> str:
     """Compile the tracepoint program for `plans` and load each slot's function into the kernel (the verifier
     checks it) without attaching anything, then unload it: would these offsets run here? Raises SourceError
-    saying why not."""
+    saying why not. bpf_dir: the programs' directory (default: the installed programs)."""
     check_headers()
     bcc = _bcc()
-    src = bpf_dir / f"{TP_PROGRAM}.bpf.c"
-    cflags = [f"-I{bpf_dir}", *tracepoint_cflags(config or BpfConfig(hal=False), plans)]
+    cflags = tracepoint_cflags(config or BpfConfig(hal=False), plans)
+    with program_dir(bpf_dir) as folder:
+        obj = _compile(bcc, folder, TP_PROGRAM, cflags)
+        try:
+            for p in plans:
+                _load_tracepoint_func(bcc, obj, p)
+        finally:
+            obj.cleanup()
+    return f"compiled {TP_PROGRAM}.bpf.c and loaded {', '.join(p.function for p in plans)} (nothing attached)"
+
+
+def _compile(bcc: Any, folder: Path, program: str, cflags: Sequence[str]) -> Any:
+    """bcc.BPF of `<folder>/<program>.bpf.c` with `folder` on the include path (loads nothing yet)."""
+    src = folder / f"{program}.bpf.c"
     try:
-        obj = bcc.BPF(src_file=str(src).encode(), cflags=cflags)
+        return bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{folder}", *cflags])
     except Exception as exc:  # bcc raises plain Exception for compile failures
         raise SourceError(f"bcc cannot compile {src.name}: {exc}") from None
-    try:
-        for p in plans:
-            _load_tracepoint_func(bcc, obj, p)
-    finally:
-        obj.cleanup()
-    return f"compiled {src.name} and loaded {', '.join(p.function for p in plans)} (nothing attached)"
 
 
 def _load_tracepoint_func(bcc: Any, obj: Any, p: TpPlan) -> None:
@@ -153,14 +161,17 @@ class BpfSource:
     def __init__(
         self,
         config: BpfConfig,
-        bpf_dir: Path = BPF_DIR,
+        bpf_dir: Optional[Traversable] = None,
         tracepoint_specs: Optional[Mapping[str, TpSpec]] = None,
         layouts: Optional[StructLayouts] = None,
     ) -> None:
-        """tracepoint_specs: what each of `config.tracepoints` reads (default: the Ascend driver's five);
+        """bpf_dir: the programs' directory (default: the installed programs, `files.program_dir()`);
+        tracepoint_specs: what each of `config.tracepoints` reads (default: the Ascend driver's five);
         layouts: the struct layouts of their struct-typed fields (default: the ascend profile's)."""
         self.config = config
-        self.bpf_dir = bpf_dir
+        self.bpf_root = bpf_dir
+        self.bpf_dir: Optional[Path] = None  # the real directory bcc compiles from, from start() to close()
+        self._files = contextlib.ExitStack()  # keeps that directory (a temporary copy, from a zip) alive
         self.tracepoint_specs: Mapping[str, TpSpec] = TRS_SPECS if tracepoint_specs is None else tracepoint_specs
         self.layouts = layouts
         self.tracepoint_plans: Tuple[TpPlan, ...] = ()
@@ -190,12 +201,11 @@ class BpfSource:
         binary = check_binary(cfg.binary, cfg.hal_symbols) if cfg.hal else None
         if not (cfg.hal or cfg.irq or cfg.tracepoints):
             raise InputError("nothing to trace: enable HAL uprobes, IRQs or tracepoints")
-        if not (self.bpf_dir / "npu_trace.h").is_file():
-            raise SourceError(f"BPF sources not found in {self.bpf_dir}")
         check_headers()
         plans = self._plan_tracepoints() if cfg.tracepoints else ()
         bcc = _bcc()
         try:
+            self._programs()
             if binary:
                 self._attach_hal(bcc, binary)
             if cfg.irq:
@@ -225,12 +235,24 @@ class BpfSource:
         while self.objects:
             _, obj = self.objects.popitem()
             obj.cleanup()
+        self._files.close()
+        self.bpf_dir = None
 
     # ---- loading --------------------------------------------------------------------------------------
+    def _programs(self) -> Path:
+        """The programs' directory, opened on first use and kept until close()."""
+        if self.bpf_dir is None:
+            folder = self._files.enter_context(program_dir(self.bpf_root))
+            if not (folder / "npu_trace.h").is_file():
+                raise SourceError(f"BPF sources not found in {folder}")
+            self.bpf_dir = folder
+        return self.bpf_dir
+
     def _load(self, bcc: Any, program: str, cflags: List[str]) -> Any:
-        src = self.bpf_dir / f"{program}.bpf.c"
+        folder = self._programs()
+        src = folder / f"{program}.bpf.c"
         try:
-            obj = bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{self.bpf_dir}", *cflags])
+            obj = bcc.BPF(src_file=str(src).encode(), cflags=[f"-I{folder}", *cflags])
         except Exception as exc:  # bcc raises plain Exception for compile and load failures
             raise SourceError(f"cannot compile/load {src.name}: {exc} (clang's messages above)") from None
         self.objects[program] = obj

@@ -1,0 +1,194 @@
+"""The wheel: built from this checkout, installed offline into a fresh virtual environment, run from outside
+the checkout.
+
+The build runs without isolation (`pip wheel --no-build-isolation --no-index`: isolation would fetch setuptools)
+from a copy of the checkout (an in-tree build leaves `build/` behind, whose stale files a later wheel would
+carry). The venv is made with `--system-site-packages` from the interpreter of the venv running these tests
+(the distro's Python, whose bcc it sees); the wheel goes in with `--no-index --no-deps`, then a `.pth` file
+adds this venv's site-packages for the dependencies (msgpack, zstandard, pyroute2, textual). Nothing is
+downloaded. Every command runs with its cwd in a temporary directory, and each test checks what it imported
+came from the new venv. Everything lives in one temporary directory, removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Sequence
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 600  # a busy 2-vCPU machine: generous, never a measure
+NOT_BUILT = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+    ".hypothesis",
+)  # fmt: skip
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    run_dir: Path  # the cwd of every command: outside the checkout
+    where: Dict[str, str]  # what the venv's interpreter imported: npu_trace, tui, the BPF programs' folder
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    @property
+    def site(self) -> Path:
+        return Path(self.where["npu_trace"]).parent.parent
+
+    @property
+    def demo(self) -> Path:
+        return self.site / "npu_trace" / "data" / "demo.npt"
+
+
+def clean_env() -> Dict[str, str]:
+    """No PYTHON*/PIP_* variables from the caller, no pip configuration (its indexes and find-links)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", NO_COLOR="1")
+    return env
+
+
+def run(cmd: Sequence[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(cmd), cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def build_wheel(tmp: Path) -> Path:
+    src, out = tmp / "src", tmp / "dist"
+    shutil.copytree(ROOT, src, ignore=NOT_BUILT)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(out), str(src)], cwd=tmp)  # fmt: skip
+    (wheel,) = out.glob("npu_trace-*.whl")
+    return wheel
+
+
+def dependency_paths() -> List[str]:
+    """Where this venv's packages are (the dependencies npu-trace needs, installed by scripts/setup)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
+def make_venv(tmp: Path, wheel: Path) -> Path:
+    venv = tmp / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)  # the distro's python3 behind this venv
+    run([base, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], cwd=tmp)
+    python = str(venv / "bin" / "python")
+    run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "--no-deps", "--no-compile",
+         "-q", str(wheel)], cwd=tmp)  # fmt: skip
+    site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp).stdout.strip()
+    (Path(site) / "npu_trace_test_deps.pth").write_text("".join(f"{p}\n" for p in dependency_paths()))
+    return venv
+
+
+WHERE = """
+import json, npu_trace, tui
+from npu_trace.bpf.files import program_dir
+with program_dir() as folder:
+    print(json.dumps({"npu_trace": npu_trace.__file__, "tui": tui.__file__, "bpf": str(folder)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[Installed]:
+    with tempfile.TemporaryDirectory(prefix="npu-trace-wheel-") as name:
+        tmp = Path(name)
+        wheel = build_wheel(tmp)
+        venv = make_venv(tmp, wheel)
+        run_dir = tmp / "run"
+        run_dir.mkdir()
+        where = json.loads(run([str(venv / "bin" / "python"), "-c", WHERE], cwd=run_dir).stdout)
+        yield Installed(wheel, venv, run_dir, where)
+
+
+def checkout_packages() -> List[str]:
+    found = [p.parent.relative_to(ROOT) for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("__init__.py")]
+    return sorted([".".join(p.parts) for p in found] + ["npu_trace.bpf_programs"])
+
+
+def test_pyproject_lists_every_package() -> None:
+    """packages.find cannot see npu_trace.bpf_programs (package-dir maps it to bpf/): the list is explicit."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert sorted(tool["packages"]) == checkout_packages()
+    assert tool["package-dir"] == {"npu_trace.bpf_programs": "bpf"}
+
+
+def test_the_wheel_holds_the_code_the_programs_the_simulator_and_the_demo(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as whl:
+        names = set(whl.namelist())
+        programs = {p.name: p.read_bytes() for p in (ROOT / "bpf").iterdir() if p.suffix in (".c", ".h")}
+        assert not {f"npu_trace/bpf_programs/{n}" for n in programs} - names
+        assert {n: whl.read(f"npu_trace/bpf_programs/{n}") for n in programs} == programs
+    code = {p.relative_to(ROOT).as_posix() for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("*.py")}
+    data = {"npu_trace/sim/npu_sim.c", "npu_trace/data/demo.npt", "npu_trace/py.typed"}
+    assert code | data <= names
+    assert not {n for n in names if n.split("/")[0] in ("bpf", "tests", "benchmarks", "scripts")}
+
+
+def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -> None:
+    site = installed.site
+    assert site.is_relative_to(installed.venv) and not site.is_relative_to(ROOT)
+    assert Path(installed.where["tui"]).is_relative_to(site)
+    assert Path(installed.where["bpf"]) == site / "npu_trace" / "bpf_programs"  # in place: a plain folder
+
+
+def test_installed_doctor(installed: Installed) -> None:
+    """Exit 0, or 3 (a missing privilege or kernel feature, documented); its JSON says the same."""
+    proc = run([installed.bin("npu-trace"), "doctor", "--json"], cwd=installed.run_dir, check=False)
+    assert proc.returncode in (0, 3), proc.stderr
+    assert json.loads(proc.stdout)["exit_code"] == proc.returncode
+
+
+def test_installed_replay_prints_the_demo_as_the_checkout_does(installed: Installed) -> None:
+    cmd = ["replay", "--headless", "--max"]
+    got = run([installed.bin("npu-trace"), *cmd, str(installed.demo)], cwd=installed.run_dir)
+    want = run([sys.executable, "-m", "npu_trace", *cmd, str(ROOT / "npu_trace" / "data" / "demo.npt")], cwd=ROOT)
+    assert got.stdout.count("\n") > 1000 and "ascend:ascend_halMemAlloc" in got.stdout
+    assert got.stdout == want.stdout
+
+
+def test_installed_check_writes_the_report_the_checkout_writes(installed: Installed) -> None:
+    got = run([installed.bin("npu-trace"), "check", str(installed.demo), "--json", "got.json"],
+              cwd=installed.run_dir, check=False)  # fmt: skip
+    want = run([sys.executable, "-m", "npu_trace", "check", str(ROOT / "npu_trace" / "data" / "demo.npt"), "--json",
+                str(installed.run_dir / "want.json")], cwd=ROOT, check=False)  # fmt: skip
+    assert got.returncode in (0, 1) and got.returncode == want.returncode, got.stderr
+    report = json.loads((installed.run_dir / "got.json").read_text())
+    assert report["reading"]["events"] > 1000
+    assert report == json.loads((installed.run_dir / "want.json").read_text())
+
+
+COMPILE = "from npu_trace.bpf.source import compile_check\nprint(compile_check())"
+
+
+@pytest.mark.privileged
+def test_installed_bpf_compiles_and_attaches_from_its_package_data(installed: Installed) -> None:
+    """compile_check (what doctor runs) and `npu-trace bpf` (the IRQ program: attach, read 1 s, detach)."""
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        pytest.skip("bcc not importable")
+    programs = installed.site / "npu_trace" / "bpf_programs"
+    compiled = run([installed.bin("python"), "-c", COMPILE], cwd=installed.run_dir).stdout.strip()
+    assert compiled == f"compiled hal_uprobes.bpf.c from {programs}"
+    proc = run([installed.bin("npu-trace"), "bpf", "--no-hal", "--irq", "virtio", "--duration", "1"],
+               cwd=installed.run_dir)  # fmt: skip
+    assert "BPF programs attached" in proc.stderr and "BPF events" in proc.stderr
