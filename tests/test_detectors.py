@@ -401,9 +401,9 @@ def test_one_timeout_told_by_two_channels_is_one_finding() -> None:
 def states_after(events: List[NpuEvent], definition: Any = None) -> Any:
     from npu_trace.detectors.states import DeviceStateDetector
 
-    resets, states = ResetDetector(definition or IMMEDIATE), DeviceStateDetector(definition or IMMEDIATE)
+    states = DeviceStateDetector(definition or IMMEDIATE)
     states.feed(events)
-    states.note([*resets.feed(events), *resets.flush()])
+    states.flush()
     return states
 
 
@@ -426,5 +426,9 @@ def test_a_failed_or_unfinished_reset_leaves_the_device_offline() -> None:
     unfinished = states_after(reset_run(2, 0, S, RESET_STEPS[:2]), {**IMMEDIATE, "step_timeout_ns": 10 * S})
     last = unfinished.take_transitions()[-1]
     assert (last.state, last.ts_ns, last.why) == ("offline", S, "reset incomplete: session_end")
+    stalled = states_after([*reset_run(2, 0, S, RESET_STEPS[:2]), E(30 * S, "irq", 1, "irq")],
+                           {**IMMEDIATE, "step_timeout_ns": 10 * S})  # fmt: skip
+    last = stalled.take_transitions()[-1]  # judged when time passed its deadline, stamped at the deadline
+    assert (last.state, last.ts_ns, last.why) == ("offline", 11 * S, "reset incomplete: step_timeout")
     alloc = states_after([E(1, "alloc_fail", 3, "halMemAlloc", size=10)])
     assert alloc.states()[3].state == "ok" and alloc.states()[3].last_error == "alloc failed: 10 bytes"

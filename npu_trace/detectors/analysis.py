@@ -70,7 +70,6 @@ class Analysis:
         new: List[Finding] = []
         for detector in self.detectors.values():
             new.extend(detector.advance(now))
-        self.states.note(new)
         self.findings.extend(new)
         return sort_findings(new)
 
@@ -95,7 +94,6 @@ class Analysis:
         new: List[Finding] = []
         for detector in self.detectors.values():
             new.extend(detector.feed(events))
-        self.states.note(new)
         self.findings.extend(new)
         return sort_findings(new)
 
@@ -104,7 +102,6 @@ class Analysis:
         if self._report is None:
             for detector in self.detectors.values():
                 flushed = detector.flush()
-                self.states.note(flushed)
                 self.findings.extend(flushed)
             findings = [f.to_dict() for f in sort_findings(self.findings)]
             self._report = {"findings": findings, "summary": self.summary()}

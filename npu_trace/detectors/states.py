@@ -4,10 +4,13 @@
                        the precursors of a reset
     * -> resetting     a reset step
     * -> offline       a step after which the device is gone (the profile's `offline` steps: removed, in reset,
-                       off the bus), a reset step that failed, a sequence that ended incomplete or failed
+                       off the bus), a reset step that failed, or a reset that stopped: no step for the
+                       definition's step_timeout_ns after the last (offline at that deadline, judged when time
+                       passes it, as the reset detector judges the sequence incomplete), or none before the end
     * -> ok            a step after which the device is healthy again (the profile's `end` steps)
 
-An allocation failure changes no state; it is the device's last error. `states()` is the current view,
+An allocation failure changes no state; it is the device's last error. Every change is a function of the
+events and their stamps only (never of how they were batched). `states()` is the current view,
 `take_transitions()` hands over every change since the last call (for exporters and live views), and
 `summary()` gives, per device, its state, since when, its last error and how often it entered each state.
 Time comes only from event timestamps; the same events always give the same states.
@@ -15,11 +18,13 @@ Time comes only from event timestamps; the same events always give the same stat
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from npu_trace.detectors.base import Finding
+from npu_trace.detectors.reset import DEFAULTS as RESET_DEFAULTS
 from npu_trace.events import NpuEvent
 
 STATES = ("ok", "degraded", "resetting", "offline")
@@ -45,32 +50,42 @@ class DeviceState:
 
 class DeviceStateDetector:
     def __init__(self, reset: Optional[Mapping[str, Any]] = None) -> None:
-        definition = reset or {}
+        definition = {**RESET_DEFAULTS, **(reset or {})}
         self.end = frozenset(definition.get("end", ()))
         self.offline = frozenset(definition.get("offline", DEFAULT_OFFLINE))
+        self.step_timeout = int(definition["step_timeout_ns"])
         self.devices: Dict[int, DeviceState] = {}
         self.transitions: Deque[Transition] = deque(maxlen=MAX_TRANSITIONS)
+        self._stalls: Dict[int, int] = {}  # device -> its reset's last step, while the reset is under way
+        self._deadline = math.inf  # the earliest stall deadline
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         kinds = _KINDS
         for ev in events:
+            if ev.ts_ns > self._deadline:
+                self._expire(ev.ts_ns)
             if ev.kind in kinds and ev.dev is not None:
                 self._event(ev)
         return []
 
-    def note(self, findings: Sequence[Finding]) -> None:
-        """Findings of the reset detector: a sequence that ended incomplete or failed leaves its device offline."""
-        for f in findings:
-            status = f.details.get("status") if f.kind == "reset_sequence" else None
-            if status in ("incomplete", "failed") and f.device is not None:
-                end = f.ts_ns + int(f.details.get("duration_ns") or 0)
-                self._enter(f.device, "offline", end, f"reset {status}: {f.details.get('reason')}")
-
     def advance(self, now: int) -> List[Finding]:
+        if now > self._deadline:
+            self._expire(now)
         return []
 
     def flush(self) -> List[Finding]:
+        for dev, last in sorted(self._stalls.items()):
+            self._enter(dev, "offline", last, "reset incomplete: session_end")
+        self._stalls.clear()
+        self._deadline = math.inf
         return []
+
+    def _expire(self, now: int) -> None:
+        for dev, last in sorted(self._stalls.items()):
+            if now - last > self.step_timeout:
+                del self._stalls[dev]
+                self._enter(dev, "offline", last + self.step_timeout, "reset incomplete: step_timeout")
+        self._deadline = min(self._stalls.values(), default=math.inf) + self.step_timeout
 
     # ---- views -------------------------------------------------------------------------------------------
     def states(self) -> Dict[int, DeviceState]:
@@ -103,7 +118,13 @@ class DeviceStateDetector:
     def _step(self, dev: int, st: DeviceState, ev: NpuEvent) -> None:
         step = str(ev.args.get("step", ev.op))
         ret = ev.args.get("ret", 0)
-        if isinstance(ret, int) and ret != 0:
+        failed = isinstance(ret, int) and ret != 0
+        if failed or step in self.end:
+            self._stalls.pop(dev, None)
+        else:
+            self._stalls[dev] = ev.ts_ns
+        self._deadline = min(self._stalls.values(), default=math.inf) + self.step_timeout
+        if failed:
             st.last_error = f"reset step {step} failed ({ret})"
             self._enter(dev, "offline", ev.ts_ns, st.last_error)
             return
