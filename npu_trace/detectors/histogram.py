@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterable, Tuple
 
+import numpy as np
+
 SUB_BITS = 7
 SUB = 1 << SUB_BITS  # 128
 
@@ -19,6 +21,21 @@ def bucket_index(value: int) -> int:
         return max(value, 0)
     shift = value.bit_length() - SUB_BITS - 1
     return shift * SUB + (value >> shift)
+
+
+_POW2 = np.array([1 << i for i in range(63)], dtype=np.int64)
+
+
+def bucket_indices(values: np.ndarray) -> np.ndarray:
+    """`bucket_index` of every value (int64), exactly (the bit length by comparison, never by a float log)."""
+    v = values.astype(np.int64)
+    out = np.maximum(v, 0)
+    big = v >= SUB
+    if big.any():
+        b = v[big]
+        shift = np.searchsorted(_POW2, b, side="right") - SUB_BITS - 1
+        out[big] = shift * SUB + (b >> shift)
+    return out
 
 
 def bucket_bounds(index: int) -> Tuple[int, int]:
@@ -65,6 +82,21 @@ class Histogram:
     def add_all(self, values: Iterable[int]) -> None:
         for v in values:
             self.add(v)
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Every value of an int64 array, as add() would one by one."""
+        if not len(values):
+            return
+        idx, counts = np.unique(bucket_indices(values), return_counts=True)
+        buckets = self.buckets
+        for i, n in zip(idx.tolist(), counts.tolist()):
+            buckets[i] = buckets.get(i, 0) + n
+        low, high = int(values.min()), int(values.max())
+        self.min = low if not self.count else min(self.min, low)
+        self.max = max(self.max, high)
+        self.count += len(values)
+        safe = max(abs(low), abs(high)) < (1 << 62) // len(values)  # the int64 sum cannot overflow
+        self.total += int(values.sum(dtype=np.int64)) if safe else sum(values.tolist())
 
     def merge(self, other: Histogram) -> None:
         """Add `other`'s samples (bucket by bucket: exact, as if its values had been added here)."""

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from npu_trace.errors import UsageError
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
+from npu_trace.ftrace.format import EventFormat
 
 MAX_PENDING = 100_000  # call entries waiting for their return, all (pid, op) together
 MAX_DEPTH = 64  # nested entries of one (pid, op)
@@ -244,27 +245,42 @@ class Normalizer:
         return cached[1], cached[2], cached[3], cached[4]
 
     def _event(self, ev: TraceEvent) -> NpuEvent:
+        shaped, pair = self._shape(ev)
+        return self._paired(ev, shaped, pair) if pair else shaped
+
+    def _paired(self, ev: TraceEvent, shaped: NpuEvent, pair: str) -> NpuEvent:
+        """An entry waits for its return (and is passed on as it is); a return takes its entry's device and args."""
+        if pair == "entry":
+            self._push((ev.pid, shaped.op), (ev.ts_ns, shaped.dev, shaped.args))
+        elif pair == "return":
+            dev, args = self._pop((ev.pid, shaped.op), ev.ts_ns, shaped.args)
+            return shaped._replace(dev=dev, args=args)
+        return shaped
+
+    def _shape(self, ev: TraceEvent) -> Tuple[NpuEvent, str]:
+        """The event as its rule makes it, before call pairing, and its rule's `pair` ("", entry, return)."""
         names, full_name, rules, plan = self._format(ev)
         if plan is not None:
-            return self._planned(ev, plan)
+            return self._planned_shape(ev, plan), plan[5]
         fields = dict(zip(names, ev.values))
         rule = next((r for r in rules if _matches(r, fields)), None)
         if rule is None:
             args = {k: v for k, v in fields.items() if not k.startswith("__")}
-            return NpuEvent(ev.ts_ns, "log", None, full_name, ev.pid, ev.cpu, args)
+            return NpuEvent(ev.ts_ns, "log", None, full_name, ev.pid, ev.cpu, args), ""
         op = _op(rule, fields, ev.fmt.name)
         kind, dev, args = _kind(rule, fields), _dev(rule, fields), _args(rule, fields)
         if kind == "marker" and isinstance(args.get("text"), str):
             args["text"] = args["text"].rstrip("\n")
-        if rule.pair == "entry":
-            self._push((ev.pid, op), (ev.ts_ns, dev, args))
-        elif rule.pair == "return":
-            dev, args = self._pop((ev.pid, op), ev.ts_ns, args)
-        return NpuEvent(ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args)
+        return NpuEvent(ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args), rule.pair
 
     def _planned(self, ev: TraceEvent, plan: _Plan) -> NpuEvent:
         """The common case, precompiled: one rule, constant kind and op, fields taken by position."""
-        kind, op, dev_at, arg_at, const, pair, kind_if = plan
+        shaped = self._planned_shape(ev, plan)
+        return self._paired(ev, shaped, plan[5]) if plan[5] else shaped
+
+    @staticmethod
+    def _planned_shape(ev: TraceEvent, plan: _Plan) -> NpuEvent:
+        kind, op, dev_at, arg_at, const, _, kind_if = plan
         values = ev.values
         for at, cmp, value, other in kind_if:
             got = values[at]
@@ -277,11 +293,12 @@ class Normalizer:
         dev = values[dev_at] if dev_at >= 0 else None
         if not isinstance(dev, int):
             dev = None
-        if pair == "entry":
-            self._push((ev.pid, op), (ev.ts_ns, dev, args))
-        elif pair == "return":
-            dev, args = self._pop((ev.pid, op), ev.ts_ns, args)
         return _new(NpuEvent, (ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args))
+
+    def format_info(self, fmt: EventFormat) -> Tuple[str, Tuple[Rule, ...], Optional[_Plan]]:
+        """(its "system:name", its rules, its positional plan or None) for a format (cached)."""
+        _, name, rules, plan = self._format(TraceEvent(0, 0, 0, fmt, ()))
+        return name, rules, plan
 
     def _push(self, key: Tuple[int, str], entry: _Pending) -> None:
         stack = self._pending.setdefault(key, [])
@@ -301,16 +318,24 @@ class Normalizer:
             del self._pending[key]
 
     def _pop(self, key: Tuple[int, str], ts_ns: int, ret_args: Dict[str, Any]) -> Tuple[Optional[int], Dict]:
+        entry = self._take(key)
+        if entry is None:
+            return None, ret_args
+        entry_ts, dev, args = entry
+        merged = {**args, **ret_args, "latency_ns": ts_ns - entry_ts, "entry_ts_ns": entry_ts}
+        return dev, merged
+
+    def _take(self, key: Tuple[int, str]) -> Optional[_Pending]:
+        """The latest pending entry of `key`, removed (None, counted unpaired, when there is none)."""
         stack = self._pending.get(key)
         if not stack:
             self.stats["unpaired_returns"] += 1
-            return None, ret_args
-        entry_ts, dev, args = stack.pop()
+            return None
+        entry = stack.pop()
         self._pending_count -= 1
         if not stack:
             del self._pending[key]
-        merged = {**args, **ret_args, "latency_ns": ts_ns - entry_ts, "entry_ts_ns": entry_ts}
-        return dev, merged
+        return entry
 
 
 def normalize(mapping: Mapping[str, Any], items: Sequence[Item]) -> List[NpuEvent]:

@@ -1,0 +1,448 @@
+"""Normalization of a whole block at once: the columnar twin of `Normalizer` (`npu_trace.pipeline.normalize`).
+
+For the formats whose rule has a positional plan (one rule naming plain fields: every simulator event, the IRQ
+tracepoints), kind, op and device come from columns in a few array operations; the other formats (rules that
+match on strings, take op from a field, markers) are shaped row by row by the reference normalizer. Call
+pairing runs once over the block's entries and returns in time order, with the reference's own stacks,
+eviction rules and counters (`Normalizer._push`/`_take`), so every pairing is the reference's. Nothing builds
+an NpuEvent per row: `NormBlock.event(i)` makes the exact reference event of one row when a detector needs it
+as an object, `NormBlock.int_arg` gives one integer argument for a set of rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
+from npu_trace.pipeline.blocks import OBJECT, Block
+from npu_trace.pipeline.normalize import MAX_PENDING, Normalizer
+
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+LOG, LOST = KIND_CODE["log"], KIND_CODE["lost"]
+MISSING = object()  # an argument the event does not carry
+_NO_PAIR, _ENTRY, _RETURN = 0, 1, 2
+_ROLE = {"": _NO_PAIR, "entry": _ENTRY, "return": _RETURN}
+
+
+class _Ref:
+    """A pending entry's arguments, still in the block's columns (made a dict if it outlives the block)."""
+
+    __slots__ = ("pos",)
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+class _Group:
+    """The plan of one format in one block: its rows and how their arguments are read."""
+
+    __slots__ = ("arg_at", "const", "fields", "plan", "rows", "table")
+
+    def __init__(self, rows: np.ndarray, table: Any, plan: Any) -> None:
+        self.rows, self.table, self.plan = rows, table, plan
+        self.fields = table.plan.fmt.fields if table is not None else ()
+        self.arg_at: Dict[str, int] = dict(plan[3]) if plan is not None else {}
+        self.const: Dict[str, Any] = dict(plan[4]) if plan is not None else {}
+
+
+class NormBlock:
+    """A normalized block: per row `kind` (codes of KINDS), `op` (codes of `ops`), `dev` (-1: none), and for
+    paired returns `paired`, `latency` and `entry_ts`; `counted_only` marks rows of formats without a rule
+    (check counts them as "log" and builds nothing for them)."""
+
+    def __init__(self, normalizer: BlockNormalizer, block: Block) -> None:
+        n = len(block)
+        self.block, self.norm = block, normalizer
+        self.kind = np.full(n, LOG, dtype=np.int8)
+        self.op = np.zeros(n, dtype=np.int32)
+        self.dev = np.full(n, -1, dtype=np.int64)
+        self.counted_only = np.zeros(n, dtype=bool)
+        self.role = np.zeros(n, dtype=np.int8)
+        self.paired = np.zeros(n, dtype=bool)
+        self.latency = np.zeros(n, dtype=np.int64)
+        self.entry_ts = np.zeros(n, dtype=np.int64)
+        self.entry_pos = np.full(n, -1, dtype=np.int64)  # a paired return's entry in this block, or -1
+        self.entry_args: Dict[int, Dict[str, Any]] = {}  # a paired return whose entry came before the block
+        self.shaped: Dict[int, NpuEvent] = {}  # rows shaped one by one (objects, formats without a plan)
+        self.group_of = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
+        self.groups: List[_Group] = []
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    # ---- the reference event of a row ---------------------------------------------------------------------
+    def event(self, i: int) -> NpuEvent:
+        """Row i as the reference normalizer makes it (pairing applied)."""
+        shaped = self.shaped.get(i)
+        if shaped is not None:
+            return shaped  # objects and rows shaped alone (their pairing was applied when it happened)
+        ev = self._planned_event(i)
+        if self.paired[i]:
+            return ev._replace(dev=self._entry_dev(i), args=self._merged_args(i, ev.args))
+        return ev
+
+    def _planned_event(self, i: int) -> NpuEvent:
+        group = self.groups[int(self.group_of[i])]
+        block = self.block
+        pid, values = group.table.row_values(int(block.ref[i]))
+        trace = TraceEvent(int(block.ts[i]), int(block.cpu[i]), pid, group.table.plan.fmt, values)
+        return self.norm.normalizer._planned_shape(trace, group.plan)
+
+    def _entry_dev(self, i: int) -> Optional[int]:
+        dev = int(self.dev[i])
+        return None if dev < 0 else dev
+
+    def _merged_args(self, i: int, ret_args: Dict[str, Any]) -> Dict[str, Any]:
+        pos = int(self.entry_pos[i])
+        entry = self.event(pos).args if pos >= 0 else self.entry_args[i]
+        return {**entry, **ret_args, "latency_ns": int(self.latency[i]), "entry_ts_ns": int(self.entry_ts[i])}
+
+    # ---- one argument of many rows ---------------------------------------------------------------------------
+    def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
+        integer (then `int_arg` says what it is)."""
+        values = np.zeros(len(rows), dtype=np.int64)
+        present = np.zeros(len(rows), dtype=bool)
+        if not len(rows):
+            return values, present
+        groups = self.group_of[rows]
+        for g in np.unique(groups).tolist():
+            sel = np.flatnonzero(groups == g)
+            got = self._group_args(int(g), rows[sel], name)
+            if got is None:
+                return None
+            values[sel], present[sel] = got
+        return values, present
+
+    def _group_args(self, g: int, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        if g < 0:  # objects and rows shaped alone: one by one
+            each = [self.event(int(r)).args.get(name, MISSING) for r in rows.tolist()]
+            if any(v is not MISSING and not _is_int64(v) for v in each):
+                return None
+            present = np.array([v is not MISSING for v in each], dtype=bool)
+            return np.array([v if v is not MISSING else 0 for v in each], dtype=np.int64), present
+        values, present = self._own_args(self.groups[g], rows, name)
+        paired = self.paired[rows]
+        if not paired.any() or values is None:
+            return None if values is None else (values, present)
+        if name in ("latency_ns", "entry_ts_ns"):  # added last by the pairing: they win
+            col = self.latency if name == "latency_ns" else self.entry_ts
+            values[paired], present[paired] = col[rows[paired]], True
+            return values, present
+        need = np.flatnonzero(paired & ~present)  # the return's own args win
+        inside = need[self.entry_pos[rows[need]] >= 0]
+        for k in need[self.entry_pos[rows[need]] < 0].tolist():
+            v = self.entry_args[int(rows[k])].get(name, MISSING)
+            if v is not MISSING:
+                if not _is_int64(v):
+                    return None
+                values[k], present[k] = v, True
+        if len(inside):
+            got = self.int_args(self.entry_pos[rows[inside]], name)
+            if got is None:
+                return None
+            values[inside], present[inside] = got
+        return values, present
+
+    def _own_args(self, group: _Group, rows: np.ndarray, name: str) -> Tuple[Optional[np.ndarray], np.ndarray]:
+        n = len(rows)
+        if name in group.const:
+            v = group.const[name]
+            if not _is_int64(v):
+                return None, np.zeros(n, dtype=bool)
+            return np.full(n, v, dtype=np.int64), np.ones(n, dtype=bool)
+        at = group.arg_at.get(name)
+        if at is None:
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        field = group.fields[at]
+        if field.kind != "int" or field.name not in group.table.plan.fields:
+            return None, np.zeros(n, dtype=bool)
+        col = group.table.cols[field.name][self.block.ref[rows]]
+        if col.dtype.kind == "u" and col.dtype.itemsize == 8 and len(col) and int(col.max()) >= 1 << 63:
+            return None, np.zeros(n, dtype=bool)  # beyond int64: the lists say it
+        return col.astype(np.int64), np.ones(n, dtype=bool)
+
+    def int_arg(self, rows: np.ndarray, name: str) -> List[Any]:
+        """Argument `name` of each of `rows` as the reference event's args has it (MISSING when absent)."""
+        out: List[Any] = [MISSING] * len(rows)
+        if not len(rows):
+            return out
+        at = {int(r): k for k, r in enumerate(rows.tolist())}
+        for g, members in self._by_group(rows):
+            values = self._group_arg(g, members, name)
+            for r, v in zip(members.tolist(), values):
+                out[at[r]] = v
+        return out
+
+    def _by_group(self, rows: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+        groups = self.group_of[rows]
+        return [(int(g), rows[groups == g]) for g in np.unique(groups).tolist()]
+
+    def _group_arg(self, g: int, rows: np.ndarray, name: str) -> List[Any]:
+        if g < 0:  # shaped rows
+            return [self.event(int(r)).args.get(name, MISSING) for r in rows.tolist()]
+        out = self._own_arg(self.groups[g], rows, name)
+        paired = self.paired[rows]
+        if not paired.any():
+            return out
+        if name in ("latency_ns", "entry_ts_ns"):  # added last by the pairing: they win
+            col = self.latency if name == "latency_ns" else self.entry_ts
+            for k in np.flatnonzero(paired).tolist():
+                out[k] = int(col[rows[k]])
+            return out
+        need = [k for k in np.flatnonzero(paired).tolist() if out[k] is MISSING]  # the return's own args win
+        inside = [k for k in need if self.entry_pos[rows[k]] >= 0]
+        for k in need:
+            if self.entry_pos[rows[k]] < 0:
+                out[k] = self.entry_args[int(rows[k])].get(name, MISSING)
+        if inside:
+            for k, v in zip(inside, self.int_arg(self.entry_pos[rows[inside]], name)):
+                out[k] = v
+        return out
+
+    def _own_arg(self, group: _Group, rows: np.ndarray, name: str) -> List[Any]:
+        if name in group.const:
+            return [group.const[name]] * len(rows)
+        at = group.arg_at.get(name)
+        if at is None:
+            return [MISSING] * len(rows)
+        field = group.fields[at]
+        if field.name in group.table.plan.fields and group.table.plan.fmt.fields[at].kind == "int":
+            values: List[Any] = group.table.cols[field.name][self.block.ref[rows]].tolist()
+            return values
+        return [self.event(int(r)).args.get(name, MISSING) for r in rows.tolist()]  # a string field: decoded
+
+
+class BlockNormalizer:
+    """Normalizes blocks with the rules, pairing state and counters of `normalizer` (shared with it)."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self.normalizer = normalizer
+        self.ops: List[str] = []
+        self._op_code: Dict[str, int] = {}
+
+    def op_code(self, op: str) -> int:
+        code = self._op_code.get(op)
+        if code is None:
+            code = self._op_code[op] = len(self.ops)
+            self.ops.append(op)
+        return code
+
+    def normalize(self, block: Block) -> NormBlock:
+        nb = NormBlock(self, block)
+        for etype in np.unique(block.etype).tolist():
+            rows = np.flatnonzero(block.etype == etype)
+            if etype == OBJECT:
+                self._objects(nb, rows)
+            else:
+                self._format(nb, rows, int(etype))
+        self._pair(nb)
+        return nb
+
+    # ---- per format ---------------------------------------------------------------------------------------
+    def _format(self, nb: NormBlock, rows: np.ndarray, etype: int) -> None:
+        table = nb.block.tables[etype]
+        name, rules, plan = self.normalizer.format_info(table.plan.fmt)
+        if not rules:
+            nb.kind[rows] = LOG
+            nb.op[rows] = self.op_code(name)
+            nb.counted_only[rows] = True
+            return
+        if plan is None:
+            self._shape_rows(nb, rows)
+            return
+        nb.group_of[rows] = len(nb.groups)
+        nb.groups.append(_Group(rows, table, plan))
+        self._planned(nb, rows, table, plan)
+
+    def _planned(self, nb: NormBlock, rows: np.ndarray, table: Any, plan: Any) -> None:
+        kind, op, dev_at, _, _, pair, kind_if = plan
+        kinds = np.full(len(rows), KIND_CODE[kind], dtype=np.int8)
+        undecided = np.ones(len(rows), dtype=bool)
+        fields = table.plan.fmt.fields
+        for at, cmp, value, other in kind_if:
+            col = table.cols[fields[at].name]
+            hit = undecided & np.asarray(cmp(col, value), dtype=bool)
+            kinds[hit] = KIND_CODE[other]
+            undecided &= ~hit
+        nb.kind[rows] = kinds
+        nb.op[rows] = self.op_code(op)
+        if dev_at >= 0 and fields[dev_at].name in table.plan.fields:
+            nb.dev[rows] = table.cols[fields[dev_at].name].astype(np.int64)
+        nb.role[rows] = _ROLE[pair]
+
+    def _shape_rows(self, nb: NormBlock, rows: np.ndarray) -> None:
+        block = nb.block
+        for r in rows.tolist():
+            shaped, pair = self.normalizer._shape(block.item(r))
+            self._put(nb, r, shaped)
+            nb.role[r] = _ROLE[pair]
+
+    def _objects(self, nb: NormBlock, rows: np.ndarray) -> None:
+        block = nb.block
+        for r in rows.tolist():
+            item = block.objects[int(block.ref[r])]
+            self._put(nb, r, lost_event(item) if isinstance(item, Loss) else item)
+
+    def _put(self, nb: NormBlock, r: int, ev: NpuEvent) -> None:
+        nb.shaped[r] = ev
+        nb.kind[r] = KIND_CODE[ev.kind]
+        nb.op[r] = self.op_code(ev.op)
+        nb.dev[r] = -1 if ev.dev is None else ev.dev
+
+    # ---- call pairing: the reference's stacks, in time order ------------------------------------------------
+    def _pair(self, nb: NormBlock) -> None:
+        rows = np.flatnonzero(nb.role)
+        if not len(rows):
+            return
+        if not self._pair_alternating(nb, rows):
+            self._pair_one_by_one(nb, rows)
+
+    def _pair_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> None:
+        """The reference's algorithm, entry by entry (nested calls of one op on one thread, huge backlogs)."""
+        norm, block, ops = self.normalizer, nb.block, self.ops
+        keys = zip(block.pid[rows].tolist(), nb.op[rows].tolist(), nb.role[rows].tolist(), rows.tolist())
+        stamps, devs = block.ts.tolist(), nb.dev.tolist()
+        pushed = set()
+        for pid, op, role, r in keys:
+            key = (pid, ops[op])
+            if role == _ENTRY:
+                ref: Any = _Ref(r)  # the args, still in the block's columns
+                norm._push(key, (stamps[r], None if devs[r] < 0 else devs[r], ref))
+                pushed.add(key)
+            else:
+                self._return(nb, r, key, norm._take(key))
+        self._materialize_pending(nb, pushed)
+
+    def _pair_alternating(self, nb: NormBlock, rows: np.ndarray) -> bool:
+        """The common case at once: no (pid, op) nests calls, so a return pairs with the entry just before it of
+        its (pid, op), in the block or pending from before; False (nothing done) when that does not hold, or
+        when the pending entries could reach the reference's bound (its evictions are then replayed exactly)."""
+        norm, block = self.normalizer, nb.block
+        is_entry = nb.role[rows] == _ENTRY
+        if norm._pending_count + int(is_entry.sum()) >= MAX_PENDING:
+            return False
+        key = (block.pid[rows].astype(np.int64) << 32) | nb.op[rows].astype(np.int64)
+        order = np.lexsort((rows, key))
+        k, e = key[order], is_entry[order]
+        start = np.ones(len(k), dtype=bool)
+        start[1:] = k[1:] != k[:-1]
+        if (e[1:] & e[:-1] & ~start[1:]).any():
+            return False  # nested calls
+        carried = self._carried(nb, rows[order[start]])
+        if carried is None:
+            return False
+        prev_entry = np.zeros(len(k), dtype=bool)
+        prev_entry[1:] = e[:-1] & ~start[1:]
+        starts = np.flatnonzero(start)
+        if (e[starts] & carried).any():
+            return False  # an entry on top of a pending one: nested
+        prev_entry[starts] = carried
+        self._apply_pairs(nb, rows[order], e, prev_entry, start)
+        self._settle_pending(nb, rows[order], e, start)
+        return True
+
+    def _carried(self, nb: NormBlock, first_rows: np.ndarray) -> Optional[np.ndarray]:
+        """For each (pid, op) of the block (by its first row): has it a pending entry (None: one is nested)."""
+        pending, ops, block = self.normalizer._pending, self.ops, nb.block
+        out = np.zeros(len(first_rows), dtype=bool)
+        for i, r in enumerate(first_rows.tolist()):
+            stack = pending.get((int(block.pid[r]), ops[int(nb.op[r])]))
+            if stack:
+                if len(stack) > 1:
+                    return None
+                out[i] = True
+        return out
+
+    def _apply_pairs(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, prev_entry: np.ndarray,
+                     start: np.ndarray) -> None:  # fmt: skip
+        norm, block = self.normalizer, nb.block
+        returns = ~is_entry
+        norm.stats["unpaired_returns"] += int((returns & ~prev_entry).sum())
+        matched = np.flatnonzero(returns & prev_entry)
+        inside = matched[~start[matched]]  # the entry is the row just before, in this block
+        ret_rows, entry_rows = rows[inside], rows[inside - 1]
+        nb.paired[ret_rows] = True
+        nb.entry_ts[ret_rows] = block.ts[entry_rows]
+        nb.latency[ret_rows] = block.ts[ret_rows] - block.ts[entry_rows]
+        nb.dev[ret_rows] = nb.dev[entry_rows]
+        nb.entry_pos[ret_rows] = entry_rows
+        for r in rows[matched[start[matched]]].tolist():  # the entry was pending from before the block
+            key = (int(block.pid[r]), self.ops[int(nb.op[r])])
+            self._return(nb, r, key, norm._take(key))
+        for r in ret_rows.tolist():
+            if r in nb.shaped:  # a row shaped alone gets its merged event now
+                dev = None if nb.dev[r] < 0 else int(nb.dev[r])
+                nb.shaped[r] = nb.shaped[r]._replace(dev=dev, args=nb._merged_args(r, nb.shaped[r].args))
+
+    def _settle_pending(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, start: np.ndarray) -> None:
+        """The stacks after the block, as the reference leaves them: a (pid, op) whose last row is an entry has
+        that entry pending (re-inserted where its push put it), the others none."""
+        norm, block, pending = self.normalizer, nb.block, self.normalizer._pending
+        last = np.ones(len(rows), dtype=bool)
+        last[:-1] = start[1:]
+        ends = np.flatnonzero(last)
+        opened = []
+        for i in ends.tolist():
+            r = int(rows[i])
+            key = (int(block.pid[r]), self.ops[int(nb.op[r])])
+            stack = pending.pop(key, None)
+            norm._pending_count -= len(stack) if stack else 0
+            if is_entry[i]:
+                dev = None if nb.dev[r] < 0 else int(nb.dev[r])
+                opened.append((r, key, (int(block.ts[r]), dev, nb.event(r).args)))
+        for _, key, entry in sorted(opened, key=lambda o: o[0]):
+            pending[key] = [entry]
+            norm._pending_count += 1
+
+    def _return(self, nb: NormBlock, r: int, key: Tuple[int, str], entry: Any) -> None:
+        shaped = nb.shaped.get(r)
+        if entry is None:
+            return  # unpaired: the return keeps its own (absent) device and its own args
+        entry_ts, dev, args = entry
+        latency = int(nb.block.ts[r]) - entry_ts
+        if shaped is not None:  # a row shaped alone: its event gets the pairing now
+            entry_args = nb.event(args.pos).args if isinstance(args, _Ref) else args
+            merged = {**entry_args, **shaped.args, "latency_ns": latency, "entry_ts_ns": entry_ts}
+            nb.shaped[r] = shaped._replace(dev=dev, args=merged)
+        nb.paired[r] = True
+        nb.latency[r], nb.entry_ts[r] = latency, entry_ts
+        nb.dev[r] = -1 if dev is None else dev
+        if isinstance(args, _Ref):
+            nb.entry_pos[r] = args.pos
+        else:
+            nb.entry_args[r] = args
+
+    def _materialize_pending(self, nb: NormBlock, keys: Any) -> None:
+        """Entries of this block still pending get their arguments as dicts: the stacks outlive the block."""
+        pending = self.normalizer._pending
+        for key in keys:
+            for k, (ts, dev, args) in enumerate(pending.get(key, ())):
+                if isinstance(args, _Ref):
+                    pending[key][k] = (ts, dev, nb.event(args.pos).args)
+
+
+def _is_int64(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63)
+
+
+def kind_counts(nb: NormBlock) -> Dict[str, int]:
+    """Events by kind as check counts them (rows of formats without a rule as "log")."""
+    counts = np.bincount(nb.kind.astype(np.int64), minlength=len(KINDS))
+    return {KINDS[i]: int(n) for i, n in enumerate(counts.tolist()) if n}
+
+
+def time_span(nb: NormBlock) -> Optional[Tuple[int, int]]:
+    """(first, last) stamp of the events check counts in time (not rows without a rule, not untimed losses)."""
+    timed = ~nb.counted_only & ((nb.kind != LOST) | (nb.block.ts != 0))
+    if not timed.any():
+        return None
+    stamps = nb.block.ts[timed]
+    return int(stamps.min()), int(stamps.max())
+
+
+def rows_of(nb: NormBlock, kinds: Sequence[str]) -> np.ndarray:
+    codes = [KIND_CODE[k] for k in kinds]
+    return np.flatnonzero(np.isin(nb.kind, codes))
