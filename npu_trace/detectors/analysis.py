@@ -11,6 +11,8 @@ from collections import Counter
 from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Set
 
+import numpy as np
+
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.health import HealthDetector
 from npu_trace.detectors.latency import LatencyDetector
@@ -21,7 +23,9 @@ from npu_trace.detectors.states import DeviceStateDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import KIND_CODE, BlockNormalizer, NormBlock, kind_counts, time_span
 
 
 class Analysis:
@@ -35,11 +39,14 @@ class Analysis:
         self.reset = ResetDetector(profile.reset)
         self.memory = MemoryDetector()
         self.states = DeviceStateDetector(profile.reset)
+        self._timeouts = TimeoutDetector(profile.merge_ns)
+        self.block_normalizer = BlockNormalizer(self.normalizer)  # the fast path's, sharing the pairing state
+        self._last_seen = 0  # the latest stamp of the items fed as blocks
         self.detectors: Dict[str, Detector] = {
             "latency": self.latency,
             "reset": self.reset,
             "memory": self.memory,
-            "timeouts": TimeoutDetector(profile.merge_ns),
+            "timeouts": self._timeouts,
             "health": HealthDetector(),
             "loss": LossDetector(),
             "states": self.states,
@@ -88,6 +95,47 @@ class Analysis:
         if n:
             self.kind_counts["log"] += n
 
+    # ---- the fast path: a whole block at once, the same state and findings ------------------------------
+    def feed_block(self, block: Block, now: Optional[int] = None) -> List[Finding]:
+        """The timeline's items as a columnar block (`npu_trace.pipeline.blocks`): exactly what feed() would
+        do with them one by one (same counts, pairings, findings and summaries), with arrays for the events
+        that come by the hundred thousand (calls, tasks, IRQs, memory) and objects only for the rare ones."""
+        if not len(block):
+            return self.advance(now) if now is not None else []
+        nb = self.block_normalizer.normalize(block)
+        previous, self._last_seen = self._last_seen, int(block.ts[-1])
+        self._count_block(nb)
+        new = [*self.latency.feed_block(nb), *self.memory.feed_block(nb)]
+        rare = np.flatnonzero(~nb.counted_only & ~np.isin(nb.kind, HOT_CODES))
+        new += self._feed_rare(nb, rare, previous)
+        self.findings.extend(new)
+        found = sort_findings(new)
+        return found + self.advance(now) if now is not None else found
+
+    def _feed_rare(self, nb: NormBlock, rows: np.ndarray, previous: int) -> List[Finding]:
+        """The rare events (resets, timeouts, ECC, health, loss, failures) as objects, in order. The detectors
+        that judge by time (a reset's overdue step, a timeout's merge window, a device's stalled reset) also
+        get the stamps of the items between them, as feed() would have shown them every item."""
+        events = [nb.event(r) for r in rows.tolist()]
+        stamps = nb.block.ts
+        last = int(stamps[-1])
+        before = [int(stamps[r - 1]) if r else previous for r in rows.tolist()]
+        out = self.reset.feed(events) + self.reset.advance(last)
+        out += self._timeouts.feed_sparse(events, before, last)
+        for name in ("health", "loss", "states"):
+            out += self.detectors[name].feed(events)
+        self.states.advance(last)
+        return out
+
+    def _count_block(self, nb: NormBlock) -> None:
+        for kind, n in kind_counts(nb).items():
+            self.kind_counts[kind] += n
+        span = time_span(nb)
+        if span is not None:
+            low, high = span
+            self.first_ts = low if self.first_ts is None else min(self.first_ts, low)
+            self.last_ts = high if self.last_ts is None else max(self.last_ts, high)
+
     def feed_events(self, events: List[NpuEvent]) -> List[Finding]:
         """Already-normalized events (sources that produce NpuEvents themselves)."""
         self._count(events)
@@ -101,8 +149,7 @@ class Analysis:
         """Flush every detector (once) and return the report."""
         if self._report is None:
             for detector in self.detectors.values():
-                flushed = detector.flush()
-                self.findings.extend(flushed)
+                self.findings.extend(detector.flush())
             findings = [f.to_dict() for f in sort_findings(self.findings)]
             self._report = {"findings": findings, "summary": self.summary()}
         return self._report
@@ -129,3 +176,5 @@ class Analysis:
 
 
 _kind_of = itemgetter(1)  # NpuEvent.kind
+HOT = ("call", "irq", "submit", "complete", "alloc", "free")  # the kinds taken as columns, never one by one
+HOT_CODES = np.array([KIND_CODE[k] for k in HOT], dtype=np.int8)

@@ -24,9 +24,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
+
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
 MS = 1_000_000
 DEFAULT_THRESHOLDS_NS: Dict[str, int] = {
@@ -39,6 +42,16 @@ CALL_KINDS = frozenset(("call", "submit", "free"))
 MAX_TASKS = 100_000
 
 Key = Tuple[Optional[int], str]
+
+
+class Samples(NamedTuple):
+    """Latency samples of one (device, op), in time order."""
+
+    latency: np.ndarray  # int64
+    start: np.ndarray  # int64: the call's entry, the task's submit
+    end: np.ndarray  # int64: the return, the completion
+    pid: np.ndarray
+    source: List[str]  # "call" or "task"
 
 
 class OpView(NamedTuple):
@@ -104,6 +117,124 @@ class LatencyDetector:
     def advance(self, now: int) -> List[Finding]:
         return []
 
+    def feed_block(self, nb: NormBlock) -> List[Finding]:
+        """The columnar twin of feed(): the same state and findings from a normalized block."""
+        out: List[Finding] = []
+        rows, lat, start = self._call_samples(nb)
+        t_rows, t_lat, t_start = self._tasks_block(nb)
+        all_rows = np.concatenate([rows, t_rows])
+        order = np.argsort(all_rows, kind="stable")
+        sources = np.array(["call"] * len(rows) + ["task"] * len(t_rows), dtype=object)[order]
+        self._feed_samples(nb, all_rows[order], np.concatenate([lat, t_lat])[order],
+                           np.concatenate([start, t_start])[order], sources, out)  # fmt: skip
+        return out
+
+    def _call_samples(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, latency, start) of the calls that carry a latency (paired returns, BPF's measured calls)."""
+        calls = rows_of(nb, tuple(CALL_KINDS))
+        got = nb.int_args(calls, "latency_ns")
+        if got is None:
+            return self._call_samples_slow(nb, calls)
+        lat, has = got
+        rows, lat = calls[has], lat[has]
+        entry = nb.int_args(rows, "entry_ts_ns")
+        if entry is None:
+            return self._call_samples_slow(nb, calls)
+        start = np.where(entry[1], entry[0], nb.block.ts[rows] - lat)
+        return rows, lat, start
+
+    def _call_samples_slow(self, nb: NormBlock, calls: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        events = [nb.event(r) for r in calls.tolist()]
+        keep = [k for k, ev in enumerate(events) if "latency_ns" in ev.args]
+        lat = [int(events[k].args["latency_ns"]) for k in keep]
+        start = [int(events[k].args.get("entry_ts_ns", events[k].ts_ns - events[k].args["latency_ns"])) for k in keep]
+        return calls[keep], np.array(lat, dtype=np.int64), np.array(start, dtype=np.int64)
+
+    def _feed_samples(self, nb: NormBlock, rows: np.ndarray, lat: np.ndarray, start: np.ndarray, sources: Any,
+                      out: List[Finding]) -> None:  # fmt: skip
+        if not len(rows):
+            return
+        dev, op = nb.dev[rows], nb.op[rows].astype(np.int64)
+        key = (dev + 1) * (len(nb.norm.ops) + 1) + op
+        uniq, inverse = np.unique(key, return_inverse=True)
+        end, pid = nb.block.ts[rows], nb.block.pid[rows]
+        for k in range(len(uniq)):
+            sel = np.flatnonzero(inverse == k)
+            first = int(sel[0])
+            d = int(dev[first])
+            self.samples(None if d < 0 else d, nb.norm.ops[int(op[first])],
+                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel].tolist()), out)  # fmt: skip
+
+    def _tasks_block(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
+        (rows of the completions, latency, the submit's time)."""
+        rows = rows_of(nb, ("submit", "complete"))
+        streams, tasks = nb.int_args(rows, "stream"), nb.int_args(rows, "task")
+        if streams is None or tasks is None or len(self.tasks) + len(rows) >= MAX_TASKS:
+            return self._tasks_one_by_one(nb, rows)
+        dev = nb.dev[rows]
+        keys = np.stack([dev, streams[1], streams[0], tasks[1], tasks[0]])
+        order = np.lexsort((rows, *keys[::-1]))
+        k = keys[:, order]
+        start = np.ones(len(rows), dtype=bool)
+        start[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
+        r = rows[order]
+        is_submit = nb.kind[r] == KIND_CODE["submit"]
+        starts = np.flatnonzero(start)
+        start_keys = _task_keys(k[:, starts])
+        carried = np.array([key in self.tasks for key in start_keys], dtype=bool) if self.tasks else np.zeros(
+            len(starts), dtype=bool)  # fmt: skip
+        prev_submit = np.zeros(len(r), dtype=bool)
+        prev_submit[1:] = is_submit[:-1] & ~start[1:]
+        prev_submit[starts] = carried
+        matched = np.flatnonzero(~is_submit & prev_submit)
+        self.counters["unmatched_completes"] += int((~is_submit).sum()) - len(matched)
+        ts = nb.block.ts
+        opened = np.empty(len(matched), dtype=np.int64)
+        inside = ~start[matched]
+        opened[inside] = ts[r[matched[inside] - 1]]
+        group_of = np.cumsum(start) - 1  # row -> its key's index among the starts
+        for j in np.flatnonzero(~inside).tolist():
+            opened[j] = self.tasks[start_keys[int(group_of[matched[j]])]][0]
+        self._settle_tasks(nb, start_keys, group_of, r, is_submit, start, carried)
+        done = r[matched]
+        back = np.argsort(done, kind="stable")
+        return done[back], (ts[done] - opened)[back], opened[back]
+
+    def _settle_tasks(self, nb: NormBlock, keys: List[Any], group_of: np.ndarray, r: np.ndarray,
+                      is_submit: np.ndarray, start: np.ndarray, carried: np.ndarray) -> None:  # fmt: skip
+        """The open tasks after the block, as _submit/_complete leave them (a key whose last row is a submit is
+        open, re-inserted where that submit put it; the others closed)."""
+        for g in np.flatnonzero(carried).tolist():
+            del self.tasks[keys[g]]
+        last = np.ones(len(r), dtype=bool)
+        last[:-1] = start[1:]
+        ends = np.flatnonzero(last & is_submit)
+        ts, pid = nb.block.ts, nb.block.pid
+        for row, g in sorted(zip(r[ends].tolist(), group_of[ends].tolist())):
+            self.tasks[keys[g]] = (int(ts[row]), int(pid[row]))
+
+    def _tasks_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        streams, tasks = nb.int_arg(rows, "stream"), nb.int_arg(rows, "task")
+        submit = KIND_CODE["submit"]
+        got_rows, got_lat, got_start = [], [], []
+        ts, pid, dev, kind = nb.block.ts.tolist(), nb.block.pid.tolist(), nb.dev.tolist(), nb.kind.tolist()
+        for r, stream, task in zip(rows.tolist(), streams, tasks):
+            key = (None if dev[r] < 0 else dev[r], None if stream is MISSING else stream,
+                   None if task is MISSING else task)  # fmt: skip
+            if kind[r] == submit:
+                self._open_task(key, ts[r], pid[r])
+                continue
+            opened = self.tasks.pop(key, None)
+            if opened is None:
+                self.counters["unmatched_completes"] += 1
+                continue
+            got_rows.append(r)
+            got_lat.append(ts[r] - opened[0])
+            got_start.append(opened[0])
+        return (np.array(got_rows, dtype=np.int64), np.array(got_lat, dtype=np.int64),
+                np.array(got_start, dtype=np.int64))  # fmt: skip
+
     def flush(self) -> List[Finding]:
         return []
 
@@ -124,12 +255,14 @@ class LatencyDetector:
 
     # ---- tasks --------------------------------------------------------------------------------------
     def _submit(self, ev: NpuEvent) -> None:
-        key = (ev.dev, ev.args.get("stream"), ev.args.get("task"))
+        self._open_task((ev.dev, ev.args.get("stream"), ev.args.get("task")), ev.ts_ns, ev.pid)
+
+    def _open_task(self, key: Tuple[Optional[int], Any, Any], ts: int, pid: int) -> None:
         self.tasks.pop(key, None)  # a reused id re-opens at the end (insertion order = age)
         if len(self.tasks) >= MAX_TASKS:
             del self.tasks[next(iter(self.tasks))]
             self.counters["evicted_tasks"] += 1
-        self.tasks[key] = (ev.ts_ns, ev.pid)
+        self.tasks[key] = (ts, pid)
 
     def _complete(self, ev: NpuEvent, out: List[Finding]) -> None:
         opened = self.tasks.pop((ev.dev, ev.args.get("stream"), ev.args.get("task")), None)
@@ -140,7 +273,11 @@ class LatencyDetector:
 
     # ---- samples and spikes -------------------------------------------------------------------------
     def _sample(self, ev: NpuEvent, op: str, latency: int, start: int, source: str, out: List[Finding]) -> None:
-        key = (ev.dev, op)
+        self._sample_at(ev.dev, op, latency, start, ev.ts_ns, ev.pid, source, out)
+
+    def _sample_at(self, dev: Optional[int], op: str, latency: int, start: int, end: int, pid: int, source: str,
+                   out: List[Finding]) -> None:  # fmt: skip
+        key = (dev, op)
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = OpStats(self.window)
@@ -156,12 +293,99 @@ class LatencyDetector:
         fired = min(thr for thr in (absolute, adaptive) if thr is not None and latency > thr)
         details = {
             "latency_ns": latency, "threshold_ns": fired, "rules": rules, "absolute_ns": absolute,
-            "adaptive_ns": adaptive, "baseline_ns": st.baseline, "end_ts_ns": ev.ts_ns, "pid": ev.pid,
+            "adaptive_ns": adaptive, "baseline_ns": st.baseline, "end_ts_ns": end, "pid": pid,
             "source": source,
         }  # fmt: skip
         if st.seen < self.warmup:
             st.learn(latency, self.refresh)  # warm-up: every sample builds the baseline
-        out.append(Finding("spike", ev.dev, op, start, details))
+        out.append(Finding("spike", dev, op, start, details))
+
+    # ---- many samples of one (device, op) at once: the same state and findings as _sample_at, one by one ---
+    def samples(self, dev: Optional[int], op: str, s: Samples, out: List[Finding]) -> None:
+        """Samples of one (device, op) in time order (arrays: latency, start, end, pid; `source` per sample)."""
+        key = (dev, op)
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = OpStats(self.window)
+        st.hist.add_many(s.latency)
+        absolute, _ = self._thresholds(op, st)
+        adaptive_on = bool(self.op_rules.get(op, {}).get("adaptive", True))
+        i = 0
+        while i < len(s.latency):
+            done = self._scan(st, s, i, absolute, adaptive_on, dev, op, out)
+            i += done
+            if i < len(s.latency):  # a spike past the warm-up: it does not learn, so the baselines diverge
+                self._spike(st, s, i, absolute, dev, op, out)
+                i += 1
+
+    def _scan(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], adaptive_on: bool,
+              dev: Optional[int], op: str, out: List[Finding]) -> int:  # fmt: skip
+        """Learn samples from i on, assuming each learns, up to (not including) the first spike past the warm-up;
+        returns how many were learned. Warm-up spikes learn too: their findings are made here."""
+        lat = s.latency[i:]
+        before = self._baselines(st, lat)  # the baseline each sample meets, if every sample learns
+        seen = st.seen + np.arange(len(lat), dtype=np.int64)
+        active = adaptive_on & (seen >= self.warmup) & (before >= 0)
+        adaptive = np.maximum(self.floor_ns, (self.k * before).astype(np.int64))
+        spike = (active & (lat > adaptive)) | ((lat > absolute) if absolute is not None else False)
+        diverge = np.flatnonzero(spike & (seen >= self.warmup))
+        done = int(diverge[0]) if len(diverge) else len(lat)
+        for k in np.flatnonzero(spike[:done]).tolist():  # warm-up spikes: findings, and they learn
+            base = int(before[k]) if before[k] >= 0 else None
+            thr = int(adaptive[k]) if active[k] else None
+            self._spike_finding(st, s, i + k, absolute, thr, base, dev, op, out)
+        self._learn_many(st, lat[:done])
+        return done
+
+    def _baselines(self, st: OpStats, lat: np.ndarray) -> np.ndarray:
+        """The baseline in force before each sample if all of them learn (-1: none yet)."""
+        m = len(lat)
+        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
+        points = self._refresh_points(st, m)
+        before = np.full(m, -1 if st.baseline is None else st.baseline, dtype=np.int64)
+        if len(points):
+            medians = _medians(seq, len(st.window) + points, self.window)
+            last = np.searchsorted(points, np.arange(m), side="left") - 1  # the last refresh before each sample
+            has = last >= 0
+            before[has] = medians[last[has]]
+        return before
+
+    def _learn_many(self, st: OpStats, lat: np.ndarray) -> None:
+        """Every sample learns, as OpStats.learn does one by one."""
+        if not len(lat):
+            return
+        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
+        points = self._refresh_points(st, len(lat))
+        if len(points):
+            st.baseline = int(_medians(seq, len(st.window) + points[-1:], self.window)[0])
+        st.window.extend(lat[-self.window :].tolist())
+        st.seen += len(lat)
+
+    def _refresh_points(self, st: OpStats, m: int) -> np.ndarray:
+        """The samples after which learn() refreshes the baseline: every `refresh` learned ones, and the first."""
+        learned = st.seen + np.arange(1, m + 1, dtype=np.int64)
+        refresh = learned % self.refresh == 0
+        if st.baseline is None and m:
+            refresh[0] = True
+        return np.flatnonzero(refresh)
+
+    def _spike(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], dev: Optional[int], op: str,
+               out: List[Finding]) -> None:  # fmt: skip
+        _, adaptive = self._thresholds(op, st)
+        self._spike_finding(st, s, i, absolute, adaptive, st.baseline, dev, op, out)
+
+    def _spike_finding(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], adaptive: Optional[int],
+                       baseline: Optional[int], dev: Optional[int], op: str, out: List[Finding]) -> None:  # fmt: skip
+        latency = int(s.latency[i])
+        rules = [n for n, thr in (("absolute", absolute), ("adaptive", adaptive)) if thr is not None and latency > thr]
+        fired = min(thr for thr in (absolute, adaptive) if thr is not None and latency > thr)
+        st.spikes += 1
+        details = {
+            "latency_ns": latency, "threshold_ns": fired, "rules": rules, "absolute_ns": absolute,
+            "adaptive_ns": adaptive, "baseline_ns": baseline, "end_ts_ns": int(s.end[i]), "pid": int(s.pid[i]),
+            "source": s.source[i],
+        }  # fmt: skip
+        out.append(Finding("spike", dev, op, int(s.start[i]), details))
 
     def _thresholds(self, op: str, st: OpStats) -> Tuple[Optional[int], Optional[int]]:
         rule = self.op_rules.get(op, {})
@@ -170,6 +394,27 @@ class LatencyDetector:
         if rule.get("adaptive", True) and st.seen >= self.warmup and st.baseline is not None:
             adaptive = max(self.floor_ns, int(self.k * st.baseline))
         return absolute, adaptive
+
+
+def _task_keys(cols: np.ndarray) -> List[Tuple[Optional[int], Any, Any]]:
+    """(dev, stream, task) keys as _submit makes them (None for an absent one) from the key rows."""
+    dev, s_has, s, t_has, t = cols.tolist()
+    return [(None if d < 0 else d, sv if sh else None, tv if th else None)
+            for d, sh, sv, th, tv in zip(dev, s_has, s, t_has, t)]  # fmt: skip
+
+
+def _medians(seq: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
+    """sorted(w)[len(w) // 2] of each window w of seq: the (at most `window`) values ending at each of `ends`,
+    as OpStats.learn takes them; full windows in one partition, the first (shorter) ones one by one."""
+    out = np.empty(len(ends), dtype=np.int64)
+    full = ends >= window - 1
+    if full.any():
+        rows = np.lib.stride_tricks.sliding_window_view(seq, window)[ends[full] - (window - 1)]
+        out[full] = np.partition(rows, window // 2, axis=1)[:, window // 2]
+    for k in np.flatnonzero(~full).tolist():
+        part = seq[: ends[k] + 1]
+        out[k] = np.partition(part, len(part) // 2)[len(part) // 2]
+    return out
 
 
 def _key_order(key: Key) -> Tuple[int, str]:

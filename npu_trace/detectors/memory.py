@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from npu_trace.detectors.base import Finding
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
 
 DevPid = Tuple[int, int]
 MAX_LEAK_VAS = 8  # addresses listed per leak finding (the oldest)
@@ -36,17 +39,128 @@ class MemoryDetector:
                 out.append(self._failure(ev))
         return out
 
+    def feed_block(self, nb: NormBlock) -> List[Finding]:
+        """The columnar twin of feed(): allocations, frees and failures of a normalized block, in order."""
+        rows = rows_of(nb, ("alloc", "free", "alloc_fail"))
+        if not len(rows):
+            return []
+        vas, sizes = nb.int_args(rows, "va"), nb.int_args(rows, "size")
+        if vas is None or sizes is None:
+            return self._one_by_one(nb, rows)
+        return self._at_once(nb, rows, np.where(vas[1], vas[0], 0), np.where(sizes[1], sizes[0], 0))
+
+    def _one_by_one(self, nb: NormBlock, rows: np.ndarray) -> List[Finding]:
+        out: List[Finding] = []
+        alloc, free = KIND_CODE["alloc"], KIND_CODE["free"]
+        kind = nb.kind.tolist()
+        for r in rows.tolist():
+            if kind[r] in (alloc, free):
+                self.feed([nb.event(r)])
+            else:
+                out.append(self._failure(nb.event(r)))
+        return out
+
+    def _at_once(self, nb: NormBlock, rows: np.ndarray, va: np.ndarray, size: np.ndarray) -> List[Finding]:
+        """Allocations and frees matched by (device, va) in order, as _alloc/_free would one by one: a free
+        releases the allocation just before it of its address (live before the block, or in it), an
+        allocation of a live address releases that one first (a double allocation)."""
+        kind, dev, pid, ts = nb.kind[rows], nb.dev[rows], nb.block.pid[rows].astype(np.int64), nb.block.ts[rows]
+        is_alloc, is_free = kind == KIND_CODE["alloc"], kind == KIND_CODE["free"]
+        mem = np.flatnonzero(is_alloc | is_free)  # the failures only read the live bytes
+        order = mem[np.lexsort((mem, va[mem], dev[mem]))]
+        start = np.ones(len(order), dtype=bool)
+        start[1:] = (dev[order][1:] != dev[order][:-1]) | (va[order][1:] != va[order][:-1])
+        keys = list(zip(dev[order][start].tolist(), va[order][start].tolist()))
+        live = [self.live.get(k) for k in keys]
+        prev_alloc = np.zeros(len(order), dtype=bool)
+        prev_alloc[1:] = is_alloc[order][:-1] & ~start[1:]
+        starts = np.flatnonzero(start)
+        prev_alloc[starts] = [v is not None for v in live]
+        # what each row releases: the allocation before it of its address (in the block, or live before it)
+        rel_size, rel_pid = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
+        inside = prev_alloc & ~start
+        rel_size[inside], rel_pid[inside] = size[order][np.flatnonzero(inside) - 1], pid[order][np.flatnonzero(
+            inside) - 1]  # fmt: skip
+        for i, v in zip(starts.tolist(), live):
+            if v is not None:
+                rel_size[i], rel_pid[i] = v[0], v[1]
+        self._count(is_alloc[order], prev_alloc)
+        deltas = self._deltas(order, is_alloc[order], prev_alloc, rel_size, rel_pid, dev, pid, size)
+        fails = np.flatnonzero(kind == KIND_CODE["alloc_fail"])
+        out = self._account_all(deltas, dev, rows, fails, nb)
+        self._settle_live(keys, live, order, start, is_alloc, size, pid, ts)
+        return out
+
+    def _count(self, is_alloc: np.ndarray, prev_alloc: np.ndarray) -> None:
+        self.counts["allocs"] += int(is_alloc.sum())
+        self.counts["double_allocs"] += int((is_alloc & prev_alloc).sum())
+        self.counts["frees"] += int((~is_alloc & prev_alloc).sum())
+        self.counts["unknown_frees"] += int((~is_alloc & ~prev_alloc).sum())
+
+    def _deltas(self, order: np.ndarray, is_alloc: np.ndarray, released: np.ndarray, rel_size: np.ndarray,
+                rel_pid: np.ndarray, dev: np.ndarray, pid: np.ndarray, size: np.ndarray) -> np.ndarray:  # fmt: skip
+        """(position, sub-order, device, pid, delta) of every _account call, in the order they happen (a double
+        allocation's release before its allocation)."""
+        rel = np.flatnonzero(released)
+        add = np.flatnonzero(is_alloc)
+        pos = np.concatenate([order[rel], order[add]])
+        sub = np.concatenate([np.zeros(len(rel), np.int64), np.ones(len(add), np.int64)])
+        d = np.concatenate([dev[order[rel]], dev[order[add]]])
+        p = np.concatenate([rel_pid[rel], pid[order[add]]])
+        delta = np.concatenate([-rel_size[rel], size[order[add]]])
+        table = np.stack([pos, sub, d, p, delta])
+        return table[:, np.lexsort((sub, pos))]
+
+    def _account_all(self, deltas: np.ndarray, dev: np.ndarray, rows: np.ndarray, fails: np.ndarray,
+                     nb: NormBlock) -> List[Finding]:  # fmt: skip
+        pos, _, d, p, delta = deltas
+        out: List[Finding] = []
+        fail_at: Dict[int, List[int]] = {int(f): [] for f in fails.tolist()}
+        for device in np.unique(np.concatenate([d, dev[fails]])).tolist():
+            mine = d == device
+            base = self.dev_bytes.get(device, 0)
+            running = base + np.cumsum(delta[mine])
+            if mine.any():
+                self.dev_bytes[device] = int(running[-1])
+                self.peak[device] = max(self.peak.get(device, 0), int(running.max()))
+            for f in np.flatnonzero(dev[fails] == device).tolist():  # live bytes just before each failure
+                k = int(np.searchsorted(pos[mine], fails[f], side="left"))
+                fail_at[int(fails[f])].append(base if k == 0 else int(running[k - 1]))
+        for (device, who), total in _sums(d, p, delta).items():
+            self.pid_bytes[(device, who)] = self.pid_bytes.get((device, who), 0) + total
+        for f in fails.tolist():
+            out.append(self._failure(nb.event(int(rows[f])), fail_at[f][0] if fail_at[f] else None))
+        return out
+
+    def _settle_live(self, keys: List[Tuple[int, int]], live: List[Any], order: np.ndarray, start: np.ndarray,
+                     is_alloc: np.ndarray, size: np.ndarray, pid: np.ndarray, ts: np.ndarray) -> None:  # fmt: skip
+        """The live allocations after the block: an address whose last row is an allocation is live (with that
+        allocation), the others are not."""
+        for key, v in zip(keys, live):
+            if v is not None:
+                del self.live[key]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = start[1:]
+        group = np.cumsum(start) - 1
+        for i in np.flatnonzero(last & is_alloc[order]).tolist():
+            r = int(order[i])
+            self.live[keys[int(group[i])]] = (int(size[r]), int(pid[r]), int(ts[r]))
+
     def _alloc(self, ev: NpuEvent) -> None:
-        dev, va, size = _dev(ev), int(ev.args.get("va", 0)), int(ev.args.get("size", 0))
+        self._alloc_at(_dev(ev), int(ev.args.get("va", 0)), int(ev.args.get("size", 0)), ev.pid, ev.ts_ns)
+
+    def _alloc_at(self, dev: int, va: int, size: int, pid: int, ts: int) -> None:
         if (dev, va) in self.live:
             self.counts["double_allocs"] += 1
             self._release(dev, va)
-        self.live[(dev, va)] = (size, ev.pid, ev.ts_ns)
-        self._account(dev, ev.pid, size)
+        self.live[(dev, va)] = (size, pid, ts)
+        self._account(dev, pid, size)
         self.counts["allocs"] += 1
 
     def _free(self, ev: NpuEvent) -> None:
-        dev, va = _dev(ev), int(ev.args.get("va", 0))
+        self._free_at(_dev(ev), int(ev.args.get("va", 0)))
+
+    def _free_at(self, dev: int, va: int) -> None:
         if (dev, va) not in self.live:
             self.counts["unknown_frees"] += 1
             return
@@ -62,13 +176,14 @@ class MemoryDetector:
         self.peak[dev] = max(self.peak.get(dev, 0), self.dev_bytes[dev])
         self.pid_bytes[(dev, pid)] = self.pid_bytes.get((dev, pid), 0) + delta
 
-    def _failure(self, ev: NpuEvent) -> Finding:
+    def _failure(self, ev: NpuEvent, live: Optional[int] = None) -> Finding:
         self.counts["failures"] += 1
         size, free, largest = (_int(ev.args.get(k)) for k in ("size", "free_bytes", "largest_free"))
         frag = None if free is None or largest is None or size is None else free >= size > largest
         details = {
             "size": size, "free_bytes": free, "largest_free": largest, "fragmentation": frag,
-            "ret": _int(ev.args.get("ret")), "pid": ev.pid, "live_bytes": self.dev_bytes.get(_dev(ev), 0),
+            "ret": _int(ev.args.get("ret")), "pid": ev.pid,
+            "live_bytes": self.dev_bytes.get(_dev(ev), 0) if live is None else live,
         }  # fmt: skip
         return Finding("alloc_fail", ev.dev, ev.op, ev.ts_ns, details)
 
@@ -105,6 +220,19 @@ def _leak(dev: int, pid: int, allocs: List[Tuple[int, int, int]]) -> Finding:
         "vas": [hex(va) for _, va, _ in allocs[:MAX_LEAK_VAS]],
     }  # fmt: skip
     return Finding("leak", _out_dev(dev), None, allocs[0][0], details)
+
+
+def _sums(dev: np.ndarray, pid: np.ndarray, delta: np.ndarray) -> Dict[Tuple[int, int], int]:
+    """The sum of the deltas per (device, pid), for the pairs that have one."""
+    out: Dict[Tuple[int, int], int] = {}
+    if not len(delta):
+        return out
+    pairs, inverse = np.unique(np.stack([dev, pid]), axis=1, return_inverse=True)
+    sums = np.zeros(pairs.shape[1], dtype=np.int64)
+    np.add.at(sums, inverse.reshape(-1), delta)
+    for (device, who), total in zip(pairs.T.tolist(), sums.tolist()):
+        out[(device, who)] = total
+    return out
 
 
 def _dev(ev: NpuEvent) -> int:

@@ -72,6 +72,24 @@ class TimeoutDetector:
                 self._release(self.now - merge, out)
         return out
 
+    def feed_sparse(self, events: Sequence[NpuEvent], before: Sequence[int], last: int) -> List[Finding]:
+        """feed() of a stream of which only the timeout events are given: `before[i]` is the stamp of the item
+        just before events[i] (the latest stamp feed() would have seen), `last` the last item's stamp."""
+        if not self.merge:
+            return self.feed(events)
+        out: List[Finding] = []
+        for ev, now in zip(events, before):
+            self._catch_up(now, out)
+            out += self.feed([ev])
+        self._catch_up(last, out)
+        return out
+
+    def _catch_up(self, now: int, out: List[Finding]) -> None:
+        if now > self.now:
+            self.now = now
+        if self.pending and self.pending[0].ts <= self.now - self.merge:
+            self._release(self.now - self.merge, out)
+
     def advance(self, now: int) -> List[Finding]:
         """Time has reached `now` (nothing earlier is still to come): a timeout no copy can join any more
         (every later event is at least `now`, more than merge_ns after it) is a finding."""

@@ -1,0 +1,200 @@
+"""The columnar fast path gives what the reference path gives: same events, same findings, same summary.
+
+The reference path (Normalizer -> NpuEvent -> detectors' feed) is the definition; the fast path (Block ->
+BlockNormalizer -> detectors' feed_block) is an implementation of it. Every test here feeds the same items to
+both, cut into batches at different places, and compares the results byte for byte. The items come from the
+synthesizer (the simulator's plans turned into the events the driver would log), with the rare kinds (kmsg
+timeouts, losses, BPF frees) sprinkled in at random, because those are where the fast path steps aside.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, List, Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npu_trace.detectors.analysis import Analysis
+from npu_trace.detectors.histogram import Histogram, bucket_index, bucket_indices
+from npu_trace.detectors.latency import LatencyDetector, Samples
+from npu_trace.detectors.memory import MemoryDetector
+from npu_trace.device.profiles import PROFILES, SIM_LATENCY
+from npu_trace.events import Loss, NpuEvent
+from npu_trace.ftrace.columns import plans
+from npu_trace.pipeline.blocks import records_of
+from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import MISSING, BlockNormalizer, kind_counts
+from npu_trace.sim.scenarios import SCENARIOS, plan
+from synth import formats, synth_events
+
+PROFILE = PROFILES["sim"]
+PLANS = plans(formats().values(), layouts=PROFILE.layouts)
+
+
+def sprinkled(scenario: str, seed: int, rng: random.Random, cpus: int = 2) -> List[Any]:
+    """The synthesizer's events for one scenario on `cpus` CPUs, with rare kinds sprinkled in."""
+    items: List[Any] = []
+    for ev in synth_events(plan(scenario, seed, 1.0, 2000, 2)):
+        items.append(ev._replace(cpu=rng.randrange(cpus)))
+        r = rng.random()
+        if r < 0.005:
+            args = {"source": "kmsg", "lost_count": 4}
+            items.append(NpuEvent(ev.ts_ns, "timeout", rng.choice([0, None]), "heartbeat", -1, -1, args))
+        elif r < 0.007:
+            items.append(Loss("tracefs", 0, "overrun", 3, ev.ts_ns))
+        elif r < 0.009:
+            args = {"va": 0x100000000000, "ret": 0, "source": "bpf", "latency_ns": 5000,
+                    "entry_ts_ns": ev.ts_ns - 5000}  # fmt: skip
+            items.append(NpuEvent(ev.ts_ns, "free", 0, "halMemFree", 1, 0, args))
+    return items
+
+
+def cuts(rng: random.Random, n: int, count: int) -> List[int]:
+    return [0, *sorted(rng.sample(range(1, n), min(n - 1, count))), n] if n > 1 else [0, n]
+
+
+def batches(items: Sequence[Any], bounds: Sequence[int]) -> List[Sequence[Any]]:
+    return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+# ---- normalizing ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_block_normalizes_to_the_reference_events(scenario: str) -> None:
+    rng = random.Random(scenario)
+    items = sprinkled(scenario, 3, rng)
+    want = Normalizer(PROFILE.mapping).feed(items)
+    fast = BlockNormalizer(Normalizer(PROFILE.mapping))
+    got: List[NpuEvent] = []
+    for batch in batches(items, cuts(rng, len(items), 30)):
+        block = fast.normalize(records_of(batch, PLANS))
+        events = [block.event(i) for i in range(len(block))]
+        rows = np.arange(len(block))
+        for name in ("va", "size", "stream", "task", "latency_ns", "entry_ts_ns", "ret", "lost_count"):
+            assert block.int_arg(rows, name) == [ev.args.get(name, MISSING) for ev in events], name
+        got += events
+    assert got == want
+
+
+def test_a_block_counts_its_kinds_like_its_events() -> None:
+    rng = random.Random(7)
+    items = sprinkled("mixed", 1, rng)
+    block = BlockNormalizer(Normalizer(PROFILE.mapping)).normalize(records_of(items, PLANS))
+    counts: dict = {}
+    for i in range(len(block)):
+        kind = block.event(i).kind
+        counts[kind] = counts.get(kind, 0) + 1
+    assert kind_counts(block) == counts
+
+
+# ---- whole analysis --------------------------------------------------------------------------------------------
+def reference(items: Sequence[Any], bounds: Sequence[int]) -> str:
+    analysis = Analysis(PROFILE)
+    for batch in batches(items, bounds):
+        analysis.feed(batch, batch[-1].ts_ns - 5)
+    return json.dumps(analysis.finish(), sort_keys=True)
+
+
+def fast(items: Sequence[Any], bounds: Sequence[int]) -> str:
+    analysis = Analysis(PROFILE)
+    for batch in batches(items, bounds):
+        analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
+    return json.dumps(analysis.finish(), sort_keys=True)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_fast_path_finds_what_the_reference_finds(scenario: str) -> None:
+    rng = random.Random(scenario + "analysis")
+    for seed in (1, 2):
+        items = sprinkled(scenario, seed, rng)
+        want, got = reference(items, cuts(rng, len(items), 20)), fast(items, cuts(rng, len(items), 7))
+        assert json.loads(got)["findings"] == json.loads(want)["findings"]
+        assert got == want
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), scenario=st.sampled_from(SCENARIOS), pieces=st.integers(0, 12))
+def test_where_the_batches_are_cut_changes_nothing(seed: int, scenario: str, pieces: int) -> None:
+    rng = random.Random(seed)
+    items = sprinkled(scenario, 1 + seed % 5, rng)
+    assert fast(items, cuts(rng, len(items), pieces)) == reference(items, [0, len(items)])
+
+
+# ---- the detectors' columnar parts, one by one ------------------------------------------------------------------
+@settings(max_examples=120, deadline=None)
+@given(
+    lats=st.lists(st.one_of(st.integers(1000, 50_000), st.integers(1_000_000, 90_000_000)), min_size=1,
+                  max_size=300),
+    config=st.sampled_from([{}, SIM_LATENCY, {"warmup": 3, "refresh": 5, "window": 16, "k": 2, "floor_ns": 30000},
+                            {"k": 1.5}]),
+    data=st.data(),
+)  # fmt: skip
+def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config: Any, data: Any) -> None:
+    one, many = LatencyDetector(config), LatencyDetector(config)
+    want: List[Any] = []
+    got: List[Any] = []
+    for i, lat in enumerate(lats):
+        one._sample_at(0, "halMemAlloc", lat, i * 10, i * 10 + lat, 7, "call", want)
+    bounds = [0, *sorted(data.draw(st.sets(st.integers(1, len(lats)), max_size=5))), len(lats)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi <= lo:
+            continue
+        lat = np.array(lats[lo:hi], dtype=np.int64)
+        start = np.arange(lo, hi, dtype=np.int64) * 10
+        many.samples(0, "halMemAlloc", Samples(lat, start, start + lat, np.full(hi - lo, 7), ["call"] * (hi - lo)),
+                     got)  # fmt: skip
+    a, b = one.stats[(0, "halMemAlloc")], many.stats[(0, "halMemAlloc")]
+    assert got == want
+    assert (a.seen, a.baseline, list(a.window), a.spikes) == (b.seen, b.baseline, list(b.window), b.spikes)
+    assert a.hist.buckets == b.hist.buckets
+
+
+@st.composite
+def memory_events(draw: Any) -> List[NpuEvent]:
+    events, t = [], 0
+    for _ in range(draw(st.integers(1, 80))):
+        t += draw(st.integers(0, 3))
+        dev, va, tid = draw(st.sampled_from([0, 1, None])), draw(st.sampled_from([0x10, 0x20, 0x30])), draw(
+            st.integers(1, 3))  # fmt: skip
+        kind = draw(st.sampled_from(["alloc", "alloc", "free", "free", "alloc_fail"]))
+        if kind == "alloc":
+            args = {"va": va, "size": draw(st.integers(1, 99))}
+            events.append(NpuEvent(t, "alloc", dev, "halMemAlloc", tid, 0, args))
+        elif kind == "free":
+            events.append(NpuEvent(t, "free", dev, "halMemFree", tid, 0, {"va": va}))
+        else:
+            args = {"size": 5, "free_bytes": 9, "largest_free": 2, "ret": 6}
+            events.append(NpuEvent(t, "alloc_fail", dev, "halMemAlloc", 1, 0, args))
+    return events
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=memory_events(), data=st.data())
+def test_memory_accounting_at_once_is_accounting_one_by_one(events: List[NpuEvent], data: Any) -> None:
+    one, many = MemoryDetector(), MemoryDetector()
+    bounds = [0, *sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=3))), len(events)]
+    normalizer = BlockNormalizer(Normalizer({}))
+    want: List[Any] = []
+    got: List[Any] = []
+    for batch in batches(events, bounds):
+        want += one.feed(batch)
+        got += many.feed_block(normalizer.normalize(records_of(batch, {})))
+    assert got == want
+    assert many.summary() == one.summary()
+    assert many.flush() == one.flush()
+
+
+@given(st.lists(st.integers(0, 2**62), max_size=200))
+def test_histogram_buckets_at_once_are_buckets_one_by_one(values: List[int]) -> None:
+    one, many = Histogram(), Histogram()
+    for v in values:
+        one.add(v)
+    many.add_many(np.array(values, dtype=np.int64))
+    def state(h: Histogram) -> Any:
+        return h.buckets, h.count, h.min, h.max, h.total
+
+    assert state(many) == state(one)
+    assert list(bucket_indices(np.array(values, dtype=np.int64))) == [bucket_index(v) for v in values]
