@@ -98,10 +98,13 @@ def reference(items: Sequence[Any], bounds: Sequence[int]) -> str:
     return json.dumps(analysis.finish(), sort_keys=True)
 
 
-def fast(items: Sequence[Any], bounds: Sequence[int]) -> str:
+def fast(items: Sequence[Any], bounds: Sequence[int], objects: float = 0.0) -> str:
+    """`objects`: the share of trace records handed over as decoded TraceEvents (as BPF does)."""
     analysis = Analysis(PROFILE)
+    pick = random.Random(len(items))
     for batch in batches(items, bounds):
-        analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
+        kept = [i for i in range(len(batch)) if pick.random() < objects]
+        analysis.feed_block(records_of(batch, PLANS, objects_too=kept), batch[-1].ts_ns - 3)
     return json.dumps(analysis.finish(), sort_keys=True)
 
 
@@ -121,6 +124,16 @@ def test_where_the_batches_are_cut_changes_nothing(seed: int, scenario: str, pie
     rng = random.Random(seed)
     items = sprinkled(scenario, 1 + seed % 5, rng)
     assert fast(items, cuts(rng, len(items), pieces)) == reference(items, [0, len(items)])
+
+
+@pytest.mark.parametrize("share", [0.1, 1.0])
+def test_records_decoded_elsewhere_count_as_records(share: float) -> None:
+    """BPF hands over TraceEvents it decoded itself: as objects in a block, they are shaped, paired (with
+    the records around them too) and counted exactly as the reference does."""
+    rng = random.Random(11)
+    for scenario in ("mixed", "fragmentation"):
+        items = sprinkled(scenario, 2, rng)
+        assert fast(items, cuts(rng, len(items), 5), share) == reference(items, [0, len(items)])
 
 
 # ---- the detectors' columnar parts, one by one ------------------------------------------------------------------

@@ -123,16 +123,19 @@ def _stamp(item: Any) -> int:
     return int(item.ts_ns)
 
 
-def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None) -> Block:
+def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None,
+               objects_too: Sequence[int] = ()) -> Block:  # fmt: skip
     """A block from items in time order (TraceEvents, NpuEvents, Losses), the raw records re-encoded
-    (`npu_trace.ftrace.encode.RecordEncoder`): for tests, and for sources that hold decoded records."""
+    (`npu_trace.ftrace.encode.RecordEncoder`): for tests, and for sources that hold decoded records.
+    `objects_too`: indexes of TraceEvents kept as objects (as BPF hands its decoded records over)."""
     from npu_trace.ftrace.encode import RecordEncoder
 
     enc = encode or RecordEncoder()
     payloads: List[bytes] = []
     rec_ts, rec_cpu, rec_type, objects = [], [], [], []
+    keep = set(objects_too)
     for i, item in enumerate(items):
-        if isinstance(item, TraceEvent):
+        if isinstance(item, TraceEvent) and i not in keep:
             payloads.append(enc.payload(item.fmt, item.pid, item.values))
             rec_ts.append(item.ts_ns)
             rec_cpu.append(item.cpu)

@@ -281,10 +281,21 @@ class BlockNormalizer:
             nb.role[r] = _ROLE[pair]
 
     def _objects(self, nb: NormBlock, rows: np.ndarray) -> None:
+        """The items that came as objects: the channels' NpuEvents as they are, losses as "lost" events, and
+        the TraceEvents BPF decoded itself, shaped by their rules and paired like the trace's records."""
         block = nb.block
         for r in rows.tolist():
             item = block.objects[int(block.ref[r])]
-            self._put(nb, r, lost_event(item) if isinstance(item, Loss) else item)
+            if isinstance(item, TraceEvent):
+                name, rules, _ = self.normalizer.format_info(item.fmt)
+                if not rules:  # counted as "log", never built (as feed_mapped does)
+                    nb.kind[r], nb.op[r], nb.counted_only[r] = LOG, self.op_code(name), True
+                    continue
+                shaped, pair = self.normalizer._shape(item)
+                self._put(nb, r, shaped)
+                nb.role[r] = _ROLE[pair]
+            else:
+                self._put(nb, r, lost_event(item) if isinstance(item, Loss) else item)
 
     def _put(self, nb: NormBlock, r: int, ev: NpuEvent) -> None:
         nb.shaped[r] = ev
