@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.errors import NpuTraceError
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
+from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
 
 HUAWEI_PCI_VENDOR = "0x19e5"
 # Modules of the Ascend host driver package (910B); the first two carry the trs_chan/trs_core tracepoints.
@@ -345,6 +346,14 @@ def check_simulator(events: List[str]) -> Check:
     return Check("simulator", False, f"no {SIM_SYSTEM}:* events", "npu-trace sim load")
 
 
+def check_walker(implementation: str = WALKER) -> Check:
+    """The page walker of the columnar analysis: compiled, or its pure-Python twin (the same results, slower)."""
+    if implementation == "c":
+        return Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
+    detail = "pure Python: the C extension was not built where npu-trace was installed (same results, slower)"
+    return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 def run_checks(host: Optional[Host] = None) -> List[Check]:
     host = host or Host()
@@ -366,6 +375,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_modules(host),
         check_trace_switches(host),
         check_simulator(events),
+        check_walker(),
     ]
     return _mark_event_sources(checks)
 

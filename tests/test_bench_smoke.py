@@ -44,3 +44,12 @@ def test_bench_npu_trace_part_runs(tmp_path: object) -> None:
     assert record["check"]["events"] == record["replay"]["events"]
     assert {t["name"] for t in record["targets"]} >= {"record lossless rate", "check rate"}
     assert proc.stdout.count("targets: ") >= 3
+
+
+def test_walk_benchmark_runs() -> None:
+    """The page walker's micro-benchmark prints its rows (tiny N; no figure is judged)."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.walk", "--records", "5000", "--python-records", "2000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for row in ("PageDecoder.decode", "walk (C) + gather", "walk (C)", "walk (Python)"):
+        assert len(re.findall(rf"^{re.escape(row)} +[\d.]+ ns/record", proc.stdout, re.M)) == 2, proc.stdout

@@ -200,3 +200,10 @@ def test_corrupt_files_are_reported_not_raised(tmp_path: Path) -> None:
     checks = by_name(doctor.run_checks(fake_host(tmp_path)))
     assert "unknown" in checks["kprobes"].detail
     assert not checks["trace clock"].ok
+
+
+def test_the_page_walker_line() -> None:
+    """Here the extension is built (scripts/setup installs gcc); elsewhere the pure-Python walker is named."""
+    assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
+    slow = doctor.check_walker("python")
+    assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
 from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, build_decoders
+from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import PageHeader, parse_format
 
 HEADER = PageHeader(ts_offset=0, ts_size=8, commit_offset=8, commit_size=8, data_offset=16, data_size=4080)
@@ -232,3 +233,19 @@ def test_long_records_of_a_format_without_fixups_use_their_own_decoder() -> None
     out: List[Any] = []
     dec.decode(page(0, rec(payload, 5) + rec(small(1, 2, 3), 1)), out)
     assert [(e.fmt.name, e.pid, e.values) for e in out] == [("wide", 77, tuple(range(100, 116))), ("small", 1, (2, 3))]
+
+
+def test_big_endian_pages_decode_as_little_endian_ones() -> None:
+    """Long records carry their event id in the payload, in the page's byte order (it was read little-endian:
+    on a big-endian page the record was skipped as an unknown id)."""
+    rows = [(5, 1, BIG, ("x" * 150,)), (6, 2, SMALL, (-3, 4)), (9, 3, DYN, ([], "hi", [1, 2], 5))]
+    got = {}
+    for order in ("little", "big"):
+        pages = PageEncoder(HEADER, order).pages(rows)
+        dec = PageDecoder(HEADER, build_decoders(FORMATS, order), 0, order, ledger=LossLedger())
+        out: List[Any] = []
+        for pg in pages:
+            dec.decode(pg, out)
+        got[order] = [(e.ts_ns, e.pid, e.values) for e in out]
+        assert dec.skipped == dec.malformed == 0
+    assert got["big"] == got["little"] == [(5, 1, ("x" * 150,)), (6, 2, (-3, 4)), (9, 3, ([], "hi", [1, 2], 5))]

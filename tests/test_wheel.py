@@ -5,9 +5,12 @@ The build runs without isolation (`pip wheel --no-build-isolation --no-index`: i
 from a copy of the checkout (an in-tree build leaves `build/` behind, whose stale files a later wheel would
 carry). The venv is made with `--system-site-packages` from the interpreter of the venv running these tests
 (the distro's Python, whose bcc it sees); the wheel goes in with `--no-index --no-deps`, then a `.pth` file
-adds this venv's site-packages for the dependencies (msgpack, zstandard, pyroute2, textual). Nothing is
+adds this venv's site-packages for the dependencies (msgpack, zstandard, pyroute2, numpy, textual). Nothing is
 downloaded. Every command runs with its cwd in a temporary directory, and each test checks what it imported
 came from the new venv. Everything lives in one temporary directory, removed afterwards.
+
+The wheel is a platform wheel: it carries the compiled page walker (npu_trace.ftrace._walk). A second one is
+built with CC=false, as on a host without a compiler: it installs all the same and runs the pure-Python walker.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600  # a busy 2-vCPU machine: generous, never a measure
+# *.so: the page walker the editable install built in place (the wheel builds its own)
 NOT_BUILT = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
-    ".hypothesis",
+    ".hypothesis", "*.so",
 )  # fmt: skip
 
 if sys.version_info >= (3, 11):
@@ -65,18 +69,19 @@ def clean_env() -> Dict[str, str]:
     return env
 
 
-def run(cmd: Sequence[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(cmd), cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+def run(cmd: Sequence[str], cwd: Path, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(cmd), cwd=cwd, env={**clean_env(), **env}, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)  # fmt: skip
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return proc
 
 
-def build_wheel(tmp: Path) -> Path:
+def build_wheel(tmp: Path, **env: str) -> Path:
     src, out = tmp / "src", tmp / "dist"
     shutil.copytree(ROOT, src, ignore=NOT_BUILT)
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(out), str(src)], cwd=tmp)  # fmt: skip
+         "-w", str(out), str(src)], cwd=tmp, **env)  # fmt: skip
     (wheel,) = out.glob("npu_trace-*.whl")
     return wheel
 
@@ -102,21 +107,33 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
 WHERE = """
 import json, npu_trace, tui
 from npu_trace.bpf.files import program_dir
+from npu_trace.ftrace import walk
 with program_dir() as folder:
-    print(json.dumps({"npu_trace": npu_trace.__file__, "tui": tui.__file__, "bpf": str(folder)}))
+    print(json.dumps({"npu_trace": npu_trace.__file__, "tui": tui.__file__, "bpf": str(folder),
+                      "walker": walk.IMPLEMENTATION, "walker_c": getattr(walk._walk, "__file__", "")}))
 """
 
 
-@pytest.fixture(scope="module")
-def installed() -> Iterator[Installed]:
+def install(**env: str) -> Iterator[Installed]:
     with tempfile.TemporaryDirectory(prefix="npu-trace-wheel-") as name:
         tmp = Path(name)
-        wheel = build_wheel(tmp)
+        wheel = build_wheel(tmp, **env)
         venv = make_venv(tmp, wheel)
         run_dir = tmp / "run"
         run_dir.mkdir()
         where = json.loads(run([str(venv / "bin" / "python"), "-c", WHERE], cwd=run_dir).stdout)
         yield Installed(wheel, venv, run_dir, where)
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[Installed]:
+    yield from install()
+
+
+@pytest.fixture(scope="module")
+def installed_without_compiler() -> Iterator[Installed]:
+    """CC=false: the extension's build fails, the install goes on (setup.py: optional=True)."""
+    yield from install(CC="false")
 
 
 def checkout_packages() -> List[str]:
@@ -138,9 +155,11 @@ def test_the_wheel_holds_the_code_the_programs_the_simulator_and_the_demo(instal
         assert not {f"npu_trace/bpf_programs/{n}" for n in programs} - names
         assert {n: whl.read(f"npu_trace/bpf_programs/{n}") for n in programs} == programs
     code = {p.relative_to(ROOT).as_posix() for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("*.py")}
-    data = {"npu_trace/sim/npu_sim.c", "npu_trace/data/demo.npt", "npu_trace/py.typed"}
+    data = {"npu_trace/sim/npu_sim.c", "npu_trace/data/demo.npt", "npu_trace/py.typed", "npu_trace/ftrace/_walk.pyi"}
     assert code | data <= names
     assert not {n for n in names if n.split("/")[0] in ("bpf", "tests", "benchmarks", "scripts")}
+    compiled = [n for n in names if n.startswith("npu_trace/ftrace/_walk.") and n.endswith(".so")]
+    assert len(compiled) == 1 and not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
 
 
 def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -> None:
@@ -148,6 +167,17 @@ def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -
     assert site.is_relative_to(installed.venv) and not site.is_relative_to(ROOT)
     assert Path(installed.where["tui"]).is_relative_to(site)
     assert Path(installed.where["bpf"]) == site / "npu_trace" / "bpf_programs"  # in place: a plain folder
+    assert installed.where["walker"] == "c" and Path(installed.where["walker_c"]).is_relative_to(site)
+
+
+def test_without_a_compiler_the_wheel_runs_the_pure_python_walker(installed_without_compiler: Installed) -> None:
+    inst = installed_without_compiler
+    with zipfile.ZipFile(inst.wheel) as whl:
+        assert not [n for n in whl.namelist() if n.endswith(".so")]
+    assert inst.where["walker"] == "python" and Path(inst.where["npu_trace"]).is_relative_to(inst.venv)
+    proc = run([inst.bin("npu-trace"), "doctor", "--json"], cwd=inst.run_dir, check=False)
+    line = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "page walker")
+    assert line["status"] == "--" and "pure Python" in line["detail"]
 
 
 def test_installed_doctor(installed: Installed) -> None:

@@ -229,6 +229,7 @@ class PageDecoder:
         self.byteorder = byteorder
         end = self._end = "<" if byteorder == "little" else ">"
         self._u32 = struct.Struct(end + "I").unpack_from
+        self._u16 = struct.Struct(end + "H").unpack_from
         self._hdr = struct.Struct(end + "IH").unpack_from
         self._page = struct.Struct(end + "Q" + ("Q" if header.commit_size == 8 else "I")).unpack_from
         self.skipped = 0
@@ -302,7 +303,7 @@ class PageDecoder:
                 size = u32(page, pos + 4)[0] - 4
                 start = pos + 8
                 pos = start + size
-                etype = page[start] | (page[start + 1] << 8) if size >= 2 and pos <= end else -1
+                etype = self._u16(page, start)[0] if size >= 2 and pos <= end else -1  # in the page's byte order
                 entry = get(etype) if etype >= 0 else None
                 if entry is None:
                     if size < 8 or pos > end:

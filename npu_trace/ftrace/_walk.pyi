@@ -1,0 +1,25 @@
+# The compiled page walker (_walk.c); npu_trace.ftrace.walk wraps it.
+from typing import Any, List, Tuple, Union
+
+import numpy as np
+from typing_extensions import Buffer as _Bytes
+
+Buffer = Union[_Bytes, np.ndarray[Any, Any]]  # anything with the buffer protocol, C-contiguous
+
+def walk(
+    buf: Buffer,
+    pages: Buffer,
+    layout: Tuple[int, int, int],
+    last_ts_hi: int,
+    last_ts_lo: int,
+    table: Buffer,
+    big: bool,
+) -> Tuple[
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    List[Tuple[int, int, int, int, int]],
+    Tuple[int, int, int, int, int, int],
+]: ...
+def gather(buf: Buffer, offsets: Buffer, size: int) -> bytes: ...

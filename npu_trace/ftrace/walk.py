@@ -1,0 +1,391 @@
+"""The page walker: one CPU's ring-buffer pages in, one column per record property out (numpy), for analysis
+at kernel speed.
+
+Where `PageDecoder` makes a TraceEvent of every record, `walk` only finds the records: for each event record,
+in record order, its timestamp, its event id and where its payload (from common_type on) lies in the caller's
+buffer. The columnar analysis then takes the fixed part of one event type's records at once (`gather`) and
+views it as a numpy structured array.
+
+The walk follows PageDecoder rule for rule (time deltas, time extends, absolute stamps with the MSB rule,
+padding, long records, a commit beyond the page, short pages, the missed-events flags, `backwards`), so for
+every record it returns, `RecordDecoder.decode(buf, offset, length)` gives PageDecoder's TraceEvent (with
+`ts`), and its losses are PageDecoder's, at the same places. Which records are decodable is PageDecoder's
+judgement too: `wanted` maps each event id to a `Want` (its decoder's minimum payload size and where its
+dynamic fields' locators are: `wants(decoders)`), records of other ids are skipped and counted.
+
+Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
+int64: only a corrupt page makes one past 2**63 (its page stamp near the end of the u64 range), and such a
+value keeps its low 64 bits, read as a signed integer.
+
+Two implementations, identical in every result: the C extension `npu_trace.ftrace._walk` (a whole batch per
+call, built by the package's install where a compiler is) and `walk_py` / `gather_py` in pure Python.
+`walk` and `gather` are the C ones when the extension imports; `IMPLEMENTATION` says which ("c" or "python").
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
+from typing import Any, Callable, Dict, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from npu_trace.events import Loss
+from npu_trace.ftrace.decode import (
+    COMMIT_MASK,
+    MISSED_EVENTS,
+    MISSED_STORED,
+    TS_MSB,
+    TS_SHIFT,
+    TYPE_PADDING,
+    TYPE_TIME_EXTEND,
+    TYPE_TIME_STAMP,
+    RecordDecoder,
+)
+from npu_trace.ftrace.format import DATA_LOC, REL_LOC, PageHeader
+
+try:
+    from npu_trace.ftrace import _walk
+except ImportError:  # installed where no compiler was: the pure-Python walk, with the same results
+    _walk = None  # type: ignore[assignment]
+
+IMPLEMENTATION = "c" if _walk is not None else "python"
+NTYPES = 1 << 16  # event ids are u16
+MASK64 = (1 << 64) - 1
+LOSS_KINDS = ("malformed", "page_missed")  # the C walker's loss codes
+
+Buffer = Union[bytes, bytearray, memoryview]
+Pages = Union[Sequence[Tuple[int, int]], npt.NDArray[np.int64]]
+
+
+class Want(NamedTuple):
+    """What makes a record of a wanted event decodable, as PageDecoder judges it: at least `size` payload bytes,
+    and the data of each dynamic field inside the record. `dynamic`: one (where, base) per __data_loc or
+    __rel_loc field, `where` its u32 locator's offset in the payload, `base` what the locator's offset counts
+    from (0; for __rel_loc the end of the field)."""
+
+    size: int
+    dynamic: Tuple[Tuple[int, int], ...] = ()
+
+
+def wants(decoders: Mapping[int, RecordDecoder]) -> Dict[int, Want]:
+    """The `wanted` table that makes `walk` judge records as a PageDecoder over these decoders does."""
+    return {eid: _want(dec) for eid, dec in decoders.items()}
+
+
+def _want(dec: RecordDecoder) -> Want:
+    shift = 4 - dec.fmt.field("common_pid").offset  # RecordDecoder reads the fields from the payload's byte 4
+    dynamic = tuple(
+        (f.offset + shift, f.offset + f.size if f.kind == REL_LOC else 0)
+        for f in dec.fmt.fields
+        if f.kind in (DATA_LOC, REL_LOC)
+    )
+    return Want(dec.size, dynamic)
+
+
+@dataclass
+class WalkState:
+    """One CPU's walk, carried from call to call (as a PageDecoder carries its own)."""
+
+    last_ts: int = 0  # the last record's timestamp (exact)
+    backwards: int = 0  # times a page or an absolute stamp went back before the previous record
+    pages: int = 0
+    skipped: int = 0  # records of events not wanted
+    malformed: int = 0
+
+
+class Walk(NamedTuple):
+    """One call's records, for one CPU's pages, in record order."""
+
+    ts: npt.NDArray[np.int64]  # each event record's timestamp
+    etype: npt.NDArray[np.uint16]  # its event id (common_type)
+    offset: npt.NDArray[np.int64]  # where its payload (common_type first) starts in the buffer
+    length: npt.NDArray[np.uint32]  # the payload's length in bytes
+    losses: List[Tuple[int, Loss]]  # (index of the first event record after it, the loss)
+
+
+Layout = Tuple[int, int, int]  # ts_offset, commit_size, data_offset
+
+
+def layout(header: PageHeader) -> Layout:
+    """The page header as the walk reads it (PageDecoder reads the commit word right after the timestamp)."""
+    if header.commit_offset != header.ts_offset + 8 or header.commit_size not in (4, 8):
+        raise ValueError(f"unsupported page header: {header}")
+    if header.ts_offset < 0 or header.commit_offset + header.commit_size > header.data_offset:
+        raise ValueError(f"unsupported page header: {header}")
+    return header.ts_offset, header.commit_size, header.data_offset
+
+
+def pairs(pages: Pages) -> npt.NDArray[np.int64]:
+    """`pages` as a contiguous (n, 2) int64 array of (offset, length)."""
+    if isinstance(pages, np.ndarray):
+        return np.ascontiguousarray(pages, dtype=np.int64).reshape(-1, 2)
+    flat = np.fromiter(chain.from_iterable(pages), dtype=np.int64)  # a quarter of np.asarray's time
+    if flat.size != 2 * len(pages):
+        raise ValueError("pages: (offset, length) pairs expected")
+    return flat.reshape(-1, 2)
+
+
+def page_index(buf: Buffer, pages: Pages) -> npt.NDArray[np.int64]:
+    """`pages` as a contiguous (n, 2) int64 array of (offset, length), each page inside `buf`."""
+    index = pairs(pages)
+    size = memoryview(buf).nbytes
+    if index.size and ((index < 0).any() or (index[:, 0] > size - index[:, 1]).any()):
+        raise ValueError("pages: a page lies outside the buffer")
+    return index
+
+
+# ---- the compiled walk --------------------------------------------------------------------------------------
+def walk_c(
+    buf: Buffer,
+    pages: Pages,
+    header: PageHeader,
+    cpu: int,
+    state: WalkState,
+    wanted: Optional[Mapping[int, Want]] = None,
+    byteorder: str = sys.byteorder,
+    source: str = "tracefs",
+) -> Walk:
+    """`walk_py` by the C extension, a whole batch per call (ImportError where the extension was not built)."""
+    if _walk is None:
+        raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
+    table = _table(None if wanted is None else tuple(sorted(wanted.items())))
+    last = state.last_ts
+    cols = _walk.walk(buf, pairs(pages), layout(header), last >> 64, last & MASK64, table, byteorder != "little")
+    ts, etype, offset, length, raw_losses, (hi, lo, backwards, npages, skipped, malformed) = cols
+    state.last_ts = hi << 64 | lo
+    state.backwards += backwards
+    state.pages += npages
+    state.skipped += skipped
+    state.malformed += malformed
+    losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, ts_hi << 64 | ts_lo))
+              for i, kind, lost, ts_hi, ts_lo in raw_losses]  # fmt: skip
+    return Walk(_column(ts, np.int64), _column(etype, np.uint16), _column(offset, np.int64),
+                _column(length, np.uint32), losses)  # fmt: skip
+
+
+def _column(raw: bytearray, dtype: Any) -> Any:
+    return np.frombuffer(raw, dtype=dtype)
+
+
+@lru_cache(maxsize=64)
+def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]]) -> bytes:
+    """The C walker's table: need[65536] (minimum size, -1: not wanted), dyn[65536] (0, or where this id's
+    dynamic fields are listed: a count, then (where, base) pairs), then those lists; int32, native order."""
+    table = array("i", [0 if wanted is None else -1]) * NTYPES + array("i", [0]) * NTYPES
+    for eid, want in wanted or ():
+        _check_want(eid, want)
+        table[eid] = want.size
+        if want.dynamic:
+            table[NTYPES + eid] = len(table)
+            table.append(len(want.dynamic))
+            table.extend(v for pair in want.dynamic for v in pair)
+    return table.tobytes()
+
+
+def _check_want(eid: int, want: Want) -> None:
+    values = (want.size, *(v for pair in want.dynamic for v in pair))
+    if not 0 <= eid < NTYPES or any(not 0 <= v < 1 << 31 for v in values) or any(len(p) != 2 for p in want.dynamic):
+        raise ValueError(f"wanted: event id {eid}: {want} is not a valid Want")
+
+
+def gather_c(buf: Buffer, offset: npt.ArrayLike, size: int) -> bytes:
+    """`gather` by the C extension."""
+    if _walk is None:
+        raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
+    return _walk.gather(buf, np.ascontiguousarray(offset, dtype=np.int64), size)
+
+
+# ---- the pure-Python walk -----------------------------------------------------------------------------------
+class _Everything:
+    """`wanted=None`: every event id, no minimum size."""
+
+    ANY = Want(0)
+
+    def get(self, eid: int) -> Want:
+        return self.ANY
+
+
+def walk_py(
+    buf: Buffer,
+    pages: Pages,
+    header: PageHeader,
+    cpu: int,
+    state: WalkState,
+    wanted: Optional[Mapping[int, Want]] = None,
+    byteorder: str = sys.byteorder,
+    source: str = "tracefs",
+) -> Walk:
+    """Walk one CPU's pages (`pages`: the (offset, length) of each in `buf`) as PageDecoder decodes them, and
+    move `state` on. Records of ids not in `wanted` (None: every id, no minimum size) are skipped and counted.
+    The pure-Python walk; `walk_c` gives the same results (see the module docstring)."""
+    if wanted is not None:
+        for eid, want in wanted.items():
+            _check_want(eid, want)
+    view = memoryview(buf).cast("B")
+    walker = _PyWalker(layout(header), wanted if wanted is not None else _Everything(), byteorder, state)
+    for offset, length in page_index(buf, pages).tolist():
+        walker.page(view[offset : offset + length], offset)
+    losses = [(i, Loss(source, cpu, kind, lost, ts)) for i, kind, lost, ts in walker.losses]
+    return Walk(np.frombuffer(walker.ts, np.int64), np.frombuffer(walker.etype, np.uint16),
+                np.frombuffer(walker.offset, np.int64), np.frombuffer(walker.length, np.uint32), losses)  # fmt: skip
+
+
+TS_WRAP = 1 << 63
+
+
+def _signed64(ts: int) -> int:
+    """A timestamp as Walk.ts holds it: its low 64 bits, read as a signed integer."""
+    return ((ts & MASK64) ^ TS_WRAP) - TS_WRAP
+
+
+class _PyWalker:
+    """walk_py's one call: the columns it fills and the state it moves on."""
+
+    def __init__(self, lay: Layout, wanted: Any, byteorder: str, state: WalkState) -> None:
+        self.lay = lay
+        self.get: Callable[[int], Optional[Want]] = wanted.get
+        self.state = state
+        self.order: Literal["little", "big"] = "little" if byteorder == "little" else "big"
+        end = "<" if byteorder == "little" else ">"
+        self.u32 = struct.Struct(end + "I").unpack_from
+        self.u16 = struct.Struct(end + "H").unpack_from
+        self.head = struct.Struct(end + "Q" + ("Q" if lay[1] == 8 else "I")).unpack_from
+        self.ts, self.offset = array("q"), array("q")
+        self.etype, self.length = array("H"), array("I")
+        self.losses: List[Tuple[int, str, int, int]] = []
+
+    def loss(self, kind: str, lost: int, ts: int) -> None:
+        self.losses.append((len(self.ts), kind, lost, ts))
+
+    def malformed(self, ts: int) -> None:
+        self.state.malformed += 1
+        self.loss("malformed", 1, ts)
+
+    def page(self, page: memoryview, base: int) -> None:
+        ts_offset, word, data_offset = self.lay
+        if len(page) < data_offset:
+            self.malformed(0)
+            return
+        page_ts, commit = self.head(page, ts_offset)
+        st = self.state
+        st.backwards += page_ts < st.last_ts
+        st.pages += 1
+        end = data_offset + (commit & COMMIT_MASK)
+        if end > len(page):
+            self.malformed(page_ts)
+            end = len(page)
+        if commit & MISSED_EVENTS:
+            stored = commit & MISSED_STORED and end + word <= len(page)
+            self.loss("page_missed", int.from_bytes(page[end : end + word], self.order) if stored else 0, page_ts)
+        st.last_ts = self.records(page, base, data_offset, end, page_ts)
+
+    def records(self, page: memoryview, base: int, pos: int, end: int, ts: int) -> int:
+        """The page's records from `pos` to `end` (PageDecoder._records without the decoding); the last ts."""
+        u32, u16, get, st = self.u32, self.u16, self.get, self.state
+        put_ts, put_etype, put_offset, put_length = (
+            self.ts.append,
+            self.etype.append,
+            self.offset.append,
+            self.length.append,
+        )
+        while pos + 6 <= end:
+            hdr = u32(page, pos)[0]
+            tl = hdr & 31
+            if 0 < tl <= 28:
+                ts += hdr >> 5
+                size = tl << 2
+                start = pos + 4
+                pos = start + size
+                etype = u16(page, start)[0]
+                want = get(etype)
+                if want is None:
+                    st.skipped += 1
+                    continue
+            elif tl == 0:
+                if pos + 8 > end:
+                    break
+                ts += hdr >> 5
+                size = u32(page, pos + 4)[0] - 4
+                start = pos + 8
+                pos = start + size
+                etype = u16(page, start)[0] if size >= 2 and pos <= end else -1
+                want = get(etype) if etype >= 0 else None
+                if want is None:
+                    if size < 8 or pos > end:
+                        self.malformed(ts)
+                        break
+                    st.skipped += 1
+                    continue
+            elif pos + 8 > end:  # every remaining kind carries a second word
+                if not (tl == TYPE_PADDING and hdr >> 5 == 0):
+                    self.malformed(ts)
+                break
+            elif tl == TYPE_TIME_EXTEND:
+                ts += (u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5)
+                pos += 8
+                continue
+            elif tl == TYPE_TIME_STAMP:
+                before, ts = ts, _abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
+                st.backwards += ts < before
+                pos += 8
+                continue
+            else:  # padding: delta 0 ends the page, otherwise a discarded record of array[0] bytes
+                if hdr >> 5 == 0:
+                    break
+                pos += 4 + u32(page, pos + 4)[0]
+                continue
+            if pos > end or size < want.size:
+                self.malformed(ts)
+                if pos > end:
+                    break
+                continue
+            if want.dynamic and not self.dynamic_ok(page, start, size, want.dynamic):
+                self.malformed(ts)
+                continue
+            put_ts(ts if ts < TS_WRAP else _signed64(ts))
+            put_etype(etype)
+            put_offset(base + start)
+            put_length(size)
+        return ts
+
+    def dynamic_ok(self, page: memoryview, start: int, size: int, dynamic: Tuple[Tuple[int, int], ...]) -> bool:
+        """Each dynamic field's data inside the record (RecordDecoder raises ValueError otherwise)."""
+        for where, base in dynamic:
+            if where + 4 > size:
+                return False
+            loc = self.u32(page, start + where)[0]
+            if (loc & 0xFFFF) + base + (loc >> 16) > size:
+                return False
+        return True
+
+
+def _abs_ts(stamp: int, prev: int) -> int:
+    """PageDecoder's MSB rule: an absolute stamp keeps the previous time's top bits (and carries past them)."""
+    if prev & TS_MSB:
+        stamp |= prev & TS_MSB
+        if stamp < prev:
+            stamp += 1 << 59
+    return stamp
+
+
+def gather_py(buf: Buffer, offset: npt.ArrayLike, size: int) -> bytes:
+    """The first `size` bytes of each record at `offset` (int64 offsets into `buf`), concatenated: the fixed
+    part of one event type's records, for `numpy.frombuffer` with a structured dtype. ValueError when one lies
+    outside `buf`. In pure Python; `gather_c` gives the same bytes."""
+    offsets = np.ascontiguousarray(offset, dtype=np.int64).reshape(-1)
+    view = memoryview(buf).cast("B")
+    if size < 0:
+        raise ValueError("gather: int64 offsets and a size >= 0 expected")
+    if offsets.size and (offsets.min() < 0 or offsets.max() > len(view) - size):
+        raise ValueError("gather: a record lies outside the buffer")
+    return b"".join([view[o : o + size] for o in offsets.tolist()])
+
+
+walk = walk_c if _walk is not None else walk_py
+gather = gather_c if _walk is not None else gather_py
