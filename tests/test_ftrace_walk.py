@@ -42,10 +42,6 @@ TAIL = parse_format(fmt_text("tail", 14, "\tfield:unsigned long ip;\toffset:8;\t
 ALL = [*FORMATS, TAIL]
 
 
-def signed64(ts: int) -> int:
-    return ((ts & ((1 << 64) - 1)) ^ (1 << 63)) - (1 << 63)
-
-
 def pack(pages: Sequence[bytes]) -> Tuple[bytes, List[Tuple[int, int]]]:
     """Pages into one buffer, `GAP` between them: (buffer, (offset, length) of each)."""
     buf, index = bytearray(GAP), []
@@ -81,7 +77,7 @@ def reference(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], hea
         if isinstance(x, Loss):
             losses.append((len(events), x))
         else:
-            events.append(x._replace(ts_ns=signed64(x.ts_ns)))  # Walk.ts: int64 (exact below 2**63)
+            events.append(x)
     state = W.WalkState(dec.last_ts, dec.backwards, dec.pages, dec.skipped, dec.malformed)
     return Result(events, losses, state)
 
@@ -236,6 +232,9 @@ HAND = {
     "absolute msb": make_page(0xF8 << 56, rec(small(1, 0, 0), 1) + absolute(5) + rec(small(1, 0, 1), 4)),
     "absolute msb carry": make_page((0xF8 << 56) + (1 << 40), absolute(5) + rec(small(1, 0, 1), 4)),
     "page ts past 2**63": make_page((1 << 64) - 3, rec(small(1, 0, 0), 2) + extend(1 << 58) + rec(small(1, 1, 1), 1)),
+    "crossing 2**63": make_page(
+        (1 << 63) - 3, rec(small(1, 0, 0), 2) + rec(small(1, 0, 1), 1) + extend(1 << 58) + rec(small(1, 1, 1), 1)
+    ),
     "padding": make_page(
         0,
         rec(small(1, 1, 1), 1)
@@ -325,7 +324,10 @@ def test_hand_built_cases_show_what_they_name() -> None:
     assert [loss.kind for _, loss in beyond.losses] == ["malformed"] and len(beyond.events) == 1
     assert check(table(), [HAND["long unknown too short"]]).state.malformed == 1
     big = check(table(), [HAND["page ts past 2**63"]])
-    assert big.state.last_ts == (1 << 64) - 3 + 2 + (1 << 58) + 1  # exact; Walk.ts holds its low 64 bits
+    assert big.state.last_ts == (1 << 64) - 3 + 2 + (1 << 58) + 1  # exact in the state
+    assert not big.events and [(loss.kind, loss.ts_ns) for _, loss in big.losses] == [("malformed", (1 << 63) - 1)] * 2
+    crossing = check(table(), [HAND["crossing 2**63"]])  # the records up to 2**63 - 1 stay, the rest do not
+    assert [e.ts_ns for e in crossing.events] == [(1 << 63) - 1] and len(crossing.losses) == 2
     assert [loss.lost for _, loss in check(table(), [HAND["missed stored"]]).losses] == [1234]
 
 

@@ -36,6 +36,7 @@ typedef unsigned __int128 wide;
 #define TYPE_TIME_STAMP 31
 #define TS_SHIFT 27
 #define TS_MSB ((uint64_t)0xF8 << 56)
+#define TS_MAX ((wide)INT64_MAX) /* the last stamp a record may carry */
 #define MISSED_EVENTS ((uint64_t)1 << 31)
 #define MISSED_STORED ((uint64_t)1 << 30)
 #define COMMIT_MASK (MISSED_STORED - 1)
@@ -134,8 +135,7 @@ static int emit(Walker *w, wide ts, int etype, int64_t offset, int64_t size)
         w->overflow = 1; /* cannot happen (see above); refused all the same */
         return -1;
     }
-    uint64_t low = (uint64_t)ts; /* the low 64 bits, read as two's complement */
-    memcpy(&w->ts[w->n], &low, 8);
+    w->ts[w->n] = (int64_t)ts; /* at most 2**63 - 1: the caller judged a stamp past it malformed */
     w->etype[w->n] = (uint16_t)etype;
     w->off[w->n] = offset;
     w->len[w->n] = (uint32_t)size;
@@ -258,7 +258,10 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             continue;
         }
         int ok = dynamic_ok(w, t, pg, etype, start, size);
-        rc = ok < 0 ? -1 : ok ? emit(w, ts, etype, base + start, size) : malformed(w, ts);
+        if (ok > 0 && ts > TS_MAX) /* past 2**63 - 1: malformed, stamped there (PageDecoder's rule) */
+            rc = malformed(w, TS_MAX);
+        else
+            rc = ok < 0 ? -1 : ok ? emit(w, ts, etype, base + start, size) : malformed(w, ts);
     }
     w->last_ts = ts;
     return rc;
@@ -267,7 +270,7 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
 static int walk_page(Walker *w, const Table *t, const Layout *h, const Page *pg, int64_t base)
 {
     if (pg->len < h->data_offset)
-        return malformed(w, 0);
+        return malformed(w, w->last_ts); /* stamped where the stream stands */
     uint64_t page_ts = load64(pg, h->ts_offset);
     uint64_t commit = h->commit_size == 8 ? load64(pg, h->ts_offset + 8) : load32(pg, h->ts_offset + 8);
     if ((wide)page_ts < w->last_ts)

@@ -42,6 +42,7 @@ TYPE_TIME_STAMP = 31
 TS_SHIFT = 27
 TS_DELTA_MASK = (1 << TS_SHIFT) - 1
 TS_MSB = 0xF8 << 56
+TS_MAX = (1 << 63) - 1  # the last stamp a record may carry (past it: malformed, see PageDecoder)
 MISSED_EVENTS = 1 << 31
 MISSED_STORED = 1 << 30
 COMMIT_MASK = MISSED_STORED - 1
@@ -243,7 +244,7 @@ class PageDecoder:
         """Append this page's events (and Loss records) to `out`; returns the number of events appended."""
         h = self.header
         if len(page) < h.data_offset:
-            self._malformed(out, 0, "short page")
+            self._malformed(out, self.last_ts, "short page")  # stamped where the stream stands: it stays in order
             return 0
         page_ts, commit = self._page(page, h.ts_offset)
         if page_ts < self.last_ts:
@@ -260,7 +261,27 @@ class PageDecoder:
             if commit & MISSED_STORED and end + word <= len(page):
                 missed = int.from_bytes(page[end : end + word], "little" if self.byteorder == "little" else "big")
             self._loss(out, Loss(self.source, self.cpu, "page_missed", missed, page_ts))
-        return self._records(page, h.data_offset, end, page_ts, out)
+        first = len(out)
+        n = self._records(page, h.data_offset, end, page_ts, out)
+        if self.last_ts > TS_MAX:
+            n -= self._past_the_range(out, first)
+        return n
+
+    def _past_the_range(self, out: List[Any], first: int) -> int:
+        """Records stamped past 2**63 - 1 (only a corrupt page stamp or delta makes one: 292 years of
+        nanoseconds) are malformed: each is dropped and counted, its loss stamped 2**63 - 1. Within a page, a
+        stamp that passed it stays past it (deltas add, absolute stamps keep the top bits), so the page's last
+        stamp tells whether to look."""
+        dropped = 0
+        for i in range(first, len(out)):
+            item = out[i]
+            if isinstance(item, TraceEvent) and item.ts_ns > TS_MAX:
+                self.malformed += 1
+                self.last_malformed = "a timestamp past 2**63 - 1"
+                out[i] = Loss(self.source, self.cpu, "malformed", 1, TS_MAX)
+                self.ledger.add(out[i])
+                dropped += 1
+        return dropped
 
     def _records(self, page: bytes, pos: int, end: int, ts: int, out: List[Any]) -> int:
         # The hot loop: locals only, one struct call per record on the common path (see module docstring).

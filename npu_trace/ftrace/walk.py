@@ -14,8 +14,8 @@ judgement too: `wanted` maps each event id to a `Want` (its decoder's minimum pa
 dynamic fields' locators are: `wants(decoders)`), records of other ids are skipped and counted.
 
 Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
-int64: only a corrupt page makes one past 2**63 (its page stamp near the end of the u64 range), and such a
-value keeps its low 64 bits, read as a signed integer.
+int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed, as PageDecoder judges it:
+dropped, counted, its loss stamped 2**63 - 1.
 
 Two implementations, identical in every result: the C extension `npu_trace.ftrace._walk` (a whole batch per
 call, built by the package's install where a compiler is) and `walk_py` / `gather_py` in pure Python.
@@ -40,6 +40,7 @@ from npu_trace.ftrace.decode import (
     COMMIT_MASK,
     MISSED_EVENTS,
     MISSED_STORED,
+    TS_MAX,
     TS_MSB,
     TS_SHIFT,
     TYPE_PADDING,
@@ -236,14 +237,6 @@ def walk_py(
                 np.frombuffer(walker.offset, np.int64), np.frombuffer(walker.length, np.uint32), losses)  # fmt: skip
 
 
-TS_WRAP = 1 << 63
-
-
-def _signed64(ts: int) -> int:
-    """A timestamp as Walk.ts holds it: its low 64 bits, read as a signed integer."""
-    return ((ts & MASK64) ^ TS_WRAP) - TS_WRAP
-
-
 class _PyWalker:
     """walk_py's one call: the columns it fills and the state it moves on."""
 
@@ -270,7 +263,7 @@ class _PyWalker:
     def page(self, page: memoryview, base: int) -> None:
         ts_offset, word, data_offset = self.lay
         if len(page) < data_offset:
-            self.malformed(0)
+            self.malformed(self.state.last_ts)
             return
         page_ts, commit = self.head(page, ts_offset)
         st = self.state
@@ -348,7 +341,10 @@ class _PyWalker:
             if want.dynamic and not self.dynamic_ok(page, start, size, want.dynamic):
                 self.malformed(ts)
                 continue
-            put_ts(ts if ts < TS_WRAP else _signed64(ts))
+            if ts > TS_MAX:
+                self.malformed(TS_MAX)
+                continue
+            put_ts(ts)
             put_etype(etype)
             put_offset(base + start)
             put_length(size)
