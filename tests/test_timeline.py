@@ -160,6 +160,18 @@ def reads(per_cpu: Dict[int, List[bytes]], chan: List[NpuEvent], rng: random.Ran
     return [*out, Batch([], [], None, final=True)]
 
 
+def write_batches(path: str, header: Dict[str, Any], batches: List[Batch], chunk_bytes: int) -> None:
+    """A recording of these batches, as `record` writes what it reads."""
+    with RecordingWriter(path, header, chunk_bytes=chunk_bytes) as w:
+        for batch in batches:
+            if batch.events:
+                w.add_events(batch.events)
+            for cpu, page in batch.pages:
+                w.add_page(cpu, page)
+            if batch.mark is not None:
+                w.add_mark(batch.mark)
+
+
 def run_timeline(batches: List[Batch], cpus: int) -> Tuple[List[Any], str]:
     table = build_decoders(FORMATS.values())
     timeline = Timeline(CpuDecoders(HEADER, table), cpus=range(cpus), channels=True)
@@ -203,14 +215,7 @@ def test_recordings_cut_into_chunks_differently_give_a_byte_identical_check_repo
     reports = []
     for i, chunk_kib in enumerate((8, 64, 1024)):
         path = str(tmp_path / f"r{i}.npt")
-        with RecordingWriter(path, synth_header(3), chunk_bytes=chunk_kib << 10) as w:
-            for batch in batches:
-                if batch.events:
-                    w.add_events(batch.events)
-                for cpu, page in batch.pages:
-                    w.add_page(cpu, page)
-                if batch.mark is not None:
-                    w.add_mark(batch.mark)
+        write_batches(path, synth_header(3), batches, chunk_kib << 10)
         result = analyze(path, "sim", progress=False)
         assert result["reading"]["lost"] == 0
         reports.append(json.dumps(result["analysis"], sort_keys=True))

@@ -25,6 +25,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--junit", metavar="OUT", help="write a JUnit XML report to OUT")
     p.add_argument("--profile", help="profile to analyze with (default: the recording's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no text report on stdout")
+    p.add_argument("--reference", action="store_true",
+                   help="analyse with the pure-Python reference path (an object per event: slower, same report)")
     p.set_defaults(func=run)
 
 
@@ -39,7 +41,7 @@ def _write(path: str, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     rules = load_rules(args.rules)  # a bad rules file fails before the (long) read
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
-    result = analyze(args.file, args.profile)
+    result = analyze(args.file, args.profile, reference=args.reference)
     analysis, reading = result["analysis"], result["reading"]
     analysis["summary"]["latency_by_op"] = op_rows(result["latency"])
     violations = evaluate(rules, analysis["findings"], p99_by_op(result["latency"]), reading["lost"],

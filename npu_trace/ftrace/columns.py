@@ -17,6 +17,7 @@ import numpy as np
 
 from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, make_decoder
 from npu_trace.ftrace.format import ARRAY, BYTES, CHAR_ARRAY, DATA_LOC, INT, REL_LOC, TAIL, EventFormat, Field
+from npu_trace.ftrace.walk import gather
 
 _INT = {(1, False): "u1", (1, True): "i1", (2, False): "u2", (2, True): "i2", (4, False): "u4", (4, True): "i4",
         (8, False): "u8", (8, True): "i8"}  # fmt: skip
@@ -76,13 +77,14 @@ class FormatColumns:
 class Table:
     """The records of one format in one block, in block order."""
 
-    __slots__ = ("cols", "length", "offset", "plan", "source")
+    __slots__ = ("buf", "bufs", "cols", "length", "offset", "plan")
 
-    def __init__(self, plan: FormatColumns, cols: np.ndarray, source: List[bytes], offset: np.ndarray,
+    def __init__(self, plan: FormatColumns, cols: np.ndarray, bufs: List[Any], buf: np.ndarray, offset: np.ndarray,
                  length: np.ndarray) -> None:  # fmt: skip
         self.plan = plan
         self.cols = cols  # structured array over the fixed part of each record
-        self.source = source  # per row: the buffer holding the whole record (a list, shared buffers)
+        self.bufs = bufs  # the buffers holding the whole records
+        self.buf = buf  # per row: which of `bufs` holds it
         self.offset = offset  # per row: where its payload starts in that buffer
         self.length = length  # per row: its payload length
 
@@ -94,16 +96,15 @@ class Table:
 
     def row_values(self, i: int) -> Tuple[int, Tuple[Any, ...]]:
         """(pid, values) of row i, exactly as the reference decoder gives them."""
-        return self.plan.decoder.decode(self.source[i], int(self.offset[i]), int(self.length[i]))
+        return self.plan.decoder.decode(self.bufs[int(self.buf[i])], int(self.offset[i]), int(self.length[i]))
 
 
-def fixed_parts(plan: FormatColumns, buf: bytes, offsets: np.ndarray) -> np.ndarray:
-    """The fixed part of each record (at `offsets` in `buf`) as a structured array (one copy of those bytes)."""
+def fixed_parts(plan: FormatColumns, buf: Any, offsets: np.ndarray) -> np.ndarray:
+    """The fixed part of each record (at `offsets` in `buf`) as a structured array (one copy of those bytes,
+    gathered by the page walker's `gather`)."""
     if not len(offsets):
         return np.zeros(0, dtype=plan.dtype)
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    idx = offsets.astype(np.int64)[:, None] + np.arange(plan.size, dtype=np.int64)[None, :]
-    return raw[idx].reshape(-1).view(plan.dtype)
+    return np.frombuffer(gather(buf, offsets, plan.size), dtype=plan.dtype)
 
 
 def plans(formats: Sequence[EventFormat], byteorder: str = sys.byteorder,

@@ -54,73 +54,62 @@ def build_block(
     ts: np.ndarray,
     cpu: np.ndarray,
     etype: np.ndarray,
-    offset: np.ndarray,
+    ref: np.ndarray,
     length: np.ndarray,
-    buf_id: np.ndarray,
-    bufs: Sequence[bytes],
+    buf: np.ndarray,
+    bufs: Sequence[Any],
     plans: Mapping[int, FormatColumns],
-    objects: Sequence[Tuple[int, Any]] = (),
+    objects: Sequence[Any] = (),
 ) -> Block:
-    """A block of records already in time order (the columns of the merge's output) and `objects` as
-    (their index in the block, the object), in that order. `buf_id[i]` names the buffer of `bufs` that holds
-    record i at `offset[i]`."""
-    if objects:
-        return _with_objects(ts, cpu, etype, offset, length, buf_id, bufs, plans, list(objects))
+    """A block of items already in time order (the merge's output), as columns: for a record, `ref` is where
+    its payload starts in `bufs[buf]` and `length` its size; for an object (etype OBJECT), `ref` is its index
+    in `objects` (its cpu column is the object's own)."""
     n = len(ts)
-    ref = np.zeros(n, dtype=np.int64)
+    etype = etype.astype(np.int32, copy=False)
+    out_ref = np.array(ref, dtype=np.int64)
     pid = np.full(n, -1, dtype=np.int32)
     tables: Dict[int, Table] = {}
-    for e in np.unique(etype).tolist():
-        rows = np.flatnonzero(etype == e)
-        table = _table(plans[e], rows, offset, length, buf_id, bufs)
+    kinds = np.unique(etype)
+    if len(kinds) == 1 and kinds[0] != OBJECT:  # the common live case: one format, no object
+        e = int(kinds[0])
+        tables[e] = table = _table(plans[e], out_ref, length, buf, bufs)
+        return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype,
+                     np.arange(n, dtype=np.int64), tables, [])  # fmt: skip
+    order = np.argsort(etype, kind="stable")
+    sorted_types = etype[order]
+    edges = np.flatnonzero(np.diff(sorted_types)) + 1
+    for rows in np.split(order, edges):
+        if not len(rows):
+            continue
+        e = int(etype[rows[0]])
+        if e == OBJECT:
+            for r in rows.tolist():
+                obj = objects[int(out_ref[r])]
+                pid[r] = -1 if isinstance(obj, Loss) else int(getattr(obj, "pid", -1))
+            continue
+        table = _table(plans[e], out_ref[rows], length[rows], buf[rows], bufs)
         tables[e] = table
-        ref[rows] = np.arange(len(rows))
+        out_ref[rows] = np.arange(len(rows))
         pid[rows] = table.cols["common_pid"]
-    return Block(ts, cpu.astype(np.int16), pid, etype.astype(np.int32), ref, tables, [])
+    return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects))
 
 
-def _table(plan: FormatColumns, rows: np.ndarray, offset: np.ndarray, length: np.ndarray, buf_id: np.ndarray,
-           bufs: Sequence[bytes]) -> Table:  # fmt: skip
-    offs, ids = offset[rows], buf_id[rows]
-    parts = [fixed_parts(plan, bufs[b], offs[ids == b]) for b in np.unique(ids).tolist()]
-    if len(parts) == 1:
-        cols = parts[0]
-    else:  # rows of several buffers: put them back in block order
-        order = np.argsort(ids, kind="stable")
-        cols = np.empty(len(rows), dtype=plan.dtype)
-        cols[order] = np.concatenate(parts)
-    source = [bufs[b] for b in ids.tolist()]
-    return Table(plan, cols, source, offs, length[rows])
-
-
-def _with_objects(ts: np.ndarray, cpu: np.ndarray, etype: np.ndarray, offset: np.ndarray, length: np.ndarray,
-                  buf_id: np.ndarray, bufs: Sequence[bytes], plans: Mapping[int, FormatColumns],
-                  placed: List[Tuple[int, Any]]) -> Block:  # fmt: skip
-    records = build_block(ts, cpu, etype, offset, length, buf_id, bufs, plans)
-    objects = [o for _, o in placed]
-    stamps = np.array([_stamp(o) for o in objects], dtype=np.int64)
-    at = np.array([i for i, _ in placed], dtype=np.int64)
-    n = len(ts) + len(objects)
-    is_obj = np.zeros(n, dtype=bool)
-    is_obj[at] = True
-    out_ts = np.empty(n, dtype=np.int64)
-    out_ts[~is_obj], out_ts[at] = ts, stamps
-    cpu_o = np.array([int(getattr(o, "cpu", -1)) for o in objects], dtype=np.int16)
-    pid_o = np.array([int(getattr(o, "pid", -1)) if not isinstance(o, Loss) else -1 for o in objects], np.int32)
-    return Block(out_ts, _mix(records.cpu, cpu_o, is_obj, at), _mix(records.pid, pid_o, is_obj, at),
-                 _mix(records.etype, np.full(len(objects), OBJECT, np.int32), is_obj, at),
-                 _mix(records.ref, np.arange(len(objects)), is_obj, at), records.tables, objects)  # fmt: skip
-
-
-def _mix(rec: np.ndarray, obj: np.ndarray, is_obj: np.ndarray, at: np.ndarray) -> np.ndarray:
-    out = np.empty(len(is_obj), dtype=rec.dtype)
-    out[~is_obj] = rec
-    out[at] = obj
-    return out
-
-
-def _stamp(item: Any) -> int:
-    return int(item.ts_ns)
+def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any]) -> Table:
+    """One format's records (in block order) as a Table: their fixed parts gathered buffer by buffer."""
+    ids = np.unique(buf)
+    if len(ids) == 1:
+        b = int(ids[0])
+        cols = fixed_parts(plan, bufs[b], offset)
+        return Table(plan, cols, [bufs[b]], np.zeros(len(offset), np.int32), offset, length)
+    cols = np.empty(len(offset), dtype=plan.dtype)
+    local = np.empty(len(offset), dtype=np.int32)
+    used: List[Any] = []
+    for b in ids.tolist():
+        rows = np.flatnonzero(buf == b)
+        cols[rows] = fixed_parts(plan, bufs[b], offset[rows])
+        local[rows] = len(used)
+        used.append(bufs[b])
+    return Table(plan, cols, used, local, offset, length)
 
 
 def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None,
@@ -132,19 +121,28 @@ def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode:
 
     enc = encode or RecordEncoder()
     payloads: List[bytes] = []
-    rec_ts, rec_cpu, rec_type, objects = [], [], [], []
+    rec_at: List[int] = []
+    rec_type: List[int] = []
+    objects: List[Tuple[int, Any]] = []
     keep = set(objects_too)
     for i, item in enumerate(items):
         if isinstance(item, TraceEvent) and i not in keep:
             payloads.append(enc.payload(item.fmt, item.pid, item.values))
-            rec_ts.append(item.ts_ns)
-            rec_cpu.append(item.cpu)
+            rec_at.append(i)
             rec_type.append(item.fmt.id)
         else:
             objects.append((i, item))
     buf = b"".join(payloads)
-    offsets = np.cumsum([0, *map(len, payloads)])[:-1].astype(np.int64)
-    lengths = np.array([len(p) for p in payloads], dtype=np.int64)
-    n = len(payloads)
-    return build_block(np.array(rec_ts, np.int64), np.array(rec_cpu, np.int16), np.array(rec_type, np.int32),
-                       offsets, lengths, np.zeros(n, np.int64), [buf], plans, objects)  # fmt: skip
+    n = len(items)
+    ts = np.array([int(item.ts_ns) for item in items], dtype=np.int64)
+    cpu = np.array([int(getattr(item, "cpu", -1)) for item in items], dtype=np.int16)
+    etype = np.full(n, OBJECT, dtype=np.int32)
+    ref = np.zeros(n, dtype=np.int64)
+    length = np.zeros(n, dtype=np.int64)
+    at = np.array(rec_at, dtype=np.int64)
+    etype[at] = rec_type
+    ref[at] = np.cumsum([0, *map(len, payloads)])[:-1]
+    length[at] = [len(p) for p in payloads]
+    obj_at = np.array([i for i, _ in objects], dtype=np.int64)
+    ref[obj_at] = np.arange(len(objects))
+    return build_block(ts, cpu, etype, ref, length, np.zeros(n, np.int32), [buf], plans, [o for _, o in objects])

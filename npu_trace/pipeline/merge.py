@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from itertools import chain, islice
 from operator import attrgetter, le
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from npu_trace.events import Loss
 
@@ -130,7 +130,7 @@ class OrderedMerge:
             if not ts:
                 self._front.append(item)
             elif ts < self.released:
-                where = _late_key(key, item)
+                where = late_key(key, item)
                 self.late[where] = self.late.get(where, 0) + 1
             else:
                 keep.append(item)
@@ -155,16 +155,9 @@ class OrderedMerge:
         return self._release(math.inf)
 
     def _bound(self) -> float:
-        marks = [st.wm for st in self.streams.values()]
-        if not marks:
-            return self.released
-        low, high = min(marks), max(marks)
-        if high - low > self.max_lag_ns:
-            low = high - self.max_lag_ns
-            self.forced += 1
-        if self.held > self.max_held:
-            low = max(low, self._cut(self.held - self.max_held // 2))
-            self.forced += 1
+        low, forced = release_bound([st.wm for st in self.streams.values()], self.released, self.max_lag_ns,
+                                    self.held, self.max_held, self._cut)  # fmt: skip
+        self.forced += forced
         return low
 
     def _cut(self, count: int) -> float:
@@ -203,6 +196,24 @@ class OrderedMerge:
         return losses
 
 
+def release_bound(watermarks: Sequence[float], released: float, max_lag_ns: int, held: int, max_held: int,
+                  cut: Callable[[int], float]) -> Tuple[float, int]:  # fmt: skip
+    """Where release may go now: the lowest watermark, but at most `max_lag_ns` behind the highest and, with
+    more than `max_held` items held, past the oldest half of them (`cut(count)`: a time before which about
+    `count` held items lie). (the point, how many of the bounds were reached)."""
+    if not watermarks:
+        return released, 0
+    low, high = min(watermarks), max(watermarks)
+    forced = 0
+    if high - low > max_lag_ns:
+        low = high - max_lag_ns
+        forced += 1
+    if held > max_held:
+        low = max(low, cut(held - max_held // 2))
+        forced += 1
+    return low, forced
+
+
 def _ascending(stamps: List[int]) -> bool:
     return all(map(le, stamps, islice(stamps, 1, None)))
 
@@ -220,7 +231,8 @@ def _merge_runs(parts: List[List[Any]]) -> List[Any]:
     return out
 
 
-def _late_key(key: int, item: Any) -> Tuple[str, int]:
+def late_key(key: int, item: Any) -> Tuple[str, int]:
+    """Where a late item is counted: a trace record by its CPU, a channel's item by its source."""
     if key < CHANNELS:
         return ("tracefs", key)
     args = getattr(item, "args", None)

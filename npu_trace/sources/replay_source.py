@@ -14,12 +14,15 @@ Recordings written before marks existed have none: their timeline orders by the 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, Optional, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, LossLedger
-from npu_trace.ftrace.decode import CpuDecoders, StructLayouts
+from npu_trace.ftrace.columns import plans
+from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts
+from npu_trace.ftrace.format import PageHeader
 from npu_trace.pipeline.batch import Batch, empty_batch
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.timeline import Timeline
 from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
@@ -48,7 +51,7 @@ class ReplaySource:
         self.position_ns = 0  # the time of the last batch handed over
         self.target_ns: Optional[int] = None  # fast forward up to this time
         self._decoders: Optional[CpuDecoders] = None
-        self._timeline: Optional[Timeline] = None
+        self._timeline: Optional[Union[Timeline, BlockTimeline]] = None
         self._batches: Optional[Iterator[Batch]] = None
         self._next: Optional[Batch] = None
         self._waiting = False
@@ -61,14 +64,33 @@ class ReplaySource:
     def timeline(self) -> Timeline:
         """The timeline that decodes this recording's pages (with its own formats) and orders them (once)."""
         if self._timeline is None:
-            page_header, table = open_decoder(self.reader, self.layouts)
-            if self.only is not None:
-                table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in self.only}
+            page_header, table = self._decoder_table()
             self._decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
-            cpus = self.header.get("trace_cpus")
-            cpus = [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) else []
-            self._timeline = Timeline(self._decoders, ledger=self.ledger, cpus=cpus, channels=self.had_channels())
+            self._timeline = Timeline(self._decoders, ledger=self.ledger, cpus=self._cpus(),
+                                      channels=self.had_channels())  # fmt: skip
+        assert isinstance(self._timeline, Timeline), "this replay was opened with block_timeline()"
         return self._timeline
+
+    def block_timeline(self) -> BlockTimeline:
+        """The columnar twin of timeline(): the same items in the same order, as Blocks (the fast analysis)."""
+        if self._timeline is None:
+            page_header, table = self._decoder_table()
+            columns = plans([dec.fmt for dec in table.values()], self.reader.byteorder, self.layouts)
+            self._timeline = BlockTimeline(page_header, table, columns, byteorder=self.reader.byteorder,
+                                           ledger=self.ledger, cpus=self._cpus(),
+                                           channels=self.had_channels())  # fmt: skip
+        assert isinstance(self._timeline, BlockTimeline), "this replay was opened with timeline()"
+        return self._timeline
+
+    def _decoder_table(self) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
+        page_header, table = open_decoder(self.reader, self.layouts)
+        if self.only is not None:
+            table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in self.only}
+        return page_header, table
+
+    def _cpus(self) -> List[int]:
+        cpus = self.header.get("trace_cpus")
+        return [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) else []
 
     def had_channels(self) -> bool:
         """The header says other channels ran beside ftrace (kmsg, uevents, npu-smi, BPF)."""
@@ -79,12 +101,14 @@ class ReplaySource:
     @property
     def events_read(self) -> int:
         """Trace records read: decoded by the timeline, or stepped over (not in `only`)."""
-        if self._timeline is None or self._decoders is None:
+        if self._timeline is None:
             return 0
-        return self._timeline.events + self._decoders.skipped
+        return self._timeline.events + self.events_skipped
 
     @property
     def events_skipped(self) -> int:
+        if isinstance(self._timeline, BlockTimeline):
+            return self._timeline.skipped
         return self._decoders.skipped if self._decoders is not None else 0
 
     def batches(self) -> Iterator[Batch]:

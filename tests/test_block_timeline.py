@@ -1,0 +1,160 @@
+"""The columnar timeline releases what the timeline releases: the same items, in the same order, with the
+same losses and the same clock, however the batches were cut and however often its blocks are taken.
+
+The reference is `Timeline` (PageDecoder + the ordered merge). The batches here are hostile on purpose: marks
+that claim a CPU caught up while it still has pages (its next records come late and are dropped), channel
+items with and without stamps, decoded TraceEvents among the channel items (as BPF hands them over), pages
+that say events were missed before them, and bounds small enough that the merge has to go past a stalled
+stream (lag) or past its count (max_held).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from goldens import kernel_dirs, read
+from npu_trace.detectors import Analysis
+from npu_trace.device.profiles import PROFILES
+from npu_trace.events import Loss, LossLedger, NpuEvent, TraceEvent
+from npu_trace.ftrace.columns import plans
+from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.encode import PageEncoder
+from npu_trace.ftrace.format import parse_header_page
+from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
+from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.sim.scenarios import plan
+from synth import formats, synth_events
+
+MS = 1_000_000
+HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
+FORMATS = formats()
+PROFILE = PROFILES["sim"]
+PLANS = plans(FORMATS.values(), layouts=PROFILE.layouts)
+
+
+def hostile_batches(seed: int, cpus: int, lies: Optional[float] = None) -> List[Batch]:
+    rng = random.Random(seed)
+    events = synth_events(plan("mixed", seed % 4, 0.3, 2000, 2))
+    per_cpu: Dict[int, List[TraceEvent]] = {c: [] for c in range(cpus)}
+    channel: List[Any] = []
+    last = -1
+    for ev in events:
+        last = max(ev.ts_ns, last + rng.choice([0, 0, 1]))  # equal stamps across CPUs happen
+        if rng.random() < 0.03:  # decoded elsewhere (BPF): a channel item
+            channel.append(ev._replace(ts_ns=last, cpu=-1))
+            continue
+        cpu = rng.randrange(cpus)
+        per_cpu[cpu].append(ev._replace(cpu=cpu, ts_ns=last))
+    for i in range(8):
+        at = rng.choice(events).ts_ns
+        channel.append(NpuEvent(at, "log", None, "note", -1, -1, {"source": "kmsg", "n": i}))
+        channel.append(Loss("kmsg", -1, "overrun", i + 1, 0 if i % 2 else at))  # untimed, then timed
+    channel.sort(key=lambda item: item.ts_ns)
+    enc = PageEncoder(HEADER)
+    pages: Dict[int, List[bytes]] = {}
+    for cpu, evs in per_cpu.items():
+        out: List[bytes] = []
+        step = max(1, len(evs) // 6)
+        for k in range(0, len(evs), step):  # some runs of pages say events were missed before them
+            rows = [(e.ts_ns, e.pid, e.fmt, e.values) for e in evs[k : k + step]]
+            out += enc.pages(rows, missed=rng.choice([None, None, 0, 7]))
+        pages[cpu] = out
+    return cut_into_reads(pages, channel, rng, lies)
+
+
+def cut_into_reads(pages: Dict[int, List[bytes]], channel: List[Any], rng: random.Random,
+                   lies: Optional[float]) -> List[Batch]:  # fmt: skip
+    left = {cpu: list(p) for cpu, p in pages.items()}
+    chan = list(channel)
+    batches: List[Batch] = []
+    clock = 0
+    if lies is None:  # how often a mark says a CPU is caught up while it is not
+        lies = rng.choice([0.0, 0.03, 0.15])
+    while any(left.values()) or chan:
+        taken: List[Tuple[int, bytes]] = []
+        for cpu in rng.sample(sorted(left), len(left)):
+            n = rng.randint(0, 3)
+            taken += [(cpu, page) for page in left[cpu][:n]]
+            del left[cpu][:n]
+        n = rng.randint(0, 4)
+        items, chan = chan[:n], chan[n:]
+        newest = max((int.from_bytes(page[:8], "little") for _, page in taken), default=0)
+        clock = max(clock, newest + rng.randint(0, 30 * MS))  # the read's time: after what it found
+        caught = tuple(c for c in left if not left[c] or rng.random() < lies)  # a lie: late records
+        wm = chan[0].ts_ns if chan and rng.random() < 0.9 else clock
+        mark = Mark(clock, caught, wm) if rng.random() < 0.9 else None
+        batches.append(Batch(taken, items, mark))
+    return [*batches, Batch([], [], None, final=True)]
+
+
+def reference(batches: List[Batch], cpus: int, **bounds: int) -> Tuple[List[Any], List[Any], LossLedger, str]:
+    ledger = LossLedger()
+    timeline = Timeline(CpuDecoders(HEADER, build_decoders(FORMATS.values(), layouts=PROFILE.layouts), ledger=ledger),
+                        merge=OrderedMerge(**bounds), cpus=range(cpus), channels=True)  # fmt: skip
+    analysis = Analysis(PROFILE)
+    items: List[Any] = []
+    clocks = []
+    for batch in batches:
+        out = timeline.push(batch)
+        items += out
+        analysis.feed(out, timeline.now)
+        clocks.append(timeline.now)
+    return items, clocks, ledger, json.dumps(analysis.finish(), sort_keys=True)
+
+
+Run = Tuple[List[Any], List[Any], BlockTimeline, str]
+
+
+def columnar(batches: List[Batch], cpus: int, rng: random.Random, **bounds: int) -> Run:
+    decoders = build_decoders(FORMATS.values(), layouts=PROFILE.layouts)
+    timeline = BlockTimeline(HEADER, decoders, PLANS, cpus=range(cpus), channels=True, **bounds)
+    analysis = Analysis(PROFILE)
+    items: List[Any] = []
+    clocks = []
+    for batch in batches:
+        timeline.add(batch)
+        clocks.append(timeline.now)
+        if rng.random() < 0.3 or batch.final:
+            block = timeline.take()
+            items += block.items()
+            analysis.feed_block(block, timeline.now)
+    return items, clocks, timeline, json.dumps(analysis.finish(), sort_keys=True)
+
+
+def same(seed: int, cpus: int, takes: int, **bounds: int) -> None:
+    batches = hostile_batches(seed, cpus)
+    want, want_clocks, ledger, want_report = reference(batches, cpus, **bounds)
+    got, clocks, timeline, report = columnar(batches, cpus, random.Random(takes), **bounds)
+    assert len(got) == len(want)
+    assert got == want
+    assert clocks == want_clocks
+    assert timeline.ledger.rows() == ledger.rows()
+    assert report == want_report
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 1 << 16), cpus=st.integers(1, 4), takes=st.integers(0, 1 << 16))
+def test_the_columnar_timeline_releases_what_the_timeline_releases(seed: int, cpus: int, takes: int) -> None:
+    same(seed, cpus, takes)
+
+
+@pytest.mark.parametrize("bounds", [{"max_lag_ns": 2 * MS}, {"max_held": 40}, {"max_held": 300, "max_lag_ns": 30 * MS}])
+def test_its_bounds_go_past_a_stalled_stream_as_the_merge_does(bounds: Dict[str, int]) -> None:
+    for seed in range(6):
+        same(seed, 3, seed, **bounds)
+
+
+def test_late_records_are_dropped_and_counted_by_cpu() -> None:
+    batches = hostile_batches(3, 2, lies=0.3)
+    _, _, ledger, _ = reference(batches, 2)
+    _, _, timeline, _ = columnar(batches, 2, random.Random(0))
+    late = {k: v for k, v in timeline.late.items() if k[0] == "tracefs"}
+    assert late, "the hostile reads should make some records late"
+    assert timeline.ledger.rows() == ledger.rows()
