@@ -51,7 +51,7 @@ def profile_for(source: ReplaySource, name: Optional[str]) -> Profile:
 def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
     """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}} for one recording."""
     source = ReplaySource(path)
-    analysis = Analysis(profile_for(source, profile_name))
+    analysis = Analysis(profile_for(source, profile_name), source.scope_filter())
     source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
     timeline = source.timeline()
     bar = Progress(os.path.getsize(path) if progress else 0)
@@ -83,6 +83,7 @@ def reading_of(source: ReplaySource) -> Dict[str, Any]:
         "lost": source.ledger.total,
         "incomplete": source.ledger.incomplete(),
         "loss": [list(row) for row in source.ledger.rows()],
+        "scope": source.scope.header() if not source.scope.empty else None,
     }
 
 
