@@ -57,3 +57,38 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
              if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
     assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
     assert source.events_read > 0
+
+
+@pytest.mark.privileged
+@pytest.mark.asyncio
+async def test_live_with_a_device_scope_gets_its_options_as_one_value(tmp_path: Any) -> None:
+    """`live --device 1` as the UI starts it: the TraceOptions value crosses to the worker (pickled in the spec),
+    whose session filters in the kernel and whose analysis leaves the other device out; a recording started
+    with r says the scope in its header."""
+    from npu_trace.sources.options import TraceOptions
+    from npu_trace.sources.replay_source import ReplaySource
+    from tui.messages import DEV
+
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    spec = SourceSpec("tui.worker.live:live_source", (TraceOptions(devices=(1,), channels=()), fs.root))
+    app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
+    run = sim.start_scenario("mixed", 4, 2.0, 300, 2, ensure_loaded=False)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.counters.events > 100, timeout=20)
+            rows = list(app.query_one(EventLog).view)
+            await pilot.press("q")
+        run.wait()
+    finally:
+        run.terminate()
+        if not was_loaded:
+            sim.unload(fs)
+    assert not app.error
+    assert rows and {row[DEV] for row in rows if row[KIND] not in ("lost", "marker")} == {1}
+    (recording,) = tmp_path.glob("*.npt")
+    scope = ReplaySource(str(recording)).header["scope"]
+    assert scope["device"] == [1]
+    assert scope["kernel"]["filters"]["ascend:ascend_irq_handler_entry"]["filter"] == "dev == 1"

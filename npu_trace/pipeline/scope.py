@@ -13,6 +13,9 @@ kernel's filters and task list, what the pipeline matches instead). A recording 
   out, except the trace's own records (kind "lost", "marker"). An event the kernel already filtered passes again
   unchanged, so the stage needs to know only what the kernel could not do for the task name.
 What it leaves out is counted in `dropped`, by reason.
+
+The other channels' events (kernel log, uevents, npu-smi and PCIe readings) tell of a device, not of a task:
+processes and task names do not scope them; a device scope does, as any event's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 
 from npu_trace.errors import InputError
 from npu_trace.events import NpuEvent, TraceEvent
+from npu_trace.ftrace.filters import int_ranges
 from npu_trace.pipeline.normalize import Normalizer
 
 KEEP_KINDS: FrozenSet[str] = frozenset(("lost", "marker"))  # the trace's own records: in every device's scope
@@ -85,8 +89,9 @@ class Scope:
             parts.append(f"device {_join(self.devices)} (kernel: {a.filtered('device')} event filters; the others "
                          "after normalization, events naming no device left out)")  # fmt: skip
         if self.irqs is not None:
-            parts.append(f"NPU interrupts {_join(irq for irq, _ in self.irqs) or 'none'} "
-                         f"(kernel: {a.filtered('irq')} event filters)")  # fmt: skip
+            runs = _join(f"{lo}-{hi}" if hi > lo else lo for lo, hi in int_ranges(irq for irq, _ in self.irqs))
+            kernel = f"kernel: {a.filtered('irq')} event filters"
+            parts.append(f"NPU interrupts {runs} ({kernel})" if runs else "no NPU interrupt (none traced)")
         return ", ".join(parts) or "everything"
 
     def header(self) -> Dict[str, Any]:
@@ -150,11 +155,11 @@ class ScopeFilter:
         """Whether the pipeline has anything to do (else every event passes as it is)."""
         return bool(self.devices or self.comm_events) or self.irqs is not None
 
-    def raw(self, items: Sequence[Any]) -> List[Any]:
+    def raw(self, items: Sequence[Any]) -> Sequence[Any]:
         """The trace's items without the events of a task whose name is out of scope (for the events whose
-        kernel filter was refused)."""
+        kernel filter was refused); `items` itself when there are none."""
         if not self.comm_events:
-            return list(items)
+            return items
         out = []
         for item in items:
             if self._other_task(item):
@@ -208,7 +213,7 @@ class RawScope:
     def keep(self, items: Sequence[Any]) -> List[Any]:
         items = self.filter.raw(items)
         if not (self.filter.devices or self.filter.irqs is not None):
-            return items
+            return list(items)
         events = self.normalizer.feed(items)  # one NpuEvent per item, in order
         return [item for item, ev in zip(items, events) if self.filter.placed(ev) is not None]
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError, UsageError
 from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
-from npu_trace.ftrace.filters import all_of
+from npu_trace.ftrace.filters import all_of, fits, int_in
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
@@ -198,9 +198,18 @@ class TracefsSession:
             accepted = self._write_filter(inst, event, parts, comm_events)
             if accepted:
                 filters.append((event, all_of([expr for _, expr in accepted]), tuple(what for what, _ in accepted)))
+        self._note_irq_filter(formats)
         tasks = self._trace_tasks(inst) if self.scope.pids else []
         applied = Applied(tuple(sorted(filters)), tuple(tasks), tuple(comm_events), tuple(self.notes))
         self.scope = replace(self.scope, applied=applied)
+
+    def _note_irq_filter(self, formats: List[EventFormat]) -> None:
+        """Say it when the NPU's interrupts make a filter too long for the kernel (the pipeline drops the host's
+        other interrupts then)."""
+        irqs = npu_irqs_in_scope(self.scope)
+        if irqs and any(f.full_name in self.irq_events for f in formats) and not fits(int_in("irq", irqs)):
+            self.notes.append(f"{len(irqs)} NPU interrupts make an irq filter longer than the kernel takes: the "
+                              "host's other interrupts are left out after reading")  # fmt: skip
 
     def _write_filter(self, inst: Instance, event: str, parts: List[Part], comm_events: List[str]) -> List[Part]:
         """The parts of one event's filter the kernel takes, one at a time; a refused part is noted and left to
