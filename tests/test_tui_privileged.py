@@ -78,7 +78,8 @@ async def test_live_with_a_device_scope_gets_its_options_as_one_value(tmp_path: 
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("r")
-            await wait_for(pilot, lambda: app.counters.events > 100, timeout=20)
+            await wait_for(pilot, lambda: app.counters.events > 100 or app.counters.error, timeout=20)
+            assert not app.counters.error
             rows = list(app.query_one(EventLog).view)
             await pilot.press("q")
         run.wait()

@@ -82,6 +82,8 @@ class Collector:
 
     def _events(self, items: Sequence[Any]) -> None:
         events = self.analysis.normalize(items)  # normalized (and scoped) here: the log shows unmapped events too
+        if not events:  # all out of scope
+            return
         self._note(self.analysis.feed_events(events))
         self.ring.add(events)
         matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
