@@ -1,7 +1,8 @@
 /* Benchmark source: one small struct bench_event per getpid() syscall (the cheapest tracepoint to drive).
- * FILTER_PID=<tgid> restricts it to the generator; RINGBUF_PAGES / USE_PERF_BUFFER: see output.h. */
+ * FILTER_PIDS=<tgid> restricts it to the generator (scope.h); RINGBUF_PAGES / USE_PERF_BUFFER: see output.h. */
 #include "npu_trace.h"
 #include "output.h"
+#include "scope.h"
 
 /* ---- output block (identical in every program, see output.h) ---- */
 BPF_PERCPU_ARRAY(lost, u64, NPU_LOST_SLOTS);
@@ -49,10 +50,8 @@ BPF_PERCPU_ARRAY(seq, u64, 1);
 
 TRACEPOINT_PROBE(syscalls, sys_enter_getpid)
 {
-#ifdef FILTER_PID
-    if ((bpf_get_current_pid_tgid() >> 32) != FILTER_PID)
+    if (!npu_task_wanted())
         return 0;
-#endif
     u32 zero = 0;
     u64 *n = seq.lookup(&zero);
     if (!n)

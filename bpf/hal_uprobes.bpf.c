@@ -2,7 +2,7 @@
  * and emit one struct hal_call_event (or, with -DAGGREGATE, count it in a log2 histogram per (device, op)).
  *
  * Specialisation (-D from npu_trace.bpf.config.BpfConfig):
- *   FILTER_PID=<tgid>   only this process          FILTER_DEV=<dev>  only this device
+ *   FILTER_PIDS, FILTER_COMMS, FILTER_DEVS: only these processes, task names, devices (scope.h)
  *   THRESHOLD_NS=<ns>   emit only calls at least this slow (aggregate mode: the histogram counts all)
  *   AGGREGATE           histograms in `hist`; events only above THRESHOLD_NS
  *   MAX_PENDING=<n>     calls in flight (all threads)   RINGBUF_PAGES / USE_PERF_BUFFER: see output.h
@@ -10,6 +10,7 @@
 #include <uapi/linux/ptrace.h>
 #include "npu_trace.h"
 #include "output.h"
+#include "scope.h"
 
 /* ---- output block (identical in every program, see output.h) ---- */
 BPF_PERCPU_ARRAY(lost, u64, NPU_LOST_SLOTS);
@@ -67,16 +68,9 @@ BPF_HASH(hist, struct hist_key, u64, 4096);
 
 static __always_inline int stash(u16 op, u32 dev, u64 a0, u64 a1, u64 a2)
 {
-    u64 id = bpf_get_current_pid_tgid();
-#ifdef FILTER_PID
-    if ((id >> 32) != FILTER_PID)
+    if (!npu_task_wanted() || !npu_dev_wanted(dev))
         return 0;
-#endif
-#ifdef FILTER_DEV
-    if (dev != FILTER_DEV)
-        return 0;
-#endif
-    u32 tid = (u32)id;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
     struct hal_entry ent = {};
     ent.ts_ns = bpf_ktime_get_ns();
     ent.args[0] = a0;

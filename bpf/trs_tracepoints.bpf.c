@@ -15,12 +15,14 @@
  *   TP<n>_<V>_OFF, TP<n>_<V>_SIZE, TP<n>_<V>_SIGNED   for V in DEV TS STREAM TASK SQ CQ ERR AUX: offset of
  *                                value V in the record (-1: the tracepoint has none), its size (1, 2, 4 or 8
  *                                bytes, little-endian) and 1 when it is signed (sign-extended to 64 bits)
- *   FILTER_DEV=<dev>             only records whose DEV value is this (records without a DEV value pass)
+ *   FILTER_DEVS=<dev>,...        only records whose DEV value is one of these (records without one pass;
+ *                                scope.h)
  *   RINGBUF_PAGES, USE_PERF_BUFFER: see output.h
  * No pid filter: the driver dispatches completions in IRQ context, whatever process the CPU was running.
  */
 #include "npu_trace.h"
 #include "output.h"
+#include "scope.h"
 
 /* ---- output block (identical in every program, see output.h) ---- */
 BPF_PERCPU_ARRAY(lost, u64, NPU_LOST_SLOTS);
@@ -104,10 +106,8 @@ static __always_inline void tp_read(void *ctx, struct tp_values *out, int i, int
 
 static __always_inline int tp_emit(void *ctx, u16 slot, u16 tp, int text_off, const struct tp_values *vals)
 {
-#ifdef FILTER_DEV
-    if ((vals->present & (1 << NPU_TPV_DEV)) && vals->v[NPU_TPV_DEV] != (u64)FILTER_DEV)
+    if ((vals->present & (1 << NPU_TPV_DEV)) && !npu_dev_wanted(vals->v[NPU_TPV_DEV]))
         return 0;
-#endif
     struct tp_event *e = npu_reserve(sizeof(*e));
     if (!e)
         return 0;

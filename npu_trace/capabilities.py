@@ -19,9 +19,12 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
+from npu_trace.device.irqs import npu_irqs
 from npu_trace.errors import NpuTraceError
+from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
+from npu_trace.sources.npu_irqs import read_pci_functions
 
 HUAWEI_PCI_VENDOR = "0x19e5"
 # Modules of the Ascend host driver package (910B); the first two carry the trs_chan/trs_core tracepoints.
@@ -339,6 +342,40 @@ def check_driver_events(events: List[str]) -> Check:
     return Check("driver tracepoints", False, "no trs_chan:* / trs_core:* events", FIX_DRIVER)
 
 
+def check_scoping(fs: Optional[Tracefs]) -> Check:
+    """What --pid, --comm and --device (and the ascend profile's interrupt scoping) can push into the kernel."""
+    if fs is None:
+        return Check("kernel scoping", False, "no tracefs", FIX_SETUP)
+    pids = os.path.exists(fs.path("set_event_pid"))
+    fork = os.path.exists(fs.path("options/event-fork"))
+    filters = bool(glob.glob(fs.path("events/*/*/filter")))
+    process = ("set_event_pid" + (" + event-fork" if fork else " (new tasks not followed)")) if pids else "none"
+    where = "per-event filters" if filters else "the pipeline only"
+    detail = f"--pid: {process}; --comm, --device, NPU interrupts: {where}"
+    fix = "" if pids and filters else "a kernel with CONFIG_EVENT_TRACING (4.4+ for set_event_pid)"
+    return Check("kernel scoping", pids and filters, detail, fix)
+
+
+def check_npu_irqs(host: Host) -> Check:
+    """The NPU's interrupts the ascend profile traces (by the driver's IRQ names and the Ascend functions'
+    msi_irqs), per device."""
+    found = npu_irqs(host.read("/proc/interrupts") or "", read_pci_functions(host.path("/sys/bus/pci/devices")))
+    if not found:
+        return Check("NPU interrupts", False, "none on this host: --profile ascend traces no interrupt",
+                     "load the Ascend driver (drv_pcie_host, asdrv_trs) to trace its interrupts")  # fmt: skip
+    per_dev: Dict[str, List[int]] = {}
+    for irq in sorted(found):
+        per_dev.setdefault("?" if found[irq].dev is None else str(found[irq].dev), []).append(irq)
+    detail = "; ".join(f"device {dev}: {_irq_list(irqs)}" for dev, irqs in sorted(per_dev.items()))
+    return Check("NPU interrupts", True, detail)
+
+
+def _irq_list(irqs: List[int]) -> str:
+    """ "10 (130-139)": how many, and their runs."""
+    runs = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in int_ranges(irqs))
+    return f"{len(irqs)} ({runs})"
+
+
 def check_simulator(events: List[str]) -> Check:
     found = events_in(events, (SIM_SYSTEM,))
     if found:
@@ -370,7 +407,9 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_btf(host),
         check_headers(host),
         check_bcc(host),
+        check_scoping(fs),
         check_pci(host),
+        check_npu_irqs(host),
         check_npu_smi(host),
         check_modules(host),
         check_trace_switches(host),

@@ -104,12 +104,18 @@ def test_default_cflags() -> None:
 
 
 def test_filter_cflags() -> None:
-    cfg = BpfConfig(pid=42, dev=1, threshold_ns=5000, aggregate=True, ringbuf_pages=1, perf_buffer=True)
+    cfg = BpfConfig(pids=(42,), devs=(1,), threshold_ns=5000, aggregate=True, ringbuf_pages=1, perf_buffer=True)
     assert cfg.hal_cflags() == [
         "-DRINGBUF_PAGES=1", "-DUSE_PERF_BUFFER", "-DTHRESHOLD_NS=5000ULL", "-DMAX_PENDING=10240",
-        "-DFILTER_PID=42", "-DFILTER_DEV=1", "-DAGGREGATE",
+        "-DFILTER_PIDS=42", "-DFILTER_DEVS=1", "-DAGGREGATE",
     ]  # fmt: skip
-    assert cfg.bench_cflags()[-1] == "-DFILTER_PID=42"
+    assert cfg.bench_cflags()[-1] == "-DFILTER_PIDS=42"
+
+
+def test_scope_cflags_lists() -> None:
+    cfg = BpfConfig(pids=(7, 9), comms=("npu_sim", "python3"), devs=(0, 3))
+    assert cfg.hal_cflags()[2:] == ["-DFILTER_PIDS=7,9", '-DFILTER_COMMS="npu_sim","python3"', "-DFILTER_DEVS=0,3"]
+    assert cfg.tracepoint_cflags()[1:] == ["-DFILTER_DEVS=0,3"]  # the driver's tracepoints: devices only
 
 
 def test_irq_cflags() -> None:
@@ -120,7 +126,8 @@ def test_irq_cflags() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [{"ringbuf_pages": 3}, {"irq_names": ('a"b',)}, {"irq_names": ("x",) * 5}, {"threshold_ns": -1},
-     {"hal_symbols": ("halNope",)}],
+     {"hal_symbols": ("halNope",)}, {"pids": tuple(range(1, 10))}, {"comms": ('a"b',)}, {"comms": ("x" * 16,)},
+     {"pids": (0,)}, {"devs": (-1,)}],
 )  # fmt: skip
 def test_bad_config(kwargs: dict) -> None:
     with pytest.raises(UsageError):

@@ -118,7 +118,7 @@ def test_overflowed_ring_buffer_counts_exactly_what_it_dropped(tmp_path: Path, d
     n = 50_000
     cmd = f"read go; exec {exe} {n} 0"  # on CPU 0: the seq counter is per CPU
     gen = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    src = BpfSource(BpfConfig(ringbuf_pages=1, pid=gen.pid, ringbuf_direct=direct))  # one page: ~100 records fit
+    src = BpfSource(BpfConfig(ringbuf_pages=1, pids=(gen.pid,), ringbuf_direct=direct))  # one page: ~100 records fit
     try:
         src.start_bench()
         assert src.readers["bench_getpid"].startswith("mmap" if direct else "bcc callback")
@@ -142,7 +142,7 @@ def test_direct_reader_streams_while_the_ring_wraps(tmp_path: Path) -> None:
     n, pages = 200_000, 512  # 2 MiB: 52,428 records of 40 bytes
     cmd = f"read go; exec {exe} {n} 0 200000"  # on CPU 0 (the seq counter is per CPU), 200,000 calls/s: 1 s
     gen = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    src = BpfSource(BpfConfig(ringbuf_pages=pages, pid=gen.pid))
+    src = BpfSource(BpfConfig(ringbuf_pages=pages, pids=(gen.pid,)))
     seqs: List[int] = []
     lost = 0
     affinity = os.sched_getaffinity(0)
@@ -204,7 +204,7 @@ def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None
     )
     assert child.stdin is not None and child.stdout is not None
     assert child.stdout.readline() == "ready\n"
-    src = BpfSource(BpfConfig(pid=child.pid, perf_buffer=True, perf_pages=1))  # 4 KiB per CPU: ~90 samples fit
+    src = BpfSource(BpfConfig(pids=(child.pid,), perf_buffer=True, perf_pages=1))  # 4 KiB per CPU: ~90 samples fit
     stream, out, stop = BpfStream(src), io.StringIO(), StopFlag()
     ledger = stream.ledger
     stop.set()  # pump: only the final read, then return

@@ -90,8 +90,8 @@ def test_driver_cflags() -> None:
         assert [f"-DTP2_{role}_OFF=-1", f"-DTP2_{role}_SIZE=0", f"-DTP2_{role}_SIGNED=0"] == [
             f for f in recv if f.startswith(f"-DTP2_{role}_")
         ]
-    cfg = BpfConfig(hal=False, dev=3, tracepoints=DRIVER_TPS)
-    assert bpf_source.tracepoint_cflags(cfg, plans)[:2] == ["-DRINGBUF_PAGES=256", "-DFILTER_DEV=3"]
+    cfg = BpfConfig(hal=False, devs=(3,), tracepoints=DRIVER_TPS)
+    assert bpf_source.tracepoint_cflags(cfg, plans)[:2] == ["-DRINGBUF_PAGES=256", "-DFILTER_DEVS=3"]
 
 
 # ---- the program emulated on the annotated driver records ---------------------------------------------------
@@ -363,7 +363,7 @@ def no_leak() -> Iterator[None]:
 @pytest.mark.parametrize("perf_buffer", [False, True], ids=["ringbuf", "perf-buffer"])
 def test_compiles_and_verifies_with_the_driver_offsets(no_leak: None, perf_buffer: bool) -> None:
     plans = plan(DRIVER_TPS, TRS_SPECS, data_format, ASCEND_LAYOUTS)
-    cfg = BpfConfig(hal=False, dev=1, perf_buffer=perf_buffer)
+    cfg = BpfConfig(hal=False, devs=(1,), perf_buffer=perf_buffer)
     done = bpf_source.compile_tracepoints(plans, cfg)
     assert done == "compiled trs_tracepoints.bpf.c and loaded on_tp_0, on_tp_1, on_tp_2, on_tp_3, on_tp_4 " \
                    "(nothing attached)"  # fmt: skip
@@ -392,7 +392,7 @@ def test_reads_real_tracepoints_by_offset(no_leak: None, perf_buffer: bool) -> N
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     arg = ctypes.c_long
-    cfg = BpfConfig(hal=False, dev=COOKIE, perf_buffer=perf_buffer, tracepoints=tuple(TEST_SPECS))
+    cfg = BpfConfig(hal=False, devs=(COOKIE,), perf_buffer=perf_buffer, tracepoints=tuple(TEST_SPECS))
     batch: List[Any] = []
     with BpfSource(cfg, tracepoint_specs=TEST_SPECS) as src:
         assert [p.function for p in src.tracepoint_plans] == ["on_tp_0", "on_tp_1"]
@@ -406,7 +406,7 @@ def test_reads_real_tracepoints_by_offset(no_leak: None, perf_buffer: bool) -> N
         src.read(batch)
     events = [e for e in batch if isinstance(e, TraceEvent)]
     calls = [e for e in events if e.event == "bpf:raw_syscalls_sys_enter"]
-    assert calls and all(e.fields()["cookie"] == COOKIE for e in calls)  # FILTER_DEV in the kernel
+    assert calls and all(e.fields()["cookie"] == COOKIE for e in calls)  # FILTER_DEVS in the kernel
     mine = [e for e in calls if e.pid == threading.get_native_id()]
     assert [e.fields() for e in mine] == [
         {"cookie": COOKIE, "a1": 11, "a2": 22, "nr": getpid},

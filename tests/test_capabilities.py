@@ -29,6 +29,9 @@ def write(root: Path, rel: str, text: str) -> None:
 def make_tracefs(root: Path, events: str = "sched:sched_switch\n", uprobes: bool = True) -> None:
     write(root, "sys/kernel/tracing/available_events", events)
     write(root, "sys/kernel/tracing/trace_clock", "[local] global counter uptime perf mono mono_raw boot\n")
+    write(root, "sys/kernel/tracing/set_event_pid", "")
+    write(root, "sys/kernel/tracing/options/event-fork", "0\n")
+    write(root, "sys/kernel/tracing/events/sched/sched_switch/filter", "none\n")
     if uprobes:
         write(root, "sys/kernel/tracing/uprobe_events", "")
 
@@ -49,6 +52,14 @@ def make_ascend_host(root: Path) -> None:
     write(root, "sys/kernel/btf/vmlinux", "")
     write(root, "sys/bus/pci/devices/0000:81:00.0/vendor", "0x19e5\n")
     write(root, "sys/bus/pci/devices/0000:81:00.0/device", "0xd802\n")
+    for irq in (130, 131, 132):
+        write(root, f"sys/bus/pci/devices/0000:81:00.0/msi_irqs/{irq}", "msix\n")
+    write(root, "sys/bus/pci/devices/0000:81:00.0/dev_id", "4\n")
+    write(root, "proc/interrupts", "   CPU0\n"
+          " 130:  9  IR-PCI-MSIX-0000:81:00.0  0-edge  cq_update_irq\n"
+          " 131:  0  IR-PCI-MSIX-0000:81:00.0  1-edge  trs-mbox-4-0\n"
+          " 132:  1  IR-PCI-MSIX-0000:81:00.0  2-edge  dma_done_irq\n"
+          "  36:  7  PCI-MSIX-0000:00:01.0  1-edge  virtio1-req.0\n")  # fmt: skip
     write(root, "sys/bus/pci/devices/0000:00:01.0/vendor", "0x8086\n")
     (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
     (root / "proc/config.gz").write_bytes(gzip.compress(b"CONFIG_KPROBES=y\n# CONFIG_X is not set\n"))
@@ -78,6 +89,9 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
     assert "0000:00:01.0" not in found["Ascend PCI devices"].detail
     assert found["driver modules"].detail == "asdrv_trsbase asdrv_trs"
     assert found["driver trace switches"].detail == "2/2 on"
+    assert found["NPU interrupts"].detail == "device 4: 3 (130-132)"
+    assert found["kernel scoping"].detail == (
+        "--pid: set_event_pid + event-fork; --comm, --device, NPU interrupts: per-event filters")
     assert "CONFIG_KPROBES=y" in found["kprobes"].detail
     assert found["tracefs"].detail == f"mounted at {tmp_path}/sys/kernel/tracing"
 

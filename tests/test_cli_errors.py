@@ -47,6 +47,23 @@ def test_usage_errors_exit_2(args: List[str]) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["stream", "record", "live", "bpf"])
+@pytest.mark.parametrize(
+    "scope, words",
+    [(["--pid", "0"], "--pid 0"), (["--pid", "4194999"], "--pid 4194999: no such process"),
+     (["--comm", "a-name-of-sixteen"], "15 characters"), (["--device", "-1"], "--device -1"),
+     (["--dev", "1", "--device", "2", "--comm", 'a"b'], "quotes")],
+)  # fmt: skip
+def test_bad_scope_values_are_one_line_before_anything_starts(command: str, scope: List[str], words: str) -> None:
+    """--pid, --comm and --device (--dev) are checked on every command that has them, before the kernel (no
+    instance left) and before the TUI starts."""
+    before = our_instances()
+    extra = ["-o", "/nonexistent/x.npt"] if command == "record" else []
+    proc = run_cli([command, *extra, *scope], env={"NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})
+    assert_one_line_error(proc, 2, words)
+    assert our_instances() == before
+
+
 def test_tracefs_absent_exits_3(tmp_path: Any) -> None:
     proc = run_cli(["stream", "--duration", "1"], env={"NPU_TRACE_TRACEFS": str(tmp_path / "none")})
     assert_one_line_error(proc, 3, "tracefs" if os.geteuid() == 0 else "root")
@@ -115,10 +132,14 @@ def test_missing_privilege_exits_3_and_leaves_nothing() -> None:
 
 @pytest.mark.privileged
 def test_profile_names_its_absent_events_once_and_traces_the_rest() -> None:
+    """The driver's tracepoints are absent here, and none of this host's interrupts is an NPU's: the ascend
+    profile says both once and traces the other channels, not every interrupt of the host."""
     proc = run_cli(["stream", "--profile", "ascend", "--duration", "0.5"])
     assert proc.returncode == 0, proc.stderr
-    assert "not on this host: trs_chan:*, trs_core:*" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("no NPU interrupt on this host") == 1
+    assert "none of the profile's events exists here (trs_chan:*, trs_core:*)" in proc.stderr
+    assert "irq:irq_handler_entry, irq:irq_handler_exit not traced" in proc.stderr
+    assert "tracing 0 event types" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_profile_without_any_of_its_events_exits_3_with_a_hint(tmp_path: Any) -> None:

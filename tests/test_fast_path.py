@@ -211,3 +211,27 @@ def test_histogram_buckets_at_once_are_buckets_one_by_one(values: List[int]) -> 
 
     assert state(many) == state(one)
     assert list(bucket_indices(np.array(values, dtype=np.int64))) == [bucket_index(v) for v in values]
+
+
+def test_with_a_scope_the_block_path_finds_what_the_scoped_reference_finds() -> None:
+    """A device scope's stage is per event: feed_block takes the reference path then, with the same result;
+    the scope leaves out half the events (the other device's), which changes the findings."""
+    from npu_trace.pipeline.scope import Scope, ScopeFilter
+
+    rng = random.Random("scoped")
+    items = sprinkled("spikes", 4, rng)
+    bounds = cuts(rng, len(items), 20)
+
+    def run(block: bool, scope: bool) -> str:
+        analysis = Analysis(PROFILE, ScopeFilter(Scope(devices=(1,))) if scope else None)
+        for batch in batches(items, bounds):
+            if block:
+                analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
+            else:
+                analysis.feed(batch, batch[-1].ts_ns - 3)
+        return json.dumps(analysis.finish(), sort_keys=True)
+
+    scoped = run(block=True, scope=True)
+    assert scoped == run(block=False, scope=True)
+    assert scoped != run(block=True, scope=False)
+    assert json.loads(scoped)["summary"]["scope"]["dropped"]["device"] > 0

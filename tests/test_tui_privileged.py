@@ -4,7 +4,8 @@ The session (its tracefs instance) is created, read and removed in the TUI's wor
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import pytest
 
@@ -18,17 +19,29 @@ from tui.ui.widgets.eventlog import EventLog
 from tui.worker.live import session_source
 
 
+@contextlib.contextmanager
+def simulating(seed: int) -> Iterator[Tracefs]:
+    """The simulator loaded and its mixed scenario running (waited for at the end); unloaded afterwards only
+    if it was not loaded before (others load and unload it concurrently)."""
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)
+    run = sim.start_scenario("mixed", seed, 2.0, 300, 2, ensure_loaded=False)
+    try:
+        yield fs
+        run.wait()
+    finally:
+        run.terminate()
+        if not was_loaded:
+            sim.unload(fs)
+
+
 @pytest.mark.privileged
 @pytest.mark.asyncio
 async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: Any) -> None:
-    fs = Tracefs.find()
-    was_loaded = sim.is_loaded(fs)  # others load/unload concurrently: never unload what was there
-    sim.load(fs)
-    profile = PROFILES["sim"]
-    spec = SourceSpec(session_source, (["ascend:*"], fs.root, "sim", "tui"))
-    app = NpuTraceApp(spec, profile, record_dir=str(tmp_path))
-    run = sim.start_scenario("mixed", 3, 2.0, 300, 2, ensure_loaded=False)
-    try:
+    with simulating(3) as fs:
+        spec = SourceSpec(session_source, (["ascend:*"], fs.root, "sim", "tui"))
+        app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: app.counters.events > 100, timeout=20)
             instance = app.feed.resource["instance"]  # announced by the worker once it made it
@@ -41,11 +54,6 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
                 pilot, lambda: any(row[KIND] == "marker" and row[FIELDS] == "text=tui-mark" for row in log.view)
             )
             await pilot.press("q")
-        run.wait()
-    finally:
-        run.terminate()
-        if not was_loaded:
-            sim.unload(fs)
     assert app.feed.done.is_set() and app.feed.said_bye and not app.error
     assert instance not in fs.instance_names()
     (recording,) = tmp_path.glob("*.npt")  # the recording started with r
@@ -57,3 +65,30 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
              if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
     assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
     assert source.events_read > 0
+
+
+@pytest.mark.privileged
+@pytest.mark.asyncio
+async def test_live_with_a_device_scope_gets_its_options_as_one_value(tmp_path: Any) -> None:
+    """`live --device 1` as the UI starts it: the TraceOptions value crosses to the worker (pickled in the spec),
+    whose session filters in the kernel and whose analysis leaves the other device out; a recording started
+    with r says the scope in its header."""
+    from npu_trace.sources.options import TraceOptions
+    from npu_trace.sources.replay_source import ReplaySource
+    from tui.messages import DEV
+
+    with simulating(4) as fs:
+        spec = SourceSpec("tui.worker.live:live_source", (TraceOptions(devices=(1,), channels=()), fs.root))
+        app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.counters.events > 100 or app.counters.error, timeout=20)
+            assert not app.counters.error
+            rows = list(app.query_one(EventLog).view)
+            await pilot.press("q")
+    assert not app.error
+    assert rows and {row[DEV] for row in rows if row[KIND] not in ("lost", "marker")} == {1}
+    (recording,) = tmp_path.glob("*.npt")
+    scope = ReplaySource(str(recording)).header["scope"]
+    assert scope["device"] == [1]
+    assert scope["kernel"]["filters"]["ascend:ascend_irq_handler_entry"]["filter"] == "dev == 1"

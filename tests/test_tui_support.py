@@ -158,3 +158,19 @@ def test_a_reset_in_progress_shows_each_step_once_however_many_channels_tell_it(
     col.add([NpuEvent(1000 + 2_000_000_000, "irq", 1, "irq", -1, -1, {"source": "bpf"})])  # time moves on
     (view,) = col._resets()  # still open (its next step is not overdue), each step told by two channels once
     assert view.status == "in progress" and [s[0] for s in view.steps] == list(steps)
+
+
+def test_the_collector_applies_the_sources_scope_and_takes_a_batch_all_out_of_it() -> None:
+    """The worker's analysis applies the pipeline's part of the source's scope; a batch wholly out of scope is
+    counted as dropped, not shown, and breaks nothing."""
+    from npu_trace.device.profiles import get_profile
+    from npu_trace.events import NpuEvent
+    from npu_trace.pipeline.scope import Scope, ScopeFilter
+    from tui.worker.collector import Collector
+
+    scope = ScopeFilter(Scope(devices=(1,)))
+    col = Collector(get_profile("sim"), lambda pid: "x", scope=scope)
+    col.add([NpuEvent(10, "timeout", 0, "cq_wait", 5, 0, {"source": "kmsg"})], now=20)
+    col.add([NpuEvent(30, "timeout", 1, "cq_wait", 5, 0, {"source": "kmsg"})], now=40)
+    assert col.total == 1 and [row.dev for row in col.rows] == [1]
+    assert scope.dropped == {"device": 1}

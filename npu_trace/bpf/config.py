@@ -10,7 +10,9 @@ from npu_trace.bpf.layout import NPU_TP_SLOTS
 from npu_trace.errors import UsageError
 
 MAX_IRQ_FILTERS = 4  # IRQ_PREFIX_0..3 and IRQ_NUM_0..3 in irq.bpf.c
+MAX_SCOPE_VALUES = 8  # NPU_SCOPE_MAX in scope.h: pids, task names, devices
 IRQ_NAME_MAX = 31  # NPU_IRQ_NAME_LEN - 1
+COMM_MAX = 15  # NPU_COMM_LEN - 1
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.:+-]+$")
 _TRACEPOINT = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+$")
 HAL_SYMBOLS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
@@ -21,7 +23,9 @@ class BpfConfig:
     """hal: uprobes on the HAL symbols of `binary`; irq: handler durations of the IRQs named by `irq_names`
     (prefixes) or `irq_numbers` (none: every IRQ); kprobes: driver symbols (needs a kernel with kprobes);
     tracepoints: "system:name" of tracepoints read by field offsets (the driver's trs_chan:*, trs_core:*; see
-    npu_trace.bpf.tracepoints), one program slot each, `dev` filtering them too (not `pid`).
+    npu_trace.bpf.tracepoints), one program slot each, `devs` filtering them too (not `pids` nor `comms`).
+    pids (thread-group ids: every thread of each process), comms (the task's own name) and devs scope the HAL
+    calls in the kernel (bpf/scope.h); the IRQ program is scoped by its names and numbers only.
     ringbuf_direct chooses only how user space reads the ring buffer (no cflag): from its own mapping of it, or
     through bcc's per-record callback."""
 
@@ -33,8 +37,9 @@ class BpfConfig:
     irq_numbers: Tuple[int, ...] = ()
     kprobes: Tuple[str, ...] = ()
     tracepoints: Tuple[str, ...] = ()
-    pid: Optional[int] = None
-    dev: Optional[int] = None
+    pids: Tuple[int, ...] = ()
+    comms: Tuple[str, ...] = ()
+    devs: Tuple[int, ...] = ()
     threshold_ns: int = 0
     aggregate: bool = False
     ringbuf_pages: int = 256
@@ -58,9 +63,31 @@ class BpfConfig:
         for tp in self.tracepoints:
             if not _TRACEPOINT.match(tp):
                 raise UsageError(f"bad tracepoint {tp!r} (system:name)")
+        self._check_scope()
         unknown = set(self.hal_symbols) - set(HAL_SYMBOLS)
         if unknown:
             raise UsageError(f"unknown HAL symbols {sorted(unknown)} (known: {', '.join(HAL_SYMBOLS)})")
+
+    def _check_scope(self) -> None:
+        for name, values in (("pids", self.pids), ("comms", self.comms), ("devices", self.devs)):
+            if len(values) > MAX_SCOPE_VALUES:
+                raise UsageError(f"at most {MAX_SCOPE_VALUES} {name} for BPF, not {len(values)}")
+        if any(p <= 0 for p in self.pids) or any(d < 0 for d in self.devs):
+            raise UsageError("pids must be positive and devices not negative")
+        for comm in self.comms:
+            if not _SAFE_NAME.match(comm) or len(comm) > COMM_MAX:
+                raise UsageError(f"bad task name {comm!r} for BPF (1-{COMM_MAX} of [A-Za-z0-9_.:+-])")
+
+    def scope_cflags(self, tasks: bool = True, devices: bool = True) -> List[str]:
+        """FILTER_PIDS / FILTER_COMMS (`tasks`) and FILTER_DEVS (`devices`) lists (bpf/scope.h)."""
+        flags = []
+        if tasks and self.pids:
+            flags.append(f"-DFILTER_PIDS={','.join(map(str, self.pids))}")
+        if tasks and self.comms:
+            flags.append("-DFILTER_COMMS=" + ",".join(f'"{c}"' for c in self.comms))
+        if devices and self.devs:
+            flags.append(f"-DFILTER_DEVS={','.join(map(str, self.devs))}")
+        return flags
 
     def common_cflags(self) -> List[str]:
         flags = [f"-DRINGBUF_PAGES={self.ringbuf_pages}"]
@@ -71,11 +98,7 @@ class BpfConfig:
         return flags
 
     def hal_cflags(self) -> List[str]:
-        flags = [*self.common_cflags(), f"-DMAX_PENDING={self.max_pending}"]
-        if self.pid is not None:
-            flags.append(f"-DFILTER_PID={self.pid}")
-        if self.dev is not None:
-            flags.append(f"-DFILTER_DEV={self.dev}")
+        flags = [*self.common_cflags(), f"-DMAX_PENDING={self.max_pending}", *self.scope_cflags()]
         if self.aggregate:
             flags.append("-DAGGREGATE")
         return flags
@@ -88,13 +111,7 @@ class BpfConfig:
 
     def tracepoint_cflags(self) -> List[str]:
         """The tracepoint program's common flags; each slot adds its offsets (tracepoints.TpPlan.cflags)."""
-        flags = self.common_cflags()
-        if self.dev is not None:
-            flags.append(f"-DFILTER_DEV={self.dev}")
-        return flags
+        return [*self.common_cflags(), *self.scope_cflags(tasks=False)]
 
     def bench_cflags(self) -> List[str]:
-        flags = self.common_cflags()
-        if self.pid is not None:
-            flags.append(f"-DFILTER_PID={self.pid}")
-        return flags
+        return [*self.common_cflags(), *self.scope_cflags(devices=False)]

@@ -261,7 +261,8 @@ class BpfSource:
 
     def _attach_hal(self, bcc: Any, binary: str) -> None:
         obj = self._load(bcc, "hal_uprobes", self.config.hal_cflags())
-        pid = self.config.pid if self.config.pid is not None else -1
+        pids = self.config.pids
+        pid = pids[0] if len(pids) == 1 else -1  # one process: the uprobes fire only in it (FILTER_PIDS checks too)
         for sym in self.config.hal_symbols:
             try:
                 path, name = binary.encode(), sym.encode()

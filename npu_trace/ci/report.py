@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping
 from xml.sax.saxutils import escape, quoteattr
 
 from npu_trace.ci.rules import Rules, Violation, rule_names
+from npu_trace.pipeline.scope import Scope
 
 
 def build_report(
@@ -44,6 +45,8 @@ def render_text(report: Mapping[str, Any]) -> str:
     reading = report["reading"]
     if reading.get("truncated"):
         lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
+    if reading.get("scope"):
+        lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
     counts: Dict[str, int] = {}
     for f in report["findings"]:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1

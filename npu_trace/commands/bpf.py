@@ -10,13 +10,14 @@ from typing import Any, Dict, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource, BpfStream
-from npu_trace.commands.stream import printing
+from npu_trace.commands.stream import add_scope_options, printing
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
 from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.comm import CommCache
+from npu_trace.sources.options import TraceOptions, processes
 
 POLL_S = 0.01  # drain interval: the kernel side never wakes the reader per event
 READ_BYTES = 256 << 10  # per read: small batches stay in the CPU caches (decoded about twice as fast)
@@ -29,8 +30,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--irq", action="append", default=[], metavar="NAME", help="trace IRQs whose name starts so")
     p.add_argument("--irq-num", action="append", type=int, default=[], metavar="N", help="trace IRQ number N")
     p.add_argument("--kprobe", action="append", default=[], metavar="SYM", help="driver symbol (needs kprobes)")
-    p.add_argument("--pid", type=int, help="only this process")
-    p.add_argument("--dev", type=int, help="only this device")
+    add_scope_options(p)
     p.add_argument("--threshold-us", type=float, default=0.0, help="emit only calls at least this slow")
     p.add_argument("--aggregate", action="store_true", help="kernel histograms; events only above the threshold")
     p.add_argument("--perf-buffer", action="store_true", help="perf buffer instead of the ring buffer (< 5.8)")
@@ -41,8 +41,11 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> BpfConfig:
+    """The BPF configuration, its scope checked as `stream`'s is (npu_trace.sources.options.TraceOptions)."""
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
+    scope = TraceOptions(pids=processes(args.pid or ()), comms=tuple(args.comm or ()),
+                         devices=tuple(args.device or ()))  # fmt: skip
     binary = args.bpf_binary
     if binary is None and not args.no_hal:
         from npu_trace.sim import build
@@ -51,7 +54,8 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
     irq = bool(args.irq or args.irq_num)
     return BpfConfig(
         binary=binary, hal=not args.no_hal, irq=irq, irq_names=tuple(args.irq), irq_numbers=tuple(args.irq_num),
-        kprobes=tuple(args.kprobe), pid=args.pid, dev=args.dev, threshold_ns=int(args.threshold_us * 1000),
+        kprobes=tuple(args.kprobe), pids=scope.pids, comms=scope.comms, devs=scope.devices,
+        threshold_ns=int(args.threshold_us * 1000),
         aggregate=args.aggregate, ringbuf_pages=args.ringbuf_pages, perf_buffer=args.perf_buffer,
     )  # fmt: skip
 

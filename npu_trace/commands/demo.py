@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from npu_trace import sim
 from npu_trace.commands.sim import add_host_options, host_from_args
-from npu_trace.commands.stream import announce, print_summary, printing, terminal_printer
-from npu_trace.device.profiles import get_profile
+from npu_trace.commands.stream import announce, note, print_summary, printing, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump
@@ -18,7 +17,7 @@ from npu_trace.process import prepare_process
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.live import LiveTrace
-from npu_trace.sources.tracefs_source import TracefsSession
+from npu_trace.sources.options import TraceOptions
 
 
 def add_parser(sub: Any) -> None:
@@ -58,21 +57,26 @@ def run(args: argparse.Namespace) -> int:
             sim.unload(fs)
 
 
-def demo_channels(on_note: Callable[[str], None]) -> Tuple[SideChannels, Channels]:
-    """The simulator's side channels (its kmsg lines, uevents and fake npu-smi) and the tracer's channels that
-    read them (health polls the fake npu-smi)."""
-    side = SideChannels()
-    for note in side.notes:
-        on_note(f"simulator: {note}")
+def demo_options(side: SideChannels) -> TraceOptions:
+    """The demo's trace options: the sim profile, its channels reading the simulator's side channels (its kmsg
+    lines, uevents and fake npu-smi, polled every second)."""
     smi = os.path.join(side.smi_dir, "npu-smi") if side.smi_dir else "npu-smi"
-    return side, Channels(get_profile("sim").channels, npu_smi=smi, health_interval_s=1.0, on_note=on_note)
+    return TraceOptions(profile_name="sim", npu_smi=smi, health_interval=1.0)
+
+
+def demo_channels(on_note: Callable[[str], None]) -> Tuple[SideChannels, TraceOptions, Optional[Channels]]:
+    """The simulator's side channels, the demo's options and the tracer's channels that read them."""
+    side = SideChannels()
+    for text in side.notes:
+        on_note(f"simulator: {text}")
+    options = demo_options(side)
+    return side, options, options.make_channels(on_note)
 
 
 def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
-    profile = get_profile("sim")
-    session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
+    side, options, channels = demo_channels(note)
+    session = options.make_session(fs)
     printer = terminal_printer(session, args.format)
-    side, channels = demo_channels(lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True))
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)

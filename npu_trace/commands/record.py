@@ -7,13 +7,7 @@ import re
 import sys
 from typing import Any
 
-from npu_trace.commands.stream import (
-    add_trace_options,
-    announce,
-    channel_summary,
-    channels_from_args,
-    session_from_args,
-)
+from npu_trace.commands.stream import add_trace_options, announce, channel_summary, note, options_from_args
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
@@ -64,17 +58,18 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_time is not None and args.max_time <= 0:
         raise UsageError("--max-time must be positive")
-    session = session_from_args(args)
-    channels = channels_from_args(args)
+    options = options_from_args(args)
+    session = options.make_session()
+    channels = options.make_channels(on_note=note)
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         extra = {"channels": channels.header()} if channels is not None else {}
-        recorder = Recorder(session, args.output, args.profile, compression=args.compression,
+        recorder = Recorder(session, args.output, options.profile_name, compression=args.compression,
                             max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite,
                             extra=extra, mode=args.mode)  # fmt: skip
         announce(session, f"recording to {args.output}", channels)
         try:
-            pump(source, recorder, duration=args.duration, stop=stop)
+            pump(source, recorder, duration=options.duration, stop=stop)
         finally:
             recorder.close()
         events = session.kernel_events_read()

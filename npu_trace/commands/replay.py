@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from npu_trace.commands.stream import printing
+from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
+from npu_trace.pipeline.scope import RawScope
 from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter
 from npu_trace.sources.replay_source import ReplaySource
@@ -38,9 +40,16 @@ def run(args: argparse.Namespace) -> int:
     source = ReplaySource(args.file, speed=speed)
     printer = StreamPrinter(sys.stdout, args.format, source.comm)
     stop = prepare_process()
-    pump(source, printing(source.timeline(), printer), stop=stop)
+    pump(source, printing(source.timeline(), printer, replay_scope(source)), stop=stop)
     print_replay_summary(source)
     return 0
+
+
+def replay_scope(source: ReplaySource) -> Optional[RawScope]:
+    """The recording's scope over the items printed, as `stream` applied it live (None: nothing to apply)."""
+    scope = source.scope_filter()
+    profile = PROFILES.get(str(source.header.get("profile", "")))
+    return RawScope(scope, profile.mapping) if scope.active and profile is not None else None
 
 
 def print_replay_summary(source: ReplaySource) -> None:

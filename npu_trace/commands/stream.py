@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
-from npu_trace.bpf.config import BpfConfig
-from npu_trace.device.profiles import get_profile
-from npu_trace.errors import UsageError
-from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
+from npu_trace.pipeline.scope import RawScope, ScopeFilter
 from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter
-from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
+from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
 
 
@@ -62,84 +60,39 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         metavar="KB",
         help=f"ring buffer per CPU (default {DEFAULT_BUFFER_KB})",
     )
+    add_scope_options(p)
 
 
-def session_from_args(args: argparse.Namespace, fs: Optional[Tracefs] = None) -> TracefsSession:
-    """Checks the arguments (before anything touches the kernel) and builds the session."""
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("--duration must be positive")
-    if args.buffer_kb <= 0:
-        raise UsageError("--buffer-kb must be positive")
-    profile = get_profile(args.profile)
-    optional = () if args.events else profile.events
-    names = channel_names(args)
-    return TracefsSession(
-        args.events,
-        optional=optional,
-        missing_hint=profile.hint,
-        fs=fs,
-        buffer_kb=args.buffer_kb,
-        layouts=profile.layouts,
-        allow_none=bool(names) and not args.events and not profile.require_events,  # the channels still run
-        exclude=profile.bpf_replaces if getattr(args, "bpf", False) and not args.events else (),
-    )
+def add_scope_options(p: argparse.ArgumentParser) -> None:
+    """--pid, --comm and --device (alias --dev): what a session traces (npu_trace.pipeline.scope)."""
+    p.add_argument("--pid", type=int, action="append", metavar="PID",
+                   help="only this process: its threads and the tasks it starts while traced (a thread's id "
+                   "stands for its process; repeatable)")  # fmt: skip
+    p.add_argument("--comm", action="append", metavar="NAME",
+                   help="only tasks of this name (the kernel's task name: 15 characters at most, a thread's own "
+                   "name; repeatable)")  # fmt: skip
+    p.add_argument("--device", "--dev", type=int, action="append", metavar="N", dest="device",
+                   help="only NPU device N (events naming no device are left out; --dev is the same; repeatable)")
 
 
-def channel_names(args: argparse.Namespace) -> List[str]:
-    """The channels asked for: --channels, else the profile's."""
-    given = getattr(args, "channels", None)
-    if given is None:
-        return list(get_profile(args.profile).channels)
-    return parse_channels(given)
+def options_from_args(args: argparse.Namespace) -> TraceOptions:
+    """The trace options, checked (a UsageError before anything touches the kernel); --bpf with the sim
+    profile measures the simulator's binary (built if need be)."""
+    from npu_trace.sim import build
+
+    return TraceOptions.from_args(args, sim_binary=build.ensure_built)
 
 
-def channels_from_args(args: argparse.Namespace) -> Optional[Channels]:
-    """The other channels to run beside the session (not opened yet), or None; their notes go to stderr."""
-    names = channel_names(args)
-    if getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S) <= 0:
-        raise UsageError("--health-interval must be positive")
-    bpf = bpf_config_from_args(args)
-    if not names and bpf is None:
-        return None
-    return Channels(names, npu_smi=getattr(args, "npu_smi", "npu-smi"),
-                    health_interval_s=getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL_S),
-                    on_note=lambda text: print(f"npu-trace: {text}", file=sys.stderr, flush=True),
-                    bpf=bpf, mapping=get_profile(args.profile).mapping)  # fmt: skip
-
-
-def bpf_config_from_args(args: argparse.Namespace) -> Optional[BpfConfig]:
-    """--bpf: HAL uprobes on --bpf-binary (the simulator for the sim profile) and the profile's IRQ names."""
-    if not getattr(args, "bpf", False):
-        if getattr(args, "bpf_binary", None):
-            raise UsageError("--bpf-binary needs --bpf")
-        return None
-    profile = get_profile(args.profile)
-    binary = args.bpf_binary
-    if binary is None and profile.name == "sim":
-        from npu_trace.sim import build
-
-        binary = build.ensure_built()
-    if binary is None and not profile.bpf_irq_prefixes:
-        raise UsageError(f"--bpf with the {profile.name} profile needs --bpf-binary PATH (the HAL library)")
-    tracepoints = present_tracepoints(profile.bpf_tracepoints)
-    return BpfConfig(binary=binary, hal=binary is not None, irq=bool(profile.bpf_irq_prefixes),
-                     irq_names=profile.bpf_irq_prefixes, tracepoints=tracepoints)  # fmt: skip
-
-
-def present_tracepoints(wanted: Tuple[str, ...]) -> Tuple[str, ...]:
-    """The profile's BPF tracepoints that exist here; the absent ones are named once on stderr."""
-    if not wanted:
-        return ()
-    fs = find_optional()
-    available = set(fs.available_events()) if fs is not None else set()
-    absent = [tp for tp in wanted if tp not in available]
-    if absent:
-        print(f"npu-trace: --bpf: not on this host: {', '.join(absent)} (the driver is not loaded)", file=sys.stderr)
-    return tuple(tp for tp in wanted if tp in available)
+def note(text: str) -> None:
+    print(f"npu-trace: {text}", file=sys.stderr, flush=True)
 
 
 def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> None:
     what = f"; {doing}" if doing else ""
+    for text in session.notes:
+        note(text)
+    if not session.scope.empty:
+        note(f"scope: {session.scope.where()}")
     if session.unmatched and not session.selected:
         print(f"npu-trace: none of the profile's events exists here ({', '.join(session.unmatched)}): "
               "tracing trace markers and the other channels only", file=sys.stderr)  # fmt: skip
@@ -154,15 +107,35 @@ def announce(session: TracefsSession, doing: str = "", channels: Optional[Channe
     )
 
 
-def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None) -> None:
+def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None,
+                  scope: Optional[ScopeFilter] = None) -> None:  # fmt: skip
     err = sys.stderr
     extra = f", {session.malformed} malformed" if session.malformed else ""
     more = channel_summary(channels)
     print(
-        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}{more}; "
+        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}{more}{scope_summary(scope)}; "
         f"{session.ledger.summary()}",
         file=err,
     )
+
+
+def scope_summary(scope: Optional[ScopeFilter]) -> str:
+    """ ", 120 left out by the scope (device 100, irq 20)" for a summary line; "" when the pipeline left
+    nothing out (the kernel's filters never delivered what they left out: not counted)."""
+    dropped = scope.dropped if scope is not None else {}
+    if not sum(dropped.values()):
+        return ""
+    why = ", ".join(f"{k} {n}" for k, n in sorted(dropped.items()))
+    return f", {sum(dropped.values())} left out by the scope ({why})"
+
+
+def scope_keeper(
+    session: TracefsSession, mapping: Mapping[str, Any], comm_of: Callable[[int], str]
+) -> Optional[RawScope]:
+    """The pipeline's part of the session's scope over raw items, normalized by the profile's `mapping` to tell
+    (None when it has none); after the session started (its scope says what the kernel took)."""
+    scope = ScopeFilter(session.scope, comm_of)
+    return RawScope(scope, mapping) if scope.active else None
 
 
 def channel_summary(channels: Optional[Channels]) -> str:
@@ -178,11 +151,13 @@ def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
     return StreamPrinter(sys.stdout, fmt, CommCache(lambda: saved_comms(session.fs)))
 
 
-def printing(timeline: Timeline, printer: StreamPrinter) -> Sink:
-    """A pump sink: each batch through the timeline, what it releases (in time order) printed."""
+def printing(timeline: Timeline, printer: StreamPrinter, keep: Optional[RawScope] = None) -> Sink:
+    """A pump sink: each batch through the timeline, what it releases (in time order, in scope) printed."""
 
     def sink(batch: Batch) -> None:
         items = timeline.push(batch)
+        if keep is not None and items:
+            items = keep.keep(items)
         if items:
             printer.write_batch(items)
 
@@ -190,13 +165,15 @@ def printing(timeline: Timeline, printer: StreamPrinter) -> Sink:
 
 
 def run(args: argparse.Namespace) -> int:
-    session = session_from_args(args)
-    channels = channels_from_args(args)
+    options = options_from_args(args)
+    session = options.make_session()
+    channels = options.make_channels(on_note=note)
     printer = terminal_printer(session, args.format)
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        keep = scope_keeper(session, options.profile.mapping, printer.comm_of)
         timeline = source.timeline()
-        pump(source, printing(timeline, printer), duration=args.duration, stop=stop)
-    print_summary(session, timeline.events, channels)
+        pump(source, printing(timeline, printer, keep), duration=options.duration, stop=stop)
+    print_summary(session, timeline.events, channels, keep.filter if keep is not None else None)
     return 0

@@ -25,6 +25,7 @@ from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.pipeline.vnormalize import KIND_CODE, BlockNormalizer, NormBlock, kind_counts, time_span
 
 
@@ -32,8 +33,11 @@ class Analysis:
     """feed(items) -> the findings those items completed; advance(now) -> those time completed;
     finish() -> {"findings": [...], "summary": {...}}."""
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, scope: Optional[ScopeFilter] = None) -> None:
+        """`scope`: the pipeline's part of what the trace was scoped to (npu_trace.pipeline.scope), applied
+        around normalization; None or an inactive one: every event is analysed."""
         self.normalizer = Normalizer(profile.mapping)
+        self._scope = scope
         # typed, for their read-only views (check, diff, the TUI's collector, exporters)
         self.latency = LatencyDetector(profile.latency)
         self.reset = ResetDetector(profile.reset)
@@ -58,13 +62,23 @@ class Analysis:
         self.now: Optional[int] = None  # the latest time advance() was told
         self._report: Optional[Dict[str, Any]] = None
 
+    @property
+    def scope(self) -> Optional[ScopeFilter]:
+        """The scope filter when it has work (a live session's becomes active once it started)."""
+        scope = self._scope
+        return scope if scope is not None and scope.active else None
+
     def feed(self, items: Sequence[Any], now: Optional[int] = None) -> List[Finding]:
         """The timeline's items, in time order: the trace's TraceEvents and Losses are normalized here (call
         entries paired with their returns), the other channels' NpuEvents pass as they are. `now`: the
         timeline's watermark after them (see advance)."""
+        scope = self.scope
+        if scope is not None:
+            items = scope.raw(items)
         events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
-        if logs:
-            self.kind_counts["log"] += logs
+        if scope is not None:
+            events = scope.events(events)
+        self.count_unmapped(logs)
         found = self.feed_events(events) if events else []
         return found + self.advance(now) if now is not None else found
 
@@ -91,9 +105,22 @@ class Analysis:
         return set(self.normalizer.rules)
 
     def count_unmapped(self, n: int) -> None:
-        """`n` events of formats without a rule, read but not decoded: counted exactly as feed() counts them."""
-        if n:
+        """`n` events of formats without a rule, read but not decoded: counted exactly as feed() counts them
+        (out of a device scope: they name no device)."""
+        if not n:
+            return
+        if self.scope is not None and self.scope.devices:
+            self.scope.dropped["device"] += n
+        else:
             self.kind_counts["log"] += n
+
+    def normalize(self, items: Sequence[Any]) -> List[NpuEvent]:
+        """The timeline's items as the detectors see them, unmapped ones included (as "log" events): normalized
+        and scoped, not fed (the TUI shows them first, then calls feed_events)."""
+        scope = self.scope
+        if scope is None:
+            return self.normalizer.feed(items)
+        return scope.events(self.normalizer.feed(scope.raw(items)))
 
     # ---- the fast path: a whole block at once, the same state and findings ------------------------------
     def feed_block(self, block: Block, now: Optional[int] = None) -> List[Finding]:
@@ -102,6 +129,8 @@ class Analysis:
         that come by the hundred thousand (calls, tasks, IRQs, memory) and objects only for the rare ones."""
         if not len(block):
             return self.advance(now) if now is not None else []
+        if self.scope is not None:  # the scope's stage is per event: the reference path, the same findings
+            return self.feed(block.items(), now)
         nb = self.block_normalizer.normalize(block)
         previous, self._last_seen = self._last_seen, int(block.ts[-1])
         self._count_block(nb)
@@ -163,6 +192,7 @@ class Analysis:
                        "first_ts_ns": self.first_ts, "last_ts_ns": self.last_ts},
             "findings": dict(sorted(by_kind.items())),
             "pairing": dict(sorted(self.normalizer.stats.items())),
+            **({"scope": self._scope.summary()} if self._scope is not None and not self._scope.scope.empty else {}),
             **{name: d.summary() for name, d in sorted(self.detectors.items())},
         }  # fmt: skip
 

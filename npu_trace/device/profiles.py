@@ -73,6 +73,9 @@ class Profile:
     bpf_replaces: Tuple[str, ...] = ()
     # --bpf: the driver's tracepoints the BPF channel reads by field offsets (those present on the host)
     bpf_tracepoints: Tuple[str, ...] = ()
+    # the host's interrupt tracepoints among `events`: traced only for the NPU's own interrupts (filtered in the
+    # kernel to the IRQ numbers npu_trace.device.irqs finds, each given its device), none when it has none
+    irq_events: Tuple[str, ...] = ()
 
 
 # ---- normalization: raw event -> NpuEvent kind (see npu_trace.pipeline.normalize for the rule keys) ------------------
@@ -185,6 +188,7 @@ PROFILES: Dict[str, Profile] = {
         # task submit and completion measured in the kernel, instead of their ftrace events
         bpf_tracepoints=("trs_chan:sqe", "trs_core:logic_cqe"),
         bpf_replaces=("trs_chan:sqe", "trs_core:logic_cqe"),
+        irq_events=("irq:irq_handler_entry", "irq:irq_handler_exit"),
     ),
 }
 

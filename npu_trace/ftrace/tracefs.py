@@ -79,16 +79,21 @@ class Tracefs:
 
     def write_text(self, rel: str, text: str, append: bool = False) -> None:
         path = self.path(rel)
-        # os.open, not open(path, "a"): Python's append mode lseeks to the end, which uprobe_events refuses (EINVAL).
-        flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
         try:
-            fd = os.open(path, flags)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
+            _write(path, text, append)
         except OSError as exc:
             raise _os_error("cannot write", path, exc) from exc
+
+    def write_refusable(self, rel: str, text: str, append: bool = False) -> bool:
+        """Like write_text, but a value the kernel refuses (EINVAL) returns False instead of raising."""
+        path = self.path(rel)
+        try:
+            _write(path, text, append)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                return False
+            raise _os_error("cannot write", path, exc) from exc
+        return True
 
     # ---- events --------------------------------------------------------------------------------
     def available_events(self) -> List[str]:
@@ -200,6 +205,37 @@ class Instance:
         system, name = event.split(":", 1)
         self.fs.write_text(self._rel(f"events/{system}/{name}/enable"), "1")
 
+    def set_event_filter(self, event: str, expr: str) -> str:
+        """Write the event's filter ("" removes it): "" when the kernel took it, else its reason (it refuses
+        what it cannot parse, EINVAL; the event is then not filtered at all)."""
+        rel = self._event_file(event, "filter")
+        if self.fs.write_refusable(rel, expr or "0"):
+            return ""
+        reason = filter_error(self.fs.read_text(rel))
+        self.fs.write_text(rel, "0")
+        return reason
+
+    def event_filter(self, event: str) -> str:
+        """The event's filter as the kernel holds it ("none" when unfiltered)."""
+        return self.fs.read_text(self._event_file(event, "filter")).strip()
+
+    def add_event_pids(self, pids: List[int]) -> None:
+        """Append task ids to set_event_pid: from then on the instance's events fire only in those tasks
+        (and, with the event-fork option, in the tasks they create)."""
+        if pids:
+            self.fs.write_text(self._rel("set_event_pid"), " ".join(map(str, pids)) + "\n", append=True)
+
+    def event_pids(self) -> List[int]:
+        text = self.fs.read_text(self._rel("set_event_pid"))
+        return sorted(int(word) for word in text.split() if word.isdigit())
+
+    def has_file(self, name: str) -> bool:
+        return os.path.exists(self.fs.path(self._rel(name)))
+
+    def _event_file(self, event: str, name: str) -> str:
+        system, event_name = event.split(":", 1)
+        return self._rel(f"events/{system}/{event_name}/{name}")
+
     def enabled_events(self) -> List[str]:
         return [line.strip() for line in self.fs.read_text(self._rel("set_event")).splitlines() if line.strip()]
 
@@ -256,6 +292,22 @@ def parse_cpu_stats(text: str) -> Dict[str, int]:
         if m:
             out[m.group(1).strip().replace(" ", "_")] = int(m.group(2))
     return out
+
+
+def _write(path: str, text: str, append: bool) -> None:
+    # os.open, not open(path, "a"): Python's append mode lseeks to the end, which uprobe_events refuses (EINVAL).
+    fd = os.open(path, os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC))
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def filter_error(text: str) -> str:
+    """The kernel's reason from a `filter` file after a refused write ("parse_error: Field not found")."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["refused"])[-1]
 
 
 def _pid_alive(pid: int) -> bool:

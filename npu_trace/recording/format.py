@@ -178,6 +178,7 @@ def validate_header(header: Any) -> Dict[str, Any]:
     for i, entry in enumerate(need(header, "formats", list, where)):
         _validate_format_entry(entry, i)
     need(header, "extra", dict, where, optional=True)
+    need(header, "scope", dict, where, optional=True)  # its entries: npu_trace.pipeline.scope.Scope.from_header
     return header
 
 

@@ -79,6 +79,10 @@ def build_header(
         "page_size": session.header.page_size if session.header is not None else 0,
         "created_by": f"npu-trace {npu_trace.__version__} (npu_trace.recording, tracefs raw pages)",
     }
+    scope = getattr(session, "scope_header", None)
+    entry = scope() if callable(scope) else None
+    if entry:
+        header["scope"] = entry  # what was traced and where it was applied (npu_trace.pipeline.scope)
     if extra:
         header["extra"] = dict(extra)
     return header

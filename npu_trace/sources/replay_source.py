@@ -23,6 +23,7 @@ from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts
 from npu_trace.ftrace.format import PageHeader
 from npu_trace.pipeline.batch import Batch, empty_batch
 from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.pipeline.scope import Scope, ScopeFilter
 from npu_trace.pipeline.timeline import Timeline
 from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
@@ -43,6 +44,7 @@ class ReplaySource:
         self.only = only  # decode just these events ("system:name"); the others are counted, not decoded
         self.ledger = LossLedger()
         self.comms: Dict[int, str] = dict(_comms(self.reader.header.get("extra", {})))
+        self.scope = Scope.from_header(self.reader.header.get("scope"))  # what was traced (a bad entry: InputError)
         self.channel_events_read = 0  # NpuEvents of the other channels (kmsg, uevents, npu-smi)
         self.pages_read = 0
         self.pacer = Pacer(speed)
@@ -201,6 +203,11 @@ class ReplaySource:
 
     def comm(self, pid: int) -> str:
         return "<idle>" if pid == 0 else self.comms.get(pid, "<...>")
+
+    def scope_filter(self) -> ScopeFilter:
+        """The pipeline's part of the recording's scope, as the live session applied it (the task names from
+        the recording's process names)."""
+        return ScopeFilter(self.scope, self.comm)
 
 
 def _chunk_batches(chunk: Chunk) -> Iterator[Batch]:

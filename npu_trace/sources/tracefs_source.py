@@ -13,14 +13,19 @@ import contextlib
 import os
 import struct
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from npu_trace.errors import FormatError, KernelFeatureError, SourceError
+from npu_trace.errors import FormatError, KernelFeatureError, SourceError, UsageError
 from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
+from npu_trace.ftrace.filters import all_of, fits, int_in
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
+from npu_trace.pipeline.scope import Applied, Scope
+from npu_trace.sources.procs import tasks_of
+from npu_trace.sources.scoping import Part, npu_irqs_in_scope, plan_filters
 
 DEFAULT_BUFFER_KB = 8192
 PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read
@@ -28,6 +33,8 @@ PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed
 IMPLICIT_EVENTS = ("ftrace:print",)
 COPY_MARKERS = "copy_trace_marker"  # instance option (Linux 6.17+)
 STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
+EVENT_FORK = "event-fork"  # instance option: set_event_pid follows the tasks its tasks create
+MAX_TASK_ROUNDS = 1000  # re-reads of a process's threads while writing them (each round: the ones new since)
 
 
 def cleanup_stale(fs: Tracefs) -> List[str]:
@@ -70,9 +77,21 @@ class TracefsSession:
         tag: str = "",
         allow_none: bool = False,
         exclude: Sequence[str] = (),
+        scope: Optional[Scope] = None,
+        dev_fields: Optional[Mapping[str, str]] = None,
+        irq_events: Sequence[str] = (),
+        list_tasks: Callable[[Iterable[int]], List[int]] = tasks_of,
     ) -> None:
+        """`scope`: what to trace (npu_trace.pipeline.scope): its processes go to the instance's set_event_pid,
+        its task names, devices (`dev_fields`: event -> plain device field) and NPU interrupts (on `irq_events`)
+        to per-event filters (npu_trace.sources.scoping); `self.scope` then says where each part was applied."""
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
+        self.scope = scope or Scope()
+        self.dev_fields = dict(dev_fields or {})
+        self.irq_events = tuple(irq_events)
+        self.list_tasks = list_tasks
+        self.notes: List[str] = []  # said once (announce): what the scope could not do as asked
         self.allow_none = allow_none  # none of the optional events exists: trace markers only (other channels run)
         self.exclude = list(exclude)  # globs of optional events left out (measured by another channel)
         self.patterns = list(events)  # each must match an event
@@ -126,14 +145,26 @@ class TracefsSession:
     def _select(self, available: List[str]) -> List[str]:
         chosen = resolve_globs(self.patterns, available)
         extra, self.unmatched = match_globs(self.optional, available)
-        if self.exclude:
-            left_out, _ = match_globs(self.exclude, extra)
+        exclude = self.exclude + self._irq_events_out()
+        if exclude:
+            left_out, _ = match_globs(exclude, extra)
             extra = [ev for ev in extra if ev not in left_out]
         chosen += [ev for ev in extra if ev not in chosen]
         if not chosen and not self.allow_none:
             hint = f": {self.missing_hint}" if self.missing_hint else ""
             raise KernelFeatureError(f"none of the events {', '.join(self.optional)} exists on this host{hint}")
         return chosen
+
+    def _irq_events_out(self) -> List[str]:
+        """The profile's interrupt events when no NPU interrupt is in scope: none is traced, rather than every
+        interrupt of the host (said once)."""
+        if self.scope.irqs is None or not self.irq_events or npu_irqs_in_scope(self.scope):
+            return []
+        devices = ", ".join(map(str, self.scope.devices))
+        which = f" of device {devices}" if self.scope.devices and self.scope.irqs else ""
+        self.notes.append(f"no NPU interrupt{which} on this host (/proc/interrupts, the Ascend PCI functions' "
+                          f"msi_irqs): {', '.join(self.irq_events)} not traced")  # fmt: skip
+        return list(self.irq_events)
 
     def _implicit(self, fs: Tracefs) -> List[str]:
         return [e for e in IMPLICIT_EVENTS if e not in self.selected and fs.has_event_format(*e.split(":", 1))]
@@ -145,6 +176,7 @@ class TracefsSession:
         inst.set_buffer_size_kb(self.buffer_kb)
         if inst.has_option(COPY_MARKERS):  # trace_marker writes at the top level land in this instance too
             inst.set_option(COPY_MARKERS, True)
+        self._apply_scope(inst)
         for event in self.selected:
             inst.enable_event(event)
         self._read_size = self._subbuf_size(inst, self.header)
@@ -153,6 +185,73 @@ class TracefsSession:
         for cpu in inst.cpus():
             self._fds[cpu] = inst.open_raw(cpu)
         inst.tracing_on(True)
+
+    # ---- scope ---------------------------------------------------------------------------------
+    def _apply_scope(self, inst: Instance) -> None:
+        """Write the scope's filters and tasks into the instance (before any event is enabled)."""
+        if self.scope.empty:
+            return
+        formats = [f for f in self.formats if f.full_name in self.selected]
+        filters = []
+        comm_events: List[str] = []
+        for event, parts in plan_filters(self.scope, formats, self.dev_fields, self.irq_events).items():
+            accepted = self._write_filter(inst, event, parts, comm_events)
+            if accepted:
+                filters.append((event, all_of([expr for _, expr in accepted]), tuple(what for what, _ in accepted)))
+        self._note_irq_filter(formats)
+        tasks = self._trace_tasks(inst) if self.scope.pids else []
+        applied = Applied(tuple(sorted(filters)), tuple(tasks), tuple(comm_events), tuple(self.notes))
+        self.scope = replace(self.scope, applied=applied)
+
+    def _note_irq_filter(self, formats: List[EventFormat]) -> None:
+        """Say it when the NPU's interrupts make a filter too long for the kernel (the pipeline drops the host's
+        other interrupts then)."""
+        irqs = npu_irqs_in_scope(self.scope)
+        if irqs and any(f.full_name in self.irq_events for f in formats) and not fits(int_in("irq", irqs)):
+            self.notes.append(f"{len(irqs)} NPU interrupts make an irq filter longer than the kernel takes: the "
+                              "host's other interrupts are left out after reading")  # fmt: skip
+
+    def _write_filter(self, inst: Instance, event: str, parts: List[Part], comm_events: List[str]) -> List[Part]:
+        """The parts of one event's filter the kernel takes, one at a time; a refused part is noted and left to
+        the pipeline. Returns the parts in place."""
+        accepted: List[Part] = []
+        for what, expr in parts:
+            reason = inst.set_event_filter(event, all_of([*(e for _, e in accepted), expr]))
+            if not reason:
+                accepted.append((what, expr))
+                continue
+            if accepted:  # a refused write leaves the event unfiltered: put back what was taken
+                inst.set_event_filter(event, all_of([e for _, e in accepted]))
+            if what == "comm":
+                comm_events.append(event)
+            self.notes.append(f"the kernel refused the filter {expr!r} on {event} ({reason}): "
+                              f"its {what} is matched in the pipeline")  # fmt: skip
+        return accepted
+
+    def _trace_tasks(self, inst: Instance) -> List[int]:
+        """Every thread of the scope's processes into set_event_pid, with event-fork on first: threads listed
+        until a listing finds none not written yet, so a thread created meanwhile is either listed or created
+        by one already written (and followed by the kernel)."""
+        if not inst.has_file("set_event_pid"):
+            raise KernelFeatureError("this kernel cannot trace chosen processes (no set_event_pid; Linux 4.4+)")
+        if inst.has_option(EVENT_FORK):
+            inst.set_option(EVENT_FORK, True)
+        else:
+            self.notes.append("this kernel has no event-fork option: threads a process starts later are not traced")
+        written: List[int] = []
+        for _ in range(MAX_TASK_ROUNDS):
+            new = sorted(set(self.list_tasks(self.scope.pids)) - set(written))
+            if not new:
+                break
+            inst.add_event_pids(new)
+            written += new
+        if not written:
+            raise UsageError(f"--pid {', '.join(map(str, self.scope.pids))}: no such process (it has exited)")
+        return sorted(written)
+
+    def scope_header(self) -> Optional[Dict[str, Any]]:
+        """The recording header's `scope` entry (None when nothing is scoped)."""
+        return None if self.scope.empty else self.scope.header()
 
     def _subbuf_size(self, inst: Instance, header: PageHeader) -> int:
         try:

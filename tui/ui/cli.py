@@ -44,12 +44,11 @@ def _app(spec: SourceSpec, profile_name: str, record_dir: str = ".") -> NpuTrace
 
 
 def run_live(args: argparse.Namespace) -> int:
-    from npu_trace.commands.stream import session_from_args
+    from npu_trace.commands.stream import options_from_args
 
-    session_from_args(args)  # the arguments checked here, before the UI starts; the worker builds the session
-    trace_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})  # picklable
-    spec = SourceSpec(LIVE, (trace_args,), label="live")
-    return _run(_app(spec, args.profile, getattr(args, "record_dir", ".")))
+    options = options_from_args(args)  # checked here, before the UI starts; the worker builds the session
+    spec = SourceSpec(LIVE, (options,), label="live")
+    return _run(_app(spec, options.profile_name, getattr(args, "record_dir", ".")))
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -83,15 +82,16 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str]) -> int:
+    from npu_trace.commands.demo import demo_options
     from npu_trace.commands.sim import host_from_args
 
     label = f"demo: {args.scenario} (live)"
     side = SideChannels()  # the simulator's kmsg lines, uevents and fake npu-smi, read by the demo's channels
-    smi = os.path.join(side.smi_dir, "npu-smi") if side.smi_dir else "npu-smi"
+    options = demo_options(side)
     run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False,
                              channels=side, host=host_from_args(args))  # fmt: skip
     try:
-        return _run(_app(SourceSpec(DEMO, (fs.root, label, smi), label=label), "sim"), screenshot)
+        return _run(_app(SourceSpec(DEMO, (fs.root, label, options), label=label), "sim"), screenshot)
     finally:
         run.terminate()
 

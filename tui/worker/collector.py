@@ -16,6 +16,7 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.scope import ScopeFilter
 from tui.fmt import log_row
 from tui.logfilter import LogFilter
 from tui.messages import (
@@ -44,8 +45,14 @@ CommOf = Callable[[int], str]
 
 
 class Collector:
-    def __init__(self, profile: Profile, comm_of: CommOf, rows_per_update: int = ROWS_PER_UPDATE) -> None:
-        self.analysis = Analysis(profile)
+    def __init__(
+        self,
+        profile: Profile,
+        comm_of: CommOf,
+        rows_per_update: int = ROWS_PER_UPDATE,
+        scope: Optional[ScopeFilter] = None,
+    ) -> None:
+        self.analysis = Analysis(profile, scope)
         self.comm_of = comm_of
         self.ring = Ring(RING)
         self.rows: Deque[NpuEvent] = deque(maxlen=rows_per_update)
@@ -74,7 +81,9 @@ class Collector:
         self.analysis.findings.clear()  # kept by Analysis for a final report the TUI never asks for: bounded
 
     def _events(self, items: Sequence[Any]) -> None:
-        events = self.analysis.normalizer.feed(items)  # normalized here: the log shows unmapped events too
+        events = self.analysis.normalize(items)  # normalized (and scoped) here: the log shows unmapped events too
+        if not events:  # all out of scope
+            return
         self._note(self.analysis.feed_events(events))
         self.ring.add(events)
         matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)

@@ -100,7 +100,7 @@ class Feed:
         self.interval = interval
         self.clock = clock
         self.rows_per_update = rows_per_update
-        self.collector = Collector(profile, source.comm, rows_per_update)
+        self.collector = self._collector()
         self.query = ""
         self.seq = 0
         self.ack = 0
@@ -108,6 +108,11 @@ class Feed:
         self.ended = False
         self.error = ""
         self._last = clock()
+
+    def _collector(self) -> Collector:
+        """A fresh collector; the source's scope filter (the pipeline's part of what it traces), if it has one."""
+        scope = getattr(self.source, "scope_filter", None)
+        return Collector(self.profile, self.source.comm, self.rows_per_update, scope)
 
     def run(self) -> None:
         """Run the source to its end (or stop), then keep answering the UI until it says stop. A source's
@@ -162,7 +167,7 @@ class Feed:
             self._post()
 
     def restart(self) -> None:
-        self.collector = Collector(self.profile, self.source.comm, self.rows_per_update)
+        self.collector = self._collector()
         if self.query:
             self.collector.set_filter(self.query)
         self.restarted = True

@@ -5,12 +5,13 @@ Each batch of raw pages goes to the Recorder (when recording) and to the timelin
 it in time order with the channels' events: what is recorded is exactly what was analysed. Recording
 starts/stops at the next poll (the UI's request only sets a flag).
 
-`live_source(args)` and `demo_source(...)` are the factories a `SourceSpec` names (built in the worker).
+`live_source(options)` and `demo_source(...)` are the factories a `SourceSpec` names (built in the worker from
+the `TraceOptions` the UI sent). The session's scope (npu_trace.pipeline.scope) is applied by the kernel where
+it can be; `scope_filter` is the pipeline's part, applied by the analysis (the feed's collector).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Callable, List, Optional, Tuple
 
@@ -18,11 +19,13 @@ from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import NpuTraceError, SourceError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, Timeline, pump
+from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import StopFlag
 from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import TracefsSession
 from tui.worker.feed import Sink
 from tui.worker.sources import BaseSource
@@ -58,6 +61,7 @@ class LiveSource(BaseSource):
         self._stop_rec = False
         self._loss_at = 0.0
         self._comms = CommCache(lambda: saved_comms(self.session.fs))
+        self.scope_filter = ScopeFilter(session.scope, self._comms)  # its kernel part is known once started
 
     # ---- controls ------------------------------------------------------------------------------
     def mark(self, text: str) -> bool:
@@ -97,6 +101,9 @@ class LiveSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         with LiveTrace(self.session, self.channels) as source:
+            self.scope_filter.set_scope(self.session.scope)
+            if self.session.notes:
+                self.note = self.session.notes[-1]
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
@@ -137,22 +144,21 @@ class LiveSource(BaseSource):
             rec.close()
 
 
-def live_source(args: argparse.Namespace) -> LiveSource:
-    """`npu-trace live`'s source, from its arguments (checked again here: cheap, and nothing has touched the
-    kernel yet)."""
-    from npu_trace.commands.stream import channels_from_args, session_from_args
+def live_source(options: TraceOptions, tracefs_root: Optional[str] = None) -> LiveSource:
+    """`npu-trace live`'s source, from the options the UI checked (`tracefs_root`: that mount, else found)."""
+    notes: List[str] = []
+    fs = Tracefs(tracefs_root) if tracefs_root else None
+    source = LiveSource(options.make_session(fs), options.profile, channels=options.make_channels(notes.append))
+    if notes:
+        source.note = notes[-1]
+    return source
 
-    return LiveSource(session_from_args(args), get_profile(args.profile), channels=channels_from_args(args))
 
-
-def demo_source(tracefs_root: str, label: str, npu_smi: str = "npu-smi") -> LiveSource:
+def demo_source(tracefs_root: str, label: str, options: TraceOptions) -> LiveSource:
     """`npu-trace demo`'s source: the simulator's events on a session of their own, with the channels that
-    read its kmsg lines, uevents and fake npu-smi (`npu_smi`)."""
-    profile = get_profile("sim")
-    fs = Tracefs(tracefs_root)
-    session = TracefsSession(optional=profile.events, missing_hint=profile.hint, fs=fs, layouts=profile.layouts)
-    channels = Channels(profile.channels, npu_smi=npu_smi, health_interval_s=1.0)
-    return LiveSource(session, profile, label=label, channels=channels)
+    read its kmsg lines, uevents and fake npu-smi (`options`: npu_trace.commands.demo.demo_options)."""
+    session = options.make_session(Tracefs(tracefs_root))
+    return LiveSource(session, options.profile, label=label, channels=options.make_channels())
 
 
 def session_source(events: List[str], tracefs_root: str, profile_name: str, tag: str = "") -> LiveSource:

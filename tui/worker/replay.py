@@ -28,6 +28,7 @@ class ReplayFeedSource(BaseSource):
         self.path = path
         self.speed = speed  # None: as fast as possible
         self.replay = ReplaySource(path, speed=speed)  # opened here: a bad file fails before the UI starts
+        self.scope_filter = self.replay.scope_filter()  # the analysis applies the recording's scope as live did
         self.ledger = self.replay.ledger
         self.finished = False
         self._seek_s = 0.0
