@@ -74,7 +74,7 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
         blocks = source.block_timeline()
         for batch in source.batches():
             blocks.add(batch)
-            if blocks.released_rows >= BLOCK_ROWS or batch.final:
+            if blocks.pending_rows >= BLOCK_ROWS or batch.final:
                 analysis.feed_block(blocks.take(), blocks.now)
                 analysis.count_unmapped(source.events_skipped - skipped)
                 skipped = source.events_skipped

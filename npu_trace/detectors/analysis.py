@@ -131,7 +131,19 @@ class Analysis:
             return self.advance(now) if now is not None else []
         if self.scope is not None:  # the scope's stage is per event: the reference path, the same findings
             return self.feed(block.items(), now)
-        nb = self.block_normalizer.normalize(block)
+        return self.feed_normalized(self.normalize_block(block), now)
+
+    def normalize_block(self, block: Block) -> NormBlock:
+        """A block normalized (pairing state carried from block to block), not yet fed: the TUI's views read
+        it too. Without a scope only (a scope's stage is per event: `normalize` and `feed_events`)."""
+        assert self.scope is None, "a scoped analysis normalizes events one by one"
+        return self.block_normalizer.normalize(block)
+
+    def feed_normalized(self, nb: NormBlock, now: Optional[int] = None) -> List[Finding]:
+        """A normalized block to the detectors (see feed_block)."""
+        if not len(nb):
+            return self.advance(now) if now is not None else []
+        block = nb.block
         previous, self._last_seen = self._last_seen, int(block.ts[-1])
         self._count_block(nb)
         new = [*self.latency.feed_block(nb), *self.memory.feed_block(nb)]

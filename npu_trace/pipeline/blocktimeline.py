@@ -7,19 +7,19 @@ pages are walked in compiled code (`npu_trace.ftrace.walk`: timestamps, event id
 where it lies in the batch's bytes until a `Block` gathers its format's fixed fields as numpy columns
 (`npu_trace.pipeline.blocks`); only the channels' items and the losses are objects.
 
-Why the sequence is the merge's. Every push and every release happens per batch, as the merge does them;
-what is deferred is only the moving of rows. Let R_p be the merge's release point after batch p (its
-`released`: the running maximum of the bounds). An item pushed in batch p that is not late has ts >= R_{p-1},
-so it leaves in the first release whose R exceeds its ts: which release an item leaves in is a function of
-its stamp alone, and the concatenated releases are the held items with ts < R sorted by (ts, stream key,
-arrival), which is one stable sort by stamp of the rows laid out stream by stream. The items a release puts
-at its front (untimed items, the "late" losses) go where that release began: after every item stamped before
-R_{p-1}. `take()` therefore hands over, in one Block, all that the releases since the last call released, in
-the order the merge would have, whatever the number of batches in between (`check` takes large blocks, a
-live view takes one per read).
+Why the sequence is the merge's. Pushes, watermarks, bounds and the late rule run per batch, as the merge
+runs them; only the moving of rows waits. Let R_p be the merge's release point after batch p (its `released`:
+the running maximum of the bounds). An item pushed in batch p that is not late has ts >= R_{p-1}, so it leaves
+in the first release whose R exceeds its stamp: which release an item leaves in is a function of its stamp
+alone. Everything released by now is then the rows stamped before R, and the concatenated releases are those
+rows sorted by (ts, stream key, arrival): one stable sort by stamp of the rows laid out stream by stream. The
+items a release puts at its front (untimed items, the "late" losses) go where that release began: after every
+item stamped before R_{p-1}. `take()` hands over, in one Block, all that the releases since the last call
+released, in the merge's order, whatever the number of batches in between (`check` takes large blocks, a live
+view one per read); a batch costs the walk and a few comparisons.
 
-The merge's bounds are the merge's: the lag bound from the watermarks, the count bound (`max_held`) from the
-number of rows held, counted exactly as the merge counts its items, and its cut from the held rows' stamps.
+The bounds are the merge's (`release_bound`): the lag bound from the watermarks, the count bound from the
+number of rows held, counted from the rows (only when the rows not yet taken could exceed it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from npu_trace.events import Loss, LossLedger
 from npu_trace.ftrace.columns import FormatColumns
 from npu_trace.ftrace.decode import RecordDecoder
 from npu_trace.ftrace.format import PageHeader
-from npu_trace.ftrace.walk import WalkState, walk, wants
+from npu_trace.ftrace.walk import Walk, WalkState, walk, wants
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS, Batch, Mark
 from npu_trace.pipeline.blocks import OBJECT, Block, build_block, empty_block
 from npu_trace.pipeline.merge import CHANNELS, MAX_HELD, MAX_LAG_NS, late_key, release_bound
@@ -54,31 +54,46 @@ def _i64(value: float) -> int:
 
 
 class _Rows:
-    """Rows of one stream pushed in one batch (or what is left of them): columns, the stream key, and the
-    stamps' range (to release whole chunks without looking at their rows)."""
+    """Rows of one stream pushed in one batch (or what is left of them). Columns `ts`, `etype` (OBJECT for an
+    object), `ref` (a record's offset in its buffer, an object's id) and `length`; `cpu` and `buf` (the arena
+    buffer of its records) one number for the whole chunk or a column. `ordered`: the stamps never go back
+    (a CPU's walk without a backwards step), so `first`/`last` are its ends."""
 
-    __slots__ = ("bid", "buf", "cpu", "etype", "first", "last", "length", "ref", "ts")
+    __slots__ = ("buf", "cpu", "etype", "first", "last", "length", "ordered", "ref", "ts")
 
-    def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, buf: np.ndarray,
-                 cpu: np.ndarray, bid: int = -1) -> None:  # fmt: skip
-        self.ts, self.etype, self.ref, self.length, self.buf, self.cpu = ts, etype, ref, length, buf, cpu
-        self.bid = bid  # the one buffer its records lie in (-1: none, or several)
-        self.first = int(ts.min()) if len(ts) else I64_MAX
-        self.last = int(ts.max()) if len(ts) else I64_MIN
+    def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, cpu: Any, buf: Any,
+                 ordered: bool) -> None:  # fmt: skip
+        self.ts, self.etype, self.ref, self.length, self.cpu, self.buf = ts, etype, ref, length, cpu, buf
+        self.ordered = ordered
+        if not len(ts):
+            self.first, self.last = I64_MAX, I64_MIN
+        elif ordered:
+            self.first, self.last = int(ts[0]), int(ts[-1])
+        else:
+            self.first, self.last = int(ts.min()), int(ts.max())
 
     def __len__(self) -> int:
         return len(self.ts)
 
-    def select(self, mask: np.ndarray) -> _Rows:
-        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], self.buf[mask],
-                     self.cpu[mask], self.bid)  # fmt: skip
+    def select(self, mask: Any) -> _Rows:
+        """The rows of a boolean mask or a slice (a slice of ordered rows stays ordered)."""
+        cpu = self.cpu if isinstance(self.cpu, int) else self.cpu[mask]
+        buf = self.buf if isinstance(self.buf, int) else self.buf[mask]
+        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], cpu, buf,
+                     self.ordered)  # fmt: skip
+
+    def column(self, name: str, dtype: Any) -> np.ndarray:
+        value = getattr(self, name)
+        return np.full(len(self.ts), value, dtype) if isinstance(value, int) else value
 
 
 def _concat(parts: Sequence[_Rows]) -> _Rows:
     if len(parts) == 1:
         return parts[0]
-    return _Rows(*(np.concatenate([getattr(p, name) for p in parts])
-                   for name in ("ts", "etype", "ref", "length", "buf", "cpu")))  # fmt: skip
+    return _Rows(np.concatenate([p.ts for p in parts]), np.concatenate([p.etype for p in parts]),
+                 np.concatenate([p.ref for p in parts]), np.concatenate([p.length for p in parts]),
+                 np.concatenate([p.column("cpu", np.int16) for p in parts]),
+                 np.concatenate([p.column("buf", np.int32) for p in parts]), False)  # fmt: skip
 
 
 class _Arena:
@@ -164,12 +179,13 @@ class BlockTimeline:
         self.forced = 0  # releases that went past a stream's watermark (a bound was reached)
         self.late: Dict[Tuple[str, int], int] = {}  # every late item dropped, by (source, cpu)
         self._wm: Dict[int, float] = {}
-        self._held: Dict[int, List[_Rows]] = {}  # stream key -> its rows not yet released, in arrival order
-        self.held = 0  # rows held (the merge's count of items held)
+        # stream key -> its rows not yet taken, in arrival order: those stamped before the release point have
+        # been released (the merge let them go), the others are held
+        self._rows: Dict[int, List[_Rows]] = {}
+        self._listed = 0  # rows in _rows: at least the merge's count of held items
         self._released: float = -math.inf
-        self._out: List[_Rows] = []  # rows released since the last take(), by stream, in key order per release
         self._fronts: List[Tuple[int, _Rows]] = []  # (the release point before them, rows) since the last take
-        self._out_rows = 0
+        self._front_rows = 0
         self._objects: Dict[int, Any] = {}
         self._next_object = 0
         self._arena = _Arena()
@@ -182,9 +198,15 @@ class BlockTimeline:
         return int(self._released) if math.isfinite(self._released) else None
 
     @property
-    def released_rows(self) -> int:
-        """Rows released and not yet taken."""
-        return self._out_rows
+    def pending_rows(self) -> int:
+        """Rows not yet taken (released or still held): what the next take() hands over at most."""
+        return self._listed + self._front_rows
+
+    @property
+    def held(self) -> int:
+        """Items held (pushed, not released): the merge's count."""
+        point = _i64(self._released)
+        return sum(_count_from(rows, point) for part in self._rows.values() for rows in part)
 
     @property
     def skipped(self) -> int:
@@ -211,7 +233,7 @@ class BlockTimeline:
         if batch.pages:
             self._walk(batch.pages, late, front)
         if batch.events:
-            self._push_objects(CHANNELS, list(batch.events), late, front)
+            self._push(CHANNELS, self._object_rows(batch.events), late, front)
         if batch.mark is not None:
             self._mark(batch.mark)
         if late:
@@ -224,31 +246,30 @@ class BlockTimeline:
         if front:
             rows = _concat(front)
             self._fronts.append((_i64(self._released), rows))
-            self._out_rows += len(rows)
+            self._front_rows += len(rows)
+        self._release(math.inf if batch.final else self._bound())
         if batch.final:
             self.ended = True
-            self._release(math.inf)
-        else:
-            self._release(self._bound())
 
     def take(self) -> Block:
         """Everything released since the last call, in the merge's order, as one Block."""
-        if not self._out and not self._fronts:
+        out = self._take_released()
+        if not out and not self._fronts:
             return empty_block()
-        rows = _concat(self._out) if self._out else None
+        rows = _concat(out) if out else None
         order = np.argsort(rows.ts, kind="stable") if rows is not None else np.zeros(0, np.int64)
         if self._fronts:
             rows, order = self._with_fronts(rows, order)
         assert rows is not None
-        self._out, self._fronts, self._out_rows = [], [], 0
-        ts, etype, ref = rows.ts[order], rows.etype[order], rows.ref[order]
-        length, buf, cpu = rows.length[order], rows.buf[order], rows.cpu[order]
+        self._fronts, self._front_rows = [], 0
+        ts, etype, ref = rows.ts[order], rows.etype[order].astype(np.int32), rows.ref[order]
+        length = rows.length[order]
+        buf, cpu = rows.column("buf", np.int32)[order], rows.column("cpu", np.int16)[order]
         objects: List[Any] = []
         is_obj = etype == OBJECT
         if is_obj.any():
             at = np.flatnonzero(is_obj)
             objects = [self._objects.pop(i) for i in ref[at].tolist()]
-            ref = ref.copy()
             ref[at] = np.arange(len(at))
         bufs = self._arena.buffers
         ids = np.unique(buf[~is_obj]).tolist() if len(buf) else []
@@ -256,18 +277,42 @@ class BlockTimeline:
         for i, b in enumerate(ids):
             local[buf == b] = i
         block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects)
-        self._arena.keep_only(rows_.bid for part in self._held.values() for rows_ in part)
+        self._arena.keep_only(r.buf for part in self._rows.values() for r in part if isinstance(r.buf, int))
         return block
+
+    def _take_released(self) -> List[_Rows]:
+        """The released rows out of the streams' lists (stream by stream, in key order, each in arrival order)."""
+        point, everything = _i64(self._released), self._released == math.inf
+        out: List[_Rows] = []
+        for key in sorted(self._rows):
+            kept: List[_Rows] = []
+            for rows in self._rows[key]:
+                if everything or rows.last < point:
+                    out.append(rows)
+                elif rows.first >= point:
+                    kept.append(rows)
+                elif rows.ordered:
+                    cut = int(np.searchsorted(rows.ts, point, side="left"))
+                    out.append(rows.select(slice(None, cut)))
+                    kept.append(rows.select(slice(cut, None)))
+                else:
+                    below = rows.ts < point
+                    out.append(rows.select(below))
+                    kept.append(rows.select(~below))
+            if kept:
+                self._rows[key] = kept
+            else:
+                del self._rows[key]
+        self._listed = sum(len(r) for part in self._rows.values() for r in part)
+        return out
 
     def _with_fronts(self, rows: Optional[_Rows], order: np.ndarray) -> Tuple[_Rows, np.ndarray]:
         """The released rows with each release's front placed where that release began."""
         stamps = rows.ts[order] if rows is not None else np.zeros(0, np.int64)
-        n = len(stamps)
-        parts, pieces, base = [], [], n
+        parts, pieces, base = [], [], len(stamps)
         start = 0
         for point, front in self._fronts:
-            at = int(np.searchsorted(stamps, point, side="left")) if point != I64_MIN else 0
-            at = max(at, start)
+            at = max(int(np.searchsorted(stamps, point, side="left")), start)
             pieces.append(order[start:at])
             pieces.append(np.arange(base, base + len(front)))
             parts.append(front)
@@ -290,35 +335,32 @@ class BlockTimeline:
             backwards = state.backwards
             got = walk(buffer, index, self.header, cpu, state, self.wanted, self.byteorder)
             self.events += len(got.ts)
-            n = len(got.ts)
-            rows = _Rows(got.ts, got.etype.astype(np.int32), got.offset, got.length.astype(np.int64),
-                         np.full(n, bid, np.int32), np.full(n, cpu, np.int16), bid)  # fmt: skip
+            ts, etype, ref, length = got.ts, got.etype, got.offset, got.length
             if got.losses:
                 for _, loss in got.losses:
                     self.ledger.add(loss)
-                rows = self._interleave(rows, got.losses)
-            ordered = state.backwards == backwards and _ascending(rows.ts)
-            self._push(cpu, rows, ordered, late, front)
+                ts, etype, ref, length = self._interleave(got)
+            # a CPU's stamps only add up unless the walk stepped back (the merge's own test: its decoder's)
+            self._push(cpu, _Rows(ts, etype, ref, length, cpu, bid, state.backwards == backwards), late, front)
             self._advance(cpu, state.last_ts)
 
-    def _interleave(self, rows: _Rows, losses: List[Tuple[int, Loss]]) -> _Rows:
+    def _interleave(self, got: Walk) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The walk's losses put back among its records, where the page decoder emits them."""
-        objs = self._object_rows([loss for _, loss in losses])
-        at = np.array([i for i, _ in losses], dtype=np.int64)
-        n = len(rows) + len(at)
-        is_obj = np.zeros(n, dtype=bool)
+        objs = self._object_rows([loss for _, loss in got.losses])
+        at = np.array([i for i, _ in got.losses], dtype=np.int64)
+        n = len(got.ts) + len(at)
         pos = at + np.arange(len(at))
-        is_obj[pos] = True
-        def mix(name: str) -> np.ndarray:
-            col = np.empty(n, dtype=getattr(rows, name).dtype)
-            col[~is_obj] = getattr(rows, name)
-            col[pos] = getattr(objs, name)
+        is_rec = np.ones(n, dtype=bool)
+        is_rec[pos] = False
+
+        def mix(records: np.ndarray, losses: np.ndarray, dtype: Any) -> np.ndarray:
+            col = np.empty(n, dtype=dtype)
+            col[is_rec] = records
+            col[pos] = losses
             return col
 
-        return _Rows(mix("ts"), mix("etype"), mix("ref"), mix("length"), mix("buf"), mix("cpu"), rows.bid)
-
-    def _push_objects(self, key: int, items: List[Any], late: Dict[Tuple[str, int], int], front: List[_Rows]) -> None:
-        self._push(key, self._object_rows(items), False, late, front)
+        return (mix(got.ts, objs.ts, np.int64), mix(got.etype, objs.etype, np.int32),
+                mix(got.offset, objs.ref, np.int64), mix(got.length, objs.length, np.int64))  # fmt: skip
 
     def _object_rows(self, items: Sequence[Any]) -> _Rows:
         n = len(items)
@@ -328,17 +370,15 @@ class BlockTimeline:
         self._next_object += n
         ts = np.array([_i64(item.ts_ns) for item in items], dtype=np.int64)
         cpu = np.array([int(getattr(item, "cpu", -1)) for item in items], dtype=np.int16)
-        return _Rows(ts, np.full(n, OBJECT, np.int32), ids, np.zeros(n, np.int64), np.full(n, -1, np.int32), cpu)
+        return _Rows(ts, np.full(n, OBJECT, np.int32), ids, np.zeros(n, np.int64), cpu, -1, False)
 
-    def _push(self, key: int, rows: _Rows, ordered: bool, late: Dict[Tuple[str, int], int],
-              front: List[_Rows]) -> None:  # fmt: skip
+    def _push(self, key: int, rows: _Rows, late: Dict[Tuple[str, int], int], front: List[_Rows]) -> None:
         """The merge's push: untimed rows go to the front, rows older than the release point are dropped and
         counted (the merge's test: the first row of an ordered push, the earliest of another)."""
         if not len(rows):
             return
-        first = int(rows.ts[0]) if ordered else rows.first
         released = self._released
-        if first < released or not first:
+        if rows.first < released or not rows.first:
             untimed = rows.ts == 0
             dropped = ~untimed & (rows.ts < _i64(released))
             if untimed.any():
@@ -348,8 +388,8 @@ class BlockTimeline:
             rows = rows.select(~untimed & ~dropped)
             if not len(rows):
                 return
-        self._held.setdefault(key, []).append(rows)
-        self.held += len(rows)
+        self._rows.setdefault(key, []).append(rows)
+        self._listed += len(rows)
         if key not in self._wm:
             self._wm[key] = -math.inf
 
@@ -374,47 +414,35 @@ class BlockTimeline:
         if mark.channels_ns is not None:
             self._advance(CHANNELS, mark.channels_ns)
 
-    # ---- releasing -----------------------------------------------------------------------------------------
+    # ---- releasing: the merge's release point; the rows move at take() -----------------------------------
     def _bound(self) -> float:
-        low, forced = release_bound(list(self._wm.values()), self._released, self.max_lag_ns, self.held,
-                                    self.max_held, self._cut)  # fmt: skip
+        # the count bound needs the held count only when the rows listed could exceed it
+        held = self.held if self._listed > self.max_held else 0
+        low, forced = release_bound(list(self._wm.values()), self._released, self.max_lag_ns, held, self.max_held,
+                                    self._cut)  # fmt: skip
         self.forced += forced
         return low
 
     def _cut(self, count: int) -> float:
-        stamps = np.sort(np.concatenate([r.ts for part in self._held.values() for r in part]))
+        point = _i64(self._released)
+        stamps = np.concatenate([r.ts for part in self._rows.values() for r in part])
+        stamps = np.sort(stamps[stamps >= point])
         return int(stamps[min(count, len(stamps)) - 1]) + 1 if len(stamps) else self._released
 
     def _release(self, upto: float) -> None:
-        if upto <= self._released and upto != math.inf:
-            return
         if upto > self._released:
             self._released = upto
-        point = _i64(upto)
-        released = 0
-        for key in sorted(self._held):
-            kept: List[_Rows] = []
-            for rows in self._held[key]:
-                if rows.last < point or upto == math.inf:
-                    self._out.append(rows)
-                    released += len(rows)
-                elif rows.first >= point:
-                    kept.append(rows)
-                else:
-                    below = rows.ts < point
-                    self._out.append(rows.select(below))
-                    kept.append(rows.select(~below))
-                    released += int(below.sum())
-            if kept:
-                self._held[key] = kept
-            else:
-                del self._held[key]
-        self.held -= released
-        self._out_rows += released
 
 
-def _ascending(ts: np.ndarray) -> bool:
-    return bool(len(ts) < 2 or (ts[1:] >= ts[:-1]).all())
+def _count_from(rows: _Rows, point: int) -> int:
+    """How many of the rows are stamped at or after `point`."""
+    if rows.first >= point:
+        return len(rows)
+    if rows.last < point:
+        return 0
+    if rows.ordered:
+        return len(rows) - int(np.searchsorted(rows.ts, point, side="left"))
+    return int((rows.ts >= point).sum())
 
 
 def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTimeline:

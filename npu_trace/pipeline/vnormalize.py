@@ -78,6 +78,8 @@ class NormBlock:
         shaped = self.shaped.get(i)
         if shaped is not None:
             return shaped  # objects and rows shaped alone (their pairing was applied when it happened)
+        if self.counted_only[i]:  # a format without a rule: the "log" event the reference builds for views
+            return self.norm.normalizer._shape(self.block.item(i))[0]
         ev = self._planned_event(i)
         if self.paired[i]:
             return ev._replace(dev=self._entry_dev(i), args=self._merged_args(i, ev.args))

@@ -12,12 +12,16 @@ from collections import Counter, deque
 from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.scope import ScopeFilter
-from tui.fmt import log_row
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
+from tui.fmt import log_row, row_plain
 from tui.logfilter import LogFilter
 from tui.messages import (
     CONTEXT_NS,
@@ -40,6 +44,7 @@ BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (determinis
 MAX_RESETS = 50
 MAX_FAILURES = 20
 CALL_KINDS = frozenset(("call", "submit", "free"))
+CALL_CODES = [KIND_CODE[k] for k in sorted(CALL_KINDS)]
 
 CommOf = Callable[[int], str]
 
@@ -79,6 +84,54 @@ class Collector:
         if now is not None:
             self._note(self.analysis.advance(now))
         self.analysis.findings.clear()  # kept by Analysis for a final report the TUI never asks for: bounded
+
+    def add_block(self, block: Block, now: Optional[int] = None) -> None:
+        """The timeline's items as a columnar block (the fast path): the same analysis and the same views as
+        add(items), with objects made only for what is carried to the UI."""
+        if self.analysis.scope is not None:  # a scope's stage is per event
+            self.add(block.items(), now)
+            return
+        if len(block):
+            nb = self.analysis.normalize_block(block)
+            self._note(self.analysis.feed_normalized(nb))
+            self._block_views(nb)
+        if now is not None:
+            self._note(self.analysis.advance(now))
+        self.analysis.findings.clear()
+
+    def _block_views(self, nb: NormBlock) -> None:
+        n = len(nb)
+        self.ring.add_block(nb)
+        rows = np.arange(n) if self.filter.empty() else select_rows(self.filter, nb, self.comm_of)
+        newest = rows[-self.rows.maxlen :] if self.rows.maxlen else rows
+        self.rows.extend(nb.event(i) for i in newest.tolist())
+        self.interval_matched += len(rows)
+        self.interval_events += n
+        self.total += n
+        self.last_ts = max(self.last_ts, int(nb.block.ts[-1]))
+        devs, counts = np.unique(nb.dev, return_counts=True)
+        self.dev_counts.update({(None if d < 0 else d): c for d, c in zip(devs.tolist(), counts.tolist())})
+        self._scan_block(nb)
+        self._memory_bins()
+
+    def _scan_block(self, nb: NormBlock) -> None:
+        """_scan on columns: each device's largest call latency per bin, bin runs in row order."""
+        rows = np.flatnonzero(np.isin(nb.kind, CALL_CODES) & (nb.dev >= 0))
+        if not len(rows):
+            return
+        got = nb.int_args(rows, "latency_ns")
+        if got is None:  # an argument that is not an int64: row by row, as _scan
+            self._scan([nb.event(i) for i in rows.tolist()])
+            return
+        values, present = got
+        rows, values = rows[present], values[present]
+        devs, index = nb.dev[rows], nb.block.ts[rows] // BIN_NS
+        for dev in np.unique(devs).tolist():
+            mine = devs == dev
+            idx, val = index[mine], values[mine]
+            starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+            for i, v in zip(idx[starts].tolist(), np.maximum.reduceat(val, starts).tolist()):
+                _bin(self.lat_bins, dev, i, v, max)
 
     def _events(self, items: Sequence[Any]) -> None:
         events = self.analysis.normalize(items)  # normalized (and scoped) here: the log shows unmapped events too
@@ -233,18 +286,30 @@ class Ring:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.batches: Deque[List[Any]] = deque()  # [events, their times (sorted) or None until asked]
+        self.batches: Deque[Any] = deque()  # _Events or _BlockEvents, oldest first
         self.size = 0
 
     def add(self, events: List[NpuEvent]) -> None:
-        self.batches.append([events, None])
-        self.size += len(events)
-        while self.size - len(self.batches[0][0]) >= self.limit:
-            self.size -= len(self.batches.popleft()[0])
+        self._add(_Events(events), len(events))
+
+    def add_block(self, nb: NormBlock) -> None:
+        """A normalized block: its events are made only when asked for (a filter's window, a spike's context)."""
+        self._add(_BlockEvents(nb), len(nb))
+
+    def _add(self, batch: Any, n: int) -> None:
+        self.batches.append(batch)
+        self.size += n
+        while self.size - len(self.batches[0]) >= self.limit:
+            self.size -= len(self.batches.popleft())
 
     def events(self) -> List[NpuEvent]:
         """All of them, oldest first (the newest `limit`)."""
-        out = [ev for batch in self.batches for ev in batch[0]]
+        out: List[NpuEvent] = []
+        for batch in reversed(self.batches):
+            want = self.limit - len(out)
+            if want <= 0:
+                break
+            out[:0] = batch.slice(max(0, len(batch) - want), len(batch))
         return out[-self.limit :]
 
     def around(self, lo: int, hi: int, most: int) -> Tuple[List[NpuEvent], int]:
@@ -252,18 +317,61 @@ class Ring:
         found: List[NpuEvent] = []
         count = 0
         for batch in reversed(self.batches):
-            events, stamps = batch
-            if not events:
+            if not len(batch):
                 continue
-            if stamps is None:
-                stamps = batch[1] = list(map(_ts_of, events))
-            if stamps[-1] < lo:
+            if batch.last() < lo:
                 break  # older batches end earlier still
-            i, j = bisect_left(stamps, lo), bisect_right(stamps, hi)
+            i, j = batch.span(lo, hi)
             if j > i:
                 count += j - i
-                found[:0] = events[i : min(j, i + most)]
+                found[:0] = batch.slice(i, min(j, i + most))
         return found[:most], count
+
+
+class _Events:
+    """A batch of the ring as NpuEvents."""
+
+    __slots__ = ("events", "stamps")
+
+    def __init__(self, events: List[NpuEvent]) -> None:
+        self.events = events
+        self.stamps: Optional[List[int]] = None
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def last(self) -> int:
+        return int(self.events[-1].ts_ns)
+
+    def span(self, lo: int, hi: int) -> Tuple[int, int]:
+        if self.stamps is None:
+            self.stamps = list(map(_ts_of, self.events))
+        return bisect_left(self.stamps, lo), bisect_right(self.stamps, hi)
+
+    def slice(self, i: int, j: int) -> List[NpuEvent]:
+        return self.events[i:j]
+
+
+class _BlockEvents:
+    """A batch of the ring as a normalized block (events made on demand)."""
+
+    __slots__ = ("nb",)
+
+    def __init__(self, nb: NormBlock) -> None:
+        self.nb = nb
+
+    def __len__(self) -> int:
+        return len(self.nb)
+
+    def last(self) -> int:
+        return int(self.nb.block.ts[-1])
+
+    def span(self, lo: int, hi: int) -> Tuple[int, int]:
+        ts = self.nb.block.ts
+        return int(np.searchsorted(ts, lo, side="left")), int(np.searchsorted(ts, hi, side="right"))
+
+    def slice(self, i: int, j: int) -> List[NpuEvent]:
+        return [self.nb.event(k) for k in range(i, j)]
 
 
 _dev_of = itemgetter(2)  # NpuEvent.dev
@@ -297,3 +405,25 @@ def fresh_counters(source: Any, label: Optional[str] = None) -> Counters:
         recording=None if rec is None else rec[0], recording_bytes=0 if rec is None else rec[1],
         source=label or source.label, detail=source.detail(),
     )  # fmt: skip
+
+
+def select_rows(flt: LogFilter, nb: NormBlock, comm_of: Callable[[int], str]) -> np.ndarray:
+    """`select` on a normalized block: the rows that match, in order (the device, kinds and pid on columns;
+    the task name once per pid; the line text only for the rows left, as events)."""
+    keep = np.ones(len(nb), dtype=bool)
+    if flt.dev is not None:
+        keep &= nb.dev == flt.dev
+    if flt.kinds:
+        keep &= np.isin(nb.kind, [KIND_CODE[k] for k in flt.kinds if k in KIND_CODE])
+    pids = nb.block.pid
+    if flt.pid is not None:
+        keep &= pids == flt.pid
+    if flt.comm:
+        named = [p for p in np.unique(pids[keep]).tolist() if flt.comm in comm_of(p)]
+        keep &= np.isin(pids, named)
+    rows = np.flatnonzero(keep)
+    if flt.text:
+        events = [(r, nb.event(r)) for r in rows.tolist()]
+        rows = np.array([r for r, ev in events if flt.text in row_plain(log_row(ev, comm_of(ev.pid))).lower()],
+                        dtype=np.int64)  # fmt: skip
+    return rows

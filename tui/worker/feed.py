@@ -1,7 +1,8 @@
 """The feed, in the worker process: runs a source, analyses every batch, sends one `FeedUpdate` per interval.
 
 A source (see `tui.worker.sources`) is injected: it calls `sink(items, now)` often (at least every ~50 ms, with an
-empty list when nothing came) with the timeline's items in time order and its watermark (`now`: time has
+empty list when nothing came) with the timeline's items in time order (a list, or a columnar `Block` from the
+fast path: the live and replay sources hand those over) and its watermark (`now`: time has
 reached it, events or not), `sink.restart()` when it starts over (seek back), `sink.end()` when it has nothing
 more, and `sink.announce(resource)` once it holds a kernel resource (a tracefs instance) that the UI must
 remove should this process die without cleaning up.
@@ -19,11 +20,12 @@ for the UI.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, Union
 
 from npu_trace.device.profiles import Profile
 from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
+from npu_trace.pipeline.blocks import Block
 from npu_trace.process import StopFlag
 from tui.messages import INTERVAL_S, ROWS_PER_UPDATE, one_line
 from tui.worker.collector import Collector, fresh_counters
@@ -32,7 +34,7 @@ IDLE_S = 0.05  # after the source ended: how often requests are looked at
 
 
 class Sink(Protocol):
-    def __call__(self, items: List[Any], now: Optional[int] = None) -> None: ...
+    def __call__(self, items: Union[List[Any], Block], now: Optional[int] = None) -> None: ...
 
     def restart(self) -> None: ...
 
@@ -160,9 +162,12 @@ class Feed:
         self.channel.send(("reply", rid, value, ""))
 
     # ---- the sink ------------------------------------------------------------------------------
-    def __call__(self, items: List[Any], now: Optional[int] = None) -> None:
+    def __call__(self, items: Union[List[Any], Block], now: Optional[int] = None) -> None:
         self.serve()
-        self.collector.add(items, now)
+        if isinstance(items, Block):
+            self.collector.add_block(items, now)
+        else:
+            self.collector.add(items, now)
         if self.ack >= self.seq and self.clock() - self._last >= self.interval:
             self._post()
 

@@ -18,7 +18,8 @@ from typing import Callable, List, Optional, Tuple
 from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import NpuTraceError, SourceError
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.pipeline import Batch, Timeline, pump
+from npu_trace.pipeline import Batch, pump
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import StopFlag
 from npu_trace.sinks.recorder import Recorder
@@ -107,13 +108,13 @@ class LiveSource(BaseSource):
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
-            timeline = source.timeline()
+            timeline = source.block_timeline()
             try:
                 pump(source, lambda batch: self._batch(batch, timeline, sink), stop=stop, until=self.until)
             finally:
                 self._close_recorder()
 
-    def _batch(self, batch: Batch, timeline: Timeline, sink: Sink) -> None:
+    def _batch(self, batch: Batch, timeline: BlockTimeline, sink: Sink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from npu_trace.pipeline import Batch, Timeline, empty_batch, pump
+from npu_trace.pipeline import Batch, empty_batch, pump
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.process import StopFlag
 from npu_trace.sources.replay_source import ReplaySource
 from tui.worker.feed import Sink
@@ -64,7 +65,7 @@ class ReplayFeedSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         while not stop.stopped:
-            pump(self, _through(self.replay.timeline(), sink), stop=stop, poll_s=IDLE_S)
+            pump(self, _through(self.replay.block_timeline(), sink), stop=stop, poll_s=IDLE_S)
             if self._back is None:
                 if stop.stopped:
                     return
@@ -120,6 +121,6 @@ class ReplayFeedSource(BaseSource):
         return empty_batch() if self._back is not None else self.replay.finish()
 
 
-def _through(timeline: Timeline, sink: Sink) -> Callable[[Batch], None]:
-    """A pump sink: each batch through the timeline, its items and watermark to the feed."""
+def _through(timeline: BlockTimeline, sink: Sink) -> Callable[[Batch], None]:
+    """A pump sink: each batch through the (columnar) timeline, its block and watermark to the feed."""
     return lambda batch: sink(timeline.push(batch), timeline.now)

@@ -1,0 +1,88 @@
+"""The TUI worker's collector on columnar blocks shows what it shows on items: the same rows, findings, spike
+contexts, device states, latency table, resets and memory, update after update, whatever the log filter.
+
+The live and replay sources hand blocks over (the fast path); `add(items)` is the reference.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, List
+
+import pytest
+
+from npu_trace.device.profiles import PROFILES
+from npu_trace.events import Loss, NpuEvent
+from npu_trace.ftrace.columns import plans
+from npu_trace.pipeline.blocks import records_of
+from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
+from npu_trace.sim.scenarios import plan
+from synth import formats, synth_events
+from tui.logfilter import LogFilter
+from tui.messages import Counters
+from tui.worker.collector import Collector, select_rows
+
+PROFILE = PROFILES["sim"]
+PLANS = plans(formats().values(), layouts=PROFILE.layouts)
+COMMS = {4242: "python3"}  # the synthesizer's process
+
+
+def comm(pid: int) -> str:
+    return COMMS.get(pid, "<...>")
+
+
+def items_of(scenario: str, seed: int) -> List[Any]:
+    rng = random.Random(seed)
+    out: List[Any] = []
+    for ev in synth_events(plan(scenario, seed, 1.0, 1500, 2)):
+        out.append(ev._replace(cpu=rng.randrange(2)))
+        if rng.random() < 0.004:
+            out.append(NpuEvent(ev.ts_ns, "timeout", 0, "heartbeat", -1, -1, {"source": "kmsg"}))
+        elif rng.random() < 0.002:
+            out.append(Loss("tracefs", 1, "overrun", 2, ev.ts_ns))
+    return out
+
+
+def updates(collector: Collector, batches: List[List[Any]], blocks: bool, query: str) -> List[Any]:
+    out = []
+    if query:
+        out.append(collector.set_filter(query))
+    for seq, batch in enumerate(batches, 1):
+        now = batch[-1].ts_ns if batch else None
+        if blocks:
+            collector.add_block(records_of(batch, PLANS), now)
+        else:
+            collector.add(batch, now)
+        if seq % 3 == 0:
+            out.append(collector.update(seq, 0.25, Counters()))
+        if seq == len(batches) // 2:
+            out.append(collector.set_filter(query or "kind:call"))
+    collector.finish()
+    out.append(collector.update(len(batches) + 1, 0.25, Counters(), ended=True))
+    return out
+
+
+@pytest.mark.parametrize("scenario", ["mixed", "spikes", "ecc-reset", "fragmentation"])
+@pytest.mark.parametrize("query", ["", "dev:1", "kind:call kind:irq", "comm:pyth", "halMem", "pid:4242 dev:0"])
+def test_blocks_and_items_give_the_same_updates(scenario: str, query: str) -> None:
+    items = items_of(scenario, 4)
+    rng = random.Random(scenario + query)
+    cuts = sorted(rng.sample(range(1, len(items)), 40))
+    batches = [items[a:b] for a, b in zip([0, *cuts], [*cuts, len(items)])]
+    want = updates(Collector(PROFILE, comm, rows_per_update=50), batches, False, query)
+    got = updates(Collector(PROFILE, comm, rows_per_update=50), batches, True, query)
+    assert got == want
+
+
+FILTERS = ["dev:0", "dev:npu1", "kind:complete", "kind:nonsense", "pid:4242", "pid:7", "comm:py", "comm:absent",
+           "halmemalloc dev:0", "x"]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", FILTERS)
+def test_the_filter_on_columns_selects_what_the_filter_on_events_selects(query: str) -> None:
+    items = items_of("mixed", 2)
+    nb = BlockNormalizer(Normalizer(PROFILE.mapping)).normalize(records_of(items, PLANS))
+    events = [nb.event(i) for i in range(len(nb))]
+    flt = LogFilter.parse(query)
+    assert [events[i] for i in select_rows(flt, nb, comm).tolist()] == flt.select(events, comm)
