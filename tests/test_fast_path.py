@@ -235,3 +235,26 @@ def test_with_a_scope_the_block_path_finds_what_the_scoped_reference_finds() -> 
     assert scoped == run(block=False, scope=True)
     assert scoped != run(block=True, scope=False)
     assert json.loads(scoped)["summary"]["scope"]["dropped"]["device"] > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), wide=st.booleans())
+def test_task_pairing_at_once_is_pairing_one_by_one(data: Any, wide: bool) -> None:
+    """Submits and completions of any keys (narrow ones pack into one integer, wide ones do not; absent
+    streams, reused ids, completions without a submit, tasks left open across blocks)."""
+    ids = st.sampled_from([0, 1, 5, (1 << 62) + 3, (1 << 63) - 1] if wide else [0, 1, 2, 7])
+    events, t = [], 0
+    for _ in range(data.draw(st.integers(1, 60))):
+        t += data.draw(st.integers(0, 2))
+        kind = data.draw(st.sampled_from(["submit", "complete"]))
+        args = {"task": data.draw(ids)}
+        if data.draw(st.booleans()):
+            args["stream"] = data.draw(ids)
+        events.append(NpuEvent(t, kind, data.draw(st.sampled_from([0, 1, None])), "task", 9, 0, args))
+    one, many = LatencyDetector({}), LatencyDetector({})
+    want = one.feed(events)
+    normalizer = BlockNormalizer(Normalizer({}))
+    bounds = [0, *sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=3))), len(events)]
+    got = [f for batch in batches(events, bounds) for f in many.feed_block(normalizer.normalize(records_of(batch, {})))]
+    assert got == want
+    assert many.summary() == one.summary() and list(many.tasks.items()) == list(one.tasks.items())

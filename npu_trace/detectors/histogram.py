@@ -23,17 +23,17 @@ def bucket_index(value: int) -> int:
     return shift * SUB + (value >> shift)
 
 
-_POW2 = np.array([1 << i for i in range(63)], dtype=np.int64)
-
-
 def bucket_indices(values: np.ndarray) -> np.ndarray:
-    """`bucket_index` of every value (int64), exactly (the bit length by comparison, never by a float log)."""
+    """`bucket_index` of every value (int64), exactly: the bit length from the float's exponent, corrected
+    where rounding to a double carried a value up to the next power of two (never a float log)."""
     v = values.astype(np.int64)
     out = np.maximum(v, 0)
     big = v >= SUB
     if big.any():
         b = v[big]
-        shift = np.searchsorted(_POW2, b, side="right") - SUB_BITS - 1
+        length = np.minimum(np.frexp(b.astype(np.float64))[1].astype(np.int64), 63)
+        length -= np.left_shift(np.int64(1), length - 1) > b  # 2**(length - 1) <= b: the exact bit length
+        shift = length - SUB_BITS - 1
         out[big] = shift * SUB + (b >> shift)
     return out
 
@@ -87,9 +87,10 @@ class Histogram:
         """Every value of an int64 array, as add() would one by one."""
         if not len(values):
             return
-        idx, counts = np.unique(bucket_indices(values), return_counts=True)
+        counts = np.bincount(bucket_indices(values))  # at most ~7,300 buckets
+        idx = np.flatnonzero(counts)
         buckets = self.buckets
-        for i, n in zip(idx.tolist(), counts.tolist()):
+        for i, n in zip(idx.tolist(), counts[idx].tolist()):
             buckets[i] = buckets.get(i, 0) + n
         low, high = int(values.min()), int(values.max())
         self.min = low if not self.count else min(self.min, low)

@@ -29,6 +29,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.order import KeyPacking, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
 MS = 1_000_000
@@ -51,7 +52,7 @@ class Samples(NamedTuple):
     start: np.ndarray  # int64: the call's entry, the task's submit
     end: np.ndarray  # int64: the return, the completion
     pid: np.ndarray
-    source: List[str]  # "call" or "task"
+    source: Sequence[str]  # "call" or "task" (any sequence of them: a list, a numpy array of str)
 
 
 class OpView(NamedTuple):
@@ -122,11 +123,15 @@ class LatencyDetector:
         out: List[Finding] = []
         rows, lat, start = self._call_samples(nb)
         t_rows, t_lat, t_start = self._tasks_block(nb)
-        all_rows = np.concatenate([rows, t_rows])
-        order = np.argsort(all_rows, kind="stable")
-        sources = np.array(["call"] * len(rows) + ["task"] * len(t_rows), dtype=object)[order]
-        self._feed_samples(nb, all_rows[order], np.concatenate([lat, t_lat])[order],
-                           np.concatenate([start, t_start])[order], sources, out)  # fmt: skip
+        if len(t_rows):  # calls and tasks in row order (a row is one or the other)
+            all_rows = np.concatenate([rows, t_rows])
+            order = stable_order(all_rows)
+            sources = np.where(order >= len(rows), "task", "call")
+            lat, start = np.concatenate([lat, t_lat])[order], np.concatenate([start, t_start])[order]
+            rows = all_rows[order]
+        else:
+            sources = np.full(len(rows), "call")
+        self._feed_samples(nb, rows, lat, start, sources, out)
         return out
 
     def _call_samples(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,14 +161,14 @@ class LatencyDetector:
             return
         dev, op = nb.dev[rows], nb.op[rows].astype(np.int64)
         key = (dev + 1) * (len(nb.norm.ops) + 1) + op
-        uniq, inverse = np.unique(key, return_inverse=True)
+        order = stable_order(key)  # by (device, op), each in row order
+        bounds = np.flatnonzero(np.diff(key[order])) + 1
         end, pid = nb.block.ts[rows], nb.block.pid[rows]
-        for k in range(len(uniq)):
-            sel = np.flatnonzero(inverse == k)
+        for sel in np.split(order, bounds):
             first = int(sel[0])
             d = int(dev[first])
             self.samples(None if d < 0 else d, nb.norm.ops[int(op[first])],
-                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel].tolist()), out)  # fmt: skip
+                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel]), out)  # fmt: skip
 
     def _tasks_block(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
@@ -172,18 +177,21 @@ class LatencyDetector:
         streams, tasks = nb.int_args(rows, "stream"), nb.int_args(rows, "task")
         if streams is None or tasks is None or len(self.tasks) + len(rows) >= MAX_TASKS:
             return self._tasks_one_by_one(nb, rows)
-        dev = nb.dev[rows]
-        keys = np.stack([dev, streams[1], streams[0], tasks[1], tasks[0]])
-        order = np.lexsort((rows, *keys[::-1]))
-        k = keys[:, order]
-        start = np.ones(len(rows), dtype=bool)
-        start[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-        r = rows[order]
+        cols = np.stack([nb.dev[rows], streams[1], streams[0], tasks[1], tasks[0]])  # a task's key, as columns
+        packing = KeyPacking(cols)
+        key = packing.pack(cols)
+        order = stable_order(key)  # by key, each key's rows in time order
+        k, r = key[order], rows[order]
+        start = np.ones(len(r), dtype=bool)
+        start[1:] = k[1:] != k[:-1]
         is_submit = nb.kind[r] == KIND_CODE["submit"]
         starts = np.flatnonzero(start)
-        start_keys = _task_keys(k[:, starts])
-        carried = np.array([key in self.tasks for key in start_keys], dtype=bool) if self.tasks else np.zeros(
-            len(starts), dtype=bool)  # fmt: skip
+        group_of = np.cumsum(start) - 1  # sorted row -> its key's index among the starts
+        carried = np.zeros(len(starts), dtype=bool)
+        if self.tasks:  # keys still open from before the block (few): matched by their packed value
+            open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
+            if open_keys:
+                carried = np.isin(k[starts], packing.pack(_key_columns(open_keys)))
         prev_submit = np.zeros(len(r), dtype=bool)
         prev_submit[1:] = is_submit[:-1] & ~start[1:]
         prev_submit[starts] = carried
@@ -193,26 +201,26 @@ class LatencyDetector:
         opened = np.empty(len(matched), dtype=np.int64)
         inside = ~start[matched]
         opened[inside] = ts[r[matched[inside] - 1]]
-        group_of = np.cumsum(start) - 1  # row -> its key's index among the starts
+        key_of = _KeyOf(cols[:, order], starts)
         for j in np.flatnonzero(~inside).tolist():
-            opened[j] = self.tasks[start_keys[int(group_of[matched[j]])]][0]
-        self._settle_tasks(nb, start_keys, group_of, r, is_submit, start, carried)
+            opened[j] = self.tasks[key_of(int(group_of[matched[j]]))][0]
+        self._settle_tasks(nb, key_of, group_of, r, is_submit, start, carried)
         done = r[matched]
-        back = np.argsort(done, kind="stable")
+        back = stable_order(done)
         return done[back], (ts[done] - opened)[back], opened[back]
 
-    def _settle_tasks(self, nb: NormBlock, keys: List[Any], group_of: np.ndarray, r: np.ndarray,
+    def _settle_tasks(self, nb: NormBlock, key_of: Any, group_of: np.ndarray, r: np.ndarray,
                       is_submit: np.ndarray, start: np.ndarray, carried: np.ndarray) -> None:  # fmt: skip
         """The open tasks after the block, as _submit/_complete leave them (a key whose last row is a submit is
         open, re-inserted where that submit put it; the others closed)."""
         for g in np.flatnonzero(carried).tolist():
-            del self.tasks[keys[g]]
+            del self.tasks[key_of(g)]
         last = np.ones(len(r), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last & is_submit)
         ts, pid = nb.block.ts, nb.block.pid
         for row, g in sorted(zip(r[ends].tolist(), group_of[ends].tolist())):
-            self.tasks[keys[g]] = (int(ts[row]), int(pid[row]))
+            self.tasks[key_of(g)] = (int(ts[row]), int(pid[row]))
 
     def _tasks_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         streams, tasks = nb.int_arg(rows, "stream"), nb.int_arg(rows, "task")
@@ -383,7 +391,7 @@ class LatencyDetector:
         details = {
             "latency_ns": latency, "threshold_ns": fired, "rules": rules, "absolute_ns": absolute,
             "adaptive_ns": adaptive, "baseline_ns": baseline, "end_ts_ns": int(s.end[i]), "pid": int(s.pid[i]),
-            "source": s.source[i],
+            "source": str(s.source[i]),
         }  # fmt: skip
         out.append(Finding("spike", dev, op, int(s.start[i]), details))
 
@@ -396,11 +404,30 @@ class LatencyDetector:
         return absolute, adaptive
 
 
-def _task_keys(cols: np.ndarray) -> List[Tuple[Optional[int], Any, Any]]:
-    """(dev, stream, task) keys as _submit makes them (None for an absent one) from the key rows."""
-    dev, s_has, s, t_has, t = cols.tolist()
-    return [(None if d < 0 else d, sv if sh else None, tv if th else None)
-            for d, sh, sv, th, tv in zip(dev, s_has, s, t_has, t)]  # fmt: skip
+TaskKey = Tuple[Optional[int], Any, Any]
+
+
+def _key_values(key: TaskKey) -> Tuple[Any, ...]:
+    """A (dev, stream, task) key as the five key columns' values (dev or -1, has and value of stream, of task)."""
+    d, s, t = key
+    stream, task = (0, 0) if s is None else (1, s), (0, 0) if t is None else (1, t)
+    return (-1 if d is None else d, *stream, *task)
+
+
+def _key_columns(keys: Sequence[TaskKey]) -> np.ndarray:
+    """Keys (each inside the int64 range) as the five key columns."""
+    return np.array([_key_values(k) for k in keys], dtype=np.int64).T.reshape(5, -1)
+
+
+class _KeyOf:
+    """The (dev, stream, task) key of a group of sorted rows, as _submit makes it, made only when asked."""
+
+    def __init__(self, cols: np.ndarray, starts: np.ndarray) -> None:
+        self.cols, self.starts = cols, starts
+
+    def __call__(self, group: int) -> TaskKey:
+        d, sh, sv, th, tv = self.cols[:, int(self.starts[group])].tolist()
+        return (None if d < 0 else d, sv if sh else None, tv if th else None)
 
 
 def _medians(seq: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 
 from npu_trace.detectors.base import Finding
 from npu_trace.events import NpuEvent
+from npu_trace.pipeline.order import KeyPacking, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
 
 DevPid = Tuple[int, int]
@@ -67,29 +68,47 @@ class MemoryDetector:
         kind, dev, pid, ts = nb.kind[rows], nb.dev[rows], nb.block.pid[rows].astype(np.int64), nb.block.ts[rows]
         is_alloc, is_free = kind == KIND_CODE["alloc"], kind == KIND_CODE["free"]
         mem = np.flatnonzero(is_alloc | is_free)  # the failures only read the live bytes
-        order = mem[np.lexsort((mem, va[mem], dev[mem]))]
+        cols = np.stack([dev[mem], va[mem]])
+        packing = KeyPacking(cols)
+        packed = packing.pack(cols)
+        by_key = stable_order(packed)  # by (device, va), each address's rows in time order
+        order, k = mem[by_key], packed[by_key]
         start = np.ones(len(order), dtype=bool)
-        start[1:] = (dev[order][1:] != dev[order][:-1]) | (va[order][1:] != va[order][:-1])
-        keys = list(zip(dev[order][start].tolist(), va[order][start].tolist()))
-        live = [self.live.get(k) for k in keys]
+        start[1:] = k[1:] != k[:-1]
+        starts = np.flatnonzero(start)
+        key_of = _AddressOf(cols[:, by_key], starts)
+        carried = self._live_among(packing, k[starts], key_of)  # (start index, the live allocation) of each
         prev_alloc = np.zeros(len(order), dtype=bool)
         prev_alloc[1:] = is_alloc[order][:-1] & ~start[1:]
-        starts = np.flatnonzero(start)
-        prev_alloc[starts] = [v is not None for v in live]
         # what each row releases: the allocation before it of its address (in the block, or live before it)
         rel_size, rel_pid = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
-        inside = prev_alloc & ~start
-        rel_size[inside], rel_pid[inside] = size[order][np.flatnonzero(inside) - 1], pid[order][np.flatnonzero(
-            inside) - 1]  # fmt: skip
-        for i, v in zip(starts.tolist(), live):
-            if v is not None:
-                rel_size[i], rel_pid[i] = v[0], v[1]
+        inside = np.flatnonzero(prev_alloc & ~start)
+        rel_size[inside], rel_pid[inside] = size[order[inside - 1]], pid[order[inside - 1]]
+        for g, (v_size, v_pid, _) in carried:
+            i = int(starts[g])
+            prev_alloc[i] = True
+            rel_size[i], rel_pid[i] = v_size, v_pid
         self._count(is_alloc[order], prev_alloc)
         deltas = self._deltas(order, is_alloc[order], prev_alloc, rel_size, rel_pid, dev, pid, size)
         fails = np.flatnonzero(kind == KIND_CODE["alloc_fail"])
         out = self._account_all(deltas, dev, rows, fails, nb)
-        self._settle_live(keys, live, order, start, is_alloc, size, pid, ts)
+        self._settle_live(key_of, carried, order, start, is_alloc, size, pid, ts)
         return out
+
+    def _live_among(self, packing: KeyPacking, keys: np.ndarray, key_of: Any) -> List[Tuple[int, Any]]:
+        """(index among the block's addresses, the live allocation) of the addresses live before the block:
+        by their packed keys when fewer are live than the block has addresses, else by a lookup each."""
+        if not self.live:
+            return []
+        if len(self.live) <= len(keys):
+            candidates = [kk for kk in self.live if packing.fits(kk)]
+            if not candidates:
+                return []
+            hits = np.flatnonzero(np.isin(keys, packing.pack(np.array(candidates, dtype=np.int64).T)))
+        else:
+            hits = np.arange(len(keys))
+        found = ((g, self.live.get(key_of(g))) for g in hits.tolist())
+        return [(g, v) for g, v in found if v is not None]
 
     def _count(self, is_alloc: np.ndarray, prev_alloc: np.ndarray) -> None:
         self.counts["allocs"] += int(is_alloc.sum())
@@ -109,7 +128,7 @@ class MemoryDetector:
         p = np.concatenate([rel_pid[rel], pid[order[add]]])
         delta = np.concatenate([-rel_size[rel], size[order[add]]])
         table = np.stack([pos, sub, d, p, delta])
-        return table[:, np.lexsort((sub, pos))]
+        return table[:, stable_order(pos * 2 + sub)]
 
     def _account_all(self, deltas: np.ndarray, dev: np.ndarray, rows: np.ndarray, fails: np.ndarray,
                      nb: NormBlock) -> List[Finding]:  # fmt: skip
@@ -132,19 +151,18 @@ class MemoryDetector:
             out.append(self._failure(nb.event(int(rows[f])), fail_at[f][0] if fail_at[f] else None))
         return out
 
-    def _settle_live(self, keys: List[Tuple[int, int]], live: List[Any], order: np.ndarray, start: np.ndarray,
+    def _settle_live(self, key_of: Any, carried: List[Tuple[int, Any]], order: np.ndarray, start: np.ndarray,
                      is_alloc: np.ndarray, size: np.ndarray, pid: np.ndarray, ts: np.ndarray) -> None:  # fmt: skip
         """The live allocations after the block: an address whose last row is an allocation is live (with that
         allocation), the others are not."""
-        for key, v in zip(keys, live):
-            if v is not None:
-                del self.live[key]
+        for g, _ in carried:
+            del self.live[key_of(g)]
         last = np.ones(len(order), dtype=bool)
         last[:-1] = start[1:]
         group = np.cumsum(start) - 1
         for i in np.flatnonzero(last & is_alloc[order]).tolist():
             r = int(order[i])
-            self.live[keys[int(group[i])]] = (int(size[r]), int(pid[r]), int(ts[r]))
+            self.live[key_of(int(group[i]))] = (int(size[r]), int(pid[r]), int(ts[r]))
 
     def _alloc(self, ev: NpuEvent) -> None:
         self._alloc_at(_dev(ev), int(ev.args.get("va", 0)), int(ev.args.get("size", 0)), ev.pid, ev.ts_ns)
@@ -227,12 +245,24 @@ def _sums(dev: np.ndarray, pid: np.ndarray, delta: np.ndarray) -> Dict[Tuple[int
     out: Dict[Tuple[int, int], int] = {}
     if not len(delta):
         return out
-    pairs, inverse = np.unique(np.stack([dev, pid]), axis=1, return_inverse=True)
-    sums = np.zeros(pairs.shape[1], dtype=np.int64)
-    np.add.at(sums, inverse.reshape(-1), delta)
-    for (device, who), total in zip(pairs.T.tolist(), sums.tolist()):
+    cols = np.stack([dev, pid])
+    order = stable_order(KeyPacking(cols).pack(cols))
+    d, p, v = dev[order], pid[order], delta[order]
+    starts = np.flatnonzero(np.r_[True, (d[1:] != d[:-1]) | (p[1:] != p[:-1])])
+    for device, who, total in zip(d[starts].tolist(), p[starts].tolist(), np.add.reduceat(v, starts).tolist()):
         out[(device, who)] = total
     return out
+
+
+class _AddressOf:
+    """The (device, va) key of a group of sorted rows, made only when asked."""
+
+    def __init__(self, cols: np.ndarray, starts: np.ndarray) -> None:
+        self.cols, self.starts = cols, starts
+
+    def __call__(self, group: int) -> Tuple[int, int]:
+        d, va = self.cols[:, int(self.starts[group])].tolist()
+        return (d, va)
 
 
 def _dev(ev: NpuEvent) -> int:

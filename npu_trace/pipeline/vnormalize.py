@@ -18,6 +18,7 @@ import numpy as np
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
 from npu_trace.pipeline.blocks import OBJECT, Block
 from npu_trace.pipeline.normalize import MAX_PENDING, Normalizer
+from npu_trace.pipeline.order import stable_order
 
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 LOG, LOST = KIND_CODE["log"], KIND_CODE["lost"]
@@ -338,7 +339,7 @@ class BlockNormalizer:
         if norm._pending_count + int(is_entry.sum()) >= MAX_PENDING:
             return False
         key = (block.pid[rows].astype(np.int64) << 32) | nb.op[rows].astype(np.int64)
-        order = np.lexsort((rows, key))
+        order = stable_order(key)  # by (pid, op), each in row order (rows ascend)
         k, e = key[order], is_entry[order]
         start = np.ones(len(k), dtype=bool)
         start[1:] = k[1:] != k[:-1]
@@ -385,10 +386,13 @@ class BlockNormalizer:
         for r in rows[matched[start[matched]]].tolist():  # the entry was pending from before the block
             key = (int(block.pid[r]), self.ops[int(nb.op[r])])
             self._return(nb, r, key, norm._take(key))
-        for r in ret_rows.tolist():
-            if r in nb.shaped:  # a row shaped alone gets its merged event now
-                dev = None if nb.dev[r] < 0 else int(nb.dev[r])
-                nb.shaped[r] = nb.shaped[r]._replace(dev=dev, args=nb._merged_args(r, nb.shaped[r].args))
+        if not nb.shaped:
+            return
+        returned = np.zeros(len(nb), dtype=bool)
+        returned[ret_rows] = True
+        for r in sorted(r for r in nb.shaped if returned[r]):  # a row shaped alone gets its merged event now
+            dev = None if nb.dev[r] < 0 else int(nb.dev[r])
+            nb.shaped[r] = nb.shaped[r]._replace(dev=dev, args=nb._merged_args(r, nb.shaped[r].args))
 
     def _settle_pending(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, start: np.ndarray) -> None:
         """The stacks after the block, as the reference leaves them: a (pid, op) whose last row is an entry has

@@ -1,0 +1,74 @@
+"""Stable orders of integer keys, fast: what the columnar path sorts by (a call's thread and op, a sample's
+device and op, a task's key) has few distinct values or few bits, and numpy's stable sort of int64 is a
+comparison sort.
+
+`stable_order(key)` is `np.argsort(key, kind="stable")`, exactly (rows of equal keys stay in row order), by
+the cheapest way the keys allow:
+  * few distinct values within a small range: each key's rank among them (a table over the range), sorted
+    as uint16 (numpy's stable sort of 16-bit integers is a radix sort: linear);
+  * keys and row numbers that fit together in 63 bits: (key, row) as one integer, each value distinct, so
+    any sort gives the stable order (numpy's default sort: introsort);
+  * otherwise numpy's stable sort.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+RANK_TABLE_MAX = 1 << 22  # the largest key range ranked through a table (4 M entries: 4 MiB of bools)
+
+
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """The indices that sort `key` (integers), rows of equal keys in their order: argsort(kind="stable")."""
+    n = len(key)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    key = key.astype(np.int64, copy=False)
+    low, high = int(key.min()), int(key.max())
+    span = high - low + 1
+    if span <= min(RANK_TABLE_MAX, max(1 << 16, 4 * n)):  # the table costs no more than the keys
+        shifted = key - low
+        present = np.zeros(span, dtype=bool)
+        present[shifted] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        if rank[-1] < 1 << 16:
+            return np.argsort(rank[shifted].astype(np.uint16), kind="stable").astype(np.int64, copy=False)
+    row_bits = (n - 1).bit_length()
+    if (span - 1).bit_length() + row_bits <= 63:
+        combined = np.sort(((key - low) << row_bits) | np.arange(n, dtype=np.int64))
+        return combined & ((1 << row_bits) - 1)
+    return np.argsort(key, kind="stable")
+
+
+class KeyPacking:
+    """Rows of key columns (one column per key part, int64) packed into one int64 per row, exactly: each
+    column's range within the block in bits of its own; where the ranges do not fit in 63 bits, a dense id per
+    distinct key of the block instead. Equal keys pack equal, different keys differ (grouping, not order)."""
+
+    def __init__(self, cols: np.ndarray) -> None:
+        empty = not cols.shape[1]
+        self.low = [0] * len(cols) if empty else cols.min(axis=1).tolist()
+        high = self.low if empty else cols.max(axis=1).tolist()
+        self.spans = [h - lo + 1 for lo, h in zip(self.low, high)]
+        self.bits = [max(1, (span - 1).bit_length()) for span in self.spans]
+        self.fit = sum(self.bits) <= 63
+        self._ids: Dict[Tuple[int, ...], int] = {}
+        if not self.fit:
+            self._ids = {tuple(row): i for i, row in enumerate(np.unique(cols.T, axis=0).tolist())}
+
+    def fits(self, values: Sequence[int]) -> bool:
+        """Could a key of these column values be among the block's (each inside the block's range)?"""
+        return all(isinstance(v, int) and 0 <= v - lo < span for v, lo, span in zip(values, self.low, self.spans))
+
+    def pack(self, cols: np.ndarray) -> np.ndarray:
+        """The packed keys of rows (columns as in the block; rows outside its ranges only if `fits`)."""
+        if not self.fit:
+            return np.array([self._ids.get(tuple(row), -1) for row in cols.T.tolist()], dtype=np.int64)
+        out = np.zeros(cols.shape[1], dtype=np.int64)
+        shift = 0
+        for col, lo, bits in zip(cols, self.low, self.bits):
+            out |= (col.astype(np.int64) - lo) << shift
+            shift += bits
+        return out
