@@ -153,21 +153,42 @@ def walk_c(
     source: str = "tracefs",
 ) -> Walk:
     """`walk_py` by the C extension, a whole batch per call (ImportError where the extension was not built)."""
-    if _walk is None:
-        raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
-    table = _table(None if wanted is None else tuple(sorted(wanted.items())))
-    last = state.last_ts
-    cols = _walk.walk(buf, pairs(pages), layout(header), last >> 64, last & MASK64, table, byteorder != "little")
-    ts, etype, offset, length, raw_losses, (hi, lo, backwards, npages, skipped, malformed) = cols
-    state.last_ts = hi << 64 | lo
-    state.backwards += backwards
-    state.pages += npages
-    state.skipped += skipped
-    state.malformed += malformed
-    losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, ts_hi << 64 | ts_lo))
-              for i, kind, lost, ts_hi, ts_lo in raw_losses]  # fmt: skip
-    return Walk(_column(ts, np.int64), _column(etype, np.uint16), _column(offset, np.int64),
-                _column(length, np.uint32), losses)  # fmt: skip
+    return Walker(header, wanted, byteorder, source).walk_c(buf, pages, cpu, state)
+
+
+class Walker:
+    """A walk's configuration (page header, wanted events, byte order) prepared once, for a caller that walks
+    batch after batch: `walk()` then costs the C call and the columns (the pure-Python walk where the
+    extension was not built, with the same results)."""
+
+    def __init__(self, header: PageHeader, wanted: Optional[Mapping[int, Want]] = None,
+                 byteorder: str = sys.byteorder, source: str = "tracefs") -> None:  # fmt: skip
+        self.header, self.wanted, self.byteorder, self.source = header, wanted, byteorder, source
+        self.layout = layout(header)
+        self.table = _table(None if wanted is None else tuple(sorted(wanted.items())))
+        self.swap = byteorder != "little"
+
+    def walk(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Walk:
+        if _walk is None:
+            return walk_py(buf, pages, self.header, cpu, state, self.wanted, self.byteorder, self.source)
+        return self.walk_c(buf, pages, cpu, state)
+
+    def walk_c(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Walk:
+        if _walk is None:
+            raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
+        last = state.last_ts
+        cols = _walk.walk(buf, pairs(pages), self.layout, last >> 64, last & MASK64, self.table, self.swap)
+        ts, etype, offset, length, raw_losses, (hi, lo, backwards, npages, skipped, malformed) = cols
+        state.last_ts = hi << 64 | lo
+        state.backwards += backwards
+        state.pages += npages
+        state.skipped += skipped
+        state.malformed += malformed
+        source = self.source
+        losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, ts_hi << 64 | ts_lo))
+                  for i, kind, lost, ts_hi, ts_lo in raw_losses]  # fmt: skip
+        return Walk(np.frombuffer(ts, np.int64), np.frombuffer(etype, np.uint16), np.frombuffer(offset, np.int64),
+                    np.frombuffer(length, np.uint32), losses)  # fmt: skip
 
 
 def _column(raw: bytearray, dtype: Any) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.columns import FormatColumns, Table, fixed_parts
+from npu_trace.pipeline.order import stable_order
 
 OBJECT = -1  # etype of an item that is not a raw record
 
@@ -69,13 +70,12 @@ def build_block(
     out_ref = np.array(ref, dtype=np.int64)
     pid = np.full(n, -1, dtype=np.int32)
     tables: Dict[int, Table] = {}
-    kinds = np.unique(etype)
-    if len(kinds) == 1 and kinds[0] != OBJECT:  # the common live case: one format, no object
-        e = int(kinds[0])
+    if n and etype[0] != OBJECT and (etype == etype[0]).all():  # the common live case: one format, no object
+        e = int(etype[0])
         tables[e] = table = _table(plans[e], out_ref, length, buf, bufs)
         return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype,
                      np.arange(n, dtype=np.int64), tables, [])  # fmt: skip
-    order = np.argsort(etype, kind="stable")
+    order = stable_order(etype)
     sorted_types = etype[order]
     edges = np.flatnonzero(np.diff(sorted_types)) + 1
     for rows in np.split(order, edges):
@@ -96,7 +96,7 @@ def build_block(
 
 def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any]) -> Table:
     """One format's records (in block order) as a Table: their fixed parts gathered buffer by buffer."""
-    ids = np.unique(buf)
+    ids = np.flatnonzero(np.bincount(buf)) if len(buf) else np.zeros(0, np.int64)  # buffer ids: small numbers
     if len(ids) == 1:
         b = int(ids[0])
         cols = fixed_parts(plan, bufs[b], offset)

@@ -34,7 +34,7 @@ from npu_trace.events import Loss, LossLedger
 from npu_trace.ftrace.columns import FormatColumns
 from npu_trace.ftrace.decode import RecordDecoder
 from npu_trace.ftrace.format import PageHeader
-from npu_trace.ftrace.walk import Walk, WalkState, walk, wants
+from npu_trace.ftrace.walk import Walk, Walker, WalkState, wants
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS, Batch, Mark
 from npu_trace.pipeline.blocks import OBJECT, Block, build_block, empty_block
 from npu_trace.pipeline.merge import CHANNELS, MAX_HELD, MAX_LAG_NS, late_key, release_bound
@@ -92,8 +92,15 @@ def _concat(parts: Sequence[_Rows]) -> _Rows:
         return parts[0]
     return _Rows(np.concatenate([p.ts for p in parts]), np.concatenate([p.etype for p in parts]),
                  np.concatenate([p.ref for p in parts]), np.concatenate([p.length for p in parts]),
-                 np.concatenate([p.column("cpu", np.int16) for p in parts]),
-                 np.concatenate([p.column("buf", np.int32) for p in parts]), False)  # fmt: skip
+                 _joined(parts, "cpu", np.int16), _joined(parts, "buf", np.int32), False)  # fmt: skip
+
+
+def _joined(parts: Sequence[_Rows], name: str, dtype: Any) -> np.ndarray:
+    """A per-chunk-or-per-row column of many chunks as one column (the per-chunk values repeated at once)."""
+    values = [getattr(p, name) for p in parts]
+    if all(isinstance(v, int) for v in values):
+        return np.repeat(np.array(values, dtype=dtype), [len(p) for p in parts])
+    return np.concatenate([p.column(name, dtype) for p in parts])
 
 
 class _Arena:
@@ -168,7 +175,7 @@ class BlockTimeline:
         self.header = header
         self.plans = plans
         self.byteorder = byteorder
-        self.wanted = wants(decoders)
+        self.walker = Walker(header, wants(decoders), byteorder)
         self.margin_ns = margin_ns
         self.ledger = ledger if ledger is not None else LossLedger()
         self.max_held = max_held
@@ -257,6 +264,7 @@ class BlockTimeline:
         if not out and not self._fronts:
             return empty_block()
         rows = _concat(out) if out else None
+        # stream by stream, each mostly in order: a merge of few runs (numpy's stable sort is a timsort)
         order = np.argsort(rows.ts, kind="stable") if rows is not None else np.zeros(0, np.int64)
         if self._fronts:
             rows, order = self._with_fronts(rows, order)
@@ -333,7 +341,7 @@ class BlockTimeline:
             if state is None:
                 state = self.states[cpu] = WalkState()
             backwards = state.backwards
-            got = walk(buffer, index, self.header, cpu, state, self.wanted, self.byteorder)
+            got = self.walker.walk(buffer, index, cpu, state)
             self.events += len(got.ts)
             ts, etype, ref, length = got.ts, got.etype, got.offset, got.length
             if got.losses:
