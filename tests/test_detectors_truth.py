@@ -1,6 +1,6 @@
 """Ground truth: for every simulator scenario, the detectors find exactly what the scenario injected.
 
-The raw events are synthesized (tests/synth.py) from the planner's actions, the way the kernel would record
+The raw events are synthesized (npu_trace/sim/synth.py) from the planner's actions, the way the kernel would record
 them; with a real run, pass the executor's truth dict to `synth_events` / `truth_expectations` instead.
 """
 
@@ -15,7 +15,7 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.sim.runner import build_truth
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from synth import records, synth_events, timed, truth_expectations
+from npu_trace.sim.synth import records, synth_events, timed, truth_expectations
 
 DURATION_S, RATE, DEVICES = 2.0, 2000, 2
 

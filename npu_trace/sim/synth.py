@@ -1,5 +1,7 @@
 """Synthesize the raw TraceEvents the kernel would record for a simulator run, from its plan or its truth.
 
+What the tests (ground truth without a kernel) and the benchmarks (large generated recordings) share; no I/O.
+
 `formats()` builds an EventFormat for every simulator probe event from `npu_trace.device.hal`, through
 `parse_format` on format texts shaped like the kernel's uprobe formats (entry: `__probe_ip` then the typed
 parameters; return: `__probe_func`, `__probe_ret_ip`, `ret` s32).
