@@ -15,7 +15,8 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.sim.runner import build_truth
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from npu_trace.sim.synth import records, synth_events, timed, truth_expectations
+from npu_trace.sim.synth import host_events, records, synth_events, timed, truth_expectations
+from npu_trace.sim.threads import HOST_LIKE
 
 DURATION_S, RATE, DEVICES = 2.0, 2000, 2
 
@@ -77,6 +78,17 @@ def test_findings_equal_the_truth(scenario: str, seed: int) -> None:
         assert kinds[must[scenario]] > 0
     if scenario == "fragmentation":
         assert all(f["details"]["fragmentation"] for f in of_kind(report, "alloc_fail"))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_findings_equal_the_truth_on_a_host_like_run(scenario: str) -> None:
+    """Threads on two CPUs that move, tasks completed on the other CPU, calls returning on another CPU."""
+    actions = plan(scenario, 3, DURATION_S, RATE, DEVICES, host=HOST_LIKE)
+    events = host_events(actions, HOST_LIKE)
+    assert {e.cpu for e in events} == {0, 1} and len({e.pid for e in events}) == HOST_LIKE.threads
+    analysis = Analysis(PROFILES["sim"])
+    analysis.feed(events)
+    check_against_truth(analysis.finish(), truth_expectations(actions))
 
 
 def test_truth_dict_with_executor_times() -> None:
