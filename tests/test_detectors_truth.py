@@ -15,7 +15,7 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.sim.runner import build_truth
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from npu_trace.sim.synth import host_events, records, synth_events, timed, truth_expectations
+from npu_trace.sim.synth import TruthTally, host_events, records, synth_events, timed, truth_expectations
 from npu_trace.sim.threads import HOST_LIKE
 
 DURATION_S, RATE, DEVICES = 2.0, 2000, 2
@@ -108,3 +108,11 @@ def test_summary_has_latency_stats_for_every_hal_call() -> None:
     for row in report["summary"]["latency"]["ops"]:
         assert row["min_ns"] <= row["p50_ns"] <= row["p99_ns"] <= row["max_ns"]
     assert report["summary"]["pairing"] == {"unpaired_entries": 0, "unpaired_returns": 0}
+
+
+def test_the_truth_tallied_action_by_action_is_the_truth() -> None:
+    actions = plan("mixed", 4, DURATION_S, RATE, 3)
+    tally = TruthTally()
+    for a in actions:
+        tally.add_action(a)
+    assert tally.expectations() == truth_expectations(actions)

@@ -195,6 +195,11 @@ def truth_expectations(source: Source) -> Dict[str, Any]:
     return tally.expectations()
 
 
+# the functions the truth looks at (memory, resets, ECC, timeouts); any other action counts only as a spike
+_TALLIED = frozenset(("devmm_alloc_done", "halMemFree", "devdrv_reset_step", "dms_event_report", "drv_timeout",
+                      "hb_report_heart_beat_lost_event", "halCqReportRecv"))  # fmt: skip
+
+
 class TruthTally:
     """`truth_expectations` one record at a time (`records()` form), for runs too large to hold at once."""
 
@@ -205,6 +210,11 @@ class TruthTally:
         self.resets: Dict[int, List[str]] = {}
         self.precursor: Dict[int, Dict[str, int]] = {}
         self.live: Dict[Tuple[int, int], int] = {}  # (dev, va) -> size of the allocations not freed yet
+
+    def add_action(self, a: Action) -> None:
+        """add() for a planner action: only those the truth counts are turned into records."""
+        if a.kind == "spike" or a.func in _TALLIED:
+            self.add(records([a])[0])
 
     def add(self, rec: Mapping[str, Any]) -> None:
         func, dev = rec["func"], rec["dev"]
