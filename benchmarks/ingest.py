@@ -11,7 +11,12 @@ the figures and the npu-trace/trace-cmd ratios are printed (and written with `--
 same workload, then replay/check throughput and file sizes against trace-cmd's file (benchmarks/record.py;
 `--no-record` skips it).
 
-Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--json OUT]`.
+The check figures follow (benchmarks/checks.py: `check` where every event is analysed, on the simulator's mixed
+scenario recorded by both tools at once, and on a generated recording of millions of events; `--no-check` skips
+them, `--check-only` runs only them).
+
+Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--no-check]
+[--gen-events N] [--json OUT]`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.checks import check_figures
 from benchmarks.common import (
     ANCHOR,
     ANCHOR_INSTANCE,
@@ -287,18 +293,10 @@ class Bench:
         remove_instance(self.root, ANCHOR_INSTANCE)  # a leftover of a killed run
         if os.path.exists(self.dat):
             os.unlink(self.dat)
-        argv = [
-            "taskset", "-c", str(self.args.reader_cpu),
-            self.trace_cmd, "record", "-q", "-d",  # -d: do not touch the function tracer (EPERM here)
-            "-B", ANCHOR_INSTANCE, "-e", event, "-C", "mono", "-b", str(self.args.buffer_kb),
-            "-o", self.dat, "--", *command,
-        ]  # fmt: skip
-        env = dict(os.environ, LD_PRELOAD=self.shim)
-        workdir = os.path.join(self.tmp, "tc-cwd")  # trace-cmd drops "(null).cpuN" files in its cwd
-        os.makedirs(workdir, exist_ok=True)
+        argv = ["taskset", "-c", str(self.args.reader_cpu), *self.trace_cmd_record(event, self.dat, command)]
         try:
             c0, t0 = cpu_children(), time.monotonic()
-            proc = subprocess.run(argv, env=env, cwd=workdir, capture_output=True, check=False)
+            proc = subprocess.run(argv, env=self.anchor_env(), cwd=self.anchor_cwd(), capture_output=True, check=False)
             run.wall_s = time.monotonic() - t0
             children = cpu_children() - c0
         finally:
@@ -308,6 +306,22 @@ class Bench:
             raise BenchError(f"trace-cmd record exited with {proc.returncode}: {proc.stderr.decode()[-800:]}")
         run.dat_bytes = os.path.getsize(self.dat)
         return proc.stdout + proc.stderr, children
+
+    def trace_cmd_record(self, event: str, dat: str, command: List[str]) -> List[str]:
+        """`trace-cmd record` of `command` into `dat`, in instance npubench (run it with anchor_env/anchor_cwd)."""
+        return [
+            self.trace_cmd, "record", "-q", "-d",  # -d: do not touch the function tracer (EPERM here)
+            "-B", ANCHOR_INSTANCE, "-e", event, "-C", "mono", "-b", str(self.args.buffer_kb),
+            "-o", dat, "--", *command,
+        ]  # fmt: skip
+
+    def anchor_env(self) -> Dict[str, str]:
+        return dict(os.environ, LD_PRELOAD=self.shim)
+
+    def anchor_cwd(self) -> str:
+        workdir = os.path.join(self.tmp, "tc-cwd")  # trace-cmd drops "(null).cpuN" files in its cwd
+        os.makedirs(workdir, exist_ok=True)
+        return workdir
 
     # -- workload B: the simulated NPU ------------------------------------------------------------
     def sim_prepare(self) -> Tuple[int, int]:
@@ -365,12 +379,12 @@ class Bench:
         os.unlink(self.dat)
         return run
 
-    def count_dat(self, mine_tag: bytes, event_tag: bytes) -> Tuple[int, int]:
-        """(lines with `mine_tag`, lines with `event_tag`) of `trace-cmd report` on the file. For the
-        generator, `mine_tag` is "-<pid> " ("gen_syscalls-1234  [000] ...")."""
+    def count_dat(self, mine_tag: bytes, event_tag: bytes, dat: Optional[str] = None) -> Tuple[int, int]:
+        """(lines with `mine_tag`, lines with `event_tag`) of `trace-cmd report` on the file (`dat`, default the
+        last record's). For the generator, `mine_tag` is "-<pid> " ("gen_syscalls-1234  [000] ...")."""
         mine = total = 0
         proc = subprocess.Popen(
-            [self.trace_cmd, "report", "-q", "-i", self.dat], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            [self.trace_cmd, "report", "-q", "-i", dat or self.dat], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
         assert proc.stdout is not None
         pending = b""
@@ -390,10 +404,11 @@ class Bench:
             raise BenchError(f"trace-cmd report exited with {proc.returncode}")
         return mine, total
 
-    def anchor_loss(self) -> int:
-        """Overrun + dropped events of the instance, from the stats trace-cmd stored at the end of the record."""
+    def anchor_loss(self, dat: Optional[str] = None) -> int:
+        """Overrun + dropped events of the instance, from the stats trace-cmd stored at the end of the record
+        (`dat`, default the last record's file)."""
         out = subprocess.run(
-            [self.trace_cmd, "report", "--stat", "-i", self.dat], capture_output=True, text=True, check=False
+            [self.trace_cmd, "report", "--stat", "-i", dat or self.dat], capture_output=True, text=True, check=False
         ).stdout
         lost = 0
         section = out.split(f"Buffer: {ANCHOR_INSTANCE}", 1)[-1]
@@ -570,6 +585,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--sim-duration", type=float, default=2.0, help="workload B: seconds of scenario")
     p.add_argument("--sim-rate", type=float, default=50_000, help="workload B: calls/s (the sim allows <= 200k)")
     p.add_argument("--sim-devices", type=int, default=2, help="workload B: simulated devices")
+    p.add_argument("--no-check", action="store_true", help="skip the check figures (benchmarks.checks)")
+    p.add_argument("--check-only", action="store_true", help="only the check figures (benchmarks.checks)")
+    p.add_argument("--gen-events", type=float, default=2e6,
+                   help="check figures: events of the generated recording (0: none; the RSS target is for 1e7)")
+    p.add_argument("--gen-file", metavar="NPT", help="check figures: this generated recording (and its .truth.json)")
     p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     args = p.parse_args(argv)
     if args.events <= 0 or args.repeat <= 0 or args.buffer_kb <= 0:
@@ -686,8 +706,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         bench = Bench(args, tmp, root)
         try:
             bench.build(anchor=not args.no_anchor)
-            result = run_all(args, bench)
-            result["workload_b"] = {"skipped": "--no-sim"} if args.no_sim else workload_b(args, bench)
+            if not args.check_only:
+                result = run_all(args, bench)
+                result["workload_b"] = {"skipped": "--no-sim"} if args.no_sim else workload_b(args, bench)
+            if not args.no_check:
+                result["check"] = check_figures(args, bench)
         except BenchError as exc:
             log(f"bench: {exc}")
             rc = 1
