@@ -51,7 +51,7 @@ from npu_trace.sinks.recorder import MARK_EVERY_NS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL_DIR = os.path.join(os.path.dirname(HERE), "tests", "data", "kernel-6.18.44-x86_64")
-EVENTS_PER_CALL = 1.42  # the mixed scenario's trace events per planned call (HAL calls make two), for --events
+EVENTS_PER_CALL = 1.41  # trace events per planned call in the mixed scenario (HAL calls make two), measured
 T0_NS = 1_000 * NS  # the executor's start on the trace clock (1000 s after boot)
 REALTIME_NS = 1_767_225_600 * NS  # the clock anchor's wall time: 2026-01-01, fixed (no wall clock is read)
 FLUSH_NS = NS  # a chunk is written once its first page is this old in trace time (the writer's flush interval)
@@ -61,7 +61,7 @@ COMM = "npu-sim"
 
 @dataclass(frozen=True)
 class Spec:
-    """What to generate; `duration_s` x `rate` calls (about 1.42 events each in `mixed`)."""
+    """What to generate; `duration_s` x `rate` calls (about EVENTS_PER_CALL events each in `mixed`)."""
 
     scenario: str = "mixed"
     seed: int = 1
@@ -256,6 +256,11 @@ def expectations_from_json(data: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def duration_for(events: float, rate: float) -> float:
+    """The run time (s) that gives about `events` events at `rate` calls/s (the mixed scenario)."""
+    return round(events / EVENTS_PER_CALL / rate, 3)
+
+
 def truth_path(path: str) -> str:
     """run.npt -> run.truth.json"""
     return os.path.splitext(path)[0] + ".truth.json"
@@ -275,7 +280,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, Spec]
     p.add_argument("--cpus", type=int, default=2, help="CPUs the executor's threads run on (0..N-1)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     args = p.parse_args(argv)
-    duration = args.events / EVENTS_PER_CALL / args.rate if args.events else args.duration
+    duration = duration_for(args.events, args.rate) if args.events else args.duration
     spec = Spec(args.scenario, args.seed, round(duration, 3), args.rate, args.devices, tuple(range(args.cpus)))
     return args, spec
 
