@@ -245,7 +245,7 @@ def check_figures(args: Any, bench: Bench) -> Dict[str, Any]:
         rows.append(_row("trace-cmd report > /dev/null", heavy["trace_cmd_report"]))
     if args.gen_events or args.gen_file:
         gen = out["generated"] = generated(bench, args.repeat, args.gen_events, args.gen_file)
-        rows.append(_row(f"npu-trace check, generated ({gen['events'] / 1e6:.1f} M events)", gen["npu_check"]))
+        rows.append(_row(f"npu-trace check, generated ({gen['events']:,} events)", gen["npu_check"]))
     _table(rows)
     _notes(heavy, out.get("generated"))
     out["targets"] = targets(heavy, out.get("generated"))
