@@ -5,6 +5,7 @@ Imported by `benchmarks.ingest` and `benchmarks.record` alike (neither imports t
 
 from __future__ import annotations
 
+import argparse
 import re
 import resource
 import shutil
@@ -105,3 +106,24 @@ def gcc(src: str, out: str, extra: Sequence[str] = ()) -> None:
     )
     if proc.returncode:
         raise BenchError(f"compiling {src} failed:\n{proc.stderr}")
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """The options every tracing benchmark takes (benchmarks.ingest, benchmarks.live)."""
+    p.add_argument("--buffer-kb", type=int, default=8192, help="ring buffer per CPU, every tool (KiB)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
+    p.add_argument("--reader-cpu", type=int, default=1, help="CPU the tracers run on")
+    p.add_argument("--poll-ms", type=float, default=3.0, help="npu-trace reader sleep when a read found nothing")
+    p.add_argument("--no-anchor", action="store_true", help="skip trace-cmd (npu-trace only)")
+    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
+
+
+def batch_items(timeline: Any, decoders: Any, batch: Any, merge: bool = True) -> List[Any]:
+    """A live batch's items: through the timeline (decoded, then the ordered merge), or without `merge` from the
+    session's per-CPU decoders alone (what the merge costs); counted in `timeline.events` either way."""
+    if merge:
+        out: List[Any] = timeline.push(batch)
+        return out
+    items: List[Any] = []
+    timeline.events += decoders.decode(batch.pages, items)
+    return items

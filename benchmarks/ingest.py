@@ -11,7 +11,12 @@ the figures and the npu-trace/trace-cmd ratios are printed (and written with `--
 same workload, then replay/check throughput and file sizes against trace-cmd's file (benchmarks/record.py;
 `--no-record` skips it).
 
-Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--json OUT]`.
+The check figures follow (benchmarks/checks.py: `check` where every event is analysed, on the simulator's mixed
+scenario recorded by both tools at once, and on a generated recording of millions of events; `--no-check` skips
+them, `--check-only` runs only them).
+
+Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--no-check]
+[--gen-events N] [--json OUT]`.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import sys
 import tempfile
 import time
 from operator import itemgetter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from benchmarks.checks import check_figures
 from benchmarks.common import (
     ANCHOR,
     ANCHOR_INSTANCE,
@@ -38,6 +44,8 @@ from benchmarks.common import (
     UNTRACED,
     BenchError,
     Run,
+    add_common_options,
+    batch_items,
     cpu_children,
     cpu_self,
     gcc,
@@ -52,6 +60,8 @@ GEN_SOURCE = os.path.join(HERE, "gen_syscalls.c")
 SHIM_SOURCE = "/work/shared/anchor-tools/trace-cmd-eperm-shim.c"
 DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near the ~1.4M/s the generator reaches traced
 GC_THRESHOLD = 100_000
+Events = Union[str, Sequence[str]]  # trace-cmd record -e: one event or system, or several
+Tags = Union[bytes, Sequence[bytes]]
 # Global tracefs files the benchmark (or trace-cmd) could change: snapshotted first, restored at the end.
 GLOBAL_FILES = ("tracing_on", "current_tracer", "trace_clock", "buffer_size_kb", "set_event")
 PROC_FILES = ("/proc/sys/kernel/kptr_restrict",)
@@ -229,11 +239,7 @@ class Bench:
             proc: Optional[subprocess.Popen[bytes]] = None
 
             def sink(batch: Batch) -> None:
-                if merge:
-                    items = timeline.push(batch)
-                else:
-                    items = []
-                    timeline.events += decoders.decode(batch.pages, items)
+                items = batch_items(timeline, decoders, batch, merge)
                 if by_pid and items and proc is not None:
                     mine[0] += list(map(pid_of, items)).count(proc.pid)
 
@@ -261,7 +267,7 @@ class Bench:
 
     def anchor(self, n: int, rate: float) -> Run:
         run = Run(ANCHOR, n, rate)
-        out, children = self._anchor_record(
+        out, children = self.anchor_record(
             run, EVENT, ["taskset", "-c", str(self.args.gen_cpu), *self.gen_argv(n, rate)]
         )
         run.gen_pid, _, run.gen_elapsed_ns, run.gen_cpu_ns = parse_gen(out)
@@ -282,23 +288,15 @@ class Bench:
 
         return record_run(self, n, rate)
 
-    def _anchor_record(self, run: Run, event: str, command: List[str]) -> Tuple[bytes, float]:
+    def anchor_record(self, run: Run, event: Events, command: List[str]) -> Tuple[bytes, float]:
         """`trace-cmd record` of `command` in instance npubench; returns (its output, CPU of the child tree)."""
         remove_instance(self.root, ANCHOR_INSTANCE)  # a leftover of a killed run
         if os.path.exists(self.dat):
             os.unlink(self.dat)
-        argv = [
-            "taskset", "-c", str(self.args.reader_cpu),
-            self.trace_cmd, "record", "-q", "-d",  # -d: do not touch the function tracer (EPERM here)
-            "-B", ANCHOR_INSTANCE, "-e", event, "-C", "mono", "-b", str(self.args.buffer_kb),
-            "-o", self.dat, "--", *command,
-        ]  # fmt: skip
-        env = dict(os.environ, LD_PRELOAD=self.shim)
-        workdir = os.path.join(self.tmp, "tc-cwd")  # trace-cmd drops "(null).cpuN" files in its cwd
-        os.makedirs(workdir, exist_ok=True)
+        argv = ["taskset", "-c", str(self.args.reader_cpu), *self.trace_cmd_record(event, self.dat, command)]
         try:
             c0, t0 = cpu_children(), time.monotonic()
-            proc = subprocess.run(argv, env=env, cwd=workdir, capture_output=True, check=False)
+            proc = subprocess.run(argv, env=self.anchor_env(), cwd=self.anchor_cwd(), capture_output=True, check=False)
             run.wall_s = time.monotonic() - t0
             children = cpu_children() - c0
         finally:
@@ -308,6 +306,24 @@ class Bench:
             raise BenchError(f"trace-cmd record exited with {proc.returncode}: {proc.stderr.decode()[-800:]}")
         run.dat_bytes = os.path.getsize(self.dat)
         return proc.stdout + proc.stderr, children
+
+    def trace_cmd_record(self, event: Events, dat: str, command: List[str]) -> List[str]:
+        """`trace-cmd record` of `command` into `dat`, in instance npubench (run it with anchor_env/anchor_cwd);
+        `event`: one event (or system) or several."""
+        events = [event] if isinstance(event, str) else list(event)
+        return [
+            self.trace_cmd, "record", "-q", "-d",  # -d: do not touch the function tracer (EPERM here)
+            "-B", ANCHOR_INSTANCE, *(x for e in events for x in ("-e", e)), "-C", "mono",
+            "-b", str(self.args.buffer_kb), "-o", dat, "--", *command,
+        ]  # fmt: skip
+
+    def anchor_env(self) -> Dict[str, str]:
+        return dict(os.environ, LD_PRELOAD=self.shim)
+
+    def anchor_cwd(self) -> str:
+        workdir = os.path.join(self.tmp, "tc-cwd")  # trace-cmd drops "(null).cpuN" files in its cwd
+        os.makedirs(workdir, exist_ok=True)
+        return workdir
 
     # -- workload B: the simulated NPU ------------------------------------------------------------
     def sim_prepare(self) -> Tuple[int, int]:
@@ -354,7 +370,7 @@ class Bench:
         cpu_file = os.path.join(self.tmp, "sim-cpu.txt")
         command = ["/usr/bin/time", "-o", cpu_file, "-f", "%U %S", "taskset", "-c", str(self.args.gen_cpu),
                    self.sim_loaded.binary, self.sim_plan, self.sim_out]  # fmt: skip
-        _, children = self._anchor_record(run, "ascend", command)
+        _, children = self.anchor_record(run, "ascend", command)
         with open(cpu_file) as f:
             user, system = (float(x) for x in f.read().split()[-2:])
         run.gen_cpu_ns = int((user + system) * 1e9)
@@ -365,12 +381,14 @@ class Bench:
         os.unlink(self.dat)
         return run
 
-    def count_dat(self, mine_tag: bytes, event_tag: bytes) -> Tuple[int, int]:
-        """(lines with `mine_tag`, lines with `event_tag`) of `trace-cmd report` on the file. For the
-        generator, `mine_tag` is "-<pid> " ("gen_syscalls-1234  [000] ...")."""
+    def count_dat(self, mine_tag: Tags, event_tag: bytes, dat: Optional[str] = None) -> Tuple[int, int]:
+        """(lines with `mine_tag` (or any of several), lines with `event_tag`) of `trace-cmd report` on the file
+        (`dat`, default the last record's). For the generator, `mine_tag` is "-<pid> " ("gen_syscalls-1234  [000]
+        ...")."""
+        tags = (mine_tag,) if isinstance(mine_tag, bytes) else tuple(mine_tag)
         mine = total = 0
         proc = subprocess.Popen(
-            [self.trace_cmd, "report", "-q", "-i", self.dat], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            [self.trace_cmd, "report", "-q", "-i", dat or self.dat], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
         assert proc.stdout is not None
         pending = b""
@@ -382,18 +400,19 @@ class Bench:
             cut = pending.rfind(b"\n") + 1  # count whole lines only: a tag is never split across chunks
             if cut:
                 text, pending = pending[:cut], pending[cut:]
-                mine += text.count(mine_tag)
+                mine += sum(map(text.count, tags))
                 total += text.count(event_tag)
-        mine += pending.count(mine_tag)
+        mine += sum(map(pending.count, tags))
         total += pending.count(event_tag)
         if proc.wait():
             raise BenchError(f"trace-cmd report exited with {proc.returncode}")
         return mine, total
 
-    def anchor_loss(self) -> int:
-        """Overrun + dropped events of the instance, from the stats trace-cmd stored at the end of the record."""
+    def anchor_loss(self, dat: Optional[str] = None) -> int:
+        """Overrun + dropped events of the instance, from the stats trace-cmd stored at the end of the record
+        (`dat`, default the last record's file)."""
         out = subprocess.run(
-            [self.trace_cmd, "report", "--stat", "-i", self.dat], capture_output=True, text=True, check=False
+            [self.trace_cmd, "report", "--stat", "-i", dat or self.dat], capture_output=True, text=True, check=False
         ).stdout
         lost = 0
         section = out.split(f"Buffer: {ANCHOR_INSTANCE}", 1)[-1]
@@ -556,21 +575,21 @@ def workload_b(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=5_000_000, help="getpid calls per run (N)")
-    p.add_argument("--buffer-kb", type=int, default=8192, help="ring buffer per CPU, both tools (KiB)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
+    add_common_options(p)
     p.add_argument("--gen-cpu", type=int, default=0, help="CPU the generator is pinned to")
-    p.add_argument("--reader-cpu", type=int, default=1, help="CPU the tracers run on")
-    p.add_argument("--poll-ms", type=float, default=3.0, help="npu-trace reader sleep when a read found nothing")
     p.add_argument("--rates", default=DEFAULT_RATES, help="paces (calls/s) tried when full speed loses events")
     p.add_argument("--no-sweep", action="store_true", help="do not step the pace down when full speed loses")
-    p.add_argument("--no-anchor", action="store_true", help="skip trace-cmd (npu-trace only)")
     p.add_argument("--no-sim", action="store_true", help="skip workload B (the simulated NPU)")
     p.add_argument("--no-record", action="store_true", help="skip npu-trace record and the replay/check figures")
     p.add_argument("--sim-scenario", default="steady", help="workload B: the simulator's scenario")
     p.add_argument("--sim-duration", type=float, default=2.0, help="workload B: seconds of scenario")
     p.add_argument("--sim-rate", type=float, default=50_000, help="workload B: calls/s (the sim allows <= 200k)")
     p.add_argument("--sim-devices", type=int, default=2, help="workload B: simulated devices")
-    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
+    p.add_argument("--no-check", action="store_true", help="skip the check figures (benchmarks.checks)")
+    p.add_argument("--check-only", action="store_true", help="only the check figures (benchmarks.checks)")
+    p.add_argument("--gen-events", type=float, default=2e6,
+                   help="check figures: events of the generated recording (0: none; the RSS target is for 1e7)")
+    p.add_argument("--gen-file", metavar="NPT", help="check figures: this generated recording (and its .truth.json)")
     args = p.parse_args(argv)
     if args.events <= 0 or args.repeat <= 0 or args.buffer_kb <= 0:
         p.error("--events, --repeat and --buffer-kb must be positive")
@@ -661,7 +680,24 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    return run_bench(parse_args(argv), ingest_parts)
+
+
+def ingest_parts(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
+    """Workload A (with npu-trace record and its replay/check figures), workload B, the check figures."""
+    bench.build(anchor=not args.no_anchor)
+    result: Dict[str, Any] = {}
+    if not args.check_only:
+        result = run_all(args, bench)
+        result["workload_b"] = {"skipped": "--no-sim"} if args.no_sim else workload_b(args, bench)
+    if not args.no_check:
+        result["check"] = check_figures(args, bench)
+    return result
+
+
+def run_bench(args: argparse.Namespace, body: Callable[[argparse.Namespace, Bench], Dict[str, Any]]) -> int:
+    """Root, the reader pinned to its CPU, GC tuned, a temporary folder and a `Bench`: `body(args, bench)`; then the
+    global tracefs state put back as found, instances left behind named, the figures written (--json)."""
     if os.geteuid() != 0:
         log("bench: needs root (tracefs instances, trace-cmd)")
         return 2
@@ -685,9 +721,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="npu-bench-") as tmp:
         bench = Bench(args, tmp, root)
         try:
-            bench.build(anchor=not args.no_anchor)
-            result = run_all(args, bench)
-            result["workload_b"] = {"skipped": "--no-sim"} if args.no_sim else workload_b(args, bench)
+            result = body(args, bench)
         except BenchError as exc:
             log(f"bench: {exc}")
             rc = 1

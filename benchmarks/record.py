@@ -14,8 +14,8 @@ measures:
   * replay (decode only): `ReplaySource(path).batches()` -> events/s and CPU per event, against
     `trace-cmd report -i FILE > /dev/null` on the trace-cmd file of the same workload;
   * check: `analyze(path, "sim")` (what `npu-trace check` runs). The getpid events are not in the sim
-    profile's mapping, so check counts them without decoding them; the other extreme, a recording of the
-    simulator's mixed scenario where every event is decoded, paired and analysed, is measured beside it.
+    profile's mapping, so check counts them without decoding them; the other extreme, recordings where every
+    event is decoded, paired and analysed, is measured by benchmarks.checks.
 """
 
 from __future__ import annotations
@@ -175,41 +175,6 @@ def time_check(path: str, repeat: int) -> Dict[str, Any]:
     return fig
 
 
-def record_detector_heavy(bench: Bench) -> Optional[str]:
-    """A recording where nearly every event is a driver event the detectors work on: the simulator's mixed
-    scenario (4 devices, 20,000 background calls/s for 5 s), recorded in-process. None when the simulator
-    cannot run here (its figure is then left out, and said so)."""
-    from benchmarks.common import log
-    from npu_trace import sim
-    from npu_trace.errors import NpuTraceError
-    from npu_trace.ftrace.tracefs import Tracefs
-    from npu_trace.pipeline import pump
-    from npu_trace.sinks.recorder import Recorder
-    from npu_trace.sources.live import LiveTrace
-    from npu_trace.sources.tracefs_source import TracefsSession
-
-    path = os.path.join(bench.tmp, "detector-heavy.npt")
-    try:
-        fs = Tracefs.find()
-        was_loaded = sim.is_loaded(fs)
-        sim.load(fs)
-        try:
-            session = TracefsSession(["ascend:*"], fs=fs, tag="bench")
-            with LiveTrace(session) as source:
-                recorder = Recorder(session, path, CHECK_PROFILE)
-                run = sim.start_scenario("mixed", 1, 5.0, 20000, 4, ensure_loaded=False)
-                pump(source, recorder, until=lambda: run.poll() is not None)
-                run.wait()
-                recorder.close()
-        finally:
-            if not was_loaded:
-                sim.unload(fs)
-    except NpuTraceError as exc:
-        log(f"check (detector-heavy): not measured: {exc}")
-        return None
-    return path
-
-
 def time_report(bench: Bench, dat: str, events: int, repeat: int) -> Dict[str, Any]:
     """`trace-cmd report -q -i DAT > /dev/null` (text formatting included: that is what it does)."""
     from benchmarks.common import BenchError, cpu_children, median
@@ -315,10 +280,8 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
     check = out["check"] = time_check(path, repeat)
     check["note"] = (
         "getpid events are not in the sim profile's mapping: check counts them as 'log' events without "
-        "decoding them (runs of them are stepped over); 'check_detector_heavy' is the other extreme"
+        "decoding them (runs of them are stepped over); benchmarks.checks measures the other extreme"
     )
-    heavy_path = record_detector_heavy(bench)
-    heavy = out["check_detector_heavy"] = time_check(heavy_path, repeat) if heavy_path else None
     rep = None
     if dat is not None and dat_run is not None:
         rep = out["trace_cmd_report"] = time_report(bench, dat, dat_run.events + dat_run.other_events, repeat)
@@ -326,8 +289,6 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
     rows = [("reader", "events", "wall s", "CPU s", "events/s", "CPU ns/event")]
     items = [("npu-trace replay (decode only)", replay),
              (f"npu-trace check (analyze, {CHECK_PROFILE} profile)", check)]  # fmt: skip
-    if heavy is not None:
-        items.append(("npu-trace check, detector-heavy (sim mixed)", heavy))
     if rep is not None:
         items.append(("trace-cmd report > /dev/null", rep))
     for name, fig in items:
@@ -339,11 +300,6 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
         f"  check: {check['events']:,} events read, by kind: {kinds} (getpid is not in the {CHECK_PROFILE} "
         f"mapping: counted as 'log' without being decoded); {check['findings']} findings."
     )
-    if heavy is not None:
-        kinds = ", ".join(f"{k} {v:,}" for k, v in heavy["normalized_by_kind"].items())
-        log(f"  check, detector-heavy: the simulator's mixed scenario recorded (4 devices, 20k calls/s, 5 s): "
-            f"{heavy['events']:,} events, by kind: {kinds}; {heavy['findings']} findings. Every event is "
-            "decoded, normalized, paired and seen by every detector.")  # fmt: skip
     if rep is not None:
         log("  trace-cmd report formats every event as text; npu-trace replay builds event tuples (no text)")
 
@@ -385,12 +341,6 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
     targets.append({"name": "check rate", "value": cr, "target": TARGET_RATE, "met": cr >= TARGET_RATE,
                     "text": f"check (analyze, {CHECK_PROFILE} profile, getpid counted as 'log' events) "
                             f"{cr / 1e6:.3f} M ev/s vs target 1.0 M ev/s"})  # fmt: skip
-    if heavy is not None:
-        hr = heavy["events_per_s"]
-        targets.append({"name": "check rate, detector-heavy", "value": hr, "target": TARGET_RATE,
-                        "met": hr >= TARGET_RATE,
-                        "text": f"check (analyze, {CHECK_PROFILE} profile, sim mixed: every event analysed) "
-                                f"{hr / 1e6:.3f} M ev/s vs target 1.0 M ev/s"})  # fmt: skip
     for t in targets:
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
         log(f"targets: {t['text']}: {verdict}")

@@ -19,16 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
 from npu_trace.sim.scenarios import plan
-from synth import synth_events
+from npu_trace.sim.synth import synth_events
 from tui.worker.sources import FakeSource
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""The ingest benchmark still runs (npu-trace part only, with npu-trace record and its replay/check, tiny N).
-Never asserts a timing."""
+"""The benchmarks still run (npu-trace parts only, tiny sizes): ingest with npu-trace record and its replay/check,
+and the check figures. Never asserts a timing."""
 
 from __future__ import annotations
 
@@ -8,36 +8,46 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any, Dict, Tuple
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.privileged
-def test_bench_npu_trace_part_runs(tmp_path: object) -> None:
+def need_tracefs() -> None:
     if os.geteuid() != 0:
         pytest.skip("the benchmark needs root (tracefs instances)")
     if not os.path.exists("/sys/kernel/tracing/available_events"):
         pytest.skip("tracefs is not mounted at /sys/kernel/tracing")
+
+
+def run_ingest(
+    tmp_path: object, *options: str, module: str = "benchmarks.ingest"
+) -> Tuple[subprocess.CompletedProcess[str], Dict[str, Any]]:
+    """`python -m MODULE OPTIONS --repeat 1 --no-anchor --json OUT`: its process and figures."""
+    need_tracefs()
     out_json = os.path.join(str(tmp_path), "bench.json")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ingest", "--events", "20000", "--repeat", "1", "--no-anchor",
-         "--no-sweep", "--no-sim", "--json", out_json],
+        [sys.executable, "-m", module, *options, "--repeat", "1", "--no-anchor", "--json", out_json],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "instances left behind" not in proc.stdout
+    with open(out_json) as f:
+        return proc, json.load(f)
+
+
+@pytest.mark.privileged
+def test_bench_npu_trace_part_runs(tmp_path: object) -> None:
+    proc, result = run_ingest(tmp_path, "--events", "20000", "--no-sweep", "--no-sim", "--no-check")
     row = re.search(r"^npu-trace\s+([\d,]+)\s+([\d,]+)\s", proc.stdout, re.M)
     assert row, proc.stdout
     assert int(row.group(1).replace(",", "")) + int(row.group(2).replace(",", "")) > 0
-    assert os.path.exists(out_json)
-    assert "instances left behind" not in proc.stdout
     # npu-trace record (tiny) and the replay/check of its recording ran in the same run
     rec = re.search(r"^npu-record\s+([\d,]+)\s+([\d,]+)\s", proc.stdout, re.M)
     assert rec, proc.stdout
     assert int(rec.group(1).replace(",", "")) + int(rec.group(2).replace(",", "")) > 0
-    with open(out_json) as f:
-        result = json.load(f)
     record = result["record"]
     assert record["npt"]["file"] > 0
     assert record["replay"]["events"] > 0
@@ -53,3 +63,34 @@ def test_walk_benchmark_runs() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for row in ("PageDecoder.decode", "walk (C) + gather", "walk (C)", "walk (Python)"):
         assert len(re.findall(rf"^{re.escape(row)} +[\d.]+ ns/record", proc.stdout, re.M)) == 2, proc.stdout
+
+
+@pytest.mark.privileged
+def test_bench_check_part_runs(tmp_path: object) -> None:
+    """The check figures (benchmarks.checks): the simulator recorded, a small generated recording, both checked."""
+    _, result = run_ingest(tmp_path, "--check-only", "--gen-events", "20000")
+    check = result["check"]
+    heavy, gen = check["detector_heavy"]["npu_check"], check["generated"]["npu_check"]
+    assert heavy["read"] == heavy["total"] == check["detector_heavy"]["expected_events"] > 400_000
+    assert gen["read"] == gen["total"] == check["generated"]["events"] > 10_000
+    assert gen["rss_mib"] > 0 and heavy["lost"] == 0
+    assert {t["name"] for t in check["targets"]} >= {"check rate, detector-heavy", "check peak RSS"}
+
+
+@pytest.mark.privileged
+def test_bench_live_part_runs(tmp_path: object) -> None:
+    """The live task workload (benchmarks.live), slow enough to lose nothing: every path sees every event, and
+    the analysis counts what the workload says it made (calls paired, each task's completion matched)."""
+    _, result = run_ingest(tmp_path, "--events", "60000", "--rate", "100000", module="benchmarks.live")
+    runs = {name: figs[0] for name, figs in result["runs"].items()}
+    assert set(runs) == {"stream decode", "decode, no merge", "live analysis", "TUI worker", "TUI replay"}
+    for name, fig in runs.items():
+        assert (fig["events"], fig["lost"]) == (60_000, 0), name
+    analysis, others = runs["live analysis"], runs["live analysis"]["other_events"]
+    assert analysis["truth"] == {"call": 40_000, "submit": 10_000, "complete": 10_000}
+    extra = {kind: n - analysis["truth"][kind] for kind, n in analysis["by_kind"].items()}
+    assert min(extra.values()) >= 0 and sum(extra.values()) == others  # another process's syscalls only add
+    if not others:  # (none makes them: see gen_tasks.c)
+        assert analysis["unpaired"] == {"unpaired_entries": 0, "unpaired_returns": 0, "unmatched_completes": 0}
+        assert runs["TUI worker"]["by_kind"] == {"call pairs": 20_000, "tasks completed": 10_000}
+    assert {t["name"] for t in result["targets"]} >= {"TUI worker at >= 1 M ev/s offered, zero backlog"}

@@ -30,7 +30,7 @@ from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
 from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.sim.scenarios import plan
-from synth import formats, synth_events
+from npu_trace.sim.synth import formats, synth_events
 
 MS = 1_000_000
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))

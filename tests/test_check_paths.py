@@ -22,7 +22,7 @@ from npu_trace.ci.rules import load_rules
 from npu_trace.events import NpuEvent
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from synth import synth_events
+from npu_trace.sim.synth import synth_events
 from test_recording import ROOT, golden_header, write
 from test_timeline import HEADER, reads, spread, synth_header, write_batches
 

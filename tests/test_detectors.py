@@ -23,7 +23,7 @@ from npu_trace.device.hal import RESET_STEPS
 from npu_trace.device.profiles import PROFILES, SIM_RESET
 from npu_trace.events import Loss, NpuEvent
 from npu_trace.sim.scenarios import plan
-from synth import synth_events
+from npu_trace.sim.synth import synth_events
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
 

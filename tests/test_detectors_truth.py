@@ -1,6 +1,6 @@
 """Ground truth: for every simulator scenario, the detectors find exactly what the scenario injected.
 
-The raw events are synthesized (tests/synth.py) from the planner's actions, the way the kernel would record
+The raw events are synthesized (npu_trace/sim/synth.py) from the planner's actions, the way the kernel would record
 them; with a real run, pass the executor's truth dict to `synth_events` / `truth_expectations` instead.
 """
 
@@ -15,7 +15,8 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.sim.runner import build_truth
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from synth import records, synth_events, timed, truth_expectations
+from npu_trace.sim.synth import TruthTally, host_events, records, synth_events, timed, truth_expectations
+from npu_trace.sim.threads import HOST_LIKE
 
 DURATION_S, RATE, DEVICES = 2.0, 2000, 2
 
@@ -79,6 +80,17 @@ def test_findings_equal_the_truth(scenario: str, seed: int) -> None:
         assert all(f["details"]["fragmentation"] for f in of_kind(report, "alloc_fail"))
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_findings_equal_the_truth_on_a_host_like_run(scenario: str) -> None:
+    """Threads on two CPUs that move, tasks completed on the other CPU, calls returning on another CPU."""
+    actions = plan(scenario, 3, DURATION_S, RATE, DEVICES, host=HOST_LIKE)
+    events = host_events(actions, HOST_LIKE)
+    assert {e.cpu for e in events} == {0, 1} and len({e.pid for e in events}) == HOST_LIKE.threads
+    analysis = Analysis(PROFILES["sim"])
+    analysis.feed(events)
+    check_against_truth(analysis.finish(), truth_expectations(actions))
+
+
 def test_truth_dict_with_executor_times() -> None:
     """The truth file path: records carry start_ns/end_ns (here: a replay of the executor, offset in time)."""
     actions = plan("mixed", 7, DURATION_S, RATE, 3)
@@ -96,3 +108,11 @@ def test_summary_has_latency_stats_for_every_hal_call() -> None:
     for row in report["summary"]["latency"]["ops"]:
         assert row["min_ns"] <= row["p50_ns"] <= row["p99_ns"] <= row["max_ns"]
     assert report["summary"]["pairing"] == {"unpaired_entries": 0, "unpaired_returns": 0}
+
+
+def test_the_truth_tallied_action_by_action_is_the_truth() -> None:
+    actions = plan("mixed", 4, DURATION_S, RATE, 3)
+    tally = TruthTally()
+    for a in actions:
+        tally.add_action(a)
+    assert tally.expectations() == truth_expectations(actions)

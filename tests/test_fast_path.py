@@ -29,7 +29,7 @@ from npu_trace.pipeline.blocks import records_of
 from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.pipeline.vnormalize import MISSING, BlockNormalizer, kind_counts
 from npu_trace.sim.scenarios import SCENARIOS, plan
-from synth import formats, synth_events
+from npu_trace.sim.synth import formats, synth_events
 
 PROFILE = PROFILES["sim"]
 PLANS = plans(formats().values(), layouts=PROFILE.layouts)

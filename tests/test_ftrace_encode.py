@@ -15,7 +15,7 @@ from npu_trace.ftrace.decode import CpuDecoders, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.sim.scenarios import plan
-from synth import formats, synth_events
+from npu_trace.sim.synth import formats, synth_events
 
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
 FORMATS = formats()

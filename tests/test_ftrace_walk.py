@@ -29,8 +29,8 @@ from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, R
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
 from npu_trace.sim.scenarios import plan
-from synth import formats as sim_formats
-from synth import synth_events
+from npu_trace.sim.synth import formats as sim_formats
+from npu_trace.sim.synth import synth_events
 from test_ftrace_decode import FORMATS, HEADER, SMALL, _valid_page, absolute, extend, fmt_text, rec, small
 from test_ftrace_decode import page as make_page
 

@@ -9,7 +9,7 @@ from npu_trace.errors import UsageError
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent
 from npu_trace.ftrace.format import parse_format
 from npu_trace.pipeline.normalize import Normalizer, compile_mapping, field_value
-from synth import PID, formats, marker
+from npu_trace.sim.synth import PID, formats, marker
 
 F = formats()
 SIM = PROFILES["sim"].mapping
@@ -147,7 +147,7 @@ def test_positional_plans_give_what_the_general_rules_give(scenario: str, monkey
     """The precompiled plans (kind_if included, returns without a device field) are an optimisation only."""
     from npu_trace.pipeline import normalize as model
     from npu_trace.sim.scenarios import plan
-    from synth import synth_events
+    from npu_trace.sim.synth import synth_events
 
     items = synth_events(plan(scenario, seed=5, duration_s=1.0, rate=800, devices=2))
     items += [ret("ascend_halMemFree_ret", 10**12, -5), ret("ascend_halCqReportRecv_ret", 10**12 + 1, -110)]

@@ -18,11 +18,11 @@ from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, pump
+from npu_trace.sim.synth import truth_expectations
 from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
-from synth import truth_expectations
 from test_detectors_truth import check_against_truth
 
 CLI = [sys.executable, "-m", "npu_trace"]

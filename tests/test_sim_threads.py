@@ -4,6 +4,7 @@ them and the executor output the truth is built from."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Dict, List, Tuple
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from npu_trace.device import hal
 from npu_trace.errors import InputError, SimulatorError
 from npu_trace.sim.runner import Observed, build_truth, parse_output, plan_line
-from npu_trace.sim.scenarios import SCENARIOS, Action, plan
+from npu_trace.sim.scenarios import SCENARIOS, Action, plan, plan_stream
 from npu_trace.sim.threads import DRIVER_THREAD, FIRST_APP_THREAD, HOST_LIKE, IRQ_THREAD, SINGLE, Host
 
 ARGS = (0.5, 600, 2)  # duration_s, rate, devices
@@ -129,6 +130,22 @@ def test_driver_work_stays_in_order_on_its_thread() -> None:
     assert len(reaps) == 3 and max(reaps) < lost
     after_reap = [a for a in actions if a.after in reaps]  # the driver thread waits for each timed-out wait
     assert [a.func for a in after_reap] == ["drv_timeout"] * 3 and {a.thread for a in after_reap} == {DRIVER_THREAD}
+
+
+@pytest.mark.parametrize("host", [SINGLE, HOST_LIKE], ids=["single", "host-like"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_plan_streamed_window_by_window_is_the_plan(scenario: str, host: Host) -> None:
+    """Windows of 10 ms: spiked calls (20-60 ms) and allocations straddle them, and so do the waits."""
+    want = plan(scenario, 4, 1.0, 3000, 3, host=host)
+    assert list(plan_stream(scenario, 4, 1.0, 3000, 3, host=host, window_s=0.01)) == want
+
+
+def test_a_streamed_plan_has_no_size_limit_but_the_rate_limit() -> None:
+    with pytest.raises(InputError, match="over 2000000 calls"):
+        plan("steady", 1, 20.0, 200_000, 8)
+    assert len(list(itertools.islice(plan_stream("steady", 1, 20.0, 200_000, 8), 1000))) == 1000
+    with pytest.raises(InputError, match="--rate"):
+        next(plan_stream("steady", 1, 20.0, 300_000, 8))
 
 
 def test_hops_are_a_seeded_share_of_the_hal_calls() -> None:

@@ -32,7 +32,7 @@ from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline import CHANNELS, Batch, Mark, OrderedMerge, Timeline
 from npu_trace.recording import RecordingWriter, build_header
 from npu_trace.sim.scenarios import plan
-from synth import format_texts, formats, synth_events
+from npu_trace.sim.synth import format_texts, formats, synth_events
 
 MS = 1_000_000
 S = 1_000_000_000

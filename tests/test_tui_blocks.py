@@ -18,7 +18,7 @@ from npu_trace.pipeline.blocks import records_of
 from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sim.scenarios import plan
-from synth import formats, synth_events
+from npu_trace.sim.synth import formats, synth_events
 from tui.logfilter import LogFilter
 from tui.messages import Counters
 from tui.worker.collector import Collector, select_rows

@@ -18,7 +18,7 @@ from npu_trace.errors import SourceError
 from npu_trace.events import TraceEvent
 from npu_trace.process import StopFlag
 from npu_trace.sim.scenarios import plan
-from synth import synth_events
+from npu_trace.sim.synth import synth_events
 from tui.messages import ROWS_PER_UPDATE, SourceSpec
 from tui.worker.feed import Sink
 from tui.worker.sources import IDLE_S, BaseSource, FakeSource

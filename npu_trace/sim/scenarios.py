@@ -5,17 +5,21 @@ second (all devices together); special phases (spikes, failures, ECC climb, rese
 their calls on top. Each Action is one call of one exported simulator function; `args` follow hal.FUNCS'
 parameter order. `host` (npu_trace.sim.threads) places the actions on the executor's threads (which thread,
 what it waits for, where it changes CPU) without changing what they are.
+
+`plan_stream` yields the same actions one window of time at a time, without `plan`'s size limit (the planner's
+state, its heaps and task ids, carries over): for plans too large to hold at once (the benchmarks' generated
+recordings), never for the executor, whose rate and size limits stay `plan`'s.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from npu_trace.device import hal
 from npu_trace.errors import InputError
-from npu_trace.sim.threads import SINGLE, Host, place, validate_host
+from npu_trace.sim.threads import SINGLE, Host, Placer, place, validate_host
 
 SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed")
 KINDS = ("call", "spike", "alloc_fail", "timeout", "heartbeat_lost", "ecc", "reset_step", "irq")
@@ -28,6 +32,8 @@ VA_BASE = 0x100000000000
 VA_STRIDE = 0x10000000000
 IRQ_NAMES = ("cq_update_irq", "func_cq_irq", "sq_send_trigger_irq", "dma_done_irq", "devdrv_load_irq")
 MAX_ACTIONS = 2_000_000
+MAX_DURATION_S = 3600.0
+STREAM_MAX_DURATION_S = 86400.0
 
 Value = Union[int, str]
 
@@ -134,8 +140,21 @@ class Planner:
         return any(d == dev and lo <= t < hi for d, lo, hi in self.quiet)
 
     def finish(self) -> List[Action]:
-        order = sorted(range(len(self.actions)), key=lambda i: (self.actions[i].t_ns, i))
-        return [self.actions[i] for i in order]
+        return self.take_before(None)
+
+    def take_before(self, cut: Optional[int]) -> List[Action]:
+        """The actions planned so far that start before `cut` (None: all), in plan order (by start, then as
+        planned); the others stay for a later take."""
+        if cut is None:
+            early, self.actions = self.actions, []
+        else:
+            early = [a for a in self.actions if a.t_ns < cut]
+            self.actions = [a for a in self.actions if a.t_ns >= cut]
+        return sorted(early, key=_start)  # stable: equal starts keep their planned order
+
+
+def _start(a: Action) -> int:
+    return a.t_ns
 
 
 # ---- operations (each returns how many calls it planned) ------------------------------------------------
@@ -218,13 +237,15 @@ def op_random(p: Planner, t: float, dev: int) -> int:
 
 
 # ---- phases ---------------------------------------------------------------------------------------------
-def steady(p: Planner, t0: float, t1: float, rate: float) -> None:
-    """Background traffic at `rate` calls/s over [t0, t1) on every device not in a quiet window."""
-    t = t0
-    while t < t1:
+def steady(p: Planner, t0: float, t1: float, rate: float, stop: Optional[float] = None) -> float:
+    """Background traffic at `rate` calls/s over [t0, t1) on every device not in a quiet window; with `stop`,
+    only the operations starting before it: returns where the next one starts (to go on from there)."""
+    t, end = t0, t1 if stop is None else min(t1, stop)
+    while t < end:
         devs = [d for d in range(p.devices) if not p.is_quiet(d, t)]
         n = op_random(p, t, p.rng.choice(devs)) if devs else 1
         t += n * NS / rate * p.rng.uniform(0.5, 1.5)
+    return t
 
 
 SPIKE_MIN_NS, SPIKE_MAX_NS = 20 * MS, 60 * MS
@@ -334,43 +355,40 @@ def irq_storm(p: Planner, t0: float, t1: float, dev: int, per_s: int = 20_000) -
 
 
 # ---- scenarios ------------------------------------------------------------------------------------------
-def _plan_steady(p: Planner, end: int, rate: float) -> None:
-    steady(p, 0, end, rate)
+def _plan_steady(p: Planner, end: int) -> None:
+    """Background traffic only: no special phase."""
 
 
-def _plan_spikes(p: Planner, end: int, rate: float) -> None:
+def _plan_spikes(p: Planner, end: int) -> None:
     spikes(p, 0.05 * end, 0.95 * end, max(3, int(4 * end / NS)))
-    steady(p, 0, end, rate)
 
 
-def _plan_fragmentation(p: Planner, end: int, rate: float) -> None:
+def _plan_fragmentation(p: Planner, end: int) -> None:
     p.no_alloc.update(range(p.devices))
     fragmentation(p, 0.05 * end, 0.95 * end, 0)
-    steady(p, 0, end, rate)
 
 
-def _plan_ecc_reset(p: Planner, end: int, rate: float) -> None:
+def _plan_ecc_reset(p: Planner, end: int) -> None:
     ecc_reset(p, 0.05 * end, end, 0)
-    steady(p, 0, end, rate)
 
 
-def _plan_irq_storm(p: Planner, end: int, rate: float) -> None:
+def _plan_irq_storm(p: Planner, end: int) -> None:
     start = 0.4 * end
     irq_storm(p, start, start + min(0.2 * NS, 0.2 * end), 0)
-    steady(p, 0, end, rate)
 
 
-def _plan_mixed(p: Planner, end: int, rate: float) -> None:
+def _plan_mixed(p: Planner, end: int) -> None:
     p.no_alloc.add(0)
     ecc_dev = p.devices - 1
     fragmentation(p, 0.03 * end, 0.35 * end, 0)
     irq_storm(p, 0.36 * end, 0.36 * end + min(0.1 * NS, 0.05 * end), 0)
     ecc_reset(p, 0.4 * end, end, ecc_dev)
     spikes(p, 0.05 * end, 0.95 * end, max(3, int(2 * end / NS)))
-    steady(p, 0, end, rate)
 
 
-_PLANNERS: Dict[str, Callable[[Planner, int, float], None]] = {
+# Each scenario's special phases; the steady background traffic (`steady`) is planned after them, over the whole
+# run, on every device not in one of their quiet windows.
+_PLANNERS: Dict[str, Callable[[Planner, int], None]] = {
     "steady": _plan_steady,
     "spikes": _plan_spikes,
     "fragmentation": _plan_fragmentation,
@@ -380,18 +398,26 @@ _PLANNERS: Dict[str, Callable[[Planner, int, float], None]] = {
 }
 
 
-def validate(scenario: str, duration_s: float, rate: float, devices: int, host: Host = SINGLE) -> None:
+def validate(
+    scenario: str,
+    duration_s: float,
+    rate: float,
+    devices: int,
+    host: Host = SINGLE,
+    max_duration_s: float = MAX_DURATION_S,
+    max_actions: Optional[int] = MAX_ACTIONS,
+) -> None:
     validate_host(host)
     if scenario not in _PLANNERS:
         raise InputError(f"unknown scenario {scenario!r} (one of: {', '.join(SCENARIOS)})")
-    if not 0 < duration_s <= 3600:
-        raise InputError(f"--duration must be in (0, 3600] seconds, not {duration_s}")
+    if not 0 < duration_s <= max_duration_s:
+        raise InputError(f"--duration must be in (0, {max_duration_s:g}] seconds, not {duration_s}")
     if not 0 < rate <= 200_000:
         raise InputError(f"--rate must be in (0, 200000] calls/s, not {rate}")
     if not 1 <= devices <= 64:
         raise InputError(f"--devices must be in [1, 64], not {devices}")
-    if duration_s * rate > MAX_ACTIONS:
-        raise InputError(f"duration x rate is over {MAX_ACTIONS} calls: shorten the run or lower the rate")
+    if max_actions is not None and duration_s * rate > max_actions:
+        raise InputError(f"duration x rate is over {max_actions} calls: shorten the run or lower the rate")
 
 
 def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int, host: Host = SINGLE) -> List[Action]:
@@ -399,5 +425,29 @@ def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int,
     always give the same plan, and the same actions whatever the host."""
     validate(scenario, duration_s, rate, devices, host)
     p = Planner(seed, devices)
-    _PLANNERS[scenario](p, int(duration_s * NS), float(rate))
+    end = int(duration_s * NS)
+    _PLANNERS[scenario](p, end)
+    steady(p, 0, end, float(rate))
     return place(p.finish(), seed, host)
+
+
+def plan_stream(
+    scenario: str,
+    seed: int,
+    duration_s: float,
+    rate: float,
+    devices: int,
+    host: Host = SINGLE,
+    window_s: float = 1.0,
+) -> Iterator[Action]:
+    """`plan`'s actions in the same order, placed the same way, planned `window_s` of run time at a time (see
+    the module docstring); `plan`'s checks but its size limit, on a run of at most a day."""
+    validate(scenario, duration_s, rate, devices, host, max_duration_s=STREAM_MAX_DURATION_S, max_actions=None)
+    p, placer = Planner(seed, devices), Placer(seed, host)
+    end, window = int(duration_s * NS), max(1, int(window_s * NS))
+    _PLANNERS[scenario](p, end)
+    t: float = 0
+    for cut in range(window, end + window, window):
+        t = steady(p, t, end, float(rate), stop=cut)
+        yield from placer.extend(p.take_before(cut), p.actions)
+    yield from placer.extend(p.finish())

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from npu_trace.device import hal
 from npu_trace.errors import InputError
@@ -89,31 +89,47 @@ def validate_host(host: Host) -> None:
         raise InputError(f"hop_share must be in [0, 1], not {host.hop_share}")
 
 
-class _Placer:
-    """One pass over the sorted plan; see the module docstring for the rules."""
+class Placer:
+    """One pass over the sorted plan, in one piece or in consecutive parts (`extend`); see the module docstring
+    for the rules. `after` counts from the first action placed."""
 
-    def __init__(self, actions: List[Action], seed: int, host: Host) -> None:
-        self.actions = actions
+    def __init__(self, seed: int, host: Host) -> None:
+        validate_host(host)
         self.host = host
         self.rng = random.Random(f"npu-sim-threads:{seed}")
         self.stream_threads: Dict[Tuple[int, int], int] = {}
-        self.threads: List[int] = []
+        self.threads = bytearray()  # the thread of each action placed (at most 2 + MAX_APP_THREADS)
+        self.sends: Set[int] = set()  # indexes of the halSqTaskSend calls an interrupt may still wait for
         self.last_in_group: Dict[int, int] = {}
         self.made_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the devmm_alloc_done handing it out
         self.freed_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the halMemFree releasing it
-        self.alloc_va = _alloc_addresses(actions)
+        self.alloc_va: Dict[int, int] = {}  # group of an allocation being placed -> the address it hands out
 
-    def run(self) -> List[Action]:
-        return [self.place(i, a) for i, a in enumerate(self.actions)]
+    def extend(self, actions: Sequence[Action], ahead: Sequence[Action] = ()) -> List[Action]:
+        """The next `actions` of the plan, placed; `ahead`: actions planned after them, among which the
+        devmm_alloc_done of an allocation in `actions` may be (the address it gets decides what it waits for)."""
+        if not self.host.threaded:
+            return list(actions)
+        allocs = {a.group for a in actions if a.func == "halMemAlloc"}
+        found = {**_alloc_addresses(ahead), **_alloc_addresses(actions)}
+        self.alloc_va = {group: va for group, va in found.items() if group in allocs}
+        return [self.place(len(self.threads), a) for a in actions]
 
     def place(self, i: int, a: Action) -> Action:
         thread = self.thread(a)
         self.threads.append(thread)
         after = self.after(i, a, thread)
         self.remember(i, a)
-        away = a.func == "irq_handler_entry" and after is not None and self.actions[after].func == "halSqTaskSend"
+        away = a.func == "irq_handler_entry" and self.completes(after)
         hop = hal.FUNC_BY_NAME[a.func].hal and self.rng.random() < self.host.hop_share
         return replace(a, thread=thread, after=after, away=away, hop=hop)
+
+    def completes(self, after: Optional[int]) -> bool:
+        """The interrupt waits for a task's send (it completes that task: it runs away from its CPU)."""
+        if after is None or after not in self.sends:
+            return False
+        self.sends.discard(after)
+        return True
 
     def thread(self, a: Action) -> int:
         if a.func in IRQ_FUNCS:
@@ -140,8 +156,8 @@ class _Placer:
     def memory_wait(self, i: int, a: Action) -> Optional[int]:
         if a.func == "halMemFree":
             return self.made_at.get((a.dev, int(a.args[1])))
-        if a.func == "halMemAlloc" and i in self.alloc_va:
-            return self.freed_at.get((a.dev, self.alloc_va[i]))
+        if a.func == "halMemAlloc" and a.group in self.alloc_va:
+            return self.freed_at.get((a.dev, self.alloc_va.pop(a.group)))
         return None
 
     def remember(self, i: int, a: Action) -> None:
@@ -150,18 +166,14 @@ class _Placer:
             self.made_at[(a.dev, int(a.args[2]))] = i
         elif a.func == "halMemFree":
             self.freed_at[(a.dev, int(a.args[1]))] = i
+        elif a.func == "halSqTaskSend":
+            self.sends.add(i)
 
 
-def _alloc_addresses(actions: List[Action]) -> Dict[int, int]:
-    """Index of each successful halMemAlloc -> the address its devmm_alloc_done hands out."""
-    calls: Dict[int, int] = {}
-    out: Dict[int, int] = {}
-    for i, a in enumerate(actions):
-        if a.func == "halMemAlloc":
-            calls[a.group] = i
-        elif a.func == "devmm_alloc_done" and int(a.args[3]) == 0 and a.group in calls:
-            out[calls[a.group]] = int(a.args[2])
-    return out
+def _alloc_addresses(actions: Sequence[Action]) -> Dict[int, int]:
+    """Group of each successful allocation -> the address its devmm_alloc_done hands out (one halMemAlloc per
+    allocation group)."""
+    return {a.group: int(a.args[2]) for a in actions if a.func == "devmm_alloc_done" and int(a.args[3]) == 0}
 
 
 def place(actions: List[Action], seed: int, host: Host) -> List[Action]:
@@ -169,4 +181,4 @@ def place(actions: List[Action], seed: int, host: Host) -> List[Action]:
     validate_host(host)
     if not host.threaded:
         return actions
-    return _Placer(actions, seed, host).run()
+    return Placer(seed, host).extend(actions)

@@ -1,5 +1,7 @@
 """Synthesize the raw TraceEvents the kernel would record for a simulator run, from its plan or its truth.
 
+What the tests (ground truth without a kernel) and the benchmarks (large generated recordings) share; no I/O.
+
 `formats()` builds an EventFormat for every simulator probe event from `npu_trace.device.hal`, through
 `parse_format` on format texts shaped like the kernel's uprobe formats (entry: `__probe_ip` then the typed
 parameters; return: `__probe_func`, `__probe_ret_ip`, `ret` s32).
@@ -9,18 +11,26 @@ planner `Action`s. Timestamps: a record's `start_ns`/`end_ns` when present (the 
 otherwise the executor is replayed: one thread, each action starting at max(t_ns, end of the previous one)
 and a HAL call returning `delay_ns` later (so a 50 ms spike delays what follows, as on the real executor).
 
-`truth_expectations(truth_or_actions)` says what the detectors must find (see its docstring).
+`host_events(actions, host)` does the same for a plan placed on a host-like executor's threads: the executor
+replayed in time by `npu_trace.sim.timing` (each thread on its CPU, tasks completed on another CPU than their
+submit, calls that return on another CPU); `probe_rows` gives one action's events, for a stream of them.
+
+`truth_expectations(truth_or_actions)` says what the detectors must find (see its docstring); `TruthTally` adds
+the records up one at a time.
 """
 
 from __future__ import annotations
 
-import collections
+from collections import Counter
+from operator import itemgetter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from npu_trace.device import hal
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.format import EventFormat, parse_format
 from npu_trace.sim.scenarios import Action
+from npu_trace.sim.threads import Host
+from npu_trace.sim.timing import HostTiming, Run
 
 PID = 4242
 FIRST_ID = 2300
@@ -133,6 +143,33 @@ def synth_events(source: Source, pid: int = PID, cpu: int = 0) -> List[TraceEven
     return [e for _, _, e in evs]
 
 
+# ---- host-like runs: each thread's events on the CPU it runs on -----------------------------------------
+ProbeRow = Tuple[int, int, int, str, Tuple[Any, ...]]  # (ts_ns, cpu, tid, event name without its group, values)
+_IP = {f.name: 0x401000 + 0x100 * i for i, f in enumerate(hal.FUNCS)}  # each probed function's address
+RET_IP = 0x4FF000  # where the HAL calls return to
+
+
+def probe_rows(a: Action, run: Run) -> List[ProbeRow]:
+    """The probe events of one action as the executor ran it (`timing.Run`): its entry [and its return]."""
+    func = hal.FUNC_BY_NAME[a.func]
+    args = (v if p.type == "string" else int(v) for p, v in zip(func.params, a.args))
+    rows = [(run.start_ns, run.cpu_in, run.tid, func.event, (_IP[a.func], *args))]
+    if func.hal:
+        rows.append((run.end_ns, run.cpu_out, run.tid, func.ret_event, (_IP[a.func], RET_IP, int(a.ret or 0))))
+    return rows
+
+
+def host_events(
+    actions: Sequence[Action], host: Host, cpus: Sequence[int] = (0, 1), t0_ns: int = 0, pid: int = PID
+) -> List[TraceEvent]:
+    """The TraceEvents of a placed plan run by the host-like executor (`npu_trace.sim.timing`), each on the CPU
+    its probe fires on, sorted by timestamp (stable)."""
+    timing = HostTiming(host, cpus, t0_ns, pid)
+    rows = [row for a in actions for row in probe_rows(a, timing.run(a))]
+    rows.sort(key=itemgetter(0))
+    return [TraceEvent(ts, cpu, tid, _FORMATS[name], values) for ts, cpu, tid, name, values in rows]
+
+
 def marker(ts_ns: int, text: str, pid: int = PID, cpu: int = 0) -> TraceEvent:
     return TraceEvent(ts_ns, cpu, pid, _MARKER, (0xFFFF0000, text + "\n"))
 
@@ -152,18 +189,70 @@ def truth_expectations(source: Source) -> Dict[str, Any]:
     precursor   {dev: {"ce_last", "uce_last", "max_temp_c"}} from the ECC reports before the reset
     leaks       {dev: (count, bytes)} of successful allocations never freed
     """
-    recs = records(source)
-    exp: Dict[str, Any] = {
-        "spikes": collections.Counter((r["dev"], r["func"]) for r in recs if r["kind"] == "spike"),
-        "alloc_fail": collections.Counter(
-            r["dev"] for r in recs if r["func"] == "devmm_alloc_done" and r["kind"] == "alloc_fail"
-        ),
-        "timeouts": collections.Counter(t for t in map(_timeout_key, recs) if t is not None),
-        "resets": _resets(recs),
-        "precursor": _precursors(recs),
-        "leaks": _leaks(recs),
-    }
-    return exp
+    tally = TruthTally()
+    for rec in records(source):
+        tally.add(rec)
+    return tally.expectations()
+
+
+# the functions the truth looks at (memory, resets, ECC, timeouts); any other action counts only as a spike
+_TALLIED = frozenset(("devmm_alloc_done", "halMemFree", "devdrv_reset_step", "dms_event_report", "drv_timeout",
+                      "hb_report_heart_beat_lost_event", "halCqReportRecv"))  # fmt: skip
+
+
+class TruthTally:
+    """`truth_expectations` one record at a time (`records()` form), for runs too large to hold at once."""
+
+    def __init__(self) -> None:
+        self.spikes: Counter[Tuple[int, str]] = Counter()
+        self.alloc_fail: Counter[int] = Counter()
+        self.timeouts: Counter[Tuple[int, str]] = Counter()
+        self.resets: Dict[int, List[str]] = {}
+        self.precursor: Dict[int, Dict[str, int]] = {}
+        self.live: Dict[Tuple[int, int], int] = {}  # (dev, va) -> size of the allocations not freed yet
+
+    def add_action(self, a: Action) -> None:
+        """add() for a planner action: only those the truth counts are turned into records."""
+        if a.kind == "spike" or a.func in _TALLIED:
+            self.add(records([a])[0])
+
+    def add(self, rec: Mapping[str, Any]) -> None:
+        func, dev = rec["func"], rec["dev"]
+        if rec["kind"] == "spike":
+            self.spikes[(dev, func)] += 1
+        timeout = _timeout_key(rec)
+        if timeout is not None:
+            self.timeouts[timeout] += 1
+        if func == "devmm_alloc_done":
+            self._allocated(rec)
+        elif func == "halMemFree" and (rec["ret"] or 0) == 0:
+            self.live.pop((dev, int(rec["args"]["va"])), None)
+        elif func == "devdrv_reset_step":
+            self.resets.setdefault(dev, []).append(str(rec["args"]["step_name"]))
+        elif func == "dms_event_report":
+            self._ecc(dev, rec["args"])
+
+    def _allocated(self, rec: Mapping[str, Any]) -> None:
+        args = rec["args"]
+        if rec["kind"] == "alloc_fail":
+            self.alloc_fail[rec["dev"]] += 1
+        if int(args["ret"]) == 0:
+            self.live[(rec["dev"], int(args["va"]))] = int(args["size"])
+
+    def _ecc(self, dev: int, args: Mapping[str, Any]) -> None:
+        cur = self.precursor.setdefault(dev, {"ce_last": 0, "uce_last": 0, "max_temp_c": -999})
+        cur.update(ce_last=int(args["ce_count"]), uce_last=int(args["uce_count"]))
+        cur["max_temp_c"] = max(cur["max_temp_c"], int(args["temp_c"]))
+
+    def expectations(self) -> Dict[str, Any]:
+        """What the records so far imply (see truth_expectations)."""
+        leaks: Dict[int, Tuple[int, int]] = {}
+        for (dev, _), size in sorted(self.live.items()):
+            count, total = leaks.get(dev, (0, 0))
+            leaks[dev] = (count + 1, total + size)
+        return {"spikes": Counter(self.spikes), "alloc_fail": Counter(self.alloc_fail),
+                "timeouts": Counter(self.timeouts), "resets": {d: list(s) for d, s in self.resets.items()},
+                "precursor": {d: dict(p) for d, p in self.precursor.items()}, "leaks": leaks}  # fmt: skip
 
 
 def _timeout_key(rec: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
@@ -174,35 +263,3 @@ def _timeout_key(rec: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
     if rec["func"] == "hb_report_heart_beat_lost_event":
         return rec["dev"], "heartbeat"
     return None
-
-
-def _resets(recs: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    out: Dict[int, List[str]] = {}
-    for r in recs:
-        if r["func"] == "devdrv_reset_step":
-            out.setdefault(r["dev"], []).append(str(r["args"]["step_name"]))
-    return out
-
-
-def _precursors(recs: List[Dict[str, Any]]) -> Dict[int, Dict[str, int]]:
-    out: Dict[int, Dict[str, int]] = {}
-    for r in recs:
-        if r["func"] == "dms_event_report":
-            a, cur = r["args"], out.setdefault(r["dev"], {"ce_last": 0, "uce_last": 0, "max_temp_c": -999})
-            cur.update(ce_last=int(a["ce_count"]), uce_last=int(a["uce_count"]))
-            cur["max_temp_c"] = max(cur["max_temp_c"], int(a["temp_c"]))
-    return out
-
-
-def _leaks(recs: List[Dict[str, Any]]) -> Dict[int, Tuple[int, int]]:
-    live: Dict[Tuple[int, int], int] = {}
-    for r in recs:
-        if r["func"] == "devmm_alloc_done" and int(r["args"]["ret"]) == 0:
-            live[(r["dev"], int(r["args"]["va"]))] = int(r["args"]["size"])
-        elif r["func"] == "halMemFree" and (r["ret"] or 0) == 0:
-            live.pop((r["dev"], int(r["args"]["va"])), None)
-    out: Dict[int, Tuple[int, int]] = {}
-    for (dev, _), size in sorted(live.items()):
-        count, total = out.get(dev, (0, 0))
-        out[dev] = (count + 1, total + size)
-    return out

@@ -1,0 +1,313 @@
+"""Check figures where every event is analysed: `npu-trace check` against `trace-cmd report` on the same events.
+
+1. Detector-heavy, the issue's workload: the simulator's mixed scenario on 8 devices at 20,000 calls/s for 15 s,
+   host-like (threads on both CPUs; about 430 k events), recorded by npu-trace (in-process, as `npu-trace
+   record` does: LiveTrace + Recorder in an instance of its own) and by `trace-cmd record` (instance npubench)
+   at once: both files hold the same events. Each tool then runs as a user runs it, in a child process,
+   `--repeat` times (medians): `npu-trace check FILE --json OUT` and `trace-cmd report -q -i FILE > /dev/null`
+   (formatting every event as text is what report does). A nearly empty recording made the same way
+   (steady, 0.1 s at 100 calls/s) is timed too: its time is the tool's start-up, subtracted, so the figures
+   are the work per event: events/s = (events - events_empty) / (wall - wall_empty), CPU per event likewise.
+2. Generated: `npu-trace check` on a recording of millions of events (benchmarks.gen_recording: the mixed
+   scenario on 8 devices, host-like on 2 CPUs; `--gen-events`, default 2 M; or `--gen-file FILE` with its
+   OUT.truth.json), start-up subtracted likewise (a generated recording of a few events), with the child's
+   peak RSS (wait4's ru_maxrss): the target is < 300 MiB for 10 M events.
+
+`summary.events.total` (what check counted) is printed beside the events the reader read: they must be equal.
+Targets, as figures (never pass/fail): check >= 1.5 M analysed events/s and >= 2.5x trace-cmd report's
+events/s on the same events. Run alone: `scripts/bench check [--repeat R] [--gen-events N] [--no-anchor]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from benchmarks.common import ANCHOR_INSTANCE, BenchError, log, median
+
+if TYPE_CHECKING:  # pragma: no cover
+    from benchmarks.ingest import Bench  # annotations only
+
+CHECK_RATE_TARGET = 1_500_000.0
+REPORT_RATIO_TARGET = 2.5
+RSS_TARGET_MIB, RSS_TARGET_EVENTS = 300.0, 9_500_000  # "for 10 M events": judged from 9.5 M on
+GEN_RATE = 100_000.0  # generated recordings: background calls/s (about 141,000 events per second of trace)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A simulator scenario, host-like."""
+
+    scenario: str
+    duration_s: float
+    rate: float
+    devices: int
+
+    def describe(self) -> str:
+        return f"{self.scenario}, {self.devices} devices, {self.rate:g} calls/s, {self.duration_s:g} s"
+
+
+HEAVY = Workload("mixed", 15.0, 20_000.0, 8)
+EMPTY = Workload("steady", 0.1, 100.0, 1)
+
+
+# ---- one child process, timed -------------------------------------------------------------------------------
+# `npu-trace ARGS` as `python -m npu_trace` runs it, telling its own peak RSS (VmHWM: that of the program since
+# its exec; the child's ru_maxrss would also count the bench's own pages, which the fork copied) into a file
+PEAK_RSS = """import atexit, sys
+def peak():
+    with open("/proc/self/status") as f, open(sys.argv[1], "w") as out:
+        out.write(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+atexit.register(peak)
+from npu_trace.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def run_child(argv: List[str], peak_file: Optional[str] = None) -> Dict[str, Any]:
+    """Wall time and CPU (user + system, os.wait4: that child alone) of one child process; its peak RSS when
+    it writes it to `peak_file` (in KiB)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    fig = {"wall_s": time.monotonic() - t0, "cpu_s": usage.ru_utime + usage.ru_stime, "rc": proc.returncode}
+    if peak_file is not None:
+        with open(peak_file) as f:
+            fig["rss_mib"] = int(f.read()) / 1024
+    return fig
+
+
+def npu_trace_argv(args: List[str], peak_file: str) -> List[str]:
+    return [sys.executable, "-c", PEAK_RSS, peak_file, *args]
+
+
+def timed(argv: List[str], repeat: int, ok: Tuple[int, ...] = (0,), peak_file: Optional[str] = None) -> Dict[str, Any]:
+    """run_child `repeat` times: medians (and the largest peak RSS)."""
+    runs = [run_child(argv, peak_file) for _ in range(repeat)]
+    bad = [r["rc"] for r in runs if r["rc"] not in ok]
+    if bad:
+        raise BenchError(f"{' '.join(argv[:4])} ... exited with {bad[0]}")
+    fig = {"wall_s": median([r["wall_s"] for r in runs]), "cpu_s": median([r["cpu_s"] for r in runs]), "runs": runs}
+    if peak_file is not None:
+        fig["rss_mib"] = max(r["rss_mib"] for r in runs)
+    return fig
+
+
+def npu_check(path: str, repeat: int) -> Dict[str, Any]:
+    """`npu-trace check PATH --json` timed (exit 1 is fine: the workloads inject faults), and what it read."""
+    report, peak = path + ".report.json", path + ".peak"
+    fig = timed(npu_trace_argv(["check", path, "--quiet", "--json", report], peak), repeat, (0, 1), peak)
+    with open(report) as f:
+        rep = json.load(f)
+    summary = rep["summary"]
+    fig.update(events=int(rep["reading"]["events"]), total=int(summary["events"]["total"]),
+               by_kind=dict(summary["events"]["by_kind"]), findings=len(rep["findings"]),
+               lost=int(rep["reading"]["lost"]))  # fmt: skip
+    return fig
+
+
+def tc_report(bench: Bench, dat: str, repeat: int) -> Dict[str, Any]:
+    fig = timed([bench.trace_cmd, "report", "-q", "-i", dat], repeat)
+    fig["events"] = bench.count_dat(b": ascend_", b": ascend_", dat)[1]
+    return fig
+
+
+def per_event(full: Dict[str, Any], empty: Dict[str, Any]) -> Dict[str, Any]:
+    """The work per event: the nearly empty run's time (start-up) taken off."""
+    n = full["events"] - empty["events"]
+    wall, cpu = full["wall_s"] - empty["wall_s"], full["cpu_s"] - empty["cpu_s"]
+    return {"events": n, "wall_s": wall, "cpu_s": cpu, "startup_wall_s": empty["wall_s"],
+            "events_per_s": n / wall if wall > 0 else 0.0, "cpu_ns_per_event": cpu / n * 1e9 if n else 0.0,
+            "rss_mib": full.get("rss_mib")}  # fmt: skip
+
+
+# ---- 1. detector-heavy: the simulator recorded by both tools at once ----------------------------------------
+@dataclass
+class Recorded:
+    npt: str
+    dat: Optional[str]
+    expected: int  # events the executor's plan makes
+    tc_lost: int = 0
+
+
+def record_both(bench: Bench, binary: str, work: Workload, tag: str, anchor: bool) -> Recorded:
+    """`work` run by the executor (host-like) while npu-trace records it in-process, and trace-cmd (it runs
+    the executor as its command) records it too."""
+    from npu_trace.device import hal
+    from npu_trace.pipeline import pump
+    from npu_trace.sim import runner, scenarios
+    from npu_trace.sim.threads import HOST_LIKE
+    from npu_trace.sinks.recorder import Recorder
+    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sources.tracefs_source import TracefsSession
+
+    actions = scenarios.plan(work.scenario, 1, work.duration_s, work.rate, work.devices, host=HOST_LIKE)
+    plan_path, out_path = (os.path.join(bench.tmp, f"{tag}.{x}") for x in ("plan", "out"))
+    with open(plan_path, "w") as f:
+        f.writelines(runner.plan_line(a) for a in actions)
+    executor = [binary, "-m", str(HOST_LIKE.migrate_us), plan_path, out_path]
+    got = Recorded(os.path.join(bench.tmp, f"{tag}.npt"), os.path.join(bench.tmp, f"{tag}.dat") if anchor else None,
+                   sum(1 + int(hal.FUNC_BY_NAME[a.func].hal) for a in actions))  # fmt: skip
+    argv = bench.trace_cmd_record("ascend", got.dat, executor) if got.dat else executor
+    env = bench.anchor_env() if got.dat else None
+    session = TracefsSession(["ascend:*"], buffer_kb=bench.args.buffer_kb, tag="benchcheck")
+    err = os.path.join(bench.tmp, f"{tag}.stderr")
+    with LiveTrace(session) as source, open(err, "wb") as errors:
+        recorder = Recorder(session, got.npt, "sim")
+        proc = subprocess.Popen(argv, env=env, cwd=bench.anchor_cwd(), stdout=subprocess.DEVNULL, stderr=errors)
+        try:
+            pump(source, recorder, until=lambda: proc.poll() is not None)
+        finally:
+            recorder.close()
+            _reap(proc, bench, "trace-cmd record" if got.dat else "the simulator's executor", err)
+    with open(out_path) as f:
+        runner.parse_output(f.read(), len(actions))  # the executor ran every action
+    if got.dat:
+        got.tc_lost = bench.anchor_loss(got.dat)
+    return got
+
+
+def _reap(proc: subprocess.Popen[bytes], bench: Bench, name: str, err: str) -> None:
+    from benchmarks.ingest import remove_instance
+
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    remove_instance(bench.root, ANCHOR_INSTANCE)
+    if proc.returncode:
+        with open(err, errors="replace") as f:
+            raise BenchError(f"{name} exited with {proc.returncode}: {f.read()[-800:]}")
+
+
+def detector_heavy(bench: Bench, repeat: int, anchor: bool) -> Dict[str, Any]:
+    from npu_trace import sim
+    from npu_trace.ftrace.tracefs import Tracefs
+
+    fs = Tracefs(bench.root)
+    loaded = sim.load(fs)
+    try:
+        full = record_both(bench, loaded.binary, HEAVY, "heavy", anchor)
+        empty = record_both(bench, loaded.binary, EMPTY, "heavy-empty", anchor)
+    finally:
+        if loaded.changed:
+            sim.unload(fs)  # registered here: leave uprobe_events as found
+    out: Dict[str, Any] = {"workload": HEAVY.describe(), "expected_events": full.expected}
+    out["trace_cmd_lost"] = full.tc_lost
+    npu_full, npu_empty = npu_check(full.npt, repeat), npu_check(empty.npt, repeat)
+    out["npu_check"] = dict(per_event(npu_full, npu_empty), read=npu_full["events"], total=npu_full["total"],
+                            by_kind=npu_full["by_kind"], findings=npu_full["findings"], lost=npu_full["lost"],
+                            startup=npu_empty)  # fmt: skip
+    if full.dat and empty.dat:
+        tc_full, tc_empty = tc_report(bench, full.dat, repeat), tc_report(bench, empty.dat, repeat)
+        out["trace_cmd_report"] = dict(per_event(tc_full, tc_empty), read=tc_full["events"], startup=tc_empty)
+    return out
+
+
+# ---- 2. a generated recording of millions of events ---------------------------------------------------------
+def generated(bench: Bench, repeat: int, events: float, path: Optional[str]) -> Dict[str, Any]:
+    from benchmarks.gen_recording import Spec, duration_for, generate, truth_path
+
+    t0 = time.monotonic()
+    if path is None:
+        path = os.path.join(bench.tmp, "generated.npt")
+        big = generate(path, Spec(duration_s=duration_for(events, GEN_RATE), rate=GEN_RATE))
+        made = {"events": big.events, "generation_s": big.seconds, "bytes": big.bytes}
+    else:
+        with open(truth_path(path)) as f:
+            truth = json.load(f)
+        made = {"events": truth["events"], "generation_s": None, "bytes": os.path.getsize(path), "file": path}
+    made["spec"] = f"mixed, 8 devices, {GEN_RATE:g} calls/s, host-like on 2 CPUs" if "file" not in made else "given"
+    tiny = generate(os.path.join(bench.tmp, "generated-empty.npt"), Spec(duration_s=0.01, rate=1000.0))
+    log(f"check (generated): {made['events']:,} events ready in {time.monotonic() - t0:.1f} s")
+    full, empty = npu_check(path, repeat), npu_check(tiny.path, repeat)
+    return dict(made, npu_check=dict(per_event(full, empty), read=full["events"], total=full["total"],
+                                     findings=full["findings"], lost=full["lost"], startup=empty))  # fmt: skip
+
+
+# ---- reporting ----------------------------------------------------------------------------------------------
+def check_figures(args: Any, bench: Bench) -> Dict[str, Any]:
+    """Both figures, printed as tables with the ratios and targets; the JSON part."""
+    out: Dict[str, Any] = {"repeat": args.repeat}
+    log("")
+    log(f"check: detector-heavy workload ({HEAVY.describe()}, host-like) recorded by npu-trace"
+        f"{' and trace-cmd at once' if not args.no_anchor else ''}; each tool in a child process, median of "
+        f"{args.repeat}, start-up (a nearly empty recording: {EMPTY.describe()}) subtracted")  # fmt: skip
+    heavy = out["detector_heavy"] = detector_heavy(bench, args.repeat, not args.no_anchor)
+    rows = [("tool", "events read", "counted", "wall s", "start-up s", "events/s", "CPU ns/event", "peak RSS MiB")]
+    rows.append(_row("npu-trace check", heavy["npu_check"]))
+    if "trace_cmd_report" in heavy:
+        rows.append(_row("trace-cmd report > /dev/null", heavy["trace_cmd_report"]))
+    if args.gen_events or args.gen_file:
+        gen = out["generated"] = generated(bench, args.repeat, args.gen_events, args.gen_file)
+        rows.append(_row(f"npu-trace check, generated ({gen['events']:,} events)", gen["npu_check"]))
+    _table(rows)
+    _notes(heavy, out.get("generated"))
+    out["targets"] = targets(heavy, out.get("generated"))
+    return out
+
+
+def _row(name: str, fig: Dict[str, Any]) -> Tuple[str, ...]:
+    counted = f"{fig['total']:,}" if "total" in fig else "-"
+    return (name, f"{fig['read']:,}", counted, f"{fig['wall_s'] + fig['startup_wall_s']:.3f}",
+            f"{fig['startup_wall_s']:.3f}", f"{fig['events_per_s'] / 1e6:.3f} M/s", f"{fig['cpu_ns_per_event']:.0f}",
+            f"{fig['rss_mib']:.0f}" if fig.get("rss_mib") is not None else "-")  # fmt: skip
+
+
+def _table(rows: List[Tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, row in enumerate(rows):
+        log("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        if i == 0:
+            log("  ".join("-" * w for w in widths))
+
+
+def _notes(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> None:
+    npu = heavy["npu_check"]
+    kinds = ", ".join(f"{k} {v:,}" for k, v in npu["by_kind"].items())
+    log(f"  detector-heavy: {heavy['expected_events']:,} events planned; npu-trace read {npu['read']:,} "
+        f"(lost {npu['lost']}), trace-cmd {heavy.get('trace_cmd_report', {}).get('read', 'n/a')} "
+        f"(lost {heavy['trace_cmd_lost']}); by kind: {kinds}; {npu['findings']} findings")  # fmt: skip
+    for name, fig in (("detector-heavy", npu), ("generated", gen["npu_check"] if gen else None)):
+        if fig is not None and fig["total"] != fig["read"]:
+            log(f"  *** {name}: check counted {fig['total']:,} (summary.events.total) of {fig['read']:,} read ***")
+    if gen is not None and gen.get("generation_s"):
+        log(f"  generated recording: {gen['events']:,} events, {gen['bytes']:,} bytes, generated in "
+            f"{gen['generation_s']:.1f} s ({gen['events'] / gen['generation_s'] / 1e3:.0f} k events/s)")  # fmt: skip
+
+
+def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out: List[Dict[str, Any]] = []
+    rate = heavy["npu_check"]["events_per_s"]
+    text = f"check {rate / 1e6:.3f} M analysed ev/s (start-up subtracted) vs target 1.5 M ev/s"
+    out.append(_target("check rate, detector-heavy", rate, CHECK_RATE_TARGET, rate >= CHECK_RATE_TARGET, text))
+    tc = heavy.get("trace_cmd_report")
+    if tc is not None and tc["events_per_s"]:
+        r = rate / tc["events_per_s"]
+        out.append(_target("check / trace-cmd report", r, REPORT_RATIO_TARGET, r >= REPORT_RATIO_TARGET,
+                           f"check {r:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s on the same "
+                           "events vs target 2.5x"))  # fmt: skip
+    if gen is not None:
+        fig = gen["npu_check"]
+        g = fig["events_per_s"]
+        out.append(_target("check rate, generated", g, CHECK_RATE_TARGET, g >= CHECK_RATE_TARGET,
+                           f"check {g / 1e6:.3f} M analysed ev/s on {fig['read'] / 1e6:.1f} M generated events "
+                           "vs target 1.5 M ev/s"))  # fmt: skip
+        big = fig["read"] >= RSS_TARGET_EVENTS
+        text = f"check peak RSS {fig['rss_mib']:.0f} MiB for {fig['read'] / 1e6:.1f} M events vs target < 300 MiB"
+        text += " for 10 M events" + ("" if big else " (judged at about 10 M events: --gen-events 1e7)")
+        met = fig["rss_mib"] < RSS_TARGET_MIB if big else None
+        out.append(_target("check peak RSS", fig["rss_mib"], RSS_TARGET_MIB, met, text))
+    for t in out:
+        verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
+        log(f"targets: {t['text']}: {verdict}")
+    return out
+
+
+def _target(name: str, value: float, target: float, met: Optional[bool], text: str) -> Dict[str, Any]:
+    return {"name": name, "value": value, "target": target, "met": met, "text": text}
