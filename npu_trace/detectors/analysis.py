@@ -161,11 +161,11 @@ class Analysis:
         stamps = nb.block.ts
         last = int(stamps[-1])
         before = [int(stamps[r - 1]) if r else previous for r in rows.tolist()]
-        out = self.reset.feed(events) + self.reset.advance(last)
-        out += self._timeouts.feed_sparse(events, before, last)
-        for name in ("health", "loss", "states"):
-            out += self.detectors[name].feed(events)
-        self.states.advance(last)
+        out = self._timeouts.feed_sparse(events, before, last)
+        for detector in self.detectors.values():
+            if detector is not self._timeouts and detector not in (self.latency, self.memory):
+                out += detector.feed(events)  # a detector reads no hot kind (see detectors.base)
+                out += detector.advance(last)
         return out
 
     def _count_block(self, nb: NormBlock) -> None:

@@ -5,6 +5,13 @@ complete (so a live view can show them at once), `advance(now)` those that time 
 timeline's watermark while the host is quiet: a reset sequence whose next step is overdue), `flush()` those
 only the end of the session decides (leaks, incomplete sequences, loss), `summary()` its JSON-able totals.
 Time comes only from event timestamps and the watermarks that replay reproduces, never from the wall clock.
+
+The fast path (`Analysis.feed_block`) takes the hot kinds (call, irq, submit, complete, alloc, free: hundreds
+of thousands a second) as columns, in the latency and memory detectors' `feed_block`; every other detector is
+fed only the other events of a block, as objects, then `advance(stamp of the block's last item)`. A detector
+other than those two must therefore give the same findings whether or not it sees the hot kinds (it may read
+the latency and memory detectors' views instead), and judge time by stamps only: tests/test_fast_path.py
+holds every detector to that, byte for byte against the reference path.
 """
 
 from __future__ import annotations
