@@ -261,17 +261,17 @@ class PageDecoder:
             if commit & MISSED_STORED and end + word <= len(page):
                 missed = int.from_bytes(page[end : end + word], "little" if self.byteorder == "little" else "big")
             self._loss(out, Loss(self.source, self.cpu, "page_missed", missed, page_ts))
-        first = len(out)
+        first, backwards = len(out), self.backwards
         n = self._records(page, h.data_offset, end, page_ts, out)
-        if self.last_ts > TS_MAX:
+        if self.last_ts > TS_MAX or self.backwards != backwards:
             n -= self._past_the_range(out, first)
         return n
 
     def _past_the_range(self, out: List[Any], first: int) -> int:
         """Records stamped past 2**63 - 1 (only a corrupt page stamp or delta makes one: 292 years of
-        nanoseconds) are malformed: each is dropped and counted, its loss stamped 2**63 - 1. Within a page, a
-        stamp that passed it stays past it (deltas add, absolute stamps keep the top bits), so the page's last
-        stamp tells whether to look."""
+        nanoseconds) are malformed: each is dropped and counted, its loss stamped 2**63 - 1. Within a page,
+        stamps only come back below it by an absolute stamp that goes back (counted in `backwards`), so the
+        page's last stamp and that count tell whether to look."""
         dropped = 0
         for i in range(first, len(out)):
             item = out[i]
@@ -451,6 +451,8 @@ class PageDecoder:
         self._loss(out, Loss(self.source, self.cpu, "malformed", 1, ts))
 
     def _loss(self, out: List[Any], loss: Loss) -> None:
+        if loss.ts_ns > TS_MAX:  # a corrupt page stamp: the loss is stamped where every stamp must stay
+            loss = loss._replace(ts_ns=TS_MAX)
         self.ledger.add(loss)
         out.append(loss)
 

@@ -15,7 +15,7 @@ dynamic fields' locators are: `wants(decoders)`), records of other ids are skipp
 
 Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
 int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed, as PageDecoder judges it:
-dropped, counted, its loss stamped 2**63 - 1.
+dropped, counted, its loss stamped 2**63 - 1 (as every loss past it).
 
 Two implementations, identical in every result: the C extension `npu_trace.ftrace._walk` (a whole batch per
 call, built by the package's install where a compiler is) and `walk_py` / `gather_py` in pure Python.
@@ -185,7 +185,7 @@ class Walker:
         state.skipped += skipped
         state.malformed += malformed
         source = self.source
-        losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, ts_hi << 64 | ts_lo))
+        losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, min(ts_hi << 64 | ts_lo, TS_MAX)))
                   for i, kind, lost, ts_hi, ts_lo in raw_losses]  # fmt: skip
         return Walk(np.frombuffer(ts, np.int64), np.frombuffer(etype, np.uint16), np.frombuffer(offset, np.int64),
                     np.frombuffer(length, np.uint32), losses)  # fmt: skip
@@ -253,7 +253,7 @@ def walk_py(
     walker = _PyWalker(layout(header), wanted if wanted is not None else _Everything(), byteorder, state)
     for offset, length in page_index(buf, pages).tolist():
         walker.page(view[offset : offset + length], offset)
-    losses = [(i, Loss(source, cpu, kind, lost, ts)) for i, kind, lost, ts in walker.losses]
+    losses = [(i, Loss(source, cpu, kind, lost, min(ts, TS_MAX))) for i, kind, lost, ts in walker.losses]
     return Walk(np.frombuffer(walker.ts, np.int64), np.frombuffer(walker.etype, np.uint16),
                 np.frombuffer(walker.offset, np.int64), np.frombuffer(walker.length, np.uint32), losses)  # fmt: skip
 

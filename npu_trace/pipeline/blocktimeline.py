@@ -44,13 +44,26 @@ SEGMENT = 4 << 20  # bytes of pages per arena segment: a block's records lie in 
 
 
 def _i64(value: float) -> int:
-    """A release point or a stamp as an int64 (the infinities at the ends of the range)."""
-    if value == math.inf:
-        return I64_MAX
-    if value == -math.inf:
-        return I64_MIN
-    v = int(value) & ((1 << 64) - 1)
-    return v - (1 << 64) if v >> 63 else v
+    """An item's stamp for the int64 column (one past the range, only a corrupt one, at its end)."""
+    return I64_MAX if value > I64_MAX else I64_MIN if value < I64_MIN else int(value)
+
+
+def _below(ts: np.ndarray, point: float) -> np.ndarray:
+    """Which stamps lie before `point` (exact: a point may lie past the int64 range, or be infinite)."""
+    if point > I64_MAX:
+        return np.ones(len(ts), dtype=bool)
+    if point <= I64_MIN:
+        return np.zeros(len(ts), dtype=bool)
+    return ts < int(point)
+
+
+def _cut_at(ts: np.ndarray, point: float) -> int:
+    """How many of sorted stamps lie before `point` (exact, as _below)."""
+    if point > I64_MAX:
+        return len(ts)
+    if point <= I64_MIN:
+        return 0
+    return int(np.searchsorted(ts, int(point), side="left"))
 
 
 class _Rows:
@@ -191,7 +204,7 @@ class BlockTimeline:
         self._rows: Dict[int, List[_Rows]] = {}
         self._listed = 0  # rows in _rows: at least the merge's count of held items
         self._released: float = -math.inf
-        self._fronts: List[Tuple[int, _Rows]] = []  # (the release point before them, rows) since the last take
+        self._fronts: List[Tuple[float, _Rows]] = []  # (the release point before them, rows) since the last take
         self._front_rows = 0
         self._objects: Dict[int, Any] = {}
         self._next_object = 0
@@ -212,8 +225,7 @@ class BlockTimeline:
     @property
     def held(self) -> int:
         """Items held (pushed, not released): the merge's count."""
-        point = _i64(self._released)
-        return sum(_count_from(rows, point) for part in self._rows.values() for rows in part)
+        return sum(_count_from(rows, self._released) for part in self._rows.values() for rows in part)
 
     @property
     def skipped(self) -> int:
@@ -252,7 +264,7 @@ class BlockTimeline:
             front.append(self._object_rows(losses))
         if front:
             rows = _concat(front)
-            self._fronts.append((_i64(self._released), rows))
+            self._fronts.append((self._released, rows))
             self._front_rows += len(rows)
         self._release(math.inf if batch.final else self._bound())
         if batch.final:
@@ -290,21 +302,21 @@ class BlockTimeline:
 
     def _take_released(self) -> List[_Rows]:
         """The released rows out of the streams' lists (stream by stream, in key order, each in arrival order)."""
-        point, everything = _i64(self._released), self._released == math.inf
+        point = self._released
         out: List[_Rows] = []
         for key in sorted(self._rows):
             kept: List[_Rows] = []
             for rows in self._rows[key]:
-                if everything or rows.last < point:
+                if rows.last < point:
                     out.append(rows)
                 elif rows.first >= point:
                     kept.append(rows)
                 elif rows.ordered:
-                    cut = int(np.searchsorted(rows.ts, point, side="left"))
+                    cut = _cut_at(rows.ts, point)
                     out.append(rows.select(slice(None, cut)))
                     kept.append(rows.select(slice(cut, None)))
                 else:
-                    below = rows.ts < point
+                    below = _below(rows.ts, point)
                     out.append(rows.select(below))
                     kept.append(rows.select(~below))
             if kept:
@@ -320,7 +332,7 @@ class BlockTimeline:
         parts, pieces, base = [], [], len(stamps)
         start = 0
         for point, front in self._fronts:
-            at = max(int(np.searchsorted(stamps, point, side="left")), start)
+            at = max(_cut_at(stamps, point), start)
             pieces.append(order[start:at])
             pieces.append(np.arange(base, base + len(front)))
             parts.append(front)
@@ -388,7 +400,7 @@ class BlockTimeline:
         released = self._released
         if rows.first < released or not rows.first:
             untimed = rows.ts == 0
-            dropped = ~untimed & (rows.ts < _i64(released))
+            dropped = ~untimed & _below(rows.ts, released)
             if untimed.any():
                 front.append(rows.select(untimed))
             if dropped.any():
@@ -432,9 +444,8 @@ class BlockTimeline:
         return low
 
     def _cut(self, count: int) -> float:
-        point = _i64(self._released)
         stamps = np.concatenate([r.ts for part in self._rows.values() for r in part])
-        stamps = np.sort(stamps[stamps >= point])
+        stamps = np.sort(stamps[~_below(stamps, self._released)])
         return int(stamps[min(count, len(stamps)) - 1]) + 1 if len(stamps) else self._released
 
     def _release(self, upto: float) -> None:
@@ -442,15 +453,15 @@ class BlockTimeline:
             self._released = upto
 
 
-def _count_from(rows: _Rows, point: int) -> int:
+def _count_from(rows: _Rows, point: float) -> int:
     """How many of the rows are stamped at or after `point`."""
     if rows.first >= point:
         return len(rows)
     if rows.last < point:
         return 0
     if rows.ordered:
-        return len(rows) - int(np.searchsorted(rows.ts, point, side="left"))
-    return int((rows.ts >= point).sum())
+        return len(rows) - _cut_at(rows.ts, point)
+    return int((~_below(rows.ts, point)).sum())
 
 
 def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTimeline:

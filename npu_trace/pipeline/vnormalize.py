@@ -23,6 +23,7 @@ from npu_trace.pipeline.order import stable_order
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 LOG, LOST = KIND_CODE["log"], KIND_CODE["lost"]
 MISSING = object()  # an argument the event does not carry
+I64_MAX = (1 << 63) - 1
 _NO_PAIR, _ENTRY, _RETURN = 0, 1, 2
 _ROLE = {"": _NO_PAIR, "entry": _ENTRY, "return": _RETURN}
 
@@ -457,7 +458,10 @@ def time_span(nb: NormBlock) -> Optional[Tuple[int, int]]:
     if not timed.any():
         return None
     stamps = nb.block.ts[timed]
-    return int(stamps.min()), int(stamps.max())
+    low, high = int(stamps.min()), int(stamps.max())
+    if high == I64_MAX:  # an object stamped past the column's range keeps its exact stamp
+        high = max([high, *(int(nb.block.item(r).ts_ns) for r in np.flatnonzero(timed & (nb.block.ts == high)))])
+    return low, high
 
 
 def rows_of(nb: NormBlock, kinds: Sequence[str]) -> np.ndarray:
