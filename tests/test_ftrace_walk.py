@@ -110,7 +110,31 @@ def check(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header:
     assert got_c == want
     assert got_py == want
     same_walks(walk_c, walk_py)
+    paged(decoders, pages, header, cpu, byteorder)
     return want
+
+
+def paged(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+          byteorder: str) -> None:  # fmt: skip
+    """walk_paged (C and Python) is the walk, and where each page ended is what walking up to that page says."""
+    buf, index = pack(pages)
+    results = []
+    for c_ext in (True, False):
+        walker = W.Walker(header, W.wants(decoders), byteorder)
+        state = W.WalkState()
+        got = walker._walk_c(buf, index, cpu, state, True) if c_ext else W.walk_py_paged(
+            buf, index, header, cpu, state, W.wants(decoders), byteorder)  # fmt: skip
+        results.append(got)
+        for i in range(len(index)):
+            alone = W.WalkState()
+            upto = W.walk_py(buf, index[: i + 1], header, cpu, alone, W.wants(decoders), byteorder)
+            assert int(got.page_end[i]) == len(upto.ts)
+            assert (got.page_ts[i], got.page_backwards[i]) == (alone.last_ts, alone.backwards)
+            assert sum(1 for p in got.loss_page if p <= i) == len(upto.losses)
+    c, py = results
+    same_walks(c.walk, py.walk)
+    assert (c.page_end.tolist(), c.page_ts, c.page_backwards, c.loss_page) == (
+        py.page_end.tolist(), py.page_ts, py.page_backwards, py.loss_page)  # fmt: skip
 
 
 def table(formats: Sequence[EventFormat] = ALL, byteorder: str = "little") -> Dict[int, RecordDecoder]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -40,6 +40,20 @@ from npu_trace.pipeline.blocks import OBJECT, Block, build_block, empty_block
 from npu_trace.pipeline.merge import CHANNELS, MAX_HELD, MAX_LAG_NS, late_key, release_bound
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Chunk(Protocol):
+    """A recorded chunk as `npu_trace.recording.format.Chunk` holds it: its pages in read order, the marks of
+    the reads (number of the chunk's pages read before each), and the pages' bytes one after the other."""
+
+    @property
+    def pages(self) -> List[Tuple[int, bytes]]: ...
+
+    @property
+    def marks(self) -> List[Tuple[int, Mark]]: ...
+
+    @property
+    def raw(self) -> bytes: ...
 SEGMENT = 4 << 20  # bytes of pages per arena segment: a block's records lie in few buffers
 
 
@@ -144,6 +158,10 @@ class _Arena:
             pos += len(page)
         self._used = pos
         return self._segment_id, seg, _offsets(pages, start)
+
+    def keep(self, buffer: Any) -> int:
+        """A buffer the caller already holds the pages in (a recorded chunk): its id, nothing copied."""
+        return self._new(buffer)
 
     def _new(self, buffer: Any) -> int:
         bid = self._next_id
@@ -255,6 +273,56 @@ class BlockTimeline:
             self._push(CHANNELS, self._object_rows(batch.events), late, front)
         if batch.mark is not None:
             self._mark(batch.mark)
+        self._end_batch(late, front, batch.final)
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        """A recorded chunk: exactly add() of each read it holds (the batches its marks cut, see
+        ReplaySource.batches), with each CPU's pages walked in place by one call."""
+        pages = chunk.pages
+        if not pages or len(chunk.raw) != sum(len(page) for _, page in pages):
+            for batch in chunk_batches(chunk):
+                self.add(batch)
+            return
+        bid = self._arena.keep(chunk.raw)
+        cpus = [cpu for cpu, _ in pages]
+        offsets = _offsets([page for _, page in pages], 0)
+        walks = {cpu: self._walk_chunk(chunk.raw, bid, cpu, [(offsets[i], len(pages[i][1])) for i, c in
+                                                              enumerate(cpus) if c == cpu])
+                 for cpu in dict.fromkeys(cpus)}  # fmt: skip
+        for lo, hi, mark in _reads(chunk):
+            late: Dict[Tuple[str, int], int] = {}
+            front: List[_Rows] = []
+            counts: Dict[int, int] = {}
+            for cpu in cpus[lo:hi]:  # the CPUs of this read, in the order the read found them
+                counts[cpu] = counts.get(cpu, 0) + 1
+            for cpu, n in counts.items():
+                rows, last_ts = walks[cpu].take(n)
+                self._push(cpu, rows, late, front)
+                self._advance(cpu, last_ts)
+            if mark is not None:
+                self._mark(mark)
+            self._end_batch(late, front, False)
+
+    def _walk_chunk(self, raw: bytes, bid: int, cpu: int, index: List[Tuple[int, int]]) -> _PagedRows:
+        state = self.states.get(cpu)
+        if state is None:
+            state = self.states[cpu] = WalkState()
+        before = state.backwards
+        got = self.walker.walk_paged(raw, index, cpu, state)
+        walk = got.walk
+        self.events += len(walk.ts)
+        ts, etype, ref, length = walk.ts, walk.etype, walk.offset, walk.length
+        row_end = got.page_end
+        if walk.losses:
+            for _, loss in walk.losses:
+                self.ledger.add(loss)
+            ts, etype, ref, length = self._interleave(walk)
+            row_end = row_end + np.searchsorted(np.array(got.loss_page, dtype=np.int64), np.arange(len(index)),
+                                                side="right")  # fmt: skip
+        return _PagedRows(ts, etype, ref, length, cpu, bid, row_end, got.page_ts, got.page_backwards, before)
+
+    def _end_batch(self, late: Dict[Tuple[str, int], int], front: List[_Rows], final: bool) -> None:
+        """The end of one batch, as the merge ends it: the late items' losses, the front, the release."""
         if late:
             base = int(self._released) if math.isfinite(self._released) else 0
             losses = [Loss(source, cpu, "late", n, base) for (source, cpu), n in sorted(late.items())]
@@ -266,8 +334,8 @@ class BlockTimeline:
             rows = _concat(front)
             self._fronts.append((self._released, rows))
             self._front_rows += len(rows)
-        self._release(math.inf if batch.final else self._bound())
-        if batch.final:
+        self._release(math.inf if final else self._bound())
+        if final:
             self.ended = True
 
     def take(self) -> Block:
@@ -462,6 +530,47 @@ def _count_from(rows: _Rows, point: float) -> int:
     if rows.ordered:
         return len(rows) - _cut_at(rows.ts, point)
     return int((~_below(rows.ts, point)).sum())
+
+
+class _PagedRows:
+    """One CPU's rows of a chunk, walked at once, handed out read by read (`take(pages)`)."""
+
+    def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, cpu: int, bid: int,
+                 row_end: np.ndarray, page_ts: List[int], page_backwards: List[int], before: int) -> None:  # fmt: skip
+        self.cols = (ts, etype, ref, length)
+        self.cpu, self.bid = cpu, bid
+        self.row_end, self.page_ts, self.page_backwards = row_end.tolist(), page_ts, page_backwards
+        self.backwards = before  # the walk's backwards count before the next page
+        self.page = 0
+        self.row = 0
+
+    def take(self, pages: int) -> Tuple[_Rows, int]:
+        """The rows of the next `pages` pages (ordered unless one of them stepped back) and the time then."""
+        last = self.page + pages - 1
+        end = self.row_end[last]
+        ordered = self.page_backwards[last] == self.backwards
+        ts, etype, ref, length = (col[self.row : end] for col in self.cols)
+        rows = _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered)
+        self.page, self.row, self.backwards = last + 1, end, self.page_backwards[last]
+        return rows, self.page_ts[last]
+
+
+def _reads(chunk: Chunk) -> Iterator[Tuple[int, int, Optional[Mark]]]:
+    """The reads of a chunk as (first page, end page, mark): cut at its marks, the pages after the last one
+    without a mark (as chunk_batches cuts them)."""
+    start = 0
+    for index, mark in chunk.marks:
+        yield start, index, mark
+        start = index
+    if start < len(chunk.pages):
+        yield start, len(chunk.pages), None
+
+
+def chunk_batches(chunk: Chunk) -> Iterator[Batch]:
+    """A chunk's pages as the live batches they were read in: cut where the live reads ended (their marks);
+    pages after the last mark (the chunk was full before the read ended) come without one."""
+    for lo, hi, mark in _reads(chunk):
+        yield Batch(chunk.pages[lo:hi], [], mark)
 
 
 def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTimeline:

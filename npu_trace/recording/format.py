@@ -45,6 +45,7 @@ class Chunk(NamedTuple):
     first_ts: Optional[int] = None
     last_ts: Optional[int] = None
     marks: List[Tuple[int, Mark]] = []
+    raw: bytes = b""  # the pages one after the other, as stored (a reader that walks them in place)
 
 
 # ---- marks: [page index, read_ns, caught-up CPUs as a bitmask (bit i of byte i // 8), channels_ns | nil] -----
@@ -225,7 +226,7 @@ def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
         raise fail(where, f"page lengths add up to {sum(lens)}, data holds {len(raw)} bytes")
     first_ts, last_ts = need(rec, "first_ts", int, where, True), need(rec, "last_ts", int, where, True)
     marks = unpack_marks(rec["marks"], n_pages, where) if "marks" in rec else []
-    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts, marks)
+    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts, marks, raw)
 
 
 def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:
