@@ -579,3 +579,19 @@ def test_a_locator_outside_the_record_is_malformed() -> None:
         walks = [fn(buf, index, HEADER, 0, W.WalkState(), {10: W.Want(8, ((where, 0),))}) for fn in IMPLEMENTATIONS]
         same_walks(*walks)
         assert len(walks[0].ts) == found and len(walks[0].losses) == 2 - found
+
+
+@settings(max_examples=100, deadline=None)
+@given(bufs=st.lists(st.binary(min_size=0, max_size=64), min_size=1, max_size=4), data=st.data(),
+       size=st.integers(0, 9))  # fmt: skip
+def test_gather_rows_takes_each_row_from_its_buffer(bufs: List[bytes], data: Any, size: int) -> None:
+    rows = data.draw(st.lists(st.tuples(st.integers(-1, len(bufs)), st.integers(-2, 70)), max_size=20))
+    which = np.array([b for b, _ in rows], dtype=np.int32)
+    offsets = np.array([o for _, o in rows], dtype=np.int64)
+    ok = all(0 <= b < len(bufs) and 0 <= o <= len(bufs[b]) - size for b, o in rows)
+    for fn in (W.gather_rows_c, W.gather_rows_py):
+        if ok:
+            assert fn(bufs, which, offsets, size) == b"".join(bufs[b][o : o + size] for b, o in rows)
+        else:
+            with pytest.raises(ValueError):
+                fn(bufs, which, offsets, size)

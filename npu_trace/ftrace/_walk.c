@@ -22,6 +22,8 @@
  *   (int64 events so far, uint64 ts_hi, uint64 ts_lo, int64 backwards so far), native order.
  *
  * gather(buf, offsets, size) -> bytes: the `size` bytes at each int64 offset, concatenated.
+ * gather_rows(bufs, which, offsets, size) -> bytes: the same over a tuple of buffers, row i from
+ *   bufs[which[i]] (int32 numbers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -492,7 +494,68 @@ static PyObject *py_gather(PyObject *self, PyObject *args)
     return out;
 }
 
+/* gather_rows(bufs, which, offsets, size): gather() over several buffers, row i from bufs[which[i]]. */
+static PyObject *py_gather_rows(PyObject *self, PyObject *args)
+{
+    PyObject *bufs;
+    Py_buffer which, offsets;
+    Py_ssize_t size;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!y*y*n:gather_rows", &PyTuple_Type, &bufs, &which, &offsets, &size))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t nbuf = PyTuple_GET_SIZE(bufs), n = offsets.len / 8;
+    Py_buffer *views = PyMem_RawCalloc(nbuf ? (size_t)nbuf : 1, sizeof(Py_buffer));
+    Py_ssize_t held = 0;
+    const char *bad = NULL;
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (offsets.len % 8 || which.len != n * 4 || size < 0) {
+        PyErr_SetString(PyExc_ValueError, "gather_rows: int32 buffer numbers, int64 offsets, one each, size >= 0");
+        goto done;
+    }
+    if (size && n > PY_SSIZE_T_MAX / size) {
+        PyErr_SetString(PyExc_OverflowError, "gather_rows: too many bytes");
+        goto done;
+    }
+    for (; held < nbuf; held++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, held), &views[held], PyBUF_SIMPLE))
+            goto done;
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, n * size)) == NULL)
+        goto done;
+    char *dst = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && bad == NULL; i++) {
+        int32_t b;
+        int64_t off;
+        memcpy(&b, (const char *)which.buf + 4 * i, 4);
+        memcpy(&off, (const char *)offsets.buf + 8 * i, 8);
+        if (b < 0 || b >= nbuf)
+            bad = "gather_rows: a buffer number out of range";
+        else if (off < 0 || off > views[b].len - size)
+            bad = "gather_rows: a record lies outside its buffer";
+        else
+            memcpy(dst + i * size, (const char *)views[b].buf + off, (size_t)size);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        Py_CLEAR(out);
+    }
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_RawFree(views);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&offsets);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"gather_rows", py_gather_rows, METH_VARARGS, "gather() over several buffers: row i from bufs[which[i]]."},
     {"walk", py_walk, METH_VARARGS, "Walk a batch of one CPU's ring-buffer pages (see npu_trace.ftrace.walk)."},
     {"gather", py_gather, METH_VARARGS, "The first `size` bytes of each record, concatenated."},
     {NULL, NULL, 0, NULL},

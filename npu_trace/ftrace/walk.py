@@ -454,5 +454,32 @@ def gather_py(buf: Buffer, offset: npt.ArrayLike, size: int) -> bytes:
     return b"".join([view[o : o + size] for o in offsets.tolist()])
 
 
+def gather_rows_c(bufs: Sequence[Buffer], which: npt.ArrayLike, offset: npt.ArrayLike, size: int) -> bytes:
+    """`gather_rows` by the C extension."""
+    if _walk is None:
+        raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
+    return _walk.gather_rows(tuple(bufs), np.ascontiguousarray(which, dtype=np.int32),
+                             np.ascontiguousarray(offset, dtype=np.int64), size)  # fmt: skip
+
+
+def gather_rows_py(bufs: Sequence[Buffer], which: npt.ArrayLike, offset: npt.ArrayLike, size: int) -> bytes:
+    """gather() over several buffers: the first `size` bytes of record i at offset[i] in bufs[which[i]]. In
+    pure Python; `gather_rows_c` gives the same bytes."""
+    numbers = np.ascontiguousarray(which, dtype=np.int32).reshape(-1)
+    offsets = np.ascontiguousarray(offset, dtype=np.int64).reshape(-1)
+    if len(numbers) != len(offsets) or size < 0:
+        raise ValueError("gather_rows: int32 buffer numbers, int64 offsets, one each, size >= 0")
+    if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(bufs)):
+        raise ValueError("gather_rows: a buffer number out of range")
+    views = [memoryview(b).cast("B") for b in bufs]
+    out = []
+    for b, o in zip(numbers.tolist(), offsets.tolist()):
+        if o < 0 or o > len(views[b]) - size:
+            raise ValueError("gather_rows: a record lies outside its buffer")
+        out.append(views[b][o : o + size])
+    return b"".join(out)
+
+
 walk = walk_c if _walk is not None else walk_py
 gather = gather_c if _walk is not None else gather_py
+gather_rows = gather_rows_c if _walk is not None else gather_rows_py

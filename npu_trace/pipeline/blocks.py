@@ -16,6 +16,7 @@ import numpy as np
 
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.columns import FormatColumns, Table, fixed_parts
+from npu_trace.ftrace.walk import gather_rows
 from npu_trace.pipeline.order import stable_order
 
 OBJECT = -1  # etype of an item that is not a raw record
@@ -95,21 +96,13 @@ def build_block(
 
 
 def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any]) -> Table:
-    """One format's records (in block order) as a Table: their fixed parts gathered buffer by buffer."""
-    ids = np.flatnonzero(np.bincount(buf)) if len(buf) else np.zeros(0, np.int64)  # buffer ids: small numbers
-    if len(ids) == 1:
-        b = int(ids[0])
-        cols = fixed_parts(plan, bufs[b], offset)
-        return Table(plan, cols, [bufs[b]], np.zeros(len(offset), np.int32), offset, length)
-    cols = np.empty(len(offset), dtype=plan.dtype)
-    local = np.empty(len(offset), dtype=np.int32)
-    used: List[Any] = []
-    for b in ids.tolist():
-        rows = np.flatnonzero(buf == b)
-        cols[rows] = fixed_parts(plan, bufs[b], offset[rows])
-        local[rows] = len(used)
-        used.append(bufs[b])
-    return Table(plan, cols, used, local, offset, length)
+    """One format's records (in block order) as a Table: their fixed parts gathered in one pass over the
+    buffers they lie in."""
+    if len(bufs) == 1 or not len(offset):
+        cols = fixed_parts(plan, bufs[0], offset) if len(bufs) else np.zeros(0, dtype=plan.dtype)
+        return Table(plan, cols, list(bufs[:1]), np.zeros(len(offset), np.int32), offset, length)
+    cols = np.frombuffer(gather_rows(bufs, buf, offset, plan.size), dtype=plan.dtype)
+    return Table(plan, cols, list(bufs), buf.astype(np.int32, copy=False), offset, length)
 
 
 def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None,

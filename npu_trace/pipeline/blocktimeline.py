@@ -86,13 +86,17 @@ class _Rows:
     buffer of its records) one number for the whole chunk or a column. `ordered`: the stamps never go back
     (a CPU's walk without a backwards step), so `first`/`last` are its ends."""
 
-    __slots__ = ("buf", "cpu", "etype", "first", "last", "length", "ordered", "ref", "ts")
+    __slots__ = ("base", "buf", "cpu", "etype", "first", "last", "length", "ordered", "ref", "start", "ts")
 
     def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, cpu: Any, buf: Any,
-                 ordered: bool) -> None:  # fmt: skip
+                 ordered: bool, base: Any = None, start: int = 0,
+                 ends: Optional[Tuple[int, int]] = None) -> None:  # fmt: skip
         self.ts, self.etype, self.ref, self.length, self.cpu, self.buf = ts, etype, ref, length, cpu, buf
         self.ordered = ordered
-        if not len(ts):
+        self.base, self.start = base, start  # a view of base's columns from `start` (rows a chunk walk made)
+        if ends is not None:
+            self.first, self.last = ends
+        elif not len(ts):
             self.first, self.last = I64_MAX, I64_MIN
         elif ordered:
             self.first, self.last = int(ts[0]), int(ts[-1])
@@ -103,11 +107,23 @@ class _Rows:
         return len(self.ts)
 
     def select(self, mask: Any) -> _Rows:
-        """The rows of a boolean mask or a slice (a slice of ordered rows stays ordered)."""
+        """The rows of a boolean mask or a slice (a slice of ordered rows stays ordered, and a view)."""
         cpu = self.cpu if isinstance(self.cpu, int) else self.cpu[mask]
         buf = self.buf if isinstance(self.buf, int) else self.buf[mask]
-        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], cpu, buf,
-                     self.ordered)  # fmt: skip
+        base, start = (self.base, self.start + (mask.start or 0)) if isinstance(mask, slice) else (None, 0)
+        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], cpu, buf, self.ordered,
+                     base, start)  # fmt: skip
+
+    def follows(self, prev: _Rows) -> bool:
+        """These rows continue `prev` in the same walk's columns (they can be held as one view)."""
+        return self.base is not None and prev.base is self.base and prev.start + len(prev) == self.start
+
+    def joined(self, prev: _Rows) -> _Rows:
+        """prev and these rows as one view (see follows)."""
+        ordered = prev.ordered and self.ordered and prev.last <= self.first
+        ts, etype, ref, length = (col[prev.start : self.start + len(self)] for col in self.base.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.buf, ordered, self.base, prev.start,
+                     (min(prev.first, self.first), max(prev.last, self.last)))  # fmt: skip
 
     def column(self, name: str, dtype: Any) -> np.ndarray:
         value = getattr(self, name)
@@ -476,7 +492,11 @@ class BlockTimeline:
             rows = rows.select(~untimed & ~dropped)
             if not len(rows):
                 return
-        self._rows.setdefault(key, []).append(rows)
+        held = self._rows.setdefault(key, [])
+        if held and rows.follows(held[-1]) and rows.cpu == held[-1].cpu and rows.buf == held[-1].buf:
+            held[-1] = rows.joined(held[-1])  # a chunk's next read: the same view, longer
+        else:
+            held.append(rows)
         self._listed += len(rows)
         if key not in self._wm:
             self._wm[key] = -math.inf
@@ -550,7 +570,7 @@ class _PagedRows:
         end = self.row_end[last]
         ordered = self.page_backwards[last] == self.backwards
         ts, etype, ref, length = (col[self.row : end] for col in self.cols)
-        rows = _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered)
+        rows = _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, self.row)
         self.page, self.row, self.backwards = last + 1, end, self.page_backwards[last]
         return rows, self.page_ts[last]
 
