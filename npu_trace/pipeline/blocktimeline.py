@@ -312,12 +312,37 @@ class BlockTimeline:
             for cpu in cpus[lo:hi]:  # the CPUs of this read, in the order the read found them
                 counts[cpu] = counts.get(cpu, 0) + 1
             for cpu, n in counts.items():
-                rows, last_ts = walks[cpu].take(n)
-                self._push(cpu, rows, late, front)
+                walk = walks[cpu]
+                r0, r1, ordered, last_ts = walk.advance(n)
+                if r1 > r0:
+                    first = walk.first(r0, r1, ordered)
+                    if first < self._released or not first:  # the rare read with late or untimed rows
+                        self._held_view(walk)
+                        self._push(cpu, walk.rows(r0, r1, ordered), late, front)
+                    else:  # the common read: the chunk's view of this CPU grows, nothing else moves
+                        walk.extend(r0, r1, ordered, first)
+                        self._listed += r1 - r0
+                        self._wm.setdefault(cpu, -math.inf)
                 self._advance(cpu, last_ts)
             if mark is not None:
                 self._mark(mark)
+            if self._listed > self.max_held:  # the count bound looks at the rows: hold the views first
+                for walk in walks.values():
+                    self._held_view(walk)
             self._end_batch(late, front, False)
+        for walk in walks.values():
+            self._held_view(walk)
+
+    def _held_view(self, walk: _PagedRows) -> None:
+        """A CPU's reads of a chunk so far, taken into its stream's rows as one view (after its held rows)."""
+        rows = walk.take_view()
+        if rows is None:
+            return
+        held = self._rows.setdefault(walk.cpu, [])
+        if held and rows.follows(held[-1]):
+            held[-1] = rows.joined(held[-1])
+        else:
+            held.append(rows)
 
     def _walk_chunk(self, raw: bytes, bid: int, cpu: int, index: List[Tuple[int, int]]) -> _PagedRows:
         state = self.states.get(cpu)
@@ -563,16 +588,45 @@ class _PagedRows:
         self.backwards = before  # the walk's backwards count before the next page
         self.page = 0
         self.row = 0
-
-    def take(self, pages: int) -> Tuple[_Rows, int]:
-        """The rows of the next `pages` pages (ordered unless one of them stepped back) and the time then."""
+        self.view: Optional[Tuple[int, int, bool, int, int]] = None  # rows held but not yet listed: start, end,
+        # ordered, earliest and latest stamp
+    def advance(self, pages: int) -> Tuple[int, int, bool, int]:
+        """The next `pages` pages: their rows (start, end), ordered (unless one of them stepped back), and the
+        walk's time after them."""
         last = self.page + pages - 1
-        end = self.row_end[last]
+        start, end = self.row, self.row_end[last]
         ordered = self.page_backwards[last] == self.backwards
-        ts, etype, ref, length = (col[self.row : end] for col in self.cols)
-        rows = _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, self.row)
         self.page, self.row, self.backwards = last + 1, end, self.page_backwards[last]
-        return rows, self.page_ts[last]
+        return start, end, ordered, self.page_ts[last]
+
+    def first(self, start: int, end: int, ordered: bool) -> int:
+        """The merge's test stamp of rows [start, end): the first of ordered rows, the earliest of others."""
+        ts = self.cols[0]
+        return int(ts[start]) if ordered else int(ts[start:end].min())
+
+    def rows(self, start: int, end: int, ordered: bool) -> _Rows:
+        ts, etype, ref, length = (col[start:end] for col in self.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, start)
+
+    def extend(self, start: int, end: int, ordered: bool, first: int) -> None:
+        """Rows [start, end) join the pending view (they follow it: reads of one CPU come in order)."""
+        ts = self.cols[0]
+        last = int(ts[end - 1]) if ordered else int(ts[start:end].max())
+        low = first if ordered else int(ts[start:end].min())
+        if self.view is None or self.view[1] != start:
+            self.view = (start, end, ordered, low, last)
+            return
+        v_start, _, v_ordered, v_low, v_last = self.view
+        self.view = (v_start, end, v_ordered and ordered and v_last <= first, min(v_low, low), max(v_last, last))
+
+    def take_view(self) -> Optional[_Rows]:
+        """The pending view as rows (None when there is none); the next reads start a new one."""
+        if self.view is None:
+            return None
+        start, end, ordered, low, high = self.view
+        self.view = None
+        ts, etype, ref, length = (col[start:end] for col in self.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, start, (low, high))
 
 
 def _reads(chunk: Chunk) -> Iterator[Tuple[int, int, Optional[Mark]]]:
