@@ -111,10 +111,8 @@ class NormBlock:
         present = np.zeros(len(rows), dtype=bool)
         if not len(rows):
             return values, present
-        groups = self.group_of[rows]
-        for g in np.unique(groups).tolist():
-            sel = np.flatnonzero(groups == g)
-            got = self._group_args(int(g), rows[sel], name)
+        for g, sel in _split_by(self.group_of[rows]):
+            got = self._group_args(g, rows[sel], name)
             if got is None:
                 return None
             values[sel], present[sel] = got
@@ -181,8 +179,7 @@ class NormBlock:
         return out
 
     def _by_group(self, rows: np.ndarray) -> List[Tuple[int, np.ndarray]]:
-        groups = self.group_of[rows]
-        return [(int(g), rows[groups == g]) for g in np.unique(groups).tolist()]
+        return [(g, rows[sel]) for g, sel in _split_by(self.group_of[rows])]
 
     def _group_arg(self, g: int, rows: np.ndarray, name: str) -> List[Any]:
         if g < 0:  # shaped rows
@@ -236,8 +233,7 @@ class BlockNormalizer:
 
     def normalize(self, block: Block) -> NormBlock:
         nb = NormBlock(self, block)
-        for etype in np.unique(block.etype).tolist():
-            rows = np.flatnonzero(block.etype == etype)
+        for etype, rows in _split_by(block.etype):
             if etype == OBJECT:
                 self._objects(nb, rows)
             else:
@@ -440,6 +436,18 @@ class BlockNormalizer:
             for k, (ts, dev, args) in enumerate(pending.get(key, ())):
                 if isinstance(args, _Ref):
                     pending[key][k] = (ts, dev, nb.event(args.pos).args)
+
+
+def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+    """(group, the positions of its members in order) for each group of a column of small group numbers."""
+    if not len(groups):
+        return []
+    first = groups[0]
+    if (groups == first).all():
+        return [(int(first), np.arange(len(groups)))]
+    order = stable_order(groups)
+    cuts = np.flatnonzero(np.diff(groups[order])) + 1
+    return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
 
 
 def _is_int64(v: Any) -> bool:

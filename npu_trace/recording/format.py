@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from functools import lru_cache
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import msgpack
@@ -68,10 +69,15 @@ def unpack_marks(rows: Any, n_pages: int, where: str) -> List[Tuple[int, Mark]]:
         ok = _is_int(index) and last <= index <= n_pages and _is_int(read_ns) and isinstance(mask, bytes)
         if not ok or len(mask) > MAX_CPU // 8 or not (channels_ns is None or _is_int(channels_ns)):
             raise fail(where, f"mark {i} has a field of the wrong type or out of order")
-        caught = tuple(b * 8 + bit for b, byte in enumerate(mask) for bit in range(8) if byte >> bit & 1)
-        out.append((index, Mark(read_ns, caught, channels_ns)))
+        out.append((index, Mark(read_ns, _caught(mask), channels_ns)))
         last = index
     return out
+
+
+@lru_cache(maxsize=256)
+def _caught(mask: bytes) -> Tuple[int, ...]:
+    """The CPUs of a caught-up bitmask (a recording holds a few distinct masks, thousands of times)."""
+    return tuple(b * 8 + bit for b, byte in enumerate(mask) for bit in range(8) if byte >> bit & 1)
 
 
 def fail(where: str, why: str) -> RecordingError:
