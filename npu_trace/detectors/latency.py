@@ -329,53 +329,67 @@ class LatencyDetector:
     def _scan(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], adaptive_on: bool,
               dev: Optional[int], op: str, out: List[Finding]) -> int:  # fmt: skip
         """Learn samples from i on, assuming each learns, up to (not including) the first spike past the warm-up;
-        returns how many were learned. Warm-up spikes learn too: their findings are made here."""
+        returns how many were learned. Warm-up spikes learn too: their findings are made here.
+
+        The adaptive threshold is never below floor_ns, so only samples above it can be adaptive spikes: the
+        baseline each sample meets (a median of the window) is computed for those, and for the spikes."""
         lat = s.latency[i:]
-        before = self._baselines(st, lat)  # the baseline each sample meets, if every sample learns
-        seen = st.seen + np.arange(len(lat), dtype=np.int64)
-        active = adaptive_on & (seen >= self.warmup) & (before >= 0)
-        adaptive = np.maximum(self.floor_ns, (self.k * before).astype(np.int64))
-        spike = (active & (lat > adaptive)) | ((lat > absolute) if absolute is not None else False)
+        m = len(lat)
+        spike = lat > absolute if absolute is not None else np.zeros(m, dtype=bool)
+        seen = st.seen + np.arange(m, dtype=np.int64)
+        cand = np.flatnonzero(lat > self.floor_ns) if adaptive_on else np.zeros(0, np.int64)
+        if len(cand):
+            before = self._baselines(st, lat, cand)
+            active = (seen[cand] >= self.warmup) & (before >= 0)
+            adaptive = np.maximum(self.floor_ns, (self.k * before).astype(np.int64))
+            spike[cand] |= active & (lat[cand] > adaptive)
         diverge = np.flatnonzero(spike & (seen >= self.warmup))
-        done = int(diverge[0]) if len(diverge) else len(lat)
-        for k in np.flatnonzero(spike[:done]).tolist():  # warm-up spikes: findings, and they learn
-            base = int(before[k]) if before[k] >= 0 else None
-            thr = int(adaptive[k]) if active[k] else None
-            self._spike_finding(st, s, i + k, absolute, thr, base, dev, op, out)
+        done = int(diverge[0]) if len(diverge) else m
+        warm = np.flatnonzero(spike[:done])  # warm-up spikes: findings, and they learn
+        if len(warm):
+            before = self._baselines(st, lat, warm)
+            for k, b in zip(warm.tolist(), before.tolist()):
+                on = adaptive_on and k + st.seen >= self.warmup and b >= 0
+                thr = max(self.floor_ns, int(self.k * b)) if on else None
+                self._spike_finding(st, s, i + k, absolute, thr, b if b >= 0 else None, dev, op, out)
         self._learn_many(st, lat[:done])
         return done
 
-    def _baselines(self, st: OpStats, lat: np.ndarray) -> np.ndarray:
-        """The baseline in force before each sample if all of them learn (-1: none yet)."""
-        m = len(lat)
-        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
-        points = self._refresh_points(st, m)
-        before = np.full(m, -1 if st.baseline is None else st.baseline, dtype=np.int64)
-        if len(points):
-            medians = _medians(seq, len(st.window) + points, self.window)
-            last = np.searchsorted(points, np.arange(m), side="left") - 1  # the last refresh before each sample
-            has = last >= 0
-            before[has] = medians[last[has]]
+    def _baselines(self, st: OpStats, lat: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The baseline in force before each sample of `at` if all samples learn (-1: none yet)."""
+        last = self._last_refresh(st, at)  # the last refresh before each sample (-1: none in this run)
+        before = np.full(len(at), -1 if st.baseline is None else st.baseline, dtype=np.int64)
+        has = last >= 0
+        if has.any():
+            needed, where = np.unique(last[has], return_inverse=True)
+            seq = np.concatenate([np.array(st.window, dtype=np.int64), lat[: int(needed[-1]) + 1]])
+            medians = _medians(seq.astype(np.int64, copy=False), len(st.window) + needed, self.window)
+            before[has] = medians[where.reshape(-1)]
         return before
+
+    def _last_refresh(self, st: OpStats, at: np.ndarray) -> np.ndarray:
+        """For each sample index of a run where all learn: the last sample before it after which learn()
+        refreshed the baseline (every `refresh` learned ones, and the very first), or -1."""
+        at = np.asarray(at, dtype=np.int64)
+        last = ((st.seen + at) // self.refresh) * self.refresh - st.seen - 1
+        if st.baseline is None:  # the run's first sample refreshes too
+            last = np.where(at > 0, np.maximum(last, 0), -1)
+        return np.where(last < at, last, -1)
 
     def _learn_many(self, st: OpStats, lat: np.ndarray) -> None:
         """Every sample learns, as OpStats.learn does one by one."""
-        if not len(lat):
+        m = len(lat)
+        if not m:
             return
-        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
-        points = self._refresh_points(st, len(lat))
-        if len(points):
-            st.baseline = int(_medians(seq, len(st.window) + points[-1:], self.window)[0])
+        point = int(self._last_refresh(st, np.array([m]))[0])  # the last refresh within the run
+        if point >= 0:
+            w = self.window
+            seq = np.concatenate([np.array(st.window, dtype=np.int64)[max(0, len(st.window) + point + 1 - w):],
+                                  lat[max(0, point + 1 - w) : point + 1].astype(np.int64)])  # fmt: skip
+            tail = seq[-w:]
+            st.baseline = int(np.partition(tail, len(tail) // 2)[len(tail) // 2])
         st.window.extend(lat[-self.window :].tolist())
-        st.seen += len(lat)
-
-    def _refresh_points(self, st: OpStats, m: int) -> np.ndarray:
-        """The samples after which learn() refreshes the baseline: every `refresh` learned ones, and the first."""
-        learned = st.seen + np.arange(1, m + 1, dtype=np.int64)
-        refresh = learned % self.refresh == 0
-        if st.baseline is None and m:
-            refresh[0] = True
-        return np.flatnonzero(refresh)
+        st.seen += m
 
     def _spike(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], dev: Optional[int], op: str,
                out: List[Finding]) -> None:  # fmt: skip
