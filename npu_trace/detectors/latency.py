@@ -137,6 +137,10 @@ class LatencyDetector:
     def _call_samples(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, latency, start) of the calls that carry a latency (paired returns, BPF's measured calls)."""
         calls = rows_of(nb, tuple(CALL_KINDS))
+        pairing = nb.pairing_args(calls)
+        if pairing is not None:  # latencies only from the pairing: the paired returns, at once
+            paired_lat, paired_entry, paired = pairing
+            return calls[paired], paired_lat[paired], paired_entry[paired]
         got = nb.int_args(calls, "latency_ns")
         if got is None:
             return self._call_samples_slow(nb, calls)

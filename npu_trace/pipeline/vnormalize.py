@@ -104,6 +104,21 @@ class NormBlock:
         return {**entry, **ret_args, "latency_ns": int(self.latency[i]), "entry_ts_ns": int(self.entry_ts[i])}
 
     # ---- one argument of many rows ---------------------------------------------------------------------------
+    def pairing_args(self, rows: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(latency_ns, entry_ts_ns, present) of rows whose only latency is the pairing's (planned formats that
+        carry neither argument themselves): the common case of int_args for those two, at one gather each.
+        None when some row is an object, shaped alone, or of a format that carries one of them."""
+        groups = self.group_of[rows]
+        if not len(rows):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
+        if groups.min() < 0:
+            return None
+        for g in np.flatnonzero(np.bincount(groups)).tolist():
+            group = self.groups[g]
+            if any(name in group.arg_at or name in group.const for name in ("latency_ns", "entry_ts_ns")):
+                return None
+        return self.latency[rows], self.entry_ts[rows], self.paired[rows]
+
     def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
         integer (then `int_arg` says what it is)."""
