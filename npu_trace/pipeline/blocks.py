@@ -23,13 +23,15 @@ OBJECT = -1  # etype of an item that is not a raw record
 
 
 class Block:
-    __slots__ = ("cpu", "etype", "objects", "pid", "ref", "tables", "ts")
+    __slots__ = ("cpu", "etype", "groups", "objects", "pid", "ref", "tables", "ts")
 
     def __init__(self, ts: np.ndarray, cpu: np.ndarray, pid: np.ndarray, etype: np.ndarray, ref: np.ndarray,
-                 tables: Dict[int, Table], objects: List[Any]) -> None:  # fmt: skip
+                 tables: Dict[int, Table], objects: List[Any],
+                 groups: Optional[List[Tuple[int, np.ndarray]]] = None) -> None:  # fmt: skip
         self.ts, self.cpu, self.pid, self.etype, self.ref = ts, cpu, pid, etype, ref
         self.tables = tables
         self.objects = objects
+        self.groups = groups  # (etype, its rows in order) for each etype present, when the builder knows them
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -74,15 +76,14 @@ def build_block(
     if n and etype[0] != OBJECT and (etype == etype[0]).all():  # the common live case: one format, no object
         e = int(etype[0])
         tables[e] = table = _table(plans[e], out_ref, length, buf, bufs)
-        return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype,
-                     np.arange(n, dtype=np.int64), tables, [])  # fmt: skip
+        every = np.arange(n, dtype=np.int64)
+        return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype, every,
+                     tables, [], [(e, every)])  # fmt: skip
     order = stable_order(etype)
     sorted_types = etype[order]
     edges = np.flatnonzero(np.diff(sorted_types)) + 1
-    for rows in np.split(order, edges):
-        if not len(rows):
-            continue
-        e = int(etype[rows[0]])
+    groups = [(int(etype[rows[0]]), rows) for rows in np.split(order, edges) if len(rows)]
+    for e, rows in groups:
         if e == OBJECT:
             for r in rows.tolist():
                 obj = objects[int(out_ref[r])]
@@ -92,7 +93,7 @@ def build_block(
         tables[e] = table
         out_ref[rows] = np.arange(len(rows))
         pid[rows] = table.cols["common_pid"]
-    return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects))
+    return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects), groups)
 
 
 def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any]) -> Table:

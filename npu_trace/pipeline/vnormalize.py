@@ -248,7 +248,7 @@ class BlockNormalizer:
 
     def normalize(self, block: Block) -> NormBlock:
         nb = NormBlock(self, block)
-        for etype, rows in _split_by(block.etype):
+        for etype, rows in block.groups if block.groups is not None else _split_by(block.etype):
             if etype == OBJECT:
                 self._objects(nb, rows)
             else:
@@ -350,7 +350,8 @@ class BlockNormalizer:
         is_entry = nb.role[rows] == _ENTRY
         if norm._pending_count + int(is_entry.sum()) >= MAX_PENDING:
             return False
-        key = (block.pid[rows].astype(np.int64) << 32) | nb.op[rows].astype(np.int64)
+        pid, op = block.pid[rows].astype(np.int64), nb.op[rows].astype(np.int64)
+        key = (pid - pid.min()) * (int(op.max()) + 1) + op  # (pid, op) as one small number: a radix order
         order = stable_order(key)  # by (pid, op), each in row order (rows ascend)
         k, e = key[order], is_entry[order]
         start = np.ones(len(k), dtype=bool)
