@@ -186,23 +186,23 @@ class LatencyDetector:
         key = packing.pack(cols)
         order = stable_order(key)  # by key, each key's rows in time order
         k, r = key[order], rows[order]
-        start = np.ones(len(r), dtype=bool)
+        start: np.ndarray = np.ones(len(r), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         is_submit = nb.kind[r] == KIND_CODE["submit"]
         starts = np.flatnonzero(start)
         group_of = np.cumsum(start) - 1  # sorted row -> its key's index among the starts
-        carried = np.zeros(len(starts), dtype=bool)
+        carried: np.ndarray = np.zeros(len(starts), dtype=bool)
         if self.tasks:  # keys still open from before the block (few): matched by their packed value
             open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
             if open_keys:
                 carried = np.isin(k[starts], packing.pack(_key_columns(open_keys)))
-        prev_submit = np.zeros(len(r), dtype=bool)
+        prev_submit: np.ndarray = np.zeros(len(r), dtype=bool)
         prev_submit[1:] = is_submit[:-1] & ~start[1:]
         prev_submit[starts] = carried
         matched = np.flatnonzero(~is_submit & prev_submit)
         self.counters["unmatched_completes"] += int((~is_submit).sum()) - len(matched)
         ts = nb.block.ts
-        opened = np.empty(len(matched), dtype=np.int64)
+        opened: np.ndarray = np.empty(len(matched), dtype=np.int64)
         inside = ~start[matched]
         opened[inside] = ts[r[matched[inside] - 1]]
         key_of = _KeyOf(cols[:, order], starts)
@@ -219,7 +219,7 @@ class LatencyDetector:
         open, re-inserted where that submit put it; the others closed)."""
         for g in np.flatnonzero(carried).tolist():
             del self.tasks[key_of(g)]
-        last = np.ones(len(r), dtype=bool)
+        last: np.ndarray = np.ones(len(r), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last & is_submit)
         ts, pid = nb.block.ts, nb.block.pid
@@ -362,7 +362,7 @@ class LatencyDetector:
     def _baselines(self, st: OpStats, lat: np.ndarray, at: np.ndarray) -> np.ndarray:
         """The baseline in force before each sample of `at` if all samples learn (-1: none yet)."""
         last = self._last_refresh(st, at)  # the last refresh before each sample (-1: none in this run)
-        before = np.full(len(at), -1 if st.baseline is None else st.baseline, dtype=np.int64)
+        before: np.ndarray = np.full(len(at), -1 if st.baseline is None else st.baseline, dtype=np.int64)
         has = last >= 0
         if has.any():
             needed, where = np.unique(last[has], return_inverse=True)
@@ -375,7 +375,7 @@ class LatencyDetector:
         """For each sample index of a run where all learn: the last sample before it after which learn()
         refreshed the baseline (every `refresh` learned ones, and the very first), or -1."""
         at = np.asarray(at, dtype=np.int64)
-        last = ((st.seen + at) // self.refresh) * self.refresh - st.seen - 1
+        last: np.ndarray = ((st.seen + at) // self.refresh) * self.refresh - st.seen - 1
         if st.baseline is None:  # the run's first sample refreshes too
             last = np.where(at > 0, np.maximum(last, 0), -1)
         return np.where(last < at, last, -1)
@@ -451,7 +451,7 @@ class _KeyOf:
 def _medians(seq: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
     """sorted(w)[len(w) // 2] of each window w of seq: the (at most `window`) values ending at each of `ends`,
     as OpStats.learn takes them; full windows in one partition, the first (shorter) ones one by one."""
-    out = np.empty(len(ends), dtype=np.int64)
+    out: np.ndarray = np.empty(len(ends), dtype=np.int64)
     full = ends >= window - 1
     if full.any():
         rows = np.lib.stride_tricks.sliding_window_view(seq, window)[ends[full] - (window - 1)]

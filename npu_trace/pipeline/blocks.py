@@ -50,7 +50,7 @@ class Block:
 
 
 def empty_block() -> Block:
-    z = np.zeros(0, dtype=np.int64)
+    z: np.ndarray = np.zeros(0, dtype=np.int64)
     return Block(z, z.astype(np.int16), z.astype(np.int32), z.astype(np.int32), z, {}, [])
 
 
@@ -71,7 +71,7 @@ def build_block(
     n = len(ts)
     etype = etype.astype(np.int32, copy=False)
     out_ref = np.array(ref, dtype=np.int64)
-    pid = np.full(n, -1, dtype=np.int32)
+    pid: np.ndarray = np.full(n, -1, dtype=np.int32)
     tables: Dict[int, Table] = {}
     if n and etype[0] != OBJECT and (etype == etype[0]).all():  # the common live case: one format, no object
         e = int(etype[0])
@@ -130,9 +130,9 @@ def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode:
     n = len(items)
     ts = np.array([int(item.ts_ns) for item in items], dtype=np.int64)
     cpu = np.array([int(getattr(item, "cpu", -1)) for item in items], dtype=np.int16)
-    etype = np.full(n, OBJECT, dtype=np.int32)
-    ref = np.zeros(n, dtype=np.int64)
-    length = np.zeros(n, dtype=np.int64)
+    etype: np.ndarray = np.full(n, OBJECT, dtype=np.int32)
+    ref: np.ndarray = np.zeros(n, dtype=np.int64)
+    length: np.ndarray = np.zeros(n, dtype=np.int64)
     at = np.array(rec_at, dtype=np.int64)
     etype[at] = rec_type
     ref[at] = np.cumsum([0, *map(len, payloads)])[:-1]

@@ -20,6 +20,11 @@ view one per read); a batch costs the walk and a few comparisons.
 
 The bounds are the merge's (`release_bound`): the lag bound from the watermarks, the count bound from the
 number of rows held, counted from the rows (only when the rows not yet taken could exceed it).
+
+Two ways in: `add(batch)` for a live read (its pages copied into the arena's segments and walked), and
+`add_chunk(chunk)` for a recorded chunk: each CPU's pages of the chunk walked in place in one call, where each
+page ended noted (`Walker.walk_paged`), then the chunk's reads replayed one by one as add() would take them,
+each a few comparisons; a read's rows join the CPU's view of the chunk unless some are late or untimed.
 """
 
 from __future__ import annotations
@@ -402,7 +407,7 @@ class BlockTimeline:
             ref[at] = np.arange(len(at))
         bufs = self._arena.buffers
         ids = np.unique(buf[~is_obj]).tolist() if len(buf) else []
-        local = np.zeros(len(buf), dtype=np.int32)
+        local: np.ndarray = np.zeros(len(buf), dtype=np.int32)
         for i, b in enumerate(ids):
             local[buf == b] = i
         block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects)
@@ -479,7 +484,7 @@ class BlockTimeline:
         at = np.array([i for i, _ in got.losses], dtype=np.int64)
         n = len(got.ts) + len(at)
         pos = at + np.arange(len(at))
-        is_rec = np.ones(n, dtype=bool)
+        is_rec: np.ndarray = np.ones(n, dtype=bool)
         is_rec[pos] = False
 
         def mix(records: np.ndarray, losses: np.ndarray, dtype: Any) -> np.ndarray:

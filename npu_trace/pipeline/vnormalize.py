@@ -57,18 +57,18 @@ class NormBlock:
     def __init__(self, normalizer: BlockNormalizer, block: Block) -> None:
         n = len(block)
         self.block, self.norm = block, normalizer
-        self.kind = np.full(n, LOG, dtype=np.int8)
-        self.op = np.zeros(n, dtype=np.int32)
-        self.dev = np.full(n, -1, dtype=np.int64)
-        self.counted_only = np.zeros(n, dtype=bool)
-        self.role = np.zeros(n, dtype=np.int8)
-        self.paired = np.zeros(n, dtype=bool)
-        self.latency = np.zeros(n, dtype=np.int64)
-        self.entry_ts = np.zeros(n, dtype=np.int64)
-        self.entry_pos = np.full(n, -1, dtype=np.int64)  # a paired return's entry in this block, or -1
+        self.kind: np.ndarray = np.full(n, LOG, dtype=np.int8)
+        self.op: np.ndarray = np.zeros(n, dtype=np.int32)
+        self.dev: np.ndarray = np.full(n, -1, dtype=np.int64)
+        self.counted_only: np.ndarray = np.zeros(n, dtype=bool)
+        self.role: np.ndarray = np.zeros(n, dtype=np.int8)
+        self.paired: np.ndarray = np.zeros(n, dtype=bool)
+        self.latency: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.entry_ts: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.entry_pos: np.ndarray = np.full(n, -1, dtype=np.int64)  # a paired return's entry in this block, or -1
         self.entry_args: Dict[int, Dict[str, Any]] = {}  # a paired return whose entry came before the block
         self.shaped: Dict[int, NpuEvent] = {}  # rows shaped one by one (objects, formats without a plan)
-        self.group_of = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
+        self.group_of: np.ndarray = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
         self.groups: List[_Group] = []
 
     def __len__(self) -> int:
@@ -122,8 +122,8 @@ class NormBlock:
     def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
         integer (then `int_arg` says what it is)."""
-        values = np.zeros(len(rows), dtype=np.int64)
-        present = np.zeros(len(rows), dtype=bool)
+        values: np.ndarray = np.zeros(len(rows), dtype=np.int64)
+        present: np.ndarray = np.zeros(len(rows), dtype=bool)
         if not len(rows):
             return values, present
         for g, sel in _split_by(self.group_of[rows]):
@@ -274,8 +274,8 @@ class BlockNormalizer:
 
     def _planned(self, nb: NormBlock, rows: np.ndarray, table: Any, plan: Any) -> None:
         kind, op, dev_at, _, _, pair, kind_if = plan
-        kinds = np.full(len(rows), KIND_CODE[kind], dtype=np.int8)
-        undecided = np.ones(len(rows), dtype=bool)
+        kinds: np.ndarray = np.full(len(rows), KIND_CODE[kind], dtype=np.int8)
+        undecided: np.ndarray = np.ones(len(rows), dtype=bool)
         fields = table.plan.fmt.fields
         for at, cmp, value, other in kind_if:
             col = table.cols[fields[at].name]
@@ -354,14 +354,14 @@ class BlockNormalizer:
         key = (pid - pid.min()) * (int(op.max()) + 1) + op  # (pid, op) as one small number: a radix order
         order = stable_order(key)  # by (pid, op), each in row order (rows ascend)
         k, e = key[order], is_entry[order]
-        start = np.ones(len(k), dtype=bool)
+        start: np.ndarray = np.ones(len(k), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         if (e[1:] & e[:-1] & ~start[1:]).any():
             return False  # nested calls
         carried = self._carried(nb, rows[order[start]])
         if carried is None:
             return False
-        prev_entry = np.zeros(len(k), dtype=bool)
+        prev_entry: np.ndarray = np.zeros(len(k), dtype=bool)
         prev_entry[1:] = e[:-1] & ~start[1:]
         starts = np.flatnonzero(start)
         if (e[starts] & carried).any():
@@ -374,7 +374,7 @@ class BlockNormalizer:
     def _carried(self, nb: NormBlock, first_rows: np.ndarray) -> Optional[np.ndarray]:
         """For each (pid, op) of the block (by its first row): has it a pending entry (None: one is nested)."""
         pending, ops, block = self.normalizer._pending, self.ops, nb.block
-        out = np.zeros(len(first_rows), dtype=bool)
+        out: np.ndarray = np.zeros(len(first_rows), dtype=bool)
         for i, r in enumerate(first_rows.tolist()):
             stack = pending.get((int(block.pid[r]), ops[int(nb.op[r])]))
             if stack:
@@ -401,7 +401,7 @@ class BlockNormalizer:
             self._return(nb, r, key, norm._take(key))
         if not nb.shaped:
             return
-        returned = np.zeros(len(nb), dtype=bool)
+        returned: np.ndarray = np.zeros(len(nb), dtype=bool)
         returned[ret_rows] = True
         for r in sorted(r for r in nb.shaped if returned[r]):  # a row shaped alone gets its merged event now
             dev = None if nb.dev[r] < 0 else int(nb.dev[r])
@@ -411,7 +411,7 @@ class BlockNormalizer:
         """The stacks after the block, as the reference leaves them: a (pid, op) whose last row is an entry has
         that entry pending (re-inserted where its push put it), the others none."""
         norm, block, pending = self.normalizer, nb.block, self.normalizer._pending
-        last = np.ones(len(rows), dtype=bool)
+        last: np.ndarray = np.ones(len(rows), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last)
         opened = []
