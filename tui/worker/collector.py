@@ -49,6 +49,52 @@ CALL_CODES = [KIND_CODE[k] for k in sorted(CALL_KINDS)]
 CommOf = Callable[[int], str]
 
 
+class NewestRows:
+    """The newest `limit` log rows matched since the last update, held as references (a block and its row
+    numbers, or events already made) and made into events only when an update carries them: a busy interval
+    matches far more rows than it shows, and making each one an event would cost more than analysing it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self.parts: Deque[Tuple[Any, int]] = deque()  # (a list of events, or (NormBlock, rows)), its row count
+        self.held = 0
+
+    def add_events(self, events: Sequence[NpuEvent]) -> None:
+        self._add(events, len(events))
+
+    def add_block(self, nb: NormBlock, rows: np.ndarray) -> None:
+        self._add((nb, rows), len(rows))
+
+    def _add(self, part: Any, n: int) -> None:
+        if not n or not self.limit:
+            return
+        self.parts.append((part, n))
+        self.held += n
+        while self.held - self.parts[0][1] >= self.limit:  # the oldest part holds none of the newest rows
+            self.held -= self.parts.popleft()[1]
+
+    def take(self) -> List[NpuEvent]:
+        """The newest rows, oldest first, as events; then empty."""
+        newest: List[List[NpuEvent]] = []
+        need = self.limit
+        for part, _ in reversed(self.parts):
+            if need <= 0:
+                break
+            if isinstance(part, tuple):
+                nb, rows = part
+                got = [nb.event(i) for i in rows[-need:].tolist()]
+            else:
+                got = list(part[-need:])
+            newest.append(got)
+            need -= len(got)
+        self.clear()
+        return [ev for got in reversed(newest) for ev in got]
+
+    def clear(self) -> None:
+        self.parts.clear()
+        self.held = 0
+
+
 class Collector:
     def __init__(
         self,
@@ -60,7 +106,7 @@ class Collector:
         self.analysis = Analysis(profile, scope)
         self.comm_of = comm_of
         self.ring = Ring(RING)
-        self.rows: Deque[NpuEvent] = deque(maxlen=rows_per_update)
+        self.rows = NewestRows(rows_per_update)
         self.filter = LogFilter()
         self.interval_events = 0
         self.interval_matched = 0
@@ -103,8 +149,7 @@ class Collector:
         n = len(nb)
         self.ring.add_block(nb)
         rows = np.arange(n) if self.filter.empty() else select_rows(self.filter, nb, self.comm_of)
-        newest = rows[-self.rows.maxlen :] if self.rows.maxlen else rows
-        self.rows.extend(nb.event(i) for i in newest.tolist())
+        self.rows.add_block(nb, rows)
         self.interval_matched += len(rows)
         self.interval_events += n
         self.total += n
@@ -140,7 +185,7 @@ class Collector:
         self._note(self.analysis.feed_events(events))
         self.ring.add(events)
         matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
-        self.rows.extend(matched)
+        self.rows.add_events(matched)
         self.interval_matched += len(matched)
         self.interval_events += len(events)
         self.total += len(events)
@@ -216,7 +261,7 @@ class Collector:
     def update(self, seq: int, dt: float, counters: Counters, ended: bool = False) -> FeedUpdate:
         counters.events, counters.ended = self.total, ended
         counters.rate = 0.0 if ended or dt <= 0 else self.interval_events / dt
-        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows]
+        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows.take()]
         skipped = max(0, self.interval_matched - len(rows))
         findings, self.findings = self.findings, []
         out = FeedUpdate(seq, rows, skipped, findings, self._spikes(ended), self._devices(dt, ended),
