@@ -109,3 +109,32 @@ def test_the_chips_view_holds_each_chips_last_reading() -> None:
         (1, 1, 5, 65536, 20),
     ]
     assert chips[0].processes is not None and [p.pid for p in chips[0].processes] == [7]
+
+
+def test_the_tuis_memory_view_shows_npu_smis_numbers_and_the_mismatch() -> None:
+    from tui.ui.widgets.memory import memory_text
+    from tui.worker.collector import Collector
+
+    collector = Collector(PROFILES["sim"], lambda pid: "serve")
+    shared = [(100, "serve-a", 30000), (200, "serve-b", 30000)]
+    collector.add([alloc(1, 100, 0x1000, 30000), *poll(10, 30100, shared), failure(20, 30000, 8000, 8000)], 30)
+    view = collector._memory()
+    assert view.chips == [(0, 0, 0, 30100, 65536)]
+    assert [f.kind for f in view.accounting] == ["accounting_mismatch", "alloc_fail_explained"]
+    text = memory_text(view).plain
+    assert "npu-smi 0/0 (npu0): used 30100 / 65536 MB" in text
+    assert "accounting counted_twice: used 30100 MB, processes 60000 MB, traced 30000 MB (pids 100,200)" in text
+    assert "npu-smi: accounting" in text
+
+
+def test_a_recordings_header_keeps_which_process_each_thread_is(tmp_path: Any) -> None:
+    from npu_trace.sources.procs import tasks_from_header, thread_groups
+
+    for pid, tids in ((10, (10, 11, 12)), (20, (20,))):
+        for tid in tids:
+            (tmp_path / str(pid) / "task" / str(tid)).mkdir(parents=True)
+    (tmp_path / "self").mkdir()
+    assert thread_groups(str(tmp_path)) == {"11": 10, "12": 10}
+    assert thread_groups(str(tmp_path), most=1) in ({"11": 10}, {"12": 10})
+    assert tasks_from_header({"tasks": {"11": 10, "x": 1, "12": True, "13": 10}}) == {11: 10, 13: 10}
+    assert tasks_from_header({"tasks": [1]}) == {} and tasks_from_header(None) == {}
