@@ -7,8 +7,8 @@ At flush, allocations still live become `leak` findings, one per (device, proces
 
 Events carry the thread that made them (`pid` is a thread id: npu_trace.detectors.processes). The counting
 keeps live bytes per (device, thread) in `pid_bytes` (on both paths, the hot ones); what is said per process
-(`top_processes()`, the summary's `processes`, leaks) adds a process's threads up through `processes`, the map
-the accounting detector keeps in trace order: at the end of a session it holds every thread the trace saw made.
+(`process_bytes()`, `top_processes()`, the summary's `processes`, leaks) adds a process's threads up through
+`processes`, the thread -> process map a recording's header keeps (a thread it does not know is its own).
 """
 
 from __future__ import annotations

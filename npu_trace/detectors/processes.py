@@ -11,7 +11,7 @@ header was written) stands for itself: its id is taken as its process's.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 
 class Processes:
@@ -21,7 +21,3 @@ class Processes:
     def of(self, tid: int) -> int:
         """The process (thread-group id) thread `tid` belongs to; `tid` itself when unknown."""
         return self.tasks.get(tid, tid)
-
-    def summary(self) -> Dict[str, Any]:
-        return {"threads_known": len(self.tasks)}
-
