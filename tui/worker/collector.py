@@ -118,6 +118,7 @@ class Collector:
         self.pending_spikes: List[Finding] = []
         self.closed_resets: Deque[ResetView] = deque(maxlen=MAX_RESETS)
         self.failures: Deque[Finding] = deque(maxlen=MAX_FAILURES)
+        self.accounting: Deque[Finding] = deque(maxlen=MAX_FAILURES)
         self.mem_bins: Dict[int, Deque[List[int]]] = {}  # dev -> [bin, live bytes]
         self.op_counts: Dict[Any, int] = {}
         self.last_ts = 0
@@ -248,6 +249,8 @@ class Collector:
                 self._closed_reset(f)
             elif f.kind == "alloc_fail":
                 self.failures.append(f)
+            elif f.kind in ("accounting_mismatch", "alloc_fail_explained"):
+                self.accounting.append(f)
 
     def _closed_reset(self, f: Finding) -> None:
         d = f.details
@@ -319,7 +322,8 @@ class Collector:
         mem = self.analysis.memory
         procs = [(d, p, self.comm_of(p), n) for d, p, n in mem.top_processes(8)]
         sparks = {d: [v for _, v in bins] for d, bins in self.mem_bins.items()}
-        return MemoryView(mem.devices(), procs, list(self.failures), sparks)
+        chips = [(c.device, c.npu, c.chip, c.used_mb, c.total_mb) for c in self.analysis.accounting.chips()]
+        return MemoryView(mem.devices(), procs, list(self.failures), sparks, chips, list(self.accounting))
 
 
 _ts_of = itemgetter(0)  # NpuEvent.ts_ns
