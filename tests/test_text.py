@@ -34,7 +34,8 @@ FMT = parse_format(FORMAT, "test")
     [
         ((0x7F00, -12, "worker", [1, 2]), "addr=0x7f00 ret=-12 name=worker ids=[1,2]"),
         ((0, 0, "", []), "addr=0x0 ret=0 name= ids=[]"),
-        ((1 << 63, 2**31 - 1, "a\x1b[31mb\nc", [0]), f"addr={hex(1 << 63)} ret=2147483647 name=a\\x1b[31mb\\nc ids=[0]"),
+        ((1 << 63, 2**31 - 1, "a\x1b[31mb\nc", [0]),
+         f"addr={hex(1 << 63)} ret=2147483647 name=a\\x1b[31mb\\nc ids=[0]"),
         (("not-an-int", 5, "x", [3]), "addr=not-an-int ret=5 name=x ids=[3]"),  # what the field does not declare
         ((1, 2, "short"), "addr=0x1 ret=2 name=short"),  # fewer values than fields
     ],
