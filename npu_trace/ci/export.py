@@ -35,7 +35,7 @@ from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
 from npu_trace.sinks.perfetto import PerfettoWriter
-from npu_trace.sinks.timeline import CALL_KINDS, TimelineMapper
+from npu_trace.sinks.timeline import TimelineMapper
 from npu_trace.sinks.tracks import TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
@@ -46,7 +46,7 @@ NS = 1_000_000_000
 _UNITS = {"": NS, "s": NS, "ms": 1_000_000, "us": 1_000, "ns": 1}
 _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
-_CALLS = np.array([KIND_CODE[k] for k in CALL_KINDS], dtype=np.int8)
+_CALLS = np.array([KIND_CODE["call"], KIND_CODE["free"]], dtype=np.int8)  # shown only with a latency
 _COMPLETE = KIND_CODE["complete"]
 
 
@@ -192,7 +192,7 @@ class Exporter:
     def _feed(self, block: Block, now: Optional[int]) -> None:
         if self.stopped:
             return
-        block = self._cut(block)
+        self._reached(block)
         if self.analysis.scope is not None:
             self._feed_items(block.items(), now)
         elif len(block):
@@ -204,20 +204,14 @@ class Exporter:
         else:
             self._after([], None if self.stopped else now)
 
-    def _cut(self, block: Block) -> Block:
-        """The block's rows before the window's end (reading stops there)."""
+    def _reached(self, block: Block) -> None:
+        """The window is set by the first block; reading stops after the block that reaches its end (that
+        block is analysed whole: what lies past the end is cut when drawn, as slices that cross it are)."""
         if not len(block):
-            return block
+            return
         self._window(block)
-        if self.hi is None:
-            return block
-        beyond = np.flatnonzero(block.ts >= self.hi)
-        if not len(beyond):
-            return block
-        self.stopped = True
-        k = int(beyond[0])
-        return Block(block.ts[:k], block.cpu[:k], block.pid[:k], block.etype[:k], block.ref[:k], block.tables,
-                     block.objects)  # fmt: skip
+        if self.hi is not None and int(block.ts.max()) >= self.hi:
+            self.stopped = True
 
     def _window(self, block: Block) -> None:
         """The window, once the recording's first event is known (the first block's first timed row)."""
@@ -344,8 +338,8 @@ class Exporter:
 
 def _drawn_rows(nb: NormBlock) -> np.ndarray:
     """The rows the mapper draws as events: not the formats without a rule (counted only), not completions
-    (drawn as the tasks the latency detector paired), not the calls without a latency (entries waiting for
-    their return, returns without one)."""
+    (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
+    drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
     keep = ~nb.counted_only & (nb.kind != _COMPLETE)
     calls = np.flatnonzero(keep & np.isin(nb.kind, _CALLS))
     got = nb.int_args(calls, "latency_ns")

@@ -105,8 +105,10 @@ class ChromeJsonWriter:
 
     def instant(self, track: Track, ts: int, name: str, args: Mapping[str, Any], flow_out: Sequence[int] = ()) -> None:
         pid, tid, _ = self.where[track.uuid]
-        self._event(f'{{"ph":"i","s":"t","name":{_dumps(name)},"ts":{micros(ts)},"pid":{pid},"tid":{tid},'
-                    f'"args":{_dumps(args)}}}')  # fmt: skip
+        at = f'"ts":{micros(ts)},"pid":{pid},"tid":{tid}'
+        self._event(f'{{"ph":"i","s":"t","name":{_dumps(name)},{at},"args":{_dumps(args)}}}')
+        for fid in flow_out:  # bound to the instant (a slice of no duration where the flow leaves)
+            self._event(f'{{"ph":"s","name":"trigger","cat":"flow","id":{fid & FLOW_MASK},{at}}}')
         self.counts["instants"] += 1
 
     def counter(self, track: Track, ts: int, value: Value) -> None:

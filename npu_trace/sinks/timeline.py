@@ -50,6 +50,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
 )  # fmt: skip
 
@@ -175,6 +176,7 @@ class TimelineMapper:
         self.irq_names: Dict[Tuple[Optional[int], Any], str] = {}
         self.dev_live: Dict[int, int] = {}
         self.pid_live: Dict[Tuple[int, int], int] = {}
+        self.mem_carried: Set[int] = set()  # devices whose live memory at the window's start was drawn
         self.first_seen: Dict[int, int] = {}  # device -> its first event (its state is "ok" from there)
         self.states: Dict[int, Tuple[str, int, str]] = {}  # device -> (state, since, why)
         self.lost = 0
@@ -238,14 +240,29 @@ class TimelineMapper:
             self._instant(track, ev.ts_ns, "completion without submit", self._plain_args(ev))
 
     def memory(self, ts: Sequence[int], dev: Sequence[int], pid: Sequence[int], delta: Sequence[int]) -> None:
-        """The memory detector's changes, in order (device -1: none)."""
+        """The memory detector's changes, in order (device -1: none). A device's counters start where the
+        window does, at the bytes live then (`_carry_memory`), drawn before its first change inside it."""
         for t, d, p, n in zip(ts, dev, pid, delta):
+            if d >= 0 and self.lo <= t < self.hi and d not in self.mem_carried and self._wanted(d):
+                self._carry_memory(d)
             live = self.dev_live[d] = self.dev_live.get(d, 0) + n
             mine = self.pid_live[(d, p)] = self.pid_live.get((d, p), 0) + n
             if d < 0 or not self._wanted(d) or not self._inside(t):
                 continue
             self.w.counter(self._live_track(d), t, live)
             self.w.counter(self._process_track(d, p), t, mine)
+
+    def _carry_memory(self, dev: int) -> None:
+        """The device's live bytes (and its processes') when the window opens, drawn at its start (nothing:
+        no window start, or nothing live)."""
+        self.mem_carried.add(dev)
+        if self.lo == _MIN or not self.dev_live.get(dev):
+            return
+        self._inside(self.lo)
+        self.w.counter(self._live_track(dev), self.lo, self.dev_live[dev])
+        for (d, pid), live in sorted(self.pid_live.items()):
+            if d == dev and live:
+                self.w.counter(self._process_track(dev, pid), self.lo, live)
 
     def findings(self, found: Iterable[Finding]) -> None:
         for f in found:
@@ -283,6 +300,9 @@ class TimelineMapper:
                 self._open_reset(seq, end)
         for dev in sorted(set(self.first_seen) | set(self.states)):
             self._state_until(dev, end)
+        for dev in sorted(set(self.dev_live) - self.mem_carried):
+            if dev >= 0 and self._wanted(dev) and self.opened:
+                self._carry_memory(dev)  # memory live all through the window, never changed in it
         return dict(self.counts)
 
     # ---- calls, tasks, interrupts ----------------------------------------------------------------------------
@@ -490,18 +510,12 @@ class TimelineMapper:
         return span
 
     def _open(self, ts: int) -> None:
-        """The window begins (at its start, or at the first thing shown): what was carried into it is shown
-        there once (live memory, the loss so far) and the recording is described."""
+        """The window begins (at its start, or at the first thing shown): the recording is described and the
+        loss so far shown there (live memory: _carry_memory)."""
         self.opened = True
         at = ts if self.lo == _MIN else self.lo
         self.w.instant(self._tracer_child("recording", INSTANTS, 0), at, "recording", self.info)
         self.w.counter(self._tracer_child("events lost", COUNTER, 2, "count"), at, self.lost)
-        for dev, live in sorted(self.dev_live.items()):
-            if dev >= 0 and self._wanted(dev):
-                self.w.counter(self._live_track(dev), at, live)
-        for (dev, pid), live in sorted(self.pid_live.items()):
-            if dev >= 0 and live and self._wanted(dev):
-                self.w.counter(self._process_track(dev, pid), at, live)
 
     def _wanted(self, dev: Optional[int]) -> bool:
         if self.devices is None:
