@@ -20,10 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.device.irqs import npu_irqs
+from npu_trace.device.switches import DRIVER_SYSTEMS
+from npu_trace.device.switches import summary as switch_summary
 from npu_trace.errors import NpuTraceError
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
+from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
 from npu_trace.sources.npu_irqs import read_pci_functions
 
 HUAWEI_PCI_VENDOR = "0x19e5"
@@ -43,9 +46,7 @@ DRIVER_MODULES = (
     "ascend_soc_platform",
     "ts_agent",
 )
-DRIVER_SYSTEMS = ("trs_chan", "trs_core")
 SIM_SYSTEM = "ascend"
-TRACE_SWITCH_GLOBS = ("proc/trs_chan/dev*-ts*/trace_enable", "proc/trs_core/ts_inst/dev*-ts*/trace_enable")
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -128,6 +129,7 @@ class Host:
     which: Callable[[str], Optional[str]] = shutil.which
     bcc_probe: Callable[[], Tuple[bool, str]] = _probe_bcc
     bpf_probe: Callable[[], Tuple[bool, str]] = _probe_bpf_syscall
+    state_dir: str = field(default_factory=state_dir)  # where sessions record the driver switches they turned on
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel.lstrip("/"))
@@ -325,14 +327,23 @@ def check_modules(host: Host) -> Check:
 
 
 def check_trace_switches(host: Host) -> Check:
-    switches = [p for pattern in TRACE_SWITCH_GLOBS for p in host.glob(pattern)]
-    if not switches:
-        return Check("driver trace switches", False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER)
-    off = [p for p in switches if _read_abs(p).split()[-1:] != ["1"]]
-    detail = f"{len(switches) - len(off)}/{len(switches)} on"
-    if not off:
-        return Check("driver trace switches", True, detail)
-    return Check("driver trace switches", False, detail, f"echo 1 > {off[0]} (npu-trace enables them when tracing)")
+    """The driver's trace switches, by system and state, and any a killed npu-trace run left on."""
+    name = "driver trace switches"
+    states = DriverSwitches(root=host.path("/proc"), state=SwitchState(host.state_dir)).states(DRIVER_SYSTEMS)
+    try:
+        left = SwitchState(host.state_dir).left_by_dead()
+    except NpuTraceError as exc:
+        return Check(name, False, str(exc), "npu-trace cleanup")
+    if left:
+        detail = f"{len(left)} left as a killed npu-trace run set them ({left[0]}{', ...' if len(left) > 1 else ''})"
+        return Check(name, False, detail, "npu-trace cleanup (every session also does it when it starts)")
+    if not states:
+        return Check(name, False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER)
+    detail = f"{len(states)}: {switch_summary(states)}"
+    unreadable = [s.label for s, value in states if value is None]
+    if unreadable:
+        return Check(name, False, detail, f"{unreadable[0]} does not read as 0 or 1: is this the Ascend driver?")
+    return Check(name, True, detail + " (npu-trace turns on the ones it traces, and puts them back)")
 
 
 def check_driver_events(events: List[str]) -> Check:

@@ -72,7 +72,8 @@ def fake_host(root: Path, euid: int = 0, npu_smi: Optional[str] = "/usr/local/bi
     def probe() -> Tuple[bool, str]:
         return True, "probed"
 
-    return Host(root=str(root), release=RELEASE, euid=euid, which=which, bcc_probe=probe, bpf_probe=probe)
+    return Host(root=str(root), release=RELEASE, euid=euid, which=which, bcc_probe=probe, bpf_probe=probe,
+                state_dir=str(root / "run/npu-trace"))  # fmt: skip
 
 
 def by_name(checks: list[Check]) -> Dict[str, Check]:
@@ -88,7 +89,7 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
     assert "0000:81:00.0 (0xd802)" in found["Ascend PCI devices"].detail
     assert "0000:00:01.0" not in found["Ascend PCI devices"].detail
     assert found["driver modules"].detail == "asdrv_trsbase asdrv_trs"
-    assert found["driver trace switches"].detail == "2/2 on"
+    assert found["driver trace switches"].detail.startswith("2: trs_chan: on dev0-ts0; trs_core: on dev0-ts0")
     assert found["NPU interrupts"].detail == "device 4: 3 (130-132)"
     assert found["kernel scoping"].detail == (
         "--pid: set_event_pid + event-fork; --comm, --device, NPU interrupts: per-event filters")
@@ -139,12 +140,11 @@ def test_non_root_with_cap_sys_admin_is_privileged(tmp_path: Path) -> None:
     assert not doctor.check_privileges(fake_host(tmp_path, euid=1000)).ok
 
 
-def test_trace_switch_off_gets_echo_fix(tmp_path: Path) -> None:
+def test_trace_switches_off_are_fine_npu_trace_turns_them_on(tmp_path: Path) -> None:
     write(tmp_path, "proc/trs_chan/dev0-ts0/trace_enable", "1\n")
     write(tmp_path, "proc/trs_chan/dev1-ts0/trace_enable", "0\n")
     check = doctor.check_trace_switches(fake_host(tmp_path))
-    assert not check.ok and check.detail == "1/2 on"
-    assert check.fix.startswith(f"echo 1 > {tmp_path}/proc/trs_chan/dev1-ts0/trace_enable")
+    assert check.ok and check.detail.startswith("2: trs_chan: on dev0-ts0, off dev1-ts0 (npu-trace turns on")
 
 
 def test_kprobes_config_from_boot(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from npu_trace.sources.channels import DEFAULT_HEALTH_INTERVAL_S, Channels, pars
 from npu_trace.sources.npu_irqs import discover_npu_irqs
 from npu_trace.sources.procs import thread_group
 from npu_trace.sources.scoping import kernel_dev_fields
-from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
+from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession, driver_systems
 
 MAX_SCOPE_VALUES = 8  # of each of --pid, --comm, --device (the BPF programs hold as many)
 Note = Callable[[str], None]
@@ -143,6 +143,8 @@ class TraceOptions:
             scope=self.scope(irqs),
             dev_fields=kernel_dev_fields(profile.mapping),
             irq_events=self.irq_events(),
+            # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
+            switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:
