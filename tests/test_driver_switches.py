@@ -201,7 +201,7 @@ def test_a_damaged_state_file_is_said_not_guessed(host: Tuple[Path, SwitchState]
     proc, state = host
     os.makedirs(state.directory)
     Path(state.path).write_text('{"version": 1, "switches": ')
-    with pytest.raises(SourceError, match="is not npu-trace's .* then remove it"):
+    with pytest.raises(SourceError, match=r"is not npu-trace's .* then remove it"):
         switches(proc, state).turn_on(BOTH)
     assert values(proc) == LAYOUT
 
