@@ -22,7 +22,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
-from npu_trace.errors import NpuTraceError
+from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
@@ -78,7 +79,7 @@ import bcc
 print(getattr(bcc, "__version__", "?"))
 if os.geteuid() == 0:  # loading needs privilege: without it, the import is all that can be proven
     from npu_trace.bpf.source import compile_check
-    from npu_trace.errors import NpuTraceError
+    from npu_trace.errors import FormatError, NpuTraceError
     try:
         print(compile_check())
     except NpuTraceError as exc:
@@ -394,6 +395,36 @@ def check_simulator(events: List[str]) -> Check:
     return Check("simulator", False, f"no {SIM_SYSTEM}:* events", "npu-trace sim load")
 
 
+def check_kernel_layout(fs: Optional[Tracefs]) -> Check:
+    """The running kernel's ring-buffer layout (page, record header, common fields) against the kernels npu-trace
+    is tested on (npu_trace.ftrace.layouts): which it equals, or what in it no tested kernel has."""
+    name = "ring-buffer layout"
+    if fs is None:
+        return Check(name, False, "no tracefs", "mount tracefs first")
+    try:
+        running = layouts.layout_of(fs.header_page(), fs.header_event(), _layout_format(fs))
+    except FormatError as exc:
+        return Check(name, False, str(exc), "npu-trace cannot read this kernel's tracefs headers: report it")
+    except NpuTraceError as exc:
+        return Check(name, False, str(exc), "run as root")
+    same, differs = layouts.compare(running)
+    if same:
+        shown = [v for k, v in running.describe().items() if k != "common fields"]
+        return Check(name, True, f"as tested on {', '.join(same)}: {'; '.join(shown)}")
+    detail = "untested: " + "; ".join(differs)
+    if layouts.odd_record_header(running):  # the decoder's record types are fixed: its events would be misread
+        return Check(name, False, detail, "the decoder cannot read this kernel's records: report it", True)
+    return Check(name, False, detail, "decoding reads the page header from tracefs; please report this kernel")
+
+
+def _layout_format(fs: Tracefs) -> str:
+    """A format with a char field (its sign), ftrace:print's where the kernel lists it."""
+    for system, event in (("ftrace", "print"), ("irq", "irq_handler_entry")):
+        if fs.has_event_format(system, event):
+            return fs.event_format(system, event)
+    return fs.event_format("ftrace", "function")
+
+
 def check_walker(implementation: str = WALKER) -> Check:
     """The page walker of the columnar analysis: compiled, or its pure-Python twin (the same results, slower)."""
     if implementation == "c":
@@ -425,6 +456,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_modules(host),
         check_trace_switches(host),
         check_simulator(events),
+        check_kernel_layout(fs),
         check_walker(),
     ]
     return _mark_event_sources(checks)
