@@ -28,6 +28,7 @@ from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
+from npu_trace.sources.hal_search import find_hal
 from npu_trace.sources.npu_irqs import read_pci_functions
 
 HUAWEI_PCI_VENDOR = "0x19e5"
@@ -319,6 +320,17 @@ def check_npu_smi(host: Host) -> Check:
     return Check("npu-smi", False, "not on PATH", "install the Ascend driver package (health readings need it)")
 
 
+def check_hal(host: Host) -> Check:
+    """The HAL library --bpf sets its uprobes on: the copies running processes map (containers' own through
+    /proc/PID/root), else the driver's install path."""
+    found = find_hal(proc=host.path("/proc"), root=host.root)
+    stubs = f"; not the toolkit's link stub {found.stubs[0]}" if found.stubs else ""
+    if found.files:
+        return Check("HAL library", True, found.describe() + stubs)
+    return Check("HAL library", False, found.describe() + stubs,
+                 "install the Ascend driver package, or name the library: --bpf --hal PATH")  # fmt: skip
+
+
 def check_modules(host: Host) -> Check:
     loaded = set(parse_modules(host.read("/proc/modules") or ""))
     ours = [m for m in DRIVER_MODULES if m in loaded]
@@ -453,6 +465,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_pci(host),
         check_npu_irqs(host),
         check_npu_smi(host),
+        check_hal(host),
         check_modules(host),
         check_trace_switches(host),
         check_simulator(events),

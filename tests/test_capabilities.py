@@ -71,6 +71,7 @@ def make_ascend_host(root: Path) -> None:
           " 132:  1  IR-PCI-MSIX-0000:81:00.0  2-edge  dma_done_irq\n"
           "  36:  7  PCI-MSIX-0000:00:01.0  1-edge  virtio1-req.0\n")  # fmt: skip
     write(root, "sys/bus/pci/devices/0000:00:01.0/vendor", "0x8086\n")
+    write(root, "usr/local/Ascend/driver/lib64/driver/libascend_hal.so", "")
     (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
     (root / "proc/config.gz").write_bytes(gzip.compress(b"CONFIG_KPROBES=y\n# CONFIG_X is not set\n"))
 
@@ -106,6 +107,8 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
     )
     assert "CONFIG_KPROBES=y" in found["kprobes"].detail
     assert found["tracefs"].detail == f"mounted at {tmp_path}/sys/kernel/tracing"
+    hal = f"{tmp_path}/usr/local/Ascend/driver/lib64/driver/libascend_hal.so"
+    assert found["HAL library"].detail == f"{hal} (install path)"
 
 
 def test_empty_host_fails_essentials_with_fixes(tmp_path: Path) -> None:
