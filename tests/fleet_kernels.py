@@ -54,6 +54,13 @@ class KernelSet:
     time_stamp_line: bool  # header_event prints the time_stamp type (4.17+)
     ids: Dict[str, int] = field(default_factory=dict)  # event -> its id on such a host (assigned at boot)
 
+    @property
+    def forced_stamps(self) -> bool:
+        """5.10+: an event that interrupted another's time update gets an absolute stamp (RB_ADD_STAMP_FORCE);
+        4.17-5.9 write one only when the whole buffer keeps absolute stamps (a hist trigger's common_timestamp)."""
+        major, minor = (int(x) for x in self.release.split(".")[:2])
+        return (major, minor) >= (5, 10)
+
 
 def _ids(irq_entry: int, first_driver: int) -> Dict[str, int]:
     """Event ids as such a host assigns them at boot: irq's exit just before its entry, ftrace:print TRACE_PRINT
@@ -66,6 +73,8 @@ def _ids(irq_entry: int, first_driver: int) -> Dict[str, int]:
 SETS = (
     KernelSet("centos-7.6-4.14-aarch64", "4.14.0-115.el7a.0.1.aarch64", "aarch64", 65536, False, False,
               _ids(120, 1392)),
+    KernelSet("kylin-v10-4.19-aarch64", "4.19.90-23.55.v2101.ky10.aarch64", "aarch64", 65536, False, True,
+              _ids(127, 1544)),
     KernelSet("openeuler-22.03-5.10-aarch64", "5.10.0-60.18.0.50.oe2203.aarch64", "aarch64", 4096, False, True,
               _ids(134, 1710)),
     KernelSet("openeuler-22.03-5.10-x86_64", "5.10.0-60.18.0.50.oe2203.x86_64", "x86_64", 4096, True, True,
@@ -296,9 +305,9 @@ def streams(k: KernelSet) -> List[CpuStream]:
     cpu0 = CpuStream(k, 0).start(base)
     cpu0.event(0, sqe(k, 4242, 3, 100, 5, 7200, 1000), "trs_chan:sqe")
     cpu0.event(2500, irq_entry(k, 4242, 130, "cq_update_irq"), "irq:irq_handler_entry")
-    if k.time_stamp_line:  # 5.10+: a nested event whose delta was not trusted gets an absolute stamp, here earlier
+    if k.forced_stamps:  # 5.10+: a nested event whose delta was not trusted gets an absolute stamp, here earlier
         cpu0.stamp(cpu0.now - 800)
-    cpu0.event(0 if k.time_stamp_line else 1200, irq_exit(k, 4242, 130, 1), "irq:irq_handler_exit")
+    cpu0.event(0 if k.forced_stamps else 1200, irq_exit(k, 4242, 130, 1), "irq:irq_handler_exit")
     cpu0.extend(400_000_000)  # 0.4 s: more than 27 bits of nanoseconds
     cpu0.event(0, logic_cqe(k, 0, 3, 100, 5, 0, 7200, 400_002_000), "trs_core:logic_cqe")
     cpu0.discard(5, irq_exit(k, 0, 131, 0))

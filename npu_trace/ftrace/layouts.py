@@ -140,6 +140,7 @@ TESTED: Dict[str, Layout] = {
     "kernel-6.18.44-x86_64": Layout(4096, 8, DECODER_HEADER, _TRACE_ENTRY, False),
     # written from the kernels' sources (tests/data/fleet-kernels/<name>, README.md there)
     "centos-7.6-4.14-aarch64": Layout(65536, 8, _BEFORE_4_17, _TRACE_ENTRY, False),
+    "kylin-v10-4.19-aarch64": Layout(65536, 8, DECODER_HEADER, _TRACE_ENTRY, False),
     "openeuler-22.03-5.10-aarch64": Layout(4096, 8, DECODER_HEADER, _TRACE_ENTRY, False),
     "openeuler-22.03-5.10-x86_64": Layout(4096, 8, DECODER_HEADER, _TRACE_ENTRY, True),
     "ubuntu-24.04-6.8-x86_64": Layout(4096, 8, DECODER_HEADER, _TRACE_ENTRY, False),
