@@ -5,11 +5,12 @@ make calls (sched_get_priority_max: an entry and a return), submit tasks (tee) a
 CPU (sync_file_range), paced at `--rate` trace events/s (default 1.2 M) for `--events` events (default 3.6 M);
 the benchmark profile `benchmarks.tasks.PROFILE` maps them to calls, submits and completions. Traced by:
 
-  stream decode   the live source and the timeline in-process (decode + ordered merge), as `npu-trace stream`
-                  reads, counted like benchmarks.ingest (the reader pinned to --reader-cpu); "decode, no merge":
-                  the per-CPU decoders alone (what the ordered merge of two CPUs costs)
-  live analysis   the same, each batch's items handed to the analysis consumer (`analysis_consumer`: the one
-                  place to switch to another analysis path; today `Analysis`, the detectors of check and the TUI)
+  stream decode   the live decoding path in-process: the live source and the columnar timeline (the page
+                  walker, the ordered merge, blocks of columns: what `live`, the TUI's worker and the agent
+                  use), counted like benchmarks.ingest (the reader pinned to --reader-cpu); "decode to
+                  objects": the reference timeline (a TraceEvent per record, then the merge), for comparison
+  live analysis   the same columnar path, each block handed to the analysis consumer (`analysis_consumer`:
+                  `Analysis.feed_block`, the detectors of check and the TUI)
   TUI worker      the TUI's real worker process (started by FeedClient, no UI; its updates acknowledged at once)
                   running a live source on the workload (benchmarks.live_sources.WorkloadSource)
   TUI replay      the same worker fed a recording of the workload (made by npu-trace record in this run),
@@ -44,7 +45,7 @@ from benchmarks.common import ANCHOR, BenchError, Run, add_common_options, batch
 from benchmarks.ingest import Bench, run_bench
 from benchmarks.tasks import EVENTS, PROFILE, Truth
 
-DECODE, UNMERGED, ANALYSE = "stream decode", "decode, no merge", "live analysis"
+DECODE, OBJECTS, ANALYSE = "stream decode", "decode to objects", "live analysis"
 WORKER, REPLAY = "TUI worker", "TUI replay"
 TARGET_RATE = 1_000_000.0
 _pid_of = itemgetter(2)  # TraceEvent.pid (a Loss has its kind, a str, there)
@@ -53,17 +54,20 @@ Figures = Dict[str, Any]
 
 # ---- the analysis consumer: the one place to switch to the fast path ----------------------------------------
 def analysis_consumer(profile: Any) -> Any:
-    """What the live analysis feeds: `feed(items, now)` with the timeline's items, `finish()` -> the report
-    ({"summary": {"events": {"by_kind": ...}}, ...}). Today the detectors' `Analysis`."""
+    """What the live analysis feeds: `feed_block(block, now)` with the columnar timeline's blocks, `finish()` ->
+    the report ({"summary": {"events": {"by_kind": ...}}, ...}): the detectors' `Analysis`."""
     from npu_trace.detectors.analysis import Analysis
 
     return Analysis(profile)
 
 
 # ---- in-process: the live source and the timeline (and the analysis) ----------------------------------------
-def inprocess(bench: Bench, exe: str, analyse: bool = False, merge: bool = True) -> Figures:
-    """The workload traced by LiveTrace + Timeline in this process (the reader), each batch's items counted by
-    process (and analysed when `analyse`; without `merge`, the per-CPU decoders alone: what the merge costs)."""
+def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = False) -> Figures:
+    """The workload traced by LiveTrace and the columnar timeline in this process (the reader), each block's
+    rows counted by process (and analysed when `analyse`; with `objects`, the reference timeline instead: a
+    TraceEvent per record)."""
+    import numpy as np
+
     from npu_trace.pipeline import Batch, pump
     from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
@@ -73,14 +77,20 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, merge: bool = True)
     pids: Counter[Any] = Counter()
     session = TracefsSession(list(EVENTS), buffer_kb=args.buffer_kb, tag="benchlive")
     with LiveTrace(session) as source:
-        timeline, decoders = source.timeline(), session.decoders
-        assert decoders is not None
+        if objects:
+            timeline, decoders = source.timeline(), session.decoders
 
-        def sink(batch: Batch) -> None:
-            items = batch_items(timeline, decoders, batch, merge)
-            pids.update(map(_pid_of, items))
-            if consumer is not None:
-                consumer.feed(items, timeline.now)
+            def sink(batch: Batch) -> None:
+                pids.update(map(_pid_of, batch_items(timeline, decoders, batch)))
+        else:
+            blocks = source.block_timeline()
+
+            def sink(batch: Batch) -> None:
+                block = blocks.push(batch)
+                who, count = np.unique(block.pid, return_counts=True)
+                pids.update(dict(zip(who.tolist(), count.tolist())))
+                if consumer is not None:
+                    consumer.feed_block(block, blocks.now)
 
         t0, c0 = time.monotonic(), cpu_self()
         proc = subprocess.Popen(tasks.argv(exe, args.events, args.rate), stdout=subprocess.PIPE)
@@ -255,7 +265,7 @@ def trace_cmd(bench: Bench, exe: str) -> Figures:
 def paths(args: argparse.Namespace, bench: Bench, exe: str) -> List[Tuple[str, Callable[[], Figures]]]:
     out: List[Tuple[str, Callable[[], Figures]]] = [
         (DECODE, lambda: inprocess(bench, exe)),
-        (UNMERGED, lambda: inprocess(bench, exe, merge=False)),
+        (OBJECTS, lambda: inprocess(bench, exe, objects=True)),
         (ANALYSE, lambda: inprocess(bench, exe, analyse=True)),
     ]
     if not args.no_tui:
@@ -333,7 +343,7 @@ def ratios(summary: Dict[str, Figures]) -> Dict[str, Optional[float]]:
     for name, s in summary.items():
         if name != ANCHOR and s["reader_cpu_ns"] and anchor["reader_cpu_ns"]:
             out[f"{name}: reader CPU per event vs trace-cmd"] = s["reader_cpu_ns"] / anchor["reader_cpu_ns"]
-        if name in (DECODE, UNMERGED, ANALYSE, WORKER) and s["events"] and anchor["events"]:
+        if name in (DECODE, OBJECTS, ANALYSE, WORKER) and s["events"] and anchor["events"]:
             out[f"{name}: events seen vs trace-cmd"] = s["events"] / anchor["events"]
     for k, v in out.items():
         log(f"ratio: {k}: {v:.2f}x" if v is not None else f"ratio: {k}: n/a")
@@ -365,8 +375,14 @@ def _stream_target(summary: Dict[str, Figures]) -> Optional[Dict[str, Any]]:
     log(f"targets: stream decode lossless in {s['lossless_runs']}/{s['runs']} runs at {_m(s['offered'])} offered, "
         f"trace-cmd record in {anchor['lossless_runs']}/{anchor['runs']} vs target: lossless wherever trace-cmd is: "
         f"{'n/a' if met is None else 'met' if met else 'NOT met'}")  # fmt: skip
+    cpu = s["reader_cpu_ns"] / anchor["reader_cpu_ns"] if s["reader_cpu_ns"] and anchor["reader_cpu_ns"] else None
+    cpu_met = None if cpu is None else cpu <= 3.0
+    log(f"targets: stream decode reader CPU per event {s['reader_cpu_ns']:.0f} ns vs trace-cmd record's "
+        f"{anchor['reader_cpu_ns']:.0f} ns: {'n/a' if cpu is None else f'{cpu:.2f}x'} vs target <= 3x: "
+        f"{'n/a' if cpu_met is None else 'met' if cpu_met else 'NOT met'}")  # fmt: skip
     return {"name": "stream lossless where trace-cmd record is", "met": met, "offered": s["offered"],
-            "lossless_runs": s["lossless_runs"], "anchor_lossless_runs": anchor["lossless_runs"]}  # fmt: skip
+            "lossless_runs": s["lossless_runs"], "anchor_lossless_runs": anchor["lossless_runs"],
+            "reader_cpu_ratio": cpu, "reader_cpu_met": cpu_met}  # fmt: skip
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

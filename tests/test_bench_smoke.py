@@ -83,7 +83,7 @@ def test_bench_live_part_runs(tmp_path: object) -> None:
     the analysis counts what the workload says it made (calls paired, each task's completion matched)."""
     _, result = run_ingest(tmp_path, "--events", "60000", "--rate", "100000", module="benchmarks.live")
     runs = {name: figs[0] for name, figs in result["runs"].items()}
-    assert set(runs) == {"stream decode", "decode, no merge", "live analysis", "TUI worker", "TUI replay"}
+    assert set(runs) == {"stream decode", "decode to objects", "live analysis", "TUI worker", "TUI replay"}
     for name, fig in runs.items():
         assert (fig["events"], fig["lost"]) == (60_000, 0), name
     analysis, others = runs["live analysis"], runs["live analysis"]["other_events"]

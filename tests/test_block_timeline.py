@@ -28,7 +28,8 @@ from npu_trace.ftrace.decode import CpuDecoders, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
-from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.pipeline.blocktimeline import BlockTimeline, chunk_batches
+from npu_trace.recording.format import Chunk
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
 
@@ -158,3 +159,59 @@ def test_late_records_are_dropped_and_counted_by_cpu() -> None:
     late = {k: v for k, v in timeline.late.items() if k[0] == "tracefs"}
     assert late, "the hostile reads should make some records late"
     assert timeline.ledger.rows() == ledger.rows()
+
+
+# ---- a recorded chunk, walked at once ------------------------------------------------------------------------
+def as_recorded(batches: List[Batch], rng: random.Random) -> List[Any]:
+    """The batches as a recording stores them: channel items as their own record before the pages they came
+    with, pages and marks in chunks (a read without a mark only at a chunk's end), chunks cut at random."""
+    parts: List[Any] = []
+    pages: List[Tuple[int, bytes]] = []
+    marks: List[Tuple[int, Mark]] = []
+
+    def close() -> None:
+        if pages or marks:
+            parts.append(Chunk(len(parts), list(pages), None, None, list(marks), b"".join(p for _, p in pages)))
+        pages.clear()
+        marks.clear()
+
+    for batch in batches:
+        if batch.final:
+            break
+        if batch.events:
+            close()
+            parts.append(Batch([], batch.events))
+        pages.extend(batch.pages)
+        if batch.mark is not None:
+            marks.append((len(pages), batch.mark))
+        if batch.mark is None or rng.random() < 0.2:
+            close()
+    close()
+    return [*parts, Batch([], [], None, final=True)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 1 << 16), cpus=st.integers(1, 4), cut=st.integers(0, 1 << 16))
+def test_a_chunk_walked_at_once_is_its_reads_one_by_one(seed: int, cpus: int, cut: int) -> None:
+    parts = as_recorded(hostile_batches(seed, cpus), random.Random(cut))
+    batches = [b for part in parts for b in ([part] if isinstance(part, Batch) else chunk_batches(part))]
+    want, want_clocks, ledger, want_report = reference(batches, cpus)
+    decoders = build_decoders(FORMATS.values(), layouts=PROFILE.layouts)
+    timeline = BlockTimeline(HEADER, decoders, PLANS, cpus=range(cpus), channels=True)
+    analysis = Analysis(PROFILE)
+    got: List[Any] = []
+    read = 0  # batches of the reference read so far
+    for part in parts:
+        if isinstance(part, Batch):
+            timeline.add(part)
+            read += 1
+        else:
+            timeline.add_chunk(part)
+            read += sum(1 for _ in chunk_batches(part))
+        assert timeline.now == want_clocks[read - 1]  # after a chunk: where the reference is after its last read
+        block = timeline.take()
+        got += block.items()
+        analysis.feed_block(block, timeline.now)
+    assert got == want
+    assert timeline.ledger.rows() == ledger.rows()
+    assert json.dumps(analysis.finish(), sort_keys=True) == want_report

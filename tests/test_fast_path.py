@@ -137,12 +137,13 @@ def test_records_decoded_elsewhere_count_as_records(share: float) -> None:
 
 
 # ---- the detectors' columnar parts, one by one ------------------------------------------------------------------
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     lats=st.lists(st.one_of(st.integers(1000, 50_000), st.integers(1_000_000, 90_000_000)), min_size=1,
                   max_size=300),
     config=st.sampled_from([{}, SIM_LATENCY, {"warmup": 3, "refresh": 5, "window": 16, "k": 2, "floor_ns": 30000},
-                            {"k": 1.5}]),
+                            {"k": 1.5}, {"floor_ns": 0, "k": 3, "refresh": 1, "window": 5},
+                            {"thresholds_ns": {"halMemAlloc": 40_000}, "warmup": 0}]),
     data=st.data(),
 )  # fmt: skip
 def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config: Any, data: Any) -> None:

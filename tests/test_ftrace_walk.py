@@ -110,7 +110,31 @@ def check(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header:
     assert got_c == want
     assert got_py == want
     same_walks(walk_c, walk_py)
+    paged(decoders, pages, header, cpu, byteorder)
     return want
+
+
+def paged(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+          byteorder: str) -> None:  # fmt: skip
+    """walk_paged (C and Python) is the walk, and where each page ended is what walking up to that page says."""
+    buf, index = pack(pages)
+    results = []
+    for c_ext in (True, False):
+        walker = W.Walker(header, W.wants(decoders), byteorder)
+        state = W.WalkState()
+        got = walker._walk_c(buf, index, cpu, state, True) if c_ext else W.walk_py_paged(
+            buf, index, header, cpu, state, W.wants(decoders), byteorder)  # fmt: skip
+        results.append(got)
+        for i in range(len(index)):
+            alone = W.WalkState()
+            upto = W.walk_py(buf, index[: i + 1], header, cpu, alone, W.wants(decoders), byteorder)
+            assert int(got.page_end[i]) == len(upto.ts)
+            assert (got.page_ts[i], got.page_backwards[i]) == (alone.last_ts, alone.backwards)
+            assert sum(1 for p in got.loss_page if p <= i) == len(upto.losses)
+    c, py = results
+    same_walks(c.walk, py.walk)
+    assert (c.page_end.tolist(), c.page_ts, c.page_backwards, c.loss_page) == (
+        py.page_end.tolist(), py.page_ts, py.page_backwards, py.loss_page)  # fmt: skip
 
 
 def table(formats: Sequence[EventFormat] = ALL, byteorder: str = "little") -> Dict[int, RecordDecoder]:
@@ -555,3 +579,19 @@ def test_a_locator_outside_the_record_is_malformed() -> None:
         walks = [fn(buf, index, HEADER, 0, W.WalkState(), {10: W.Want(8, ((where, 0),))}) for fn in IMPLEMENTATIONS]
         same_walks(*walks)
         assert len(walks[0].ts) == found and len(walks[0].losses) == 2 - found
+
+
+@settings(max_examples=100, deadline=None)
+@given(bufs=st.lists(st.binary(min_size=0, max_size=64), min_size=1, max_size=4), data=st.data(),
+       size=st.integers(0, 9))  # fmt: skip
+def test_gather_rows_takes_each_row_from_its_buffer(bufs: List[bytes], data: Any, size: int) -> None:
+    rows = data.draw(st.lists(st.tuples(st.integers(-1, len(bufs)), st.integers(-2, 70)), max_size=20))
+    which = np.array([b for b, _ in rows], dtype=np.int32)
+    offsets = np.array([o for _, o in rows], dtype=np.int64)
+    ok = all(0 <= b < len(bufs) and 0 <= o <= len(bufs[b]) - size for b, o in rows)
+    for fn in (W.gather_rows_c, W.gather_rows_py):
+        if ok:
+            assert fn(bufs, which, offsets, size) == b"".join(bufs[b][o : o + size] for b, o in rows)
+        else:
+            with pytest.raises(ValueError):
+                fn(bufs, which, offsets, size)

@@ -11,6 +11,7 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.histogram import Histogram
 from npu_trace.device.profiles import PROFILES, Profile, get_profile
 from npu_trace.errors import UsageError
+from npu_trace.pipeline.batch import Batch
 from npu_trace.sources.replay_source import ReplaySource
 
 
@@ -73,9 +74,12 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
             bar.update(source.reader_position(), source.events_read)
     else:
         blocks = source.block_timeline()
-        for batch in source.batches():
-            blocks.add(batch)
-            if blocks.pending_rows >= BLOCK_ROWS or batch.final:
+        for part in source.parts():
+            if isinstance(part, Batch):
+                blocks.add(part)
+            else:
+                blocks.add_chunk(part)
+            if blocks.pending_rows >= BLOCK_ROWS or blocks.ended:
                 analysis.feed_block(blocks.take(), blocks.now)
                 analysis.count_unmapped(source.events_skipped - skipped)
                 skipped = source.events_skipped

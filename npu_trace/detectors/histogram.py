@@ -26,7 +26,7 @@ def bucket_index(value: int) -> int:
 def bucket_indices(values: np.ndarray) -> np.ndarray:
     """`bucket_index` of every value (int64), exactly: the bit length from the float's exponent, corrected
     where rounding to a double carried a value up to the next power of two (never a float log)."""
-    v = values.astype(np.int64)
+    v: np.ndarray = values.astype(np.int64)
     out = np.maximum(v, 0)
     big = v >= SUB
     if big.any():

@@ -137,6 +137,10 @@ class LatencyDetector:
     def _call_samples(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, latency, start) of the calls that carry a latency (paired returns, BPF's measured calls)."""
         calls = rows_of(nb, tuple(CALL_KINDS))
+        pairing = nb.pairing_args(calls)
+        if pairing is not None:  # latencies only from the pairing: the paired returns, at once
+            paired_lat, paired_entry, paired = pairing
+            return calls[paired], paired_lat[paired], paired_entry[paired]
         got = nb.int_args(calls, "latency_ns")
         if got is None:
             return self._call_samples_slow(nb, calls)
@@ -182,23 +186,23 @@ class LatencyDetector:
         key = packing.pack(cols)
         order = stable_order(key)  # by key, each key's rows in time order
         k, r = key[order], rows[order]
-        start = np.ones(len(r), dtype=bool)
+        start: np.ndarray = np.ones(len(r), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         is_submit = nb.kind[r] == KIND_CODE["submit"]
         starts = np.flatnonzero(start)
         group_of = np.cumsum(start) - 1  # sorted row -> its key's index among the starts
-        carried = np.zeros(len(starts), dtype=bool)
+        carried: np.ndarray = np.zeros(len(starts), dtype=bool)
         if self.tasks:  # keys still open from before the block (few): matched by their packed value
             open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
             if open_keys:
                 carried = np.isin(k[starts], packing.pack(_key_columns(open_keys)))
-        prev_submit = np.zeros(len(r), dtype=bool)
+        prev_submit: np.ndarray = np.zeros(len(r), dtype=bool)
         prev_submit[1:] = is_submit[:-1] & ~start[1:]
         prev_submit[starts] = carried
         matched = np.flatnonzero(~is_submit & prev_submit)
         self.counters["unmatched_completes"] += int((~is_submit).sum()) - len(matched)
         ts = nb.block.ts
-        opened = np.empty(len(matched), dtype=np.int64)
+        opened: np.ndarray = np.empty(len(matched), dtype=np.int64)
         inside = ~start[matched]
         opened[inside] = ts[r[matched[inside] - 1]]
         key_of = _KeyOf(cols[:, order], starts)
@@ -215,7 +219,7 @@ class LatencyDetector:
         open, re-inserted where that submit put it; the others closed)."""
         for g in np.flatnonzero(carried).tolist():
             del self.tasks[key_of(g)]
-        last = np.ones(len(r), dtype=bool)
+        last: np.ndarray = np.ones(len(r), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last & is_submit)
         ts, pid = nb.block.ts, nb.block.pid
@@ -329,53 +333,67 @@ class LatencyDetector:
     def _scan(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], adaptive_on: bool,
               dev: Optional[int], op: str, out: List[Finding]) -> int:  # fmt: skip
         """Learn samples from i on, assuming each learns, up to (not including) the first spike past the warm-up;
-        returns how many were learned. Warm-up spikes learn too: their findings are made here."""
+        returns how many were learned. Warm-up spikes learn too: their findings are made here.
+
+        The adaptive threshold is never below floor_ns, so only samples above it can be adaptive spikes: the
+        baseline each sample meets (a median of the window) is computed for those, and for the spikes."""
         lat = s.latency[i:]
-        before = self._baselines(st, lat)  # the baseline each sample meets, if every sample learns
-        seen = st.seen + np.arange(len(lat), dtype=np.int64)
-        active = adaptive_on & (seen >= self.warmup) & (before >= 0)
-        adaptive = np.maximum(self.floor_ns, (self.k * before).astype(np.int64))
-        spike = (active & (lat > adaptive)) | ((lat > absolute) if absolute is not None else False)
+        m = len(lat)
+        spike = lat > absolute if absolute is not None else np.zeros(m, dtype=bool)
+        seen = st.seen + np.arange(m, dtype=np.int64)
+        cand = np.flatnonzero(lat > self.floor_ns) if adaptive_on else np.zeros(0, np.int64)
+        if len(cand):
+            before = self._baselines(st, lat, cand)
+            active = (seen[cand] >= self.warmup) & (before >= 0)
+            adaptive = np.maximum(self.floor_ns, (self.k * before).astype(np.int64))
+            spike[cand] |= active & (lat[cand] > adaptive)
         diverge = np.flatnonzero(spike & (seen >= self.warmup))
-        done = int(diverge[0]) if len(diverge) else len(lat)
-        for k in np.flatnonzero(spike[:done]).tolist():  # warm-up spikes: findings, and they learn
-            base = int(before[k]) if before[k] >= 0 else None
-            thr = int(adaptive[k]) if active[k] else None
-            self._spike_finding(st, s, i + k, absolute, thr, base, dev, op, out)
+        done = int(diverge[0]) if len(diverge) else m
+        warm = np.flatnonzero(spike[:done])  # warm-up spikes: findings, and they learn
+        if len(warm):
+            before = self._baselines(st, lat, warm)
+            for k, b in zip(warm.tolist(), before.tolist()):
+                on = adaptive_on and k + st.seen >= self.warmup and b >= 0
+                thr = max(self.floor_ns, int(self.k * b)) if on else None
+                self._spike_finding(st, s, i + k, absolute, thr, b if b >= 0 else None, dev, op, out)
         self._learn_many(st, lat[:done])
         return done
 
-    def _baselines(self, st: OpStats, lat: np.ndarray) -> np.ndarray:
-        """The baseline in force before each sample if all of them learn (-1: none yet)."""
-        m = len(lat)
-        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
-        points = self._refresh_points(st, m)
-        before = np.full(m, -1 if st.baseline is None else st.baseline, dtype=np.int64)
-        if len(points):
-            medians = _medians(seq, len(st.window) + points, self.window)
-            last = np.searchsorted(points, np.arange(m), side="left") - 1  # the last refresh before each sample
-            has = last >= 0
-            before[has] = medians[last[has]]
+    def _baselines(self, st: OpStats, lat: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The baseline in force before each sample of `at` if all samples learn (-1: none yet)."""
+        last = self._last_refresh(st, at)  # the last refresh before each sample (-1: none in this run)
+        before: np.ndarray = np.full(len(at), -1 if st.baseline is None else st.baseline, dtype=np.int64)
+        has = last >= 0
+        if has.any():
+            needed, where = np.unique(last[has], return_inverse=True)
+            seq = np.concatenate([np.array(st.window, dtype=np.int64), lat[: int(needed[-1]) + 1]])
+            medians = _medians(seq.astype(np.int64, copy=False), len(st.window) + needed, self.window)
+            before[has] = medians[where.reshape(-1)]
         return before
+
+    def _last_refresh(self, st: OpStats, at: np.ndarray) -> np.ndarray:
+        """For each sample index of a run where all learn: the last sample before it after which learn()
+        refreshed the baseline (every `refresh` learned ones, and the very first), or -1."""
+        at = np.asarray(at, dtype=np.int64)
+        last: np.ndarray = ((st.seen + at) // self.refresh) * self.refresh - st.seen - 1
+        if st.baseline is None:  # the run's first sample refreshes too
+            last = np.where(at > 0, np.maximum(last, 0), -1)
+        return np.where(last < at, last, -1)
 
     def _learn_many(self, st: OpStats, lat: np.ndarray) -> None:
         """Every sample learns, as OpStats.learn does one by one."""
-        if not len(lat):
+        m = len(lat)
+        if not m:
             return
-        seq = np.concatenate([np.array(st.window, dtype=np.int64), lat.astype(np.int64)])
-        points = self._refresh_points(st, len(lat))
-        if len(points):
-            st.baseline = int(_medians(seq, len(st.window) + points[-1:], self.window)[0])
+        point = int(self._last_refresh(st, np.array([m]))[0])  # the last refresh within the run
+        if point >= 0:
+            w = self.window
+            seq = np.concatenate([np.array(st.window, dtype=np.int64)[max(0, len(st.window) + point + 1 - w):],
+                                  lat[max(0, point + 1 - w) : point + 1].astype(np.int64)])  # fmt: skip
+            tail = seq[-w:]
+            st.baseline = int(np.partition(tail, len(tail) // 2)[len(tail) // 2])
         st.window.extend(lat[-self.window :].tolist())
-        st.seen += len(lat)
-
-    def _refresh_points(self, st: OpStats, m: int) -> np.ndarray:
-        """The samples after which learn() refreshes the baseline: every `refresh` learned ones, and the first."""
-        learned = st.seen + np.arange(1, m + 1, dtype=np.int64)
-        refresh = learned % self.refresh == 0
-        if st.baseline is None and m:
-            refresh[0] = True
-        return np.flatnonzero(refresh)
+        st.seen += m
 
     def _spike(self, st: OpStats, s: Samples, i: int, absolute: Optional[int], dev: Optional[int], op: str,
                out: List[Finding]) -> None:  # fmt: skip
@@ -433,7 +451,7 @@ class _KeyOf:
 def _medians(seq: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
     """sorted(w)[len(w) // 2] of each window w of seq: the (at most `window`) values ending at each of `ends`,
     as OpStats.learn takes them; full windows in one partition, the first (shorter) ones one by one."""
-    out = np.empty(len(ends), dtype=np.int64)
+    out: np.ndarray = np.empty(len(ends), dtype=np.int64)
     full = ends >= window - 1
     if full.any():
         rows = np.lib.stride_tricks.sliding_window_view(seq, window)[ends[full] - (window - 1)]

@@ -73,15 +73,16 @@ class MemoryDetector:
         packed = packing.pack(cols)
         by_key = stable_order(packed)  # by (device, va), each address's rows in time order
         order, k = mem[by_key], packed[by_key]
-        start = np.ones(len(order), dtype=bool)
+        start: np.ndarray = np.ones(len(order), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         starts = np.flatnonzero(start)
         key_of = _AddressOf(cols[:, by_key], starts)
         carried = self._live_among(packing, k[starts], key_of)  # (start index, the live allocation) of each
-        prev_alloc = np.zeros(len(order), dtype=bool)
+        prev_alloc: np.ndarray = np.zeros(len(order), dtype=bool)
         prev_alloc[1:] = is_alloc[order][:-1] & ~start[1:]
         # what each row releases: the allocation before it of its address (in the block, or live before it)
-        rel_size, rel_pid = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
+        rel_size: np.ndarray = np.zeros(len(order), np.int64)
+        rel_pid: np.ndarray = np.zeros(len(order), np.int64)
         inside = np.flatnonzero(prev_alloc & ~start)
         rel_size[inside], rel_pid[inside] = size[order[inside - 1]], pid[order[inside - 1]]
         for g, (v_size, v_pid, _) in carried:
@@ -157,7 +158,7 @@ class MemoryDetector:
         allocation), the others are not."""
         for g, _ in carried:
             del self.live[key_of(g)]
-        last = np.ones(len(order), dtype=bool)
+        last: np.ndarray = np.ones(len(order), dtype=bool)
         last[:-1] = start[1:]
         group = np.cumsum(start) - 1
         for i in np.flatnonzero(last & is_alloc[order]).tolist():

@@ -7,19 +7,23 @@
  * near 2**64 plus extends goes past 64 bits). The GIL is released while walking and gathering; the buffers are
  * held through the buffer protocol for the whole call.
  *
- * walk(buf, pages, layout, last_ts_hi, last_ts_lo, table, big)
+ * walk(buf, pages, layout, last_ts_hi, last_ts_lo, table, big[, per_page])
  *   buf     the bytes holding the pages
  *   pages   int64 pairs (offset, length) of each page in buf, native byte order
  *   layout  (ts_offset, commit_size, data_offset) of the page header
  *   table   int32, native order: need[65536] (minimum payload size, -1: not wanted), then dyn[65536] (0, or
  *           where in the table this id's dynamic fields are listed: a count, then (where, base) pairs)
  *   big     the pages are big-endian
- * -> (ts, etype, offset, length, losses, (last_ts_hi, last_ts_lo, backwards, pages, skipped, malformed))
+ *   per_page also say where each page ended
+ * -> (ts, etype, offset, length, losses, (last_ts_hi, last_ts_lo, backwards, pages, skipped, malformed), ends)
  *   the four columns as bytearrays (int64, uint16, int64, uint32, native order); losses: a list of
- *   (index of the next event, kind 0 malformed / 1 page_missed, lost, ts_hi, ts_lo); the counters are this
- *   call's increments, last_ts the new value.
+ *   (index of the next event, kind 0 malformed / 1 page_missed, lost, ts_hi, ts_lo, page); the counters are
+ *   this call's increments, last_ts the new value; ends (None unless per_page): bytes of one PageEnd per page
+ *   (int64 events so far, uint64 ts_hi, uint64 ts_lo, int64 backwards so far), native order.
  *
  * gather(buf, offsets, size) -> bytes: the `size` bytes at each int64 offset, concatenated.
+ * gather_rows(bufs, which, offsets, size) -> bytes: the same over a tuple of buffers, row i from
+ *   bufs[which[i]] (int32 numbers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -64,7 +68,14 @@ typedef struct {
     int kind;
     uint64_t lost;
     wide ts;
+    int64_t page; /* the page (of this call's) it was found on */
 } LossRec;
+
+typedef struct { /* after each page: what a caller that cuts the walk at page boundaries needs */
+    int64_t end;          /* event records so far */
+    uint64_t ts_hi, ts_lo; /* the walk's time */
+    int64_t backwards;    /* backwards steps so far (this call's) */
+} PageEnd;
 
 typedef struct {
     PyObject *cols[4]; /* bytearrays of cap records: ts, etype, offset, length */
@@ -77,6 +88,8 @@ typedef struct {
     wide last_ts;
     unsigned long long backwards, pages, skipped, malformed;
     int bad_table, overflow;
+    int64_t page; /* the page being walked */
+    PageEnd *ends; /* one per page when asked for, else NULL */
 } Walker;
 
 /* ---- loads: bounds-checked, in the page's byte order --------------------------------------------------- */
@@ -151,7 +164,7 @@ static int loss(Walker *w, int kind, uint64_t lost, wide ts)
             return -1;
         w->loss_cap = cap;
     }
-    LossRec rec = {w->n, kind, lost, ts};
+    LossRec rec = {w->n, kind, lost, ts, w->page};
     w->loss[w->nloss++] = rec;
     return 0;
 }
@@ -314,6 +327,7 @@ static void walker_free(Walker *w)
     for (int i = 0; i < 4; i++)
         Py_CLEAR(w->cols[i]);
     PyMem_RawFree(w->loss);
+    PyMem_RawFree(w->ends);
 }
 
 static PyObject *losses_list(const Walker *w)
@@ -321,8 +335,9 @@ static PyObject *losses_list(const Walker *w)
     PyObject *list = PyList_New(w->nloss);
     for (int64_t i = 0; list && i < w->nloss; i++) {
         const LossRec *r = &w->loss[i];
-        PyObject *item = Py_BuildValue("(LiKKK)", (long long)r->index, r->kind, (unsigned long long)r->lost,
-                                       (unsigned long long)(r->ts >> 64), (unsigned long long)r->ts);
+        PyObject *item = Py_BuildValue("(LiKKKL)", (long long)r->index, r->kind, (unsigned long long)r->lost,
+                                       (unsigned long long)(r->ts >> 64), (unsigned long long)r->ts,
+                                       (long long)r->page);
         if (item == NULL)
             Py_CLEAR(list);
         else
@@ -331,15 +346,19 @@ static PyObject *losses_list(const Walker *w)
     return list;
 }
 
-static PyObject *walk_result(Walker *w)
+static PyObject *walk_result(Walker *w, Py_ssize_t npages)
 {
     for (int i = 0; i < 4; i++) {
         if (PyByteArray_Resize(w->cols[i], w->n * (int64_t)ITEM[i]))
             return NULL;
     }
-    PyObject *out = Py_BuildValue("(OOOON(KKKKKK))", w->cols[0], w->cols[1], w->cols[2], w->cols[3], losses_list(w),
+    PyObject *ends = w->ends == NULL ? (Py_INCREF(Py_None), Py_None)
+                                     : PyBytes_FromStringAndSize((const char *)w->ends, npages * sizeof(PageEnd));
+    if (ends == NULL)
+        return NULL;
+    PyObject *out = Py_BuildValue("(OOOON(KKKKKK)N)", w->cols[0], w->cols[1], w->cols[2], w->cols[3], losses_list(w),
                                   (unsigned long long)(w->last_ts >> 64), (unsigned long long)w->last_ts,
-                                  w->backwards, w->pages, w->skipped, w->malformed);
+                                  w->backwards, w->pages, w->skipped, w->malformed, ends);
     return out;
 }
 
@@ -377,7 +396,12 @@ static int walk_pages(Walker *w, const Py_buffer *buf, const Py_buffer *pages, c
         memcpy(&off, (const char *)pages->buf + 16 * i, 8);
         memcpy(&len, (const char *)pages->buf + 16 * i + 8, 8);
         Page pg = {(const uint8_t *)buf->buf + off, len, big != PY_BIG_ENDIAN};
+        w->page = i;
         rc = walk_page(w, t, h, &pg, off);
+        if (w->ends != NULL) {
+            PageEnd e = {w->n, (uint64_t)(w->last_ts >> 64), (uint64_t)w->last_ts, (int64_t)w->backwards};
+            w->ends[i] = e;
+        }
     }
     return rc;
 }
@@ -387,10 +411,10 @@ static PyObject *py_walk(PyObject *self, PyObject *args)
     Py_buffer buf, pages, table;
     long long ts_offset, commit_size, data_offset;
     unsigned long long hi, lo;
-    int big, rc;
+    int big, rc, per_page = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*(LLL)KKy*p:walk", &buf, &pages, &ts_offset, &commit_size, &data_offset, &hi,
-                          &lo, &table, &big))
+    if (!PyArg_ParseTuple(args, "y*y*(LLL)KKy*p|p:walk", &buf, &pages, &ts_offset, &commit_size, &data_offset, &hi,
+                          &lo, &table, &big, &per_page))
         return NULL;
     Layout h = {ts_offset, commit_size, data_offset};
     Table t = {(const uint8_t *)table.buf, table.len / 4};
@@ -406,11 +430,15 @@ static PyObject *py_walk(PyObject *self, PyObject *args)
     }
     if (walker_alloc(&w, cap))
         goto done;
+    if (per_page && pages.len && !(w.ends = PyMem_RawMalloc((size_t)(pages.len / 16) * sizeof(PageEnd)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = walk_pages(&w, &buf, &pages, &h, &t, big);
     Py_END_ALLOW_THREADS
     if (rc == 0)
-        out = walk_result(&w);
+        out = walk_result(&w, pages.len / 16);
     else if (w.bad_table)
         PyErr_SetString(PyExc_ValueError, "table: a dynamic field list lies outside the table");
     else if (w.overflow)
@@ -466,7 +494,68 @@ static PyObject *py_gather(PyObject *self, PyObject *args)
     return out;
 }
 
+/* gather_rows(bufs, which, offsets, size): gather() over several buffers, row i from bufs[which[i]]. */
+static PyObject *py_gather_rows(PyObject *self, PyObject *args)
+{
+    PyObject *bufs;
+    Py_buffer which, offsets;
+    Py_ssize_t size;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!y*y*n:gather_rows", &PyTuple_Type, &bufs, &which, &offsets, &size))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t nbuf = PyTuple_GET_SIZE(bufs), n = offsets.len / 8;
+    Py_buffer *views = PyMem_RawCalloc(nbuf ? (size_t)nbuf : 1, sizeof(Py_buffer));
+    Py_ssize_t held = 0;
+    const char *bad = NULL;
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (offsets.len % 8 || which.len != n * 4 || size < 0) {
+        PyErr_SetString(PyExc_ValueError, "gather_rows: int32 buffer numbers, int64 offsets, one each, size >= 0");
+        goto done;
+    }
+    if (size && n > PY_SSIZE_T_MAX / size) {
+        PyErr_SetString(PyExc_OverflowError, "gather_rows: too many bytes");
+        goto done;
+    }
+    for (; held < nbuf; held++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, held), &views[held], PyBUF_SIMPLE))
+            goto done;
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, n * size)) == NULL)
+        goto done;
+    char *dst = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && bad == NULL; i++) {
+        int32_t b;
+        int64_t off;
+        memcpy(&b, (const char *)which.buf + 4 * i, 4);
+        memcpy(&off, (const char *)offsets.buf + 8 * i, 8);
+        if (b < 0 || b >= nbuf)
+            bad = "gather_rows: a buffer number out of range";
+        else if (off < 0 || off > views[b].len - size)
+            bad = "gather_rows: a record lies outside its buffer";
+        else
+            memcpy(dst + i * size, (const char *)views[b].buf + off, (size_t)size);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        Py_CLEAR(out);
+    }
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_RawFree(views);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&offsets);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"gather_rows", py_gather_rows, METH_VARARGS, "gather() over several buffers: row i from bufs[which[i]]."},
     {"walk", py_walk, METH_VARARGS, "Walk a batch of one CPU's ring-buffer pages (see npu_trace.ftrace.walk)."},
     {"gather", py_gather, METH_VARARGS, "The first `size` bytes of each record, concatenated."},
     {NULL, NULL, 0, NULL},

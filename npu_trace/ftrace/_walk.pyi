@@ -14,12 +14,15 @@ def walk(
     last_ts_lo: int,
     table: Buffer,
     big: bool,
+    per_page: bool = False,
 ) -> Tuple[
     bytearray,
     bytearray,
     bytearray,
     bytearray,
-    List[Tuple[int, int, int, int, int]],
+    List[Tuple[int, int, int, int, int, int]],
     Tuple[int, int, int, int, int, int],
+    Union[bytes, None],
 ]: ...
 def gather(buf: Buffer, offsets: Buffer, size: int) -> bytes: ...
+def gather_rows(bufs: Tuple[Buffer, ...], which: Buffer, offsets: Buffer, size: int) -> bytes: ...

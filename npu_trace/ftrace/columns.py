@@ -41,7 +41,7 @@ class FormatColumns:
                 self._add(names, formats, offsets, name, code, offset)
         fixed = [f.offset + f.size for f in (*fmt.common, *fmt.fields) if f.kind != TAIL]
         self.size = max(fixed, default=8)
-        self.dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": self.size})
+        self.dtype: np.dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": self.size})
         self.fields = tuple(names)
 
     def _add(self, names: List[str], formats: List[Any], offsets: List[int], name: str, code: Any, off: int) -> None:

@@ -174,11 +174,21 @@ class Walker:
         return self.walk_c(buf, pages, cpu, state)
 
     def walk_c(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Walk:
+        return self._walk_c(buf, pages, cpu, state, False).walk
+
+    def walk_paged(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Paged:
+        """walk() and where each page ended, so that a caller may cut the walk at page boundaries (a whole
+        recorded chunk walked at once, then handed on read by read) as if each read had been walked alone."""
+        if _walk is None:
+            return walk_py_paged(buf, pages, self.header, cpu, state, self.wanted, self.byteorder, self.source)
+        return self._walk_c(buf, pages, cpu, state, True)
+
+    def _walk_c(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState, per_page: bool) -> Paged:
         if _walk is None:
             raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
-        last = state.last_ts
-        cols = _walk.walk(buf, pairs(pages), self.layout, last >> 64, last & MASK64, self.table, self.swap)
-        ts, etype, offset, length, raw_losses, (hi, lo, backwards, npages, skipped, malformed) = cols
+        last, before = state.last_ts, state.backwards
+        cols = _walk.walk(buf, pairs(pages), self.layout, last >> 64, last & MASK64, self.table, self.swap, per_page)
+        ts, etype, offset, length, raw_losses, (hi, lo, backwards, npages, skipped, malformed), ends = cols
         state.last_ts = hi << 64 | lo
         state.backwards += backwards
         state.pages += npages
@@ -186,9 +196,28 @@ class Walker:
         state.malformed += malformed
         source = self.source
         losses = [(i, Loss(source, cpu, LOSS_KINDS[kind], lost, min(ts_hi << 64 | ts_lo, TS_MAX)))
-                  for i, kind, lost, ts_hi, ts_lo in raw_losses]  # fmt: skip
-        return Walk(np.frombuffer(ts, np.int64), np.frombuffer(etype, np.uint16), np.frombuffer(offset, np.int64),
+                  for i, kind, lost, ts_hi, ts_lo, _ in raw_losses]  # fmt: skip
+        walk = Walk(np.frombuffer(ts, np.int64), np.frombuffer(etype, np.uint16), np.frombuffer(offset, np.int64),
                     np.frombuffer(length, np.uint32), losses)  # fmt: skip
+        if ends is None:
+            return Paged(walk, np.zeros(0, np.int64), [], [], [])
+        table = np.frombuffer(ends, dtype=PAGE_END)
+        page_ts = [h << 64 | low for h, low in zip(table["ts_hi"].tolist(), table["ts_lo"].tolist())]
+        return Paged(walk, table["end"].copy(), page_ts, (table["backwards"] + before).tolist(),
+                     [page for *_, page in raw_losses])  # fmt: skip
+
+
+PAGE_END = np.dtype([("end", np.int64), ("ts_hi", np.uint64), ("ts_lo", np.uint64), ("backwards", np.int64)])
+
+
+class Paged(NamedTuple):
+    """A walk and where each of its pages ended."""
+
+    walk: Walk
+    page_end: npt.NDArray[np.int64]  # event records walked up to the end of each page
+    page_ts: List[int]  # the walk's time at the end of each page (exact): WalkState.last_ts then
+    page_backwards: List[int]  # WalkState.backwards at the end of each page
+    loss_page: List[int]  # the page each of the walk's losses was found on
 
 
 def _column(raw: bytearray, dtype: Any) -> Any:
@@ -246,16 +275,36 @@ def walk_py(
     """Walk one CPU's pages (`pages`: the (offset, length) of each in `buf`) as PageDecoder decodes them, and
     move `state` on. Records of ids not in `wanted` (None: every id, no minimum size) are skipped and counted.
     The pure-Python walk; `walk_c` gives the same results (see the module docstring)."""
+    return walk_py_paged(buf, pages, header, cpu, state, wanted, byteorder, source).walk
+
+
+def walk_py_paged(
+    buf: Buffer,
+    pages: Pages,
+    header: PageHeader,
+    cpu: int,
+    state: WalkState,
+    wanted: Optional[Mapping[int, Want]] = None,
+    byteorder: str = sys.byteorder,
+    source: str = "tracefs",
+) -> Paged:
+    """walk_py and where each page ended (Walker.walk_paged's pure-Python twin)."""
     if wanted is not None:
         for eid, want in wanted.items():
             _check_want(eid, want)
     view = memoryview(buf).cast("B")
     walker = _PyWalker(layout(header), wanted if wanted is not None else _Everything(), byteorder, state)
+    ends, page_ts, page_backwards = [], [], []
     for offset, length in page_index(buf, pages).tolist():
         walker.page(view[offset : offset + length], offset)
-    losses = [(i, Loss(source, cpu, kind, lost, min(ts, TS_MAX))) for i, kind, lost, ts in walker.losses]
-    return Walk(np.frombuffer(walker.ts, np.int64), np.frombuffer(walker.etype, np.uint16),
+        walker.page_no += 1
+        ends.append(len(walker.ts))
+        page_ts.append(state.last_ts)
+        page_backwards.append(state.backwards)
+    losses = [(i, Loss(source, cpu, kind, lost, min(ts, TS_MAX))) for i, kind, lost, ts, _ in walker.losses]
+    walk = Walk(np.frombuffer(walker.ts, np.int64), np.frombuffer(walker.etype, np.uint16),
                 np.frombuffer(walker.offset, np.int64), np.frombuffer(walker.length, np.uint32), losses)  # fmt: skip
+    return Paged(walk, np.array(ends, dtype=np.int64), page_ts, page_backwards, [loss[4] for loss in walker.losses])
 
 
 class _PyWalker:
@@ -272,10 +321,11 @@ class _PyWalker:
         self.head = struct.Struct(end + "Q" + ("Q" if lay[1] == 8 else "I")).unpack_from
         self.ts, self.offset = array("q"), array("q")
         self.etype, self.length = array("H"), array("I")
-        self.losses: List[Tuple[int, str, int, int]] = []
+        self.losses: List[Tuple[int, str, int, int, int]] = []
+        self.page_no = 0
 
     def loss(self, kind: str, lost: int, ts: int) -> None:
-        self.losses.append((len(self.ts), kind, lost, ts))
+        self.losses.append((len(self.ts), kind, lost, ts, self.page_no))
 
     def malformed(self, ts: int) -> None:
         self.state.malformed += 1
@@ -404,5 +454,32 @@ def gather_py(buf: Buffer, offset: npt.ArrayLike, size: int) -> bytes:
     return b"".join([view[o : o + size] for o in offsets.tolist()])
 
 
+def gather_rows_c(bufs: Sequence[Buffer], which: npt.ArrayLike, offset: npt.ArrayLike, size: int) -> bytes:
+    """`gather_rows` by the C extension."""
+    if _walk is None:
+        raise ImportError("npu_trace.ftrace._walk was not built (no compiler where npu-trace was installed)")
+    return _walk.gather_rows(tuple(bufs), np.ascontiguousarray(which, dtype=np.int32),
+                             np.ascontiguousarray(offset, dtype=np.int64), size)  # fmt: skip
+
+
+def gather_rows_py(bufs: Sequence[Buffer], which: npt.ArrayLike, offset: npt.ArrayLike, size: int) -> bytes:
+    """gather() over several buffers: the first `size` bytes of record i at offset[i] in bufs[which[i]]. In
+    pure Python; `gather_rows_c` gives the same bytes."""
+    numbers = np.ascontiguousarray(which, dtype=np.int32).reshape(-1)
+    offsets = np.ascontiguousarray(offset, dtype=np.int64).reshape(-1)
+    if len(numbers) != len(offsets) or size < 0:
+        raise ValueError("gather_rows: int32 buffer numbers, int64 offsets, one each, size >= 0")
+    if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(bufs)):
+        raise ValueError("gather_rows: a buffer number out of range")
+    views = [memoryview(b).cast("B") for b in bufs]
+    out = []
+    for b, o in zip(numbers.tolist(), offsets.tolist()):
+        if o < 0 or o > len(views[b]) - size:
+            raise ValueError("gather_rows: a record lies outside its buffer")
+        out.append(views[b][o : o + size])
+    return b"".join(out)
+
+
 walk = walk_c if _walk is not None else walk_py
 gather = gather_c if _walk is not None else gather_py
+gather_rows = gather_rows_c if _walk is not None else gather_rows_py

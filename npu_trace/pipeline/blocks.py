@@ -16,19 +16,22 @@ import numpy as np
 
 from npu_trace.events import Loss, TraceEvent
 from npu_trace.ftrace.columns import FormatColumns, Table, fixed_parts
+from npu_trace.ftrace.walk import gather_rows
 from npu_trace.pipeline.order import stable_order
 
 OBJECT = -1  # etype of an item that is not a raw record
 
 
 class Block:
-    __slots__ = ("cpu", "etype", "objects", "pid", "ref", "tables", "ts")
+    __slots__ = ("cpu", "etype", "groups", "objects", "pid", "ref", "tables", "ts")
 
     def __init__(self, ts: np.ndarray, cpu: np.ndarray, pid: np.ndarray, etype: np.ndarray, ref: np.ndarray,
-                 tables: Dict[int, Table], objects: List[Any]) -> None:  # fmt: skip
+                 tables: Dict[int, Table], objects: List[Any],
+                 groups: Optional[List[Tuple[int, np.ndarray]]] = None) -> None:  # fmt: skip
         self.ts, self.cpu, self.pid, self.etype, self.ref = ts, cpu, pid, etype, ref
         self.tables = tables
         self.objects = objects
+        self.groups = groups  # (etype, its rows in order) for each etype present, when the builder knows them
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -47,7 +50,7 @@ class Block:
 
 
 def empty_block() -> Block:
-    z = np.zeros(0, dtype=np.int64)
+    z: np.ndarray = np.zeros(0, dtype=np.int64)
     return Block(z, z.astype(np.int16), z.astype(np.int32), z.astype(np.int32), z, {}, [])
 
 
@@ -68,20 +71,19 @@ def build_block(
     n = len(ts)
     etype = etype.astype(np.int32, copy=False)
     out_ref = np.array(ref, dtype=np.int64)
-    pid = np.full(n, -1, dtype=np.int32)
+    pid: np.ndarray = np.full(n, -1, dtype=np.int32)
     tables: Dict[int, Table] = {}
     if n and etype[0] != OBJECT and (etype == etype[0]).all():  # the common live case: one format, no object
         e = int(etype[0])
         tables[e] = table = _table(plans[e], out_ref, length, buf, bufs)
-        return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype,
-                     np.arange(n, dtype=np.int64), tables, [])  # fmt: skip
+        every = np.arange(n, dtype=np.int64)
+        return Block(ts, cpu.astype(np.int16, copy=False), table.cols["common_pid"].astype(np.int32), etype, every,
+                     tables, [], [(e, every)])  # fmt: skip
     order = stable_order(etype)
     sorted_types = etype[order]
     edges = np.flatnonzero(np.diff(sorted_types)) + 1
-    for rows in np.split(order, edges):
-        if not len(rows):
-            continue
-        e = int(etype[rows[0]])
+    groups = [(int(etype[rows[0]]), rows) for rows in np.split(order, edges) if len(rows)]
+    for e, rows in groups:
         if e == OBJECT:
             for r in rows.tolist():
                 obj = objects[int(out_ref[r])]
@@ -91,25 +93,17 @@ def build_block(
         tables[e] = table
         out_ref[rows] = np.arange(len(rows))
         pid[rows] = table.cols["common_pid"]
-    return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects))
+    return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects), groups)
 
 
 def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any]) -> Table:
-    """One format's records (in block order) as a Table: their fixed parts gathered buffer by buffer."""
-    ids = np.flatnonzero(np.bincount(buf)) if len(buf) else np.zeros(0, np.int64)  # buffer ids: small numbers
-    if len(ids) == 1:
-        b = int(ids[0])
-        cols = fixed_parts(plan, bufs[b], offset)
-        return Table(plan, cols, [bufs[b]], np.zeros(len(offset), np.int32), offset, length)
-    cols = np.empty(len(offset), dtype=plan.dtype)
-    local = np.empty(len(offset), dtype=np.int32)
-    used: List[Any] = []
-    for b in ids.tolist():
-        rows = np.flatnonzero(buf == b)
-        cols[rows] = fixed_parts(plan, bufs[b], offset[rows])
-        local[rows] = len(used)
-        used.append(bufs[b])
-    return Table(plan, cols, used, local, offset, length)
+    """One format's records (in block order) as a Table: their fixed parts gathered in one pass over the
+    buffers they lie in."""
+    if len(bufs) == 1 or not len(offset):
+        cols = fixed_parts(plan, bufs[0], offset) if len(bufs) else np.zeros(0, dtype=plan.dtype)
+        return Table(plan, cols, list(bufs[:1]), np.zeros(len(offset), np.int32), offset, length)
+    cols = np.frombuffer(gather_rows(bufs, buf, offset, plan.size), dtype=plan.dtype)
+    return Table(plan, cols, list(bufs), buf.astype(np.int32, copy=False), offset, length)
 
 
 def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None,
@@ -136,9 +130,9 @@ def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode:
     n = len(items)
     ts = np.array([int(item.ts_ns) for item in items], dtype=np.int64)
     cpu = np.array([int(getattr(item, "cpu", -1)) for item in items], dtype=np.int16)
-    etype = np.full(n, OBJECT, dtype=np.int32)
-    ref = np.zeros(n, dtype=np.int64)
-    length = np.zeros(n, dtype=np.int64)
+    etype: np.ndarray = np.full(n, OBJECT, dtype=np.int32)
+    ref: np.ndarray = np.zeros(n, dtype=np.int64)
+    length: np.ndarray = np.zeros(n, dtype=np.int64)
     at = np.array(rec_at, dtype=np.int64)
     etype[at] = rec_type
     ref[at] = np.cumsum([0, *map(len, payloads)])[:-1]

@@ -20,13 +20,18 @@ view one per read); a batch costs the walk and a few comparisons.
 
 The bounds are the merge's (`release_bound`): the lag bound from the watermarks, the count bound from the
 number of rows held, counted from the rows (only when the rows not yet taken could exceed it).
+
+Two ways in: `add(batch)` for a live read (its pages copied into the arena's segments and walked), and
+`add_chunk(chunk)` for a recorded chunk: each CPU's pages of the chunk walked in place in one call, where each
+page ended noted (`Walker.walk_paged`), then the chunk's reads replayed one by one as add() would take them,
+each a few comparisons; a read's rows join the CPU's view of the chunk unless some are late or untimed.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -40,6 +45,20 @@ from npu_trace.pipeline.blocks import OBJECT, Block, build_block, empty_block
 from npu_trace.pipeline.merge import CHANNELS, MAX_HELD, MAX_LAG_NS, late_key, release_bound
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Chunk(Protocol):
+    """A recorded chunk as `npu_trace.recording.format.Chunk` holds it: its pages in read order, the marks of
+    the reads (number of the chunk's pages read before each), and the pages' bytes one after the other."""
+
+    @property
+    def pages(self) -> List[Tuple[int, bytes]]: ...
+
+    @property
+    def marks(self) -> List[Tuple[int, Mark]]: ...
+
+    @property
+    def raw(self) -> bytes: ...
 SEGMENT = 4 << 20  # bytes of pages per arena segment: a block's records lie in few buffers
 
 
@@ -72,13 +91,17 @@ class _Rows:
     buffer of its records) one number for the whole chunk or a column. `ordered`: the stamps never go back
     (a CPU's walk without a backwards step), so `first`/`last` are its ends."""
 
-    __slots__ = ("buf", "cpu", "etype", "first", "last", "length", "ordered", "ref", "ts")
+    __slots__ = ("base", "buf", "cpu", "etype", "first", "last", "length", "ordered", "ref", "start", "ts")
 
     def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, cpu: Any, buf: Any,
-                 ordered: bool) -> None:  # fmt: skip
+                 ordered: bool, base: Any = None, start: int = 0,
+                 ends: Optional[Tuple[int, int]] = None) -> None:  # fmt: skip
         self.ts, self.etype, self.ref, self.length, self.cpu, self.buf = ts, etype, ref, length, cpu, buf
         self.ordered = ordered
-        if not len(ts):
+        self.base, self.start = base, start  # a view of base's columns from `start` (rows a chunk walk made)
+        if ends is not None:
+            self.first, self.last = ends
+        elif not len(ts):
             self.first, self.last = I64_MAX, I64_MIN
         elif ordered:
             self.first, self.last = int(ts[0]), int(ts[-1])
@@ -89,11 +112,23 @@ class _Rows:
         return len(self.ts)
 
     def select(self, mask: Any) -> _Rows:
-        """The rows of a boolean mask or a slice (a slice of ordered rows stays ordered)."""
+        """The rows of a boolean mask or a slice (a slice of ordered rows stays ordered, and a view)."""
         cpu = self.cpu if isinstance(self.cpu, int) else self.cpu[mask]
         buf = self.buf if isinstance(self.buf, int) else self.buf[mask]
-        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], cpu, buf,
-                     self.ordered)  # fmt: skip
+        base, start = (self.base, self.start + (mask.start or 0)) if isinstance(mask, slice) else (None, 0)
+        return _Rows(self.ts[mask], self.etype[mask], self.ref[mask], self.length[mask], cpu, buf, self.ordered,
+                     base, start)  # fmt: skip
+
+    def follows(self, prev: _Rows) -> bool:
+        """These rows continue `prev` in the same walk's columns (they can be held as one view)."""
+        return self.base is not None and prev.base is self.base and prev.start + len(prev) == self.start
+
+    def joined(self, prev: _Rows) -> _Rows:
+        """prev and these rows as one view (see follows)."""
+        ordered = prev.ordered and self.ordered and prev.last <= self.first
+        ts, etype, ref, length = (col[prev.start : self.start + len(self)] for col in self.base.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.buf, ordered, self.base, prev.start,
+                     (min(prev.first, self.first), max(prev.last, self.last)))  # fmt: skip
 
     def column(self, name: str, dtype: Any) -> np.ndarray:
         value = getattr(self, name)
@@ -144,6 +179,10 @@ class _Arena:
             pos += len(page)
         self._used = pos
         return self._segment_id, seg, _offsets(pages, start)
+
+    def keep(self, buffer: Any) -> int:
+        """A buffer the caller already holds the pages in (a recorded chunk): its id, nothing copied."""
+        return self._new(buffer)
 
     def _new(self, buffer: Any) -> int:
         bid = self._next_id
@@ -255,6 +294,81 @@ class BlockTimeline:
             self._push(CHANNELS, self._object_rows(batch.events), late, front)
         if batch.mark is not None:
             self._mark(batch.mark)
+        self._end_batch(late, front, batch.final)
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        """A recorded chunk: exactly add() of each read it holds (the batches its marks cut, see
+        ReplaySource.batches), with each CPU's pages walked in place by one call."""
+        pages = chunk.pages
+        if not pages or len(chunk.raw) != sum(len(page) for _, page in pages):
+            for batch in chunk_batches(chunk):
+                self.add(batch)
+            return
+        bid = self._arena.keep(chunk.raw)
+        cpus = [cpu for cpu, _ in pages]
+        offsets = _offsets([page for _, page in pages], 0)
+        walks = {cpu: self._walk_chunk(chunk.raw, bid, cpu, [(offsets[i], len(pages[i][1])) for i, c in
+                                                              enumerate(cpus) if c == cpu])
+                 for cpu in dict.fromkeys(cpus)}  # fmt: skip
+        for lo, hi, mark in _reads(chunk):
+            late: Dict[Tuple[str, int], int] = {}
+            front: List[_Rows] = []
+            counts: Dict[int, int] = {}
+            for cpu in cpus[lo:hi]:  # the CPUs of this read, in the order the read found them
+                counts[cpu] = counts.get(cpu, 0) + 1
+            for cpu, n in counts.items():
+                walk = walks[cpu]
+                r0, r1, ordered, last_ts = walk.advance(n)
+                if r1 > r0:
+                    first = walk.first(r0, r1, ordered)
+                    if first < self._released or not first:  # the rare read with late or untimed rows
+                        self._held_view(walk)
+                        self._push(cpu, walk.rows(r0, r1, ordered), late, front)
+                    else:  # the common read: the chunk's view of this CPU grows, nothing else moves
+                        walk.extend(r0, r1, ordered, first)
+                        self._listed += r1 - r0
+                        self._wm.setdefault(cpu, -math.inf)
+                self._advance(cpu, last_ts)
+            if mark is not None:
+                self._mark(mark)
+            if self._listed > self.max_held:  # the count bound looks at the rows: hold the views first
+                for walk in walks.values():
+                    self._held_view(walk)
+            self._end_batch(late, front, False)
+        for walk in walks.values():
+            self._held_view(walk)
+
+    def _held_view(self, walk: _PagedRows) -> None:
+        """A CPU's reads of a chunk so far, taken into its stream's rows as one view (after its held rows)."""
+        rows = walk.take_view()
+        if rows is None:
+            return
+        held = self._rows.setdefault(walk.cpu, [])
+        if held and rows.follows(held[-1]):
+            held[-1] = rows.joined(held[-1])
+        else:
+            held.append(rows)
+
+    def _walk_chunk(self, raw: bytes, bid: int, cpu: int, index: List[Tuple[int, int]]) -> _PagedRows:
+        state = self.states.get(cpu)
+        if state is None:
+            state = self.states[cpu] = WalkState()
+        before = state.backwards
+        got = self.walker.walk_paged(raw, index, cpu, state)
+        walk = got.walk
+        self.events += len(walk.ts)
+        ts, etype, ref, length = walk.ts, walk.etype, walk.offset, walk.length
+        row_end = got.page_end
+        if walk.losses:
+            for _, loss in walk.losses:
+                self.ledger.add(loss)
+            ts, etype, ref, length = self._interleave(walk)
+            row_end = row_end + np.searchsorted(np.array(got.loss_page, dtype=np.int64), np.arange(len(index)),
+                                                side="right")  # fmt: skip
+        return _PagedRows(ts, etype, ref, length, cpu, bid, row_end, got.page_ts, got.page_backwards, before)
+
+    def _end_batch(self, late: Dict[Tuple[str, int], int], front: List[_Rows], final: bool) -> None:
+        """The end of one batch, as the merge ends it: the late items' losses, the front, the release."""
         if late:
             base = int(self._released) if math.isfinite(self._released) else 0
             losses = [Loss(source, cpu, "late", n, base) for (source, cpu), n in sorted(late.items())]
@@ -266,8 +380,8 @@ class BlockTimeline:
             rows = _concat(front)
             self._fronts.append((self._released, rows))
             self._front_rows += len(rows)
-        self._release(math.inf if batch.final else self._bound())
-        if batch.final:
+        self._release(math.inf if final else self._bound())
+        if final:
             self.ended = True
 
     def take(self) -> Block:
@@ -293,7 +407,7 @@ class BlockTimeline:
             ref[at] = np.arange(len(at))
         bufs = self._arena.buffers
         ids = np.unique(buf[~is_obj]).tolist() if len(buf) else []
-        local = np.zeros(len(buf), dtype=np.int32)
+        local: np.ndarray = np.zeros(len(buf), dtype=np.int32)
         for i, b in enumerate(ids):
             local[buf == b] = i
         block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects)
@@ -370,7 +484,7 @@ class BlockTimeline:
         at = np.array([i for i, _ in got.losses], dtype=np.int64)
         n = len(got.ts) + len(at)
         pos = at + np.arange(len(at))
-        is_rec = np.ones(n, dtype=bool)
+        is_rec: np.ndarray = np.ones(n, dtype=bool)
         is_rec[pos] = False
 
         def mix(records: np.ndarray, losses: np.ndarray, dtype: Any) -> np.ndarray:
@@ -408,7 +522,11 @@ class BlockTimeline:
             rows = rows.select(~untimed & ~dropped)
             if not len(rows):
                 return
-        self._rows.setdefault(key, []).append(rows)
+        held = self._rows.setdefault(key, [])
+        if held and rows.follows(held[-1]) and rows.cpu == held[-1].cpu and rows.buf == held[-1].buf:
+            held[-1] = rows.joined(held[-1])  # a chunk's next read: the same view, longer
+        else:
+            held.append(rows)
         self._listed += len(rows)
         if key not in self._wm:
             self._wm[key] = -math.inf
@@ -462,6 +580,76 @@ def _count_from(rows: _Rows, point: float) -> int:
     if rows.ordered:
         return len(rows) - _cut_at(rows.ts, point)
     return int((~_below(rows.ts, point)).sum())
+
+
+class _PagedRows:
+    """One CPU's rows of a chunk, walked at once, handed out read by read (`take(pages)`)."""
+
+    def __init__(self, ts: np.ndarray, etype: np.ndarray, ref: np.ndarray, length: np.ndarray, cpu: int, bid: int,
+                 row_end: np.ndarray, page_ts: List[int], page_backwards: List[int], before: int) -> None:  # fmt: skip
+        self.cols = (ts, etype, ref, length)
+        self.cpu, self.bid = cpu, bid
+        self.row_end, self.page_ts, self.page_backwards = row_end.tolist(), page_ts, page_backwards
+        self.backwards = before  # the walk's backwards count before the next page
+        self.page = 0
+        self.row = 0
+        self.view: Optional[Tuple[int, int, bool, int, int]] = None  # rows held but not yet listed: start, end,
+        # ordered, earliest and latest stamp
+    def advance(self, pages: int) -> Tuple[int, int, bool, int]:
+        """The next `pages` pages: their rows (start, end), ordered (unless one of them stepped back), and the
+        walk's time after them."""
+        last = self.page + pages - 1
+        start, end = self.row, self.row_end[last]
+        ordered = self.page_backwards[last] == self.backwards
+        self.page, self.row, self.backwards = last + 1, end, self.page_backwards[last]
+        return start, end, ordered, self.page_ts[last]
+
+    def first(self, start: int, end: int, ordered: bool) -> int:
+        """The merge's test stamp of rows [start, end): the first of ordered rows, the earliest of others."""
+        ts = self.cols[0]
+        return int(ts[start]) if ordered else int(ts[start:end].min())
+
+    def rows(self, start: int, end: int, ordered: bool) -> _Rows:
+        ts, etype, ref, length = (col[start:end] for col in self.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, start)
+
+    def extend(self, start: int, end: int, ordered: bool, first: int) -> None:
+        """Rows [start, end) join the pending view (they follow it: reads of one CPU come in order)."""
+        ts = self.cols[0]
+        last = int(ts[end - 1]) if ordered else int(ts[start:end].max())
+        low = first if ordered else int(ts[start:end].min())
+        if self.view is None or self.view[1] != start:
+            self.view = (start, end, ordered, low, last)
+            return
+        v_start, _, v_ordered, v_low, v_last = self.view
+        self.view = (v_start, end, v_ordered and ordered and v_last <= first, min(v_low, low), max(v_last, last))
+
+    def take_view(self) -> Optional[_Rows]:
+        """The pending view as rows (None when there is none); the next reads start a new one."""
+        if self.view is None:
+            return None
+        start, end, ordered, low, high = self.view
+        self.view = None
+        ts, etype, ref, length = (col[start:end] for col in self.cols)
+        return _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, start, (low, high))
+
+
+def _reads(chunk: Chunk) -> Iterator[Tuple[int, int, Optional[Mark]]]:
+    """The reads of a chunk as (first page, end page, mark): cut at its marks, the pages after the last one
+    without a mark (as chunk_batches cuts them)."""
+    start = 0
+    for index, mark in chunk.marks:
+        yield start, index, mark
+        start = index
+    if start < len(chunk.pages):
+        yield start, len(chunk.pages), None
+
+
+def chunk_batches(chunk: Chunk) -> Iterator[Batch]:
+    """A chunk's pages as the live batches they were read in: cut where the live reads ended (their marks);
+    pages after the last mark (the chunk was full before the read ended) come without one."""
+    for lo, hi, mark in _reads(chunk):
+        yield Batch(chunk.pages[lo:hi], [], mark)
 
 
 def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTimeline:

@@ -29,8 +29,8 @@ def stable_order(key: np.ndarray) -> np.ndarray:
     low, high = int(key.min()), int(key.max())
     span = high - low + 1
     if span <= min(RANK_TABLE_MAX, max(1 << 16, 4 * n)):  # the table costs no more than the keys
-        shifted = key - low
-        present = np.zeros(span, dtype=bool)
+        shifted: np.ndarray = key - low
+        present: np.ndarray = np.zeros(span, dtype=bool)
         present[shifted] = True
         rank = np.cumsum(present, dtype=np.int64) - 1
         if rank[-1] < 1 << 16:

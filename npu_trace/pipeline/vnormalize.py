@@ -57,18 +57,18 @@ class NormBlock:
     def __init__(self, normalizer: BlockNormalizer, block: Block) -> None:
         n = len(block)
         self.block, self.norm = block, normalizer
-        self.kind = np.full(n, LOG, dtype=np.int8)
-        self.op = np.zeros(n, dtype=np.int32)
-        self.dev = np.full(n, -1, dtype=np.int64)
-        self.counted_only = np.zeros(n, dtype=bool)
-        self.role = np.zeros(n, dtype=np.int8)
-        self.paired = np.zeros(n, dtype=bool)
-        self.latency = np.zeros(n, dtype=np.int64)
-        self.entry_ts = np.zeros(n, dtype=np.int64)
-        self.entry_pos = np.full(n, -1, dtype=np.int64)  # a paired return's entry in this block, or -1
+        self.kind: np.ndarray = np.full(n, LOG, dtype=np.int8)
+        self.op: np.ndarray = np.zeros(n, dtype=np.int32)
+        self.dev: np.ndarray = np.full(n, -1, dtype=np.int64)
+        self.counted_only: np.ndarray = np.zeros(n, dtype=bool)
+        self.role: np.ndarray = np.zeros(n, dtype=np.int8)
+        self.paired: np.ndarray = np.zeros(n, dtype=bool)
+        self.latency: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.entry_ts: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.entry_pos: np.ndarray = np.full(n, -1, dtype=np.int64)  # a paired return's entry in this block, or -1
         self.entry_args: Dict[int, Dict[str, Any]] = {}  # a paired return whose entry came before the block
         self.shaped: Dict[int, NpuEvent] = {}  # rows shaped one by one (objects, formats without a plan)
-        self.group_of = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
+        self.group_of: np.ndarray = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
         self.groups: List[_Group] = []
 
     def __len__(self) -> int:
@@ -104,17 +104,30 @@ class NormBlock:
         return {**entry, **ret_args, "latency_ns": int(self.latency[i]), "entry_ts_ns": int(self.entry_ts[i])}
 
     # ---- one argument of many rows ---------------------------------------------------------------------------
+    def pairing_args(self, rows: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(latency_ns, entry_ts_ns, present) of rows whose only latency is the pairing's (planned formats that
+        carry neither argument themselves): the common case of int_args for those two, at one gather each.
+        None when some row is an object, shaped alone, or of a format that carries one of them."""
+        groups = self.group_of[rows]
+        if not len(rows):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
+        if groups.min() < 0:
+            return None
+        for g in np.flatnonzero(np.bincount(groups)).tolist():
+            group = self.groups[g]
+            if any(name in group.arg_at or name in group.const for name in ("latency_ns", "entry_ts_ns")):
+                return None
+        return self.latency[rows], self.entry_ts[rows], self.paired[rows]
+
     def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
         integer (then `int_arg` says what it is)."""
-        values = np.zeros(len(rows), dtype=np.int64)
-        present = np.zeros(len(rows), dtype=bool)
+        values: np.ndarray = np.zeros(len(rows), dtype=np.int64)
+        present: np.ndarray = np.zeros(len(rows), dtype=bool)
         if not len(rows):
             return values, present
-        groups = self.group_of[rows]
-        for g in np.unique(groups).tolist():
-            sel = np.flatnonzero(groups == g)
-            got = self._group_args(int(g), rows[sel], name)
+        for g, sel in _split_by(self.group_of[rows]):
+            got = self._group_args(g, rows[sel], name)
             if got is None:
                 return None
             values[sel], present[sel] = got
@@ -181,8 +194,7 @@ class NormBlock:
         return out
 
     def _by_group(self, rows: np.ndarray) -> List[Tuple[int, np.ndarray]]:
-        groups = self.group_of[rows]
-        return [(int(g), rows[groups == g]) for g in np.unique(groups).tolist()]
+        return [(g, rows[sel]) for g, sel in _split_by(self.group_of[rows])]
 
     def _group_arg(self, g: int, rows: np.ndarray, name: str) -> List[Any]:
         if g < 0:  # shaped rows
@@ -236,8 +248,7 @@ class BlockNormalizer:
 
     def normalize(self, block: Block) -> NormBlock:
         nb = NormBlock(self, block)
-        for etype in np.unique(block.etype).tolist():
-            rows = np.flatnonzero(block.etype == etype)
+        for etype, rows in block.groups if block.groups is not None else _split_by(block.etype):
             if etype == OBJECT:
                 self._objects(nb, rows)
             else:
@@ -263,8 +274,8 @@ class BlockNormalizer:
 
     def _planned(self, nb: NormBlock, rows: np.ndarray, table: Any, plan: Any) -> None:
         kind, op, dev_at, _, _, pair, kind_if = plan
-        kinds = np.full(len(rows), KIND_CODE[kind], dtype=np.int8)
-        undecided = np.ones(len(rows), dtype=bool)
+        kinds: np.ndarray = np.full(len(rows), KIND_CODE[kind], dtype=np.int8)
+        undecided: np.ndarray = np.ones(len(rows), dtype=bool)
         fields = table.plan.fmt.fields
         for at, cmp, value, other in kind_if:
             col = table.cols[fields[at].name]
@@ -339,17 +350,18 @@ class BlockNormalizer:
         is_entry = nb.role[rows] == _ENTRY
         if norm._pending_count + int(is_entry.sum()) >= MAX_PENDING:
             return False
-        key = (block.pid[rows].astype(np.int64) << 32) | nb.op[rows].astype(np.int64)
+        pid, op = block.pid[rows].astype(np.int64), nb.op[rows].astype(np.int64)
+        key = (pid - pid.min()) * (int(op.max()) + 1) + op  # (pid, op) as one small number: a radix order
         order = stable_order(key)  # by (pid, op), each in row order (rows ascend)
         k, e = key[order], is_entry[order]
-        start = np.ones(len(k), dtype=bool)
+        start: np.ndarray = np.ones(len(k), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         if (e[1:] & e[:-1] & ~start[1:]).any():
             return False  # nested calls
         carried = self._carried(nb, rows[order[start]])
         if carried is None:
             return False
-        prev_entry = np.zeros(len(k), dtype=bool)
+        prev_entry: np.ndarray = np.zeros(len(k), dtype=bool)
         prev_entry[1:] = e[:-1] & ~start[1:]
         starts = np.flatnonzero(start)
         if (e[starts] & carried).any():
@@ -362,7 +374,7 @@ class BlockNormalizer:
     def _carried(self, nb: NormBlock, first_rows: np.ndarray) -> Optional[np.ndarray]:
         """For each (pid, op) of the block (by its first row): has it a pending entry (None: one is nested)."""
         pending, ops, block = self.normalizer._pending, self.ops, nb.block
-        out = np.zeros(len(first_rows), dtype=bool)
+        out: np.ndarray = np.zeros(len(first_rows), dtype=bool)
         for i, r in enumerate(first_rows.tolist()):
             stack = pending.get((int(block.pid[r]), ops[int(nb.op[r])]))
             if stack:
@@ -389,7 +401,7 @@ class BlockNormalizer:
             self._return(nb, r, key, norm._take(key))
         if not nb.shaped:
             return
-        returned = np.zeros(len(nb), dtype=bool)
+        returned: np.ndarray = np.zeros(len(nb), dtype=bool)
         returned[ret_rows] = True
         for r in sorted(r for r in nb.shaped if returned[r]):  # a row shaped alone gets its merged event now
             dev = None if nb.dev[r] < 0 else int(nb.dev[r])
@@ -399,7 +411,7 @@ class BlockNormalizer:
         """The stacks after the block, as the reference leaves them: a (pid, op) whose last row is an entry has
         that entry pending (re-inserted where its push put it), the others none."""
         norm, block, pending = self.normalizer, nb.block, self.normalizer._pending
-        last = np.ones(len(rows), dtype=bool)
+        last: np.ndarray = np.ones(len(rows), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last)
         opened = []
@@ -440,6 +452,18 @@ class BlockNormalizer:
             for k, (ts, dev, args) in enumerate(pending.get(key, ())):
                 if isinstance(args, _Ref):
                     pending[key][k] = (ts, dev, nb.event(args.pos).args)
+
+
+def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+    """(group, the positions of its members in order) for each group of a column of small group numbers."""
+    if not len(groups):
+        return []
+    first = groups[0]
+    if (groups == first).all():
+        return [(int(first), np.arange(len(groups)))]
+    order = stable_order(groups)
+    cuts = np.flatnonzero(np.diff(groups[order])) + 1
+    return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
 
 
 def _is_int64(v: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from functools import lru_cache
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import msgpack
@@ -45,6 +46,7 @@ class Chunk(NamedTuple):
     first_ts: Optional[int] = None
     last_ts: Optional[int] = None
     marks: List[Tuple[int, Mark]] = []
+    raw: bytes = b""  # the pages one after the other, as stored (a reader that walks them in place)
 
 
 # ---- marks: [page index, read_ns, caught-up CPUs as a bitmask (bit i of byte i // 8), channels_ns | nil] -----
@@ -67,10 +69,15 @@ def unpack_marks(rows: Any, n_pages: int, where: str) -> List[Tuple[int, Mark]]:
         ok = _is_int(index) and last <= index <= n_pages and _is_int(read_ns) and isinstance(mask, bytes)
         if not ok or len(mask) > MAX_CPU // 8 or not (channels_ns is None or _is_int(channels_ns)):
             raise fail(where, f"mark {i} has a field of the wrong type or out of order")
-        caught = tuple(b * 8 + bit for b, byte in enumerate(mask) for bit in range(8) if byte >> bit & 1)
-        out.append((index, Mark(read_ns, caught, channels_ns)))
+        out.append((index, Mark(read_ns, _caught(mask), channels_ns)))
         last = index
     return out
+
+
+@lru_cache(maxsize=256)
+def _caught(mask: bytes) -> Tuple[int, ...]:
+    """The CPUs of a caught-up bitmask (a recording holds a few distinct masks, thousands of times)."""
+    return tuple(b * 8 + bit for b, byte in enumerate(mask) for bit in range(8) if byte >> bit & 1)
 
 
 def fail(where: str, why: str) -> RecordingError:
@@ -225,7 +232,7 @@ def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
         raise fail(where, f"page lengths add up to {sum(lens)}, data holds {len(raw)} bytes")
     first_ts, last_ts = need(rec, "first_ts", int, where, True), need(rec, "last_ts", int, where, True)
     marks = unpack_marks(rec["marks"], n_pages, where) if "marks" in rec else []
-    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts, marks)
+    return Chunk(seq, _split(raw, cpus, lens), first_ts, last_ts, marks, raw)
 
 
 def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:

@@ -22,7 +22,7 @@ from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts
 from npu_trace.ftrace.format import PageHeader
 from npu_trace.pipeline.batch import Batch, empty_batch
-from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.pipeline.blocktimeline import BlockTimeline, chunk_batches
 from npu_trace.pipeline.scope import Scope, ScopeFilter
 from npu_trace.pipeline.timeline import Timeline
 from npu_trace.recording.format import Chunk, event_losses
@@ -116,10 +116,18 @@ class ReplaySource:
     def batches(self) -> Iterator[Batch]:
         """The live batches, rebuilt in file order: a chunk's pages cut at its marks, the channels' events,
         the loss records (untimed); then a final batch."""
+        for part in self.parts():
+            if isinstance(part, Batch):
+                yield part
+            else:
+                yield from chunk_batches(part)
+
+    def parts(self) -> Iterator[Union[Batch, Chunk]]:
+        """batches(), with each chunk whole (its reads cut by BlockTimeline.add_chunk, pages walked in place)."""
         for kind, item in self.reader.records():
             if kind == "chunk":
                 self.pages_read += len(item.pages)
-                yield from _chunk_batches(item)
+                yield item
             elif kind == "loss":
                 self.ledger.add(item)
                 yield Batch([], [item])
@@ -208,17 +216,6 @@ class ReplaySource:
         """The pipeline's part of the recording's scope, as the live session applied it (the task names from
         the recording's process names)."""
         return ScopeFilter(self.scope, self.comm)
-
-
-def _chunk_batches(chunk: Chunk) -> Iterator[Batch]:
-    """A chunk's pages, cut where the live reads ended (their marks); pages after the last mark (the chunk was
-    full before the read ended) come without one."""
-    start = 0
-    for index, mark in chunk.marks:
-        yield Batch(chunk.pages[start:index], [], mark)
-        start = index
-    if start < len(chunk.pages):
-        yield Batch(chunk.pages[start:], [])
 
 
 def _comms(mapping: Any) -> Dict[int, str]:

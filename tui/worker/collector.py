@@ -410,7 +410,7 @@ def fresh_counters(source: Any, label: Optional[str] = None) -> Counters:
 def select_rows(flt: LogFilter, nb: NormBlock, comm_of: Callable[[int], str]) -> np.ndarray:
     """`select` on a normalized block: the rows that match, in order (the device, kinds and pid on columns;
     the task name once per pid; the line text only for the rows left, as events)."""
-    keep = np.ones(len(nb), dtype=bool)
+    keep: np.ndarray = np.ones(len(nb), dtype=bool)
     if flt.dev is not None:
         keep &= nb.dev == flt.dev
     if flt.kinds:
