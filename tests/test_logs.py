@@ -55,7 +55,13 @@ def test_every_field_sample_is_here_as_it_was_published() -> None:
 def test_heartbeat_lost_block_is_one_error_on_device_1() -> None:
     (err,) = app_errors("app-heartbeat-lost.txt")
     assert (err.cls, err.dev, err.pid, err.codes, err.results, err.drv_ret_code) == (
-        "heartbeat_lost", 1, 389, ["EL0001"], [507010], 33)
+        "heartbeat_lost",
+        1,
+        389,
+        ["EL0001"],
+        [507010],
+        33,
+    )
     assert err.classes == ["heartbeat_lost", "device_absent", "driver_error"]
     assert err.wall_ns == 1777633154 * S + 702326000 and err.res_ns == 1000  # 2026-05-01-10:59:14.702.326 UTC
     assert len(err.lines) == 11 and err.inner_code == "0x7020012"
@@ -67,6 +73,16 @@ def test_damaged_halmemalloc_lines_are_two_allocation_failures_on_device_7() -> 
     assert (second.cls, second.dev, second.dev_inferred) == ("alloc_fail", 7, True)  # its device_id was cut
     assert "7, ErrCode=207001" in second.lines[0]  # the broken line joined to its rest
     assert second.wall_ns - first.wall_ns == 140_260_000
+
+
+def test_the_call_site_that_began_a_plog_report_logging_again_is_the_next_failure() -> None:
+    rec = ("[ERROR] RUNTIME(5,p):2026-01-01-00:00:00.00{ms}.000 [npu_driver.cc:1534]5 DevMemAlloc:[drv api] "
+           "halMemAlloc failed:size=1(bytes), drvRetCode=6, device_id {dev}, ErrCode=207001")  # fmt: skip
+    parser = AppLogParser(tz=timezone.utc)
+    lines = [rec.format(ms=1, dev=2), "[ERROR] RUNTIME(5,p):2026-01-01-00:00:00.001.500 [api.cc:9]5 rtMalloc failed",
+             rec.format(ms=2, dev=3)]  # fmt: skip
+    errors = [e for line in lines for e in parser.feed(line)] + parser.flush()
+    assert [(e.cls, e.dev, len(e.lines)) for e in errors] == [("alloc_fail", 2, 2), ("alloc_fail", 3, 1)]
 
 
 def test_a_traceback_without_its_header_and_a_second_report() -> None:
@@ -117,14 +133,34 @@ def test_field_dmesg_is_one_register_dump_and_device_5_dead() -> None:
     kernel = read_kernel_log(lines_of("dmesg-device-abnormal.txt"))
     assert kernel.clock == "uptime" and kernel.stats["faults"] == 1 and kernel.stats["driver_events"] == 2
     fault, abnormal, unreachable = kernel.events
-    assert (fault.kind, fault.op, fault.args["fault"], fault.cpu, fault.pid) == ("fault", "kernel_fault",
-                                                                               "register_dump", 0, 0)
+    assert (fault.kind, fault.op, fault.args["fault"], fault.cpu, fault.pid) == (
+        "fault",
+        "kernel_fault",
+        "register_dump",
+        0,
+        0,
+    )
     assert fault.ts_ns == 452388493000 and fault.args["lines"] == 56 and fault.args["comm"] == "swapper/0"
     assert fault.args["functions"][:3] == ["__do_softirq", "irq_exit", "__handle_domain_irq"]
     assert fault.args["driver_functions"] == []  # the driver is not on this trace
-    assert (abnormal.op, abnormal.dev, abnormal.args["comm"], abnormal.pid) == ("device_abnormal", 5,
-                                                                                 "kworker/u385:0", 15232)
+    assert (abnormal.op, abnormal.dev, abnormal.args["comm"], abnormal.pid) == (
+        "device_abnormal",
+        5,
+        "kworker/u385:0",
+        15232,
+    )
     assert (unreachable.op, unreachable.dev, unreachable.args["ret"]) == ("send_msg_failed", 5, -19)
+
+
+def test_a_line_naming_only_a_pci_address_takes_the_device_of_the_nearest_line_naming_both() -> None:
+    pre = "[ascend] [drv_pcie] [f 1] <a:1:1> "
+    kernel = read_kernel_log([f"[  1.000000] {pre}Pcie hotreset, unbind driver. (bdf=3c:00.0)",
+                              f"[  1.100000] {pre}Remove driver exit. (dev_id=1; bdf=0000:3c:00.0)",
+                              f"[  2.000000] {pre}Pcie hotreset, bus remove. (bdf=3c:00.0)",
+                              f"[  3.000000] {pre}Pcie hotreset, bus remove. (bdf=3d:00.0)"])  # fmt: skip
+    assert [(ev.args["step"], ev.dev) for ev in kernel.events] == [("unbind", 1), ("remove", 1), ("bus_remove", 1),
+                                                                  ("bus_remove", None)]  # fmt: skip
+    assert kernel.stats["bdf_resolved"] == 1  # the bus_remove after it: the matcher had learnt the address
 
 
 def test_slog_lines_carry_both_clocks_and_anchor_the_log() -> None:
@@ -179,7 +215,10 @@ def test_fault_headers_give_kind_cpu_and_task() -> None:
         out += done
     out += fa.flush()
     assert [(f.kind, f.cpu, f.pid, f.comm) for f in out] == [
-        ("soft_lockup", 3, 1234, "kworker/3:1"), ("hung_task", -1, 777, "python3"), ("rcu_stall", -1, -1, "")]
+        ("soft_lockup", 3, 1234, "kworker/3:1"),
+        ("hung_task", -1, 777, "python3"),
+        ("rcu_stall", -1, -1, ""),
+    ]
     assert out[0].driver_functions == ["trs_chan_irq_proc [asdrv_trsbase]", "devdrv_dma_done_interrupt [drv_pcie_host]"]
     assert out[0].driver_modules == ["asdrv_trsbase", "drv_pcie_host"]
     assert used[-1] is False and KmsgMatcher().parse(text[-1]).kind == "reset_step"  # type: ignore[union-attr]
@@ -204,8 +243,13 @@ def test_an_app_error_is_explained_by_the_nearest_driver_finding_that_can_cause_
     late = Finding("app_error", 1, "device_open", 20 * S, {})
     nothing = Finding("app_error", 3, "alloc_fail", 20 * S, {})
     out = {f.op: f for f in explain([hb, reset, other, app, late, nothing]) if f.kind == "app_error"}
-    assert out["heartbeat_lost"].details["explained_by"][0] == {"kind": "timeout", "device": 1, "op": "heartbeat",
-                                                               "ts_ns": 10 * S, "app_after_ns": S}
+    assert out["heartbeat_lost"].details["explained_by"][0] == {
+        "kind": "timeout",
+        "device": 1,
+        "op": "heartbeat",
+        "ts_ns": 10 * S,
+        "app_after_ns": S,
+    }
     assert out["device_open"].details["explained_by"][0]["kind"] == "reset_sequence"
     assert out["device_open"].details["explained_by"][0]["app_after_ns"] == 5 * S
     assert out["alloc_fail"].details["explained_by"] == []

@@ -85,6 +85,7 @@ _RESULT = re.compile(r"(?:runtime result = |error code is |ErrCode=)(?P<r>\d{6})
 _DRV = re.compile(r"\b(?:drvRetCode|drv_ret_code)=(?P<r>-?\d{1,10})")
 _INNER = re.compile(r"\b(?:InnerCode|retCode)=0x(?P<r>[0-9a-fA-F]{1,8})")
 _SUFFIX = re.compile(r"\[FUNC:[^\]]{0,128}\]\[FILE:[^\]]{0,128}\]\[LINE:\d{1,7}\]$")
+_SITE = re.compile(r"(?<=\d) \[[\w.\-]{1,64}:\d{1,6}\]")
 _CODE = re.compile(r"\b(?P<c>E[A-Z0-9]\d{4})\b")
 
 _RULES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
@@ -142,7 +143,7 @@ class _Block:
     def add(self, line: AppLine) -> None:
         self.first = _earliest(self.first, (line.wall_ns, line.res_ns))
         text = line.text.strip()
-        if self.open_end and self.lines:
+        if self.open_end and self.lines and line.form == "more":  # a header of its own never ends a cut line
             self.lines[-1] = self.lines[-1] + text
         elif len(self.lines) < MAX_BLOCK_LINES:
             self.lines.append(text)
@@ -268,9 +269,12 @@ class AppLogParser:
         return out
 
     def _same_plog(self, block: _Block, line: AppLine) -> bool:
+        """A plog record continues the report: same process, close in time, and not from the call site that
+        began it (that site logging again is the next occurrence: two failed allocations 1 ms apart)."""
         if block.head.pid != line.pid or block.last_wall is None or line.wall_ns is None:
             return False
-        return 0 <= line.wall_ns - block.last_wall <= PLOG_GAP_NS
+        site = _site(block.head.text)
+        return 0 <= line.wall_ns - block.last_wall <= PLOG_GAP_NS and (not site or _site(line.text) != site)
 
     def _close(self) -> List[AppError]:
         block, self.block = self.block, None
@@ -329,6 +333,12 @@ def split_fused(line: str) -> List[str]:
                 start = cut
         out.append(part[start:])
     return out
+
+
+def _site(text: str) -> str:
+    """A plog record's call site: the `[file.cc:N]` after its time ("" if it has none)."""
+    m = _SITE.search(text, 0, 200)
+    return m.group(0) if m else ""
 
 
 def _strip_prefixes(text: str) -> str:

@@ -251,9 +251,9 @@ class KmsgMatcher:
         bdf = kv.get("bdf")
         if isinstance(bdf, str):
             if dev is not None:
-                self.bdf_dev[bdf.lower()] = dev
-            elif bdf.lower() in self.bdf_dev:
-                dev = self.bdf_dev[bdf.lower()]
+                self.bdf_dev[short_bdf(bdf)] = dev
+            elif short_bdf(bdf) in self.bdf_dev:
+                dev = self.bdf_dev[short_bdf(bdf)]
         if dev is None and kv.get("index_id") == ALL_DEVICES:
             kv["all_devices"] = 1
         return dev
@@ -265,6 +265,12 @@ class KmsgMatcher:
         if "[ascend]" in line:
             return Parsed("log", "ascend:malformed", None, "", "", 0, False, None, line, {}, "")
         return None
+
+
+def short_bdf(bdf: str) -> str:
+    """ "0000:3B:00.0" and "3b:00.0" -> "3b:00.0" (the driver's kmsg lines leave out the PCI domain 0000)."""
+    bdf = bdf.strip().lower()
+    return bdf[5:] if bdf.startswith("0000:") else bdf
 
 
 def to_event(rec: KmsgRecord, p: Parsed, offset_ns: int) -> NpuEvent:

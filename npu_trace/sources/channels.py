@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.kmsg import short_bdf
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss, NpuEvent, lost_event
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS
@@ -264,12 +265,6 @@ class Channels:
         self.notes.append(text)
         if self.on_note is not None:
             self.on_note(text)
-
-
-def short_bdf(bdf: str) -> str:
-    """ "0000:3B:00.0" and "3b:00.0" -> "3b:00.0" (the driver's kmsg lines leave out the PCI domain 0000)."""
-    bdf = bdf.strip().lower()
-    return bdf[5:] if bdf.startswith("0000:") else bdf
 
 
 def lost_event_note(source: str) -> NpuEvent:

@@ -21,6 +21,7 @@ unchanged, each CPU's pages in time order and the CPUs interleaved by page time,
 
 from __future__ import annotations
 
+import bisect
 import os
 import socket
 import sys
@@ -32,7 +33,7 @@ import npu_trace
 from npu_trace.device.applog import AppError, AppLogParser, app_event
 from npu_trace.device.kernlog import read_line
 from npu_trace.device.kfault import FaultAssembler, fault_event
-from npu_trace.device.kmsg import KmsgMatcher, KmsgRecord, driver_suppressed, to_event
+from npu_trace.device.kmsg import KmsgMatcher, KmsgRecord, driver_suppressed, short_bdf, to_event
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import Loss, NpuEvent, lost_event
 from npu_trace.recording.writer import RecordingWriter, clock_anchor
@@ -113,7 +114,29 @@ def _events(parsed: Sequence[Any], out: KernelImport) -> None:
             _driver_line(matcher, p.msg, ts, no, p.form, out, stats)
     out.events += [fault_event(f) for f in faults.flush()]
     stats["faults"] = faults.blocks
+    stats["bdf_resolved"] = resolve_bdf(out.events)
     out.stats = stats
+
+
+def resolve_bdf(events: List[NpuEvent]) -> int:
+    """Give a device to the driver lines that name only a PCI address (`Pcie hotreset, unbind driver.
+    (bdf=3b:00.0)`), from the nearest line of the log that names both (a later one too: live, the channels wait
+    for it; a saved log has it already). In place; returns how many were resolved."""
+    known: Dict[str, List[Tuple[int, int]]] = {}  # bdf -> (index, dev) of the lines naming both, in order
+    for i, ev in enumerate(events):
+        bdf = ev.args.get("bdf")
+        if ev.dev is not None and isinstance(bdf, str) and bdf:
+            known.setdefault(short_bdf(bdf), []).append((i, ev.dev))
+    resolved = 0
+    for i, ev in enumerate(events):
+        bdf = ev.args.get("bdf")
+        if ev.dev is None and isinstance(bdf, str) and short_bdf(bdf) in known:
+            pairs = known[short_bdf(bdf)]
+            at = bisect.bisect(pairs, (i, -1))
+            near = [pairs[j] for j in (at - 1, at) if 0 <= j < len(pairs)]
+            events[i] = ev._replace(dev=min(near, key=lambda p: abs(p[0] - i))[1])
+            resolved += 1
+    return resolved
 
 
 def _line_time(p: Any, out: KernelImport, last: int, no: int) -> Optional[int]:
