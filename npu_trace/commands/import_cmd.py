@@ -26,8 +26,13 @@ def add_parser(sub: Any) -> None:
                        "other output are skipped) or a trace-cmd trace.dat (v6 or v7). Every driver line becomes "
                        "an event; check, replay, export and the TUI then read REC.npt like a recording.")  # fmt: skip
     p.add_argument("input", metavar="INPUT", help="kernel log or trace.dat")
-    p.add_argument("--app-log", action="append", default=[], metavar="APP_LOG",
-                   help="an application log (CANN plog, framework output) to put on the same timeline (repeatable)")
+    p.add_argument(
+        "--app-log",
+        action="append",
+        default=[],
+        metavar="APP_LOG",
+        help="an application log (CANN plog, framework output) to put on the same timeline (repeatable)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="REC.npt", help="the recording to write")
     p.add_argument("--profile", choices=sorted(PROFILES),
                    help="profile the recording is analysed with (default: sim for the simulator's events, else "
@@ -35,8 +40,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tz", metavar="OFFSET", help="UTC offset of the logs' local times, e.g. +08:00 (default: "
                    "this host's time zone)")  # fmt: skip
     p.add_argument("--year", type=int, help="the year of times written without one (syslog, vLLM; default: this one)")
-    p.add_argument("--boot-time", metavar="TIME", help="the wall-clock time the kernel log's clock counts from "
-                   "(ISO 8601, e.g. 2026-05-01T08:00:00+08:00): places application logs on a dmesg log's clock")
+    p.add_argument(
+        "--boot-time",
+        metavar="TIME",
+        help="the wall-clock time the kernel log's clock counts from "
+        "(ISO 8601, e.g. 2026-05-01T08:00:00+08:00): places application logs on a dmesg log's clock",
+    )
     p.add_argument("--this-boot", action="store_true",
                    help="the kernel log is of this host's current boot: place application logs with this host's "
                    "clocks (CLOCK_MONOTONIC against CLOCK_REALTIME)")  # fmt: skip
@@ -83,10 +92,13 @@ def _import_kernel_log(args: argparse.Namespace, tz: Any, boot: Optional[int]) -
         importer.write_events(writer, events)
         writer.close(totals={"imported_events": len(events)})
     stats = kernel.stats
-    print(f"npu-trace: imported {os.path.basename(args.input)}: {stats['kernel_lines']} kernel lines of "
-          f"{stats['lines']} ({', '.join(f'{k} {n}' for k, n in sorted(kernel.forms.items())) or 'no known form'}), "
-          f"{stats['driver_events']} driver events, {stats['faults']} kernel fault blocks"
-          f"{_app_summary(apps)} -> {args.output} (clock: {_clock_text(kernel.clock, anchor)})", file=sys.stderr)
+    print(
+        f"npu-trace: imported {os.path.basename(args.input)}: {stats['kernel_lines']} kernel lines of "
+        f"{stats['lines']} ({', '.join(f'{k} {n}' for k, n in sorted(kernel.forms.items())) or 'no known form'}), "
+        f"{stats['driver_events']} driver events, {stats['faults']} kernel fault blocks"
+        f"{_app_summary(apps)} -> {args.output} (clock: {_clock_text(kernel.clock, anchor)})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -113,9 +125,16 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
     apps = _app_events(args, tz, anchor, events)
     profile = args.profile or ("sim" if any(f["system"] == "ascend" for f in data.used_formats()) else "ascend")
     extra = _extra(args, "trace.dat", data.clock, anchor, data.summary(), apps)
-    fields = {"formats": data.used_formats(), "header_page": data.header_page, "page_size": data.page_size,
-              "byteorder": data.byteorder, "trace_cpus": data.cpus_with_data(), "cpus": data.cpu_count,
-              "events": sorted(f"{f['system']}:{f['name']}" for f in data.used_formats()), "kernel": data.uname}
+    fields = {
+        "formats": data.used_formats(),
+        "header_page": data.header_page,
+        "page_size": data.page_size,
+        "byteorder": data.byteorder,
+        "trace_cpus": data.cpus_with_data(),
+        "cpus": data.cpu_count,
+        "events": sorted(f"{f['system']}:{f['name']}" for f in data.used_formats()),
+        **_uname(data.uname),
+    }
     header = importer.import_header(profile, data.clock, anchor, extra, **fields)  # fmt: skip
     with _writer(args, header) as writer:
         for cpu, page in data.pages_in_time_order():
@@ -126,6 +145,14 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
           f"{data.page_count} pages from {len(data.cpus_with_data())} CPUs, {len(data.used_formats())} event formats"
           f"{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _uname(text: str) -> Dict[str, str]:
+    """The host, kernel and machine of trace-cmd's uname option (`sysname nodename release machine`)."""
+    parts = text.split()
+    if len(parts) != 4:
+        return {"kernel": text}
+    return {"host": parts[1], "kernel": parts[2], "machine": parts[3]}
 
 
 def _tracedat_anchor(data: Any, this_boot: bool) -> importer.Anchor:
