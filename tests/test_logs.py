@@ -224,6 +224,27 @@ def test_fault_headers_give_kind_cpu_and_task() -> None:
     assert used[-1] is False and KmsgMatcher().parse(text[-1]).kind == "reset_step"  # type: ignore[union-attr]
 
 
+def test_a_soft_lockup_of_a_recent_kernel_in_syslog_form_is_one_block() -> None:
+    """6.x kernels print the CPU's utilization during the lockup (kernel/watchdog.c) between the header and the
+    registers; syslog pastes drop the tab before each `#N:` line. RCU stall lines list `N-...0:` CPUs."""
+    host = "Nov 17 15:41:58 host kernel: "
+    lines = [host + text for text in (
+        "watchdog: BUG: soft lockup - CPU#2 stuck for 78s! [kworker/u16:7:1014]",
+        "CPU#2 Utilization every 4s during lockup:", "#1: 100% system, 0% softirq, 1% hardirq, 0% idle",
+        "\t#2: 100% system,\t  0% softirq,\t  0% hardirq,\t  0% idle",
+        "Modules linked in: asdrv_svm(OE) drv_pcie_host(OE) nfs", "CPU: 2 PID: 1014 Comm: kworker/u16:7 Tainted: G L",
+        "RIP: 0010:devmm_free_pages+0x2c/0x80 [asdrv_svm]", "Call Trace:", " <TASK>",
+        " devmm_ioctl_free_pages+0x1a/0x30 [asdrv_svm]", " </TASK>",
+        "rcu: INFO: rcu_sched detected stalls on CPUs/tasks:", "rcu:     41-...0: (1 GPs behind) idle=7b24/1/0x4",
+        "[ascend] [devmm] [devmm_ioctl 77] <p:5,5> Free failed. (dev_id=0)")]  # fmt: skip
+    kernel = read_kernel_log(lines, tz=timezone.utc, year=2025)
+    faults = [ev for ev in kernel.events if ev.op == "kernel_fault"]
+    assert [(f.args["fault"], f.args["lines"]) for f in faults] == [("soft_lockup", 11), ("rcu_stall", 2)]
+    assert faults[0].args["driver_functions"] == ["devmm_free_pages [asdrv_svm]", "devmm_ioctl_free_pages [asdrv_svm]"]
+    assert (faults[0].cpu, faults[0].pid, faults[0].args["comm"]) == (2, 1014, "kworker/u16:7")
+    assert kernel.stats["driver_events"] == 1
+
+
 def test_a_page_allocation_dump_is_no_fault() -> None:
     fa = FaultAssembler()
     lines = ["modprobe: page allocation failure: order:7, mode:0x2080020(GFP_ATOMIC)",

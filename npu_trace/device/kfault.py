@@ -71,7 +71,8 @@ _CONT = re.compile(
     r"Data abort info:|  ISV = |  CM = |  Access size|  FSC = |user pgtable:|\[[0-9a-f]{16}\] pgd=|"
     r"Internal error|pstate: |Kernel panic|SMP: stopping|Kernel Offset:|CPU features:|Memory Limit:|"
     r"---\[ end |Sending NMI|NMI backtrace|rcu: |\t|\(detected by|\"echo 0 > |Not tainted|      Tainted|"
-    r"      Not tainted|  \S|Showing busy workqueues|in_atomic\(\)|preempt_count|INFO: lockdep|Preemption disabled)"
+    r"      Not tainted|  \S|Showing busy workqueues|in_atomic\(\)|preempt_count|INFO: lockdep|Preemption disabled|"
+    r"CPU#\d{1,5} Utilization every|\s{0,8}#\d{1,3}: {0,3}\d{1,3}% system|\d{1,5}-\.{3}|\s{0,8}\d{1,5}-\.{3})"
 )  # fmt: skip
 
 
