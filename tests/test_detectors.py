@@ -420,6 +420,14 @@ def test_a_device_goes_degraded_resetting_offline_then_ok_through_a_reset() -> N
     assert states.take_transitions() == []
 
 
+def test_the_driver_saying_a_device_is_dead_takes_it_offline_until_a_reset_brings_it_back() -> None:
+    states = states_after([E(S, "fault", 5, "send_msg_failed", ret=-19), E(2 * S, "fault", None, "kernel_fault"),
+                           *reset_run(5, 8 * S, S // 10)])  # fmt: skip
+    changes = [(t.ts_ns, t.dev, t.state, t.why) for t in states.take_transitions()]
+    assert changes[0] == (S, 5, "offline", "driver: send_msg_failed (-19)") and changes[-1][2] == "ok"
+    assert set(states.states()) == {5}  # a kernel fault names no device
+
+
 def test_a_failed_or_unfinished_reset_leaves_the_device_offline() -> None:
     failed = states_after(reset_run(1, 0, MS, RESET_STEPS[:6], fail="rescan"))
     assert failed.states()[1].state == "offline" and failed.states()[1].last_error == "reset step rescan failed (-1)"

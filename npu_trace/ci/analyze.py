@@ -19,8 +19,9 @@ from npu_trace.sources.replay_source import ReplaySource
 class Progress:
     """A one-line progress display on a terminal (stderr); silent otherwise."""
 
-    def __init__(self, total_bytes: int, out: TextIO = sys.stderr) -> None:
+    def __init__(self, total_bytes: int, out: Optional[TextIO] = None) -> None:
         self.total = max(1, total_bytes)
+        out = sys.stderr if out is None else out  # the stream of now, not the one when this module was imported
         self.out = out
         self.enabled = out.isatty()
         self.shown = 0.0

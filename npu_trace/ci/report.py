@@ -36,8 +36,17 @@ def render_json(report: Mapping[str, Any]) -> str:
 def _finding_line(f: Mapping[str, Any]) -> str:
     where = " ".join(p for p in (f"dev{f['device']}" if f.get("device") is not None else "", f.get("op") or "") if p)
     secs, nsecs = divmod(int(f["ts_ns"]), 1_000_000_000)
-    details = ", ".join(f"{k}={v}" for k, v in sorted(f.get("details", {}).items()) if not isinstance(v, (dict, list)))
+    details = ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("details", {}).items())
+                        if not isinstance(v, (dict, list)) and k not in ("text", "msg"))  # fmt: skip
     return f"  {secs:6d}.{nsecs:09d}  {f['kind']:<15} {where:<24} {details}"
+
+
+def _short(v: Any) -> Any:
+    """A value as one short line (a fault's block, an application's message: their first line, cut)."""
+    if not isinstance(v, str):
+        return v
+    line = v.split("\n", 1)[0]
+    return line if len(line) <= 80 and "\n" not in v else line[:77] + "..."
 
 
 def render_text(report: Mapping[str, Any]) -> str:
