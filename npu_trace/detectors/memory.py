@@ -3,7 +3,9 @@
 `alloc` events (args size, va) add `size` at `va`; `free` events (args va) remove it. An `alloc_fail` event
 becomes an `alloc_fail` finding with the free bytes and largest free block the driver reported at that
 moment (args free_bytes / largest_free) and a fragmentation hint: free_bytes >= size > largest_free.
-At flush, allocations still live become `leak` findings, one per (device, pid) with count and bytes.
+At flush, allocations still live become `leak` findings, one per (device, pid) with count and bytes; not in a
+window of a longer session (a flight recorder's dump: `leaks_at_end` False), whose end is not the processes'
+end: what is live then may be freed after it (the summary still counts it, `live_allocations`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class MemoryDetector:
         self.peak: Dict[int, int] = {}
         self.pid_bytes: Dict[DevPid, int] = {}
         self.counts: Dict[str, int] = {"allocs": 0, "frees": 0, "failures": 0, "unknown_frees": 0, "double_allocs": 0}
+        self.leaks_at_end = True  # False: the input is a window of a longer session (see the module docstring)
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         out: List[Finding] = []
@@ -219,6 +222,8 @@ class MemoryDetector:
         return [(d, p, n) for n, d, p in top]
 
     def flush(self) -> List[Finding]:
+        if not self.leaks_at_end:
+            return []
         groups: Dict[DevPid, List[Tuple[int, int, int]]] = {}
         for (dev, va), (size, pid, ts) in self.live.items():
             groups.setdefault((dev, pid), []).append((ts, va, size))
