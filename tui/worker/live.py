@@ -133,15 +133,23 @@ class LiveSource(BaseSource):
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
             timeline = source.block_timeline()
-            extra = {"channels": self.channels.header()} if self.channels is not None else {}
-            self.flight = FlightRecorder(self.session, self.flight_settings, self.profile.name, extra=extra,
-                                         on_note=self._note)  # fmt: skip
+            self.flight = self._flight_recorder()
             try:
                 pump(source, lambda batch: self._batch(batch, timeline, sink), stop=stop, until=self.until)
             finally:
                 if self.driver is not None:
                     self.driver.terminate()
                 self._close_recorder()
+
+    def _flight_recorder(self) -> Optional[FlightRecorder]:
+        """The ring `d` dumps from; without it (its directory cannot be written) the session goes on, said."""
+        extra = {"channels": self.channels.header()} if self.channels is not None else {}
+        try:
+            return FlightRecorder(self.session, self.flight_settings, self.profile.name, extra=extra,
+                                  on_note=self._note)  # fmt: skip
+        except NpuTraceError as exc:
+            self.note = f"flight recorder off: {exc}"
+            return None
 
     def _batch(self, batch: Batch, timeline: BlockTimeline, sink: Sink) -> None:
         self._apply_recording()
