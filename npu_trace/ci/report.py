@@ -49,6 +49,29 @@ def _short(v: Any) -> Any:
     return line if len(line) <= 80 and "\n" not in v else line[:77] + "..."
 
 
+def window_text(w: Mapping[str, Any]) -> str:
+    """A flight dump's window in one line: what triggered it, its span, whether the ring held all asked for."""
+    t = w.get("principal") or w.get("trigger") or {}
+    on = f" on device {t['device']}" if t.get("device") is not None else ""
+    start, end = w.get("held_from_ns"), w.get("to_ns")
+    span = f", {(end - start) / 1e9:.1f} s" if isinstance(start, int) and isinstance(end, int) else ""
+    where = f"from {_stamp(start)} to {_stamp(end)}{span}"
+    asked = w.get("requested_from_ns")
+    short = isinstance(start, int) and isinstance(asked, int) and start > asked
+    more = f" (asked from {_stamp(asked)}: the ring held less)" if short else ""
+    counts = w.get("triggers") or {}
+    told = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    closed = f"; ended: {w['closed']}" if w.get("closed") else "; its end is missing (cut)"
+    return f"a flight recorder's dump of {t.get('kind', '?')}{on}, {where}{more}; triggers: {told or '?'}{closed}"
+
+
+def _stamp(ns: Any) -> str:
+    if not isinstance(ns, int):
+        return "?"
+    secs, nsecs = divmod(ns, 1_000_000_000)
+    return f"{secs}.{nsecs // 1000:06d}"
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     lines = [f"npu-trace check {report['input']}: {report['verdict'].upper()}"]
     reading = report["reading"]
@@ -56,6 +79,8 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
     if reading.get("scope"):
         lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
+    if reading.get("window"):
+        lines.append(f"  window: {window_text(reading['window'])}")
     counts: Dict[str, int] = {}
     for f in report["findings"]:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1
