@@ -47,12 +47,16 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the npu-smi the health channel polls (default: npu-smi on PATH)")  # fmt: skip
     p.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S, metavar="S",
                    help=f"npu-smi/PCIe poll interval (default {DEFAULT_HEALTH_INTERVAL_S:g} s)")  # fmt: skip
+    p.add_argument("--app-log", action="append", metavar="PATH",
+                   help="an application log (CANN plog, framework output) to follow like tail -F: its driver-level "
+                   "errors join the timeline (repeatable)")  # fmt: skip
     p.add_argument("--bpf", action="store_true",
                    help="also measure in the kernel with eBPF: HAL call latencies (uprobes on --bpf-binary) and the "
                    "profile's IRQ handlers; replaces the profile's ftrace events for the same calls")  # fmt: skip
-    p.add_argument("--bpf-binary", metavar="PATH",
-                   help="library or binary with the HAL symbols (libascend_hal.so; default for the sim profile: "
-                   "the simulator)")  # fmt: skip
+    p.add_argument("--hal", "--bpf-binary", metavar="PATH", dest="bpf_binary",
+                   help="the HAL library (libascend_hal.so) or a binary with its symbols, for --bpf (default: the "
+                   "one running processes map, seen through /proc/PID/root for containers, else the driver's "
+                   "install path; for the sim profile: the simulator)")  # fmt: skip
     p.add_argument(
         "--buffer-kb",
         type=int,
