@@ -21,14 +21,17 @@ def the_one_dump(directory: str) -> str:
     return path
 
 
-def check_the_reset_dump(path: str, exp: Dict[str, Any], dev: int, also: Optional[Dict[str, int]] = None
-                         ) -> Dict[str, Any]:  # fmt: skip
+def check_the_reset_dump(path: str, exp: Dict[str, Any], dev: int, also: Optional[Dict[str, int]] = None,
+                         live: bool = False) -> Dict[str, Any]:  # fmt: skip
     """`check`'s analysis of the dump: the reset sequence (complete, every step, its precursors: the ECC climb and
-    the temperature), the scenario's timeouts, and nothing else (but `also`: kind -> count); no loss; the window
+    the temperature), the scenario's timeouts, and nothing else (but `also`: kind -> count; `live`: and the spikes a
+    loaded host may really cause); no loss; the window
     said. Returns the report and the reading."""
     result = analyze(path, progress=False)
     report, reading = result["analysis"], result["reading"]
-    kinds = collections.Counter(f["kind"] for f in report["findings"])
+    # `live`: spikes aside: the scenario injects none, but a live call on a loaded host can really take longer
+    # than its threshold (the thread descheduled inside it), and the tracer is right to say so
+    kinds = collections.Counter(f["kind"] for f in report["findings"] if not (live and f["kind"] == "spike"))
     want = {"reset_sequence": 1, "timeout": sum(exp["timeouts"].values()), **(also or {})}
     assert kinds == want, kinds
     timeouts = collections.Counter((f["device"], f["op"]) for f in of_kind(report, "timeout"))

@@ -1,13 +1,13 @@
 """For real, with the simulator: logs saved during a scenario, imported afterwards, tell what the live recording
 told. The ecc-reset scenario's kernel log (as `dmesg` prints it, pasted with a prompt) and its application log
 give the live recording's reset sequence (same device, same steps in the same order) with the application's
-errors explained by it; a trace.dat trace-cmd recorded beside npu-trace gives npu-trace's own findings."""
+errors explained by it. (A trace.dat trace-cmd recorded beside npu-trace: tests/test_tracedat.py, on one real
+run kept in tests/data/tracedat, since trace-cmd records on these VMs only with a shim the project does not
+carry.)"""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +21,6 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim.channels import SideChannels
 
 CLI = [sys.executable, "-m", "npu_trace"]
-SHIM = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchor-tools", "trace-cmd-eperm-shim.c")
 
 
 def start_record(path: str, *options: str) -> subprocess.Popen[str]:
@@ -99,42 +98,6 @@ def test_saved_kernel_and_app_logs_of_ecc_reset_tell_the_live_story(sim_loaded: 
         (reset,) = [f for f in report["findings"] if f["kind"] == "reset_sequence"]
         assert by_op["device_open"][0] == {"kind": "reset_sequence", "device": reset["device"], "op": "reset",
                                            "ts_ns": reset["ts_ns"], "app_after_ns": 0}  # fmt: skip
-
-
-@pytest.mark.privileged
-@pytest.mark.parametrize("version", ["7", "6"])
-def test_a_tracedat_recorded_by_trace_cmd_gives_npu_traces_findings(sim_loaded: Tracefs, tmp_path: Any,
-                                                                    version: str) -> None:  # fmt: skip
-    trace_cmd = shutil.which("trace-cmd")
-    if trace_cmd is None or not os.path.exists(SHIM):
-        pytest.skip("trace-cmd (and the anchor-tools shim) are not here")
-    shim = str(tmp_path / "shim.so")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", shim, SHIM, "-ldl"], check=True)
-    own, dat = str(tmp_path / "own.npt"), str(tmp_path / "trace.dat")
-    rec = start_record(own, "-e", "ascend:*", "--channels", "none")
-    instance = f"npu-trace-test-{os.getpid()}"
-    tc = subprocess.Popen([trace_cmd, "record", "-q", "-d", "-B", instance, "-C", "mono", "-e", "ascend", "-o", dat,
-                           "--file-version", version], env=dict(os.environ, LD_PRELOAD=shim),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        time.sleep(1.5)  # trace-cmd has no "recording" line to wait on; its instance exists by then
-        assert tc.poll() is None, tc.communicate()[1]
-        sim.run_scenario("ecc-reset", 2, 2.0, 300, 1, str(tmp_path / "truth.json"), ensure_loaded=False)
-    finally:
-        tc.send_signal(signal.SIGINT)
-        tc.communicate(timeout=60)
-        stop(rec)
-        if os.path.isdir(f"/sys/kernel/tracing/instances/{instance}"):  # trace-cmd removes it on exit
-            os.rmdir(f"/sys/kernel/tracing/instances/{instance}")  # (never `trace-cmd reset`: it clears all uprobes)
-    imported = str(tmp_path / "imported.npt")
-    proc = subprocess.run([*CLI, "import", dat, "-o", imported], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    mine, theirs = check(own, str(tmp_path / "own.json")), check(imported, str(tmp_path / "imp.json"))
-    assert theirs["reading"]["lost"] == 0 and mine["reading"]["lost"] == 0
-    assert theirs["reading"]["events"] == mine["reading"]["events"] > 0
-    assert theirs["reading"]["kernel"] == mine["reading"]["kernel"]
-    assert event_kinds(own) == event_kinds(imported)
-    assert resets(mine) and same_findings(theirs["findings"], mine["findings"])
 
 
 def event_kinds(path: str) -> List[Any]:
