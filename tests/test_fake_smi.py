@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 import pytest
 
 from npu_trace.device.npusmi import HealthTracker, error_codes, parse_fields, parse_info, temperature
+from npu_trace.device.npusmi_info import parse_table as parse_info_table
 from npu_trace.sim import fake_smi
 from npu_trace.sim.channels import bdf_of
 from npu_trace.sim.scenarios import plan
@@ -192,3 +193,26 @@ def test_health_source_polls_the_fake(tmp_path: Path) -> None:
     assert ecc[1].args["ce_delta"] == 248 and ecc[1].dev == 0
     health = [e.args["health"] for e in first + second if e.op == "health"]
     assert health == ["Warning", "OK"]
+
+
+def test_shared_weights_memory_is_counted_in_every_process_that_maps_it() -> None:
+    """The fake's memory follows the plan: the chip uses what its allocations hold (plus its own), each process
+    row is what it allocated plus the shared regions it maps, as the real npu-smi counts them."""
+    from npu_trace.sim.scenarios import GIB, WEIGHTS_BYTES, plan_run
+
+    actions, shares, procs = plan_run("shared-weights", 1, 2.0, 200, 2)
+    assert procs == 3 and [(s.dev, s.proc, s.size) for s in shares] == [(0, 1, WEIGHTS_BYTES), (0, 2, WEIGHTS_BYTES)]
+    state = fake_smi.State(T0, 2, [], fake_smi.memory_schedule(actions, 2, shares),
+                           [(0, 700, "loader"), (1, 701, "worker"), (2, 702, "worker")])  # fmt: skip
+    table = parse_info_table(fake_smi.render_info(state, T0))
+    assert [c.hbm_used_mb for c in table.chips] == [3162, 3162] and table.processes == []
+    before, after = T0 + shares[0].t_ns - 1, T0 + shares[0].t_ns
+    held = (WEIGHTS_BYTES + 20 * GIB) >> 20  # the weights and the half of the pool kept
+    table = parse_info_table(fake_smi.render_info(state, before))
+    assert table.chips[0].hbm_used_mb == 3162 + held
+    assert [(p.pid, p.memory_mb) for p in table.processes if p.npu == 0] == [(700, held)]
+    table = parse_info_table(fake_smi.render_info(state, after))
+    assert table.chips[0].hbm_used_mb == 3162 + held
+    rows = [(p.pid, p.name, p.memory_mb) for p in table.processes if p.npu == 0]
+    assert rows == [(700, "loader", held), (701, "worker", WEIGHTS_BYTES >> 20), (702, "worker", WEIGHTS_BYTES >> 20)]
+    assert fake_smi.State.from_dict(state.to_dict()).to_dict() == state.to_dict()

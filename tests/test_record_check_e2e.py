@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Dict, Sequence, Tuple
 
 import pytest
@@ -161,3 +162,51 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     # a task's submit (BPF) and its completion (ftrace) meet in time order, whichever buffer delivered first
     latency = report["summary"]["latency"]
     assert (latency["unmatched_completes"], latency["pending_tasks"]) == (0, 0), latency
+
+
+@pytest.mark.privileged
+def test_shared_weights_check_explains_the_failed_allocation_as_the_truth_says(
+    sim_loaded: Tracefs, tmp_path: Any
+) -> None:
+    """Three executor processes; the loader's weights mapped by two workers, which the fake npu-smi counts in
+    each of them (as the real one does); a worker's allocation fails though npu-smi shows room. `check` on the
+    recording (trace + npu-smi polls) reports the memory counted twice and explains the failure, equal to the
+    scenario's ground truth."""
+    from npu_trace.sim import fake_smi
+    from npu_trace.sim.synth import accounting_expectations
+
+    smi_dir = tmp_path / "bin"
+    script = fake_smi.install(str(smi_dir))
+    fake_smi.write_state(str(smi_dir), fake_smi.State(0, 2, []))  # the idle chips until the run starts
+    path, report_path = str(tmp_path / "run.npt"), str(tmp_path / "report.json")
+    rec = subprocess.Popen([*CLI, "record", "-o", path, "-e", "ascend:*", "--channels", "health", "--npu-smi",
+                            script, "--health-interval", "0.1"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert rec.stderr is not None
+    line = rec.stderr.readline()
+    assert "recording to" in line, line + rec.stderr.read()
+    try:
+        channels = sim.SideChannels(kmsg=False, uevents=False, npu_smi_dir=str(smi_dir))
+        truth = sim.run_scenario("shared-weights", 5, 2.0, 400, 2, str(tmp_path / "truth.json"),
+                                 ensure_loaded=False, channels=channels)  # fmt: skip
+        time.sleep(0.3)  # a few more polls of the final state
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    pids = [p["pid"] for p in truth["processes"]]
+    assert len(pids) == 3 and [s["pid"] for s in truth["shared"]] == pids[1:]
+    _, report = check_json(path, report_path)
+    exp = accounting_expectations(truth)
+    assert list(exp["counted_twice"]) == [0] and exp["explained"] == [(0, "fragmentation", 4 << 30)]
+    (twice,) = [f for f in report["findings"] if f["kind"] == "accounting_mismatch"]
+    d, want = twice["details"], exp["counted_twice"][0]
+    assert (twice["device"], d["reason"], d["used_mb"], d["process_sum_mb"]) == (
+        0, "counted_twice", want["used_mb"], want["process_sum_mb"])  # fmt: skip
+    assert [p["pid"] for p in d["processes"]] == want["pids"] == pids
+    (explained,) = [f for f in report["findings"] if f["kind"] == "alloc_fail_explained"]
+    e = explained["details"]
+    assert (explained["device"], e["explanation"], e["size"]) == exp["explained"][0]
+    assert e["largest_free"] < e["size"] <= min(e["free_bytes"], e["npu_smi_free_bytes"])
+    (fail,) = [f for f in report["findings"] if f["kind"] == "alloc_fail"]
+    assert fail["details"]["pid"] in {t["tid"] for t in truth["actions"] if t["process"] == 1}
+    assert [v for v in report["violations"] if v["rule"] == "accounting_mismatch"] == []  # reported only

@@ -15,7 +15,10 @@ when its condition begins (it must end before it is said again):
   row): memory that several processes map (shared weights) is counted in each of them;
 * reason `traced_differs`: a process the trace saw allocate on the chip is listed with memory that differs
   from its traced live bytes by more than the tolerance (TOLERANCE_MB, or TOLERANCE_SHARE of what npu-smi
-  says, whichever is larger: npu-smi also counts the runtime's own context memory).
+  says, whichever is larger: npu-smi also counts the runtime's own context memory), at two readings of the
+  chip in a row: npu-smi takes its numbers somewhere during its run (tens of milliseconds after the reading's
+  stamp, later on a loaded host), so allocations made meanwhile are in its numbers and not yet in the trace
+  at the stamp; such a difference is gone at the next reading, a real one is not.
 
 The details name the processes (pid, name, memory_mb, traced_mb) and carry the three numbers.
 
@@ -87,6 +90,7 @@ class AccountingDetector:
         self._rows: Dict[ChipKey, List[ProcessRow]] = {}  # the current poll's rows, before its readings
         self._rows_ts = -1
         self.open: Dict[Tuple[ChipKey, str], bool] = {}  # conditions that hold now (said once)
+        self.differed: Dict[ChipKey, bool] = {}  # a process's row and traced bytes differed at the last reading
         self.counts = {"readings": 0, "mismatches": 0, "explained": 0}
 
     @staticmethod
@@ -151,8 +155,10 @@ class AccountingDetector:
                    "traced_bytes": traced_bytes, "traced_mb": _mb(traced_bytes)}  # fmt: skip
         twice = r.processes is not None and r.used_mb is not None and proc_sum > r.used_mb + len(rows)
         differs = [p for p, row in zip(listed, rows) if _differs(row, traced.get((r.device, row.pid), 0))]
+        again = bool(differs) and self.differed.get((r.npu, r.chip), False)
+        self.differed[(r.npu, r.chip)] = bool(differs)
         out = self._condition(r, "counted_twice", twice, ev, {**numbers, "processes": listed})
-        out += self._condition(r, "traced_differs", bool(differs), ev, {**numbers, "processes": differs})
+        out += self._condition(r, "traced_differs", again, ev, {**numbers, "processes": differs})
         return out
 
     def _condition(self, r: ChipReading, reason: str, holds: bool, ev: NpuEvent,

@@ -31,7 +31,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.sim import fake_smi
-from npu_trace.sim.scenarios import US, Action
+from npu_trace.sim.scenarios import US, Action, Share
 
 COMM = "npu-sim"
 KMSG_PATH = "/dev/kmsg"
@@ -306,6 +306,15 @@ class UeventChannel(_TimedWriter):
         return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+def _comm(pid: int) -> str:
+    """A process's name as npu-smi prints it (the kernel's comm), "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 # ---- all of them, next to the executor ---------------------------------------------------------------------
 def is_root() -> bool:
     return os.geteuid() == 0
@@ -351,13 +360,16 @@ class SideChannels:
         self.uevent: Optional[UeventChannel] = None
         self.smi_script: Optional[str] = None
         self.smi_steps: List[fake_smi.Step] = []
+        self.smi_memory: List[fake_smi.MemoryStep] = []
+        self.pids: List[int] = []
         self.devices = 0
         self.actions: Sequence[Action] = ()
         self.t0_ns: Optional[int] = None
         self.pid: Optional[int] = None
 
-    def prepare(self, actions: Sequence[Action], devices: int) -> None:
-        """Plan every channel and install the fake npu-smi (before the executor starts)."""
+    def prepare(self, actions: Sequence[Action], devices: int, shares: Sequence[Share] = ()) -> None:
+        """Plan every channel and install the fake npu-smi (before the executor starts); `shares`: the plan's
+        shared mappings (npu-smi counts them in each process that maps them)."""
         self.actions, self.devices = actions, devices
         if self.kmsg_on:
             from npu_trace.device import kmsg  # noqa: F401  (imported now, not after t0)
@@ -367,18 +379,23 @@ class SideChannels:
             self.app_log = AppLogChannel(actions, self.app_log_path)
         if self.smi_dir is not None:
             self.smi_steps = fake_smi.schedule(actions, devices)
+            self.smi_memory = fake_smi.memory_schedule(actions, devices, shares)
             try:
                 self.smi_script = fake_smi.install(self.smi_dir)
             except OSError as exc:
                 self.notes.append(f"cannot write the fake npu-smi into {self.smi_dir}: {exc.strerror}")
                 self.smi_dir = None
 
-    def start(self, t0_ns: int, pid: int) -> None:
-        """Start the channels on the executor's clock (t0 on CLOCK_MONOTONIC; pid: the executor's, for kmsg)."""
+    def start(self, t0_ns: int, pid: int, pids: Optional[Sequence[int]] = None) -> None:
+        """Start the channels on the executor's clock (t0 on CLOCK_MONOTONIC; pid: the executor's, for kmsg;
+        pids: every executor process's, in order, for npu-smi's process rows)."""
         self.t0_ns, self.pid = t0_ns, pid
+        self.pids = list(pids) if pids is not None else [pid]
         if self.smi_dir is not None:
+            procs = [(k, p, _comm(p)) for k, p in enumerate(self.pids)]
+            state = fake_smi.State(t0_ns, self.devices, self.smi_steps, self.smi_memory, procs)
             try:
-                fake_smi.write_state(self.smi_dir, fake_smi.State(t0_ns, self.devices, self.smi_steps))
+                fake_smi.write_state(self.smi_dir, state)
             except OSError as exc:
                 self.notes.append(f"cannot write the fake npu-smi's state into {self.smi_dir}: {exc.strerror}")
                 self.smi_dir = None
@@ -402,7 +419,8 @@ class SideChannels:
     def truth(self) -> Dict[str, Any]:
         """What the channels planned and did, on CLOCK_MONOTONIC (t_ns: planned, written_ns: actual)."""
         t0 = self.t0_ns or 0
-        out: Dict[str, Any] = {"t0_ns": self.t0_ns, "pid": self.pid, "notes": list(self.notes)}
+        out: Dict[str, Any] = {"t0_ns": self.t0_ns, "pid": self.pid, "pids": list(self.pids),
+                               "notes": list(self.notes)}  # fmt: skip
         if self.kmsg is not None:
             lines = [{"t_ns": t0 + off, "written_ns": w, "line": line[3:]}
                      for (off, line), w in zip(self.kmsg.lines, self.kmsg.times)]  # fmt: skip
@@ -417,6 +435,10 @@ class SideChannels:
         if self.app_log is not None:
             out["app_log"] = self.app_log.truth(t0)
         if self.smi_dir is not None:
+            memory = [{"t_ns": t0 + off, "offset_ns": off, "dev": dev, "used_mb": fake_smi.HBM_USED_MB + fake_smi.mb(n),
+                       "processes": [{"index": k, "pid": self.pids[k] if k < len(self.pids) else None,
+                                      "memory_mb": fake_smi.mb(b)} for k, b in rows.items()]}
+                      for off, dev, n, rows in self.smi_memory]  # fmt: skip
             out["npu_smi"] = {"dir": self.smi_dir, "script": self.smi_script,
-                              **fake_smi.summary(self.smi_steps, t0)}  # fmt: skip
+                              **fake_smi.summary(self.smi_steps, t0), "memory": memory}  # fmt: skip
         return out

@@ -15,6 +15,12 @@ single/double-bit counts, the chip and HBM temperature (the event's temp_c) and 
 Warning, uncorrectable: Alarm, with the event ids as error codes); the reset's last step (`heartbeat_resume`)
 brings the health back to OK and the temperature back to the baseline (the ECC counts stay).
 
+Memory (`memory_schedule`), the way the real npu-smi counts it: a chip's HBM used is HBM_USED_MB (the
+driver's and runtime's own) plus the bytes its allocations hold; each process row is the bytes that process
+allocated plus the shared regions it maps (`scenarios.Share`: memory that several processes map is counted in
+each of them, so the rows can add up to more than the chip uses). Changes closer than MEMORY_STEP_NS to the
+next one are taken together (at the later one's time): a long run's state stays small.
+
 Commands answered (what npu_trace.sources.npusmi_source invokes, and a few more):
     npu-smi info                                      the 910B "v1" device table
     npu-smi info -t ecc|temp|health|pcie-err|sensors|memory -i <npu> [-c <chip>]
@@ -31,7 +37,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 SCRIPT_NAME = "npu-smi"
 STATE_NAME = "npu-smi.json"
-STATE_VERSION = 1
+STATE_VERSION = 2
+MEMORY_STEP_NS = 10_000_000
+MIB = 1 << 20
 SMI_VERSION = "23.0.rc3"
 CHIP_NAME = "910B3"
 BASE_TEMP_C = 55
@@ -50,6 +58,8 @@ SEVERITY = {"OK": 0, "Warning": 1, "Alarm": 2, "Critical": 3}
 
 Values = Dict[str, Any]  # ce, uce, npu_temp_c, hbm_temp_c, health, error_code, error_info
 Step = Tuple[int, int, Values]  # (offset_ns from t0, device, readings from then on)
+# (offset_ns from t0, device, bytes its allocations hold, {process index: bytes it holds or maps}) from then on
+MemoryStep = Tuple[int, int, int, Dict[int, int]]
 
 
 def baseline() -> Values:
@@ -74,6 +84,38 @@ def schedule(actions: Iterable[Any], devices: int) -> List[Step]:
             continue
         current[dev] = values
         steps.append((int(a.t_ns), dev, values))
+    return steps
+
+
+def memory_schedule(actions: Iterable[Any], devices: int, shares: Iterable[Any] = ()) -> List[MemoryStep]:
+    """The memory steps of planned actions (successful devmm_alloc_done, halMemFree) and shared mappings
+    (scenarios.Share: t_ns, dev, size, proc), in time order, changes within MEMORY_STEP_NS taken together."""
+    changes: List[Tuple[int, int, int, int]] = []  # (t_ns, dev, process, delta bytes)
+    live: Dict[Tuple[int, int], Tuple[int, int]] = {}  # (dev, va) -> (size, process)
+    for a in sorted(actions, key=lambda a: a.t_ns):
+        dev = int(a.args[0])
+        if dev >= devices:
+            continue
+        if a.func == "devmm_alloc_done" and int(a.args[3]) == 0:
+            live[(dev, int(a.args[2]))] = (int(a.args[1]), a.proc)
+            changes.append((a.t_ns, dev, a.proc, int(a.args[1])))
+        elif a.func == "halMemFree" and (dev, int(a.args[1])) in live:
+            size, proc = live.pop((dev, int(a.args[1])))
+            changes.append((a.t_ns, dev, proc, -size))
+    shared = [(int(sh.t_ns), int(sh.dev), int(sh.proc), int(sh.size)) for sh in shares if int(sh.dev) < devices]
+    used = dict.fromkeys(range(devices), 0)
+    rows: Dict[int, Dict[int, int]] = {dev: {} for dev in range(devices)}
+    steps: List[MemoryStep] = []
+    ordered = sorted([(t, 0, dev, proc, d) for t, dev, proc, d in changes]
+                     + [(t, 1, dev, proc, d) for t, dev, proc, d in shared])  # fmt: skip
+    for i, (t, is_share, dev, proc, delta) in enumerate(ordered):
+        if not is_share:
+            used[dev] += delta
+        rows[dev][proc] = rows[dev].get(proc, 0) + delta
+        later = ordered[i + 1] if i + 1 < len(ordered) else None
+        if later is not None and later[2] == dev and later[0] - t < MEMORY_STEP_NS:
+            continue  # taken together with the next change of this device
+        steps.append((int(t), dev, used[dev], {k: v for k, v in sorted(rows[dev].items()) if v}))
     return steps
 
 
@@ -110,23 +152,32 @@ def summary(steps: Sequence[Step], t0_ns: int) -> Dict[str, Any]:
 
 # ---- the state file -----------------------------------------------------------------------------------------
 class State:
-    """t0, the device count and the steps; `values(dev, now_ns)` -> the readings at that time."""
+    """t0, the device count, the steps, the memory steps and the executor processes ([index, pid, name]);
+    `values(dev, now_ns)` -> the readings at that time, `memory(dev, now_ns)` -> (used MB, process rows)."""
 
-    def __init__(self, t0_ns: int, devices: int, steps: Sequence[Step]) -> None:
+    def __init__(self, t0_ns: int, devices: int, steps: Sequence[Step], memory: Sequence[MemoryStep] = (),
+                 processes: Sequence[Tuple[int, int, str]] = ()) -> None:  # fmt: skip
         self.t0_ns = t0_ns
         self.devices = devices
         self.steps = sorted(steps, key=lambda s: s[0])
+        self.memory_steps = sorted(memory, key=lambda s: s[0])
+        self.processes = {int(k): (int(pid), str(name)) for k, pid, name in processes}
 
     def to_dict(self) -> Dict[str, Any]:
+        memory = [[off, dev, used, [[k, n] for k, n in rows.items()]] for off, dev, used, rows in self.memory_steps]
         return {"version": STATE_VERSION, "clock": "CLOCK_MONOTONIC", "t0_ns": self.t0_ns,
-                "devices": self.devices, "steps": [list(s) for s in self.steps]}  # fmt: skip
+                "devices": self.devices, "steps": [list(s) for s in self.steps], "memory": memory,
+                "processes": [[k, pid, name] for k, (pid, name) in sorted(self.processes.items())]}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> State:
         if d.get("version") != STATE_VERSION:
             raise ValueError(f"state version {d.get('version')!r}, expected {STATE_VERSION}")
         steps = [(int(off), int(dev), dict(v)) for off, dev, v in d["steps"]]
-        return cls(int(d["t0_ns"]), int(d["devices"]), steps)
+        memory = [(int(off), int(dev), int(used), {int(k): int(n) for k, n in rows})
+                  for off, dev, used, rows in d.get("memory", [])]  # fmt: skip
+        procs = [(int(k), int(pid), str(name)) for k, pid, name in d.get("processes", [])]
+        return cls(int(d["t0_ns"]), int(d["devices"]), steps, memory, procs)
 
     @classmethod
     def load(cls, path: str) -> State:
@@ -141,6 +192,22 @@ class State:
             if d == dev:
                 out = v
         return dict(out)
+
+    def memory(self, dev: int, now_ns: int) -> Tuple[int, List[Tuple[int, str, int]]]:
+        """(HBM used MB, [(pid, name, MB)] of the processes holding memory on the chip) at that time (a
+        process whose pid is not known yet is left out)."""
+        used, rows = 0, {}
+        for off, d, u, r in self.memory_steps:
+            if self.t0_ns + off > now_ns:
+                break
+            if d == dev:
+                used, rows = u, r
+        listed = [(*self.processes[k], mb(n)) for k, n in sorted(rows.items()) if k in self.processes]
+        return HBM_USED_MB + mb(used), [(pid, name, mb) for pid, name, mb in listed if mb]
+
+
+def mb(n: int) -> int:
+    return (n + MIB // 2) // MIB
 
 
 def write_state(directory: str, state: State) -> str:
@@ -205,15 +272,21 @@ def render_info(state: State, now_ns: int) -> str:
     out = ["+" + "-" * 96 + "+", f"| {'npu-smi ' + SMI_VERSION:<33}{'Version: ' + SMI_VERSION:<62}|", RULE,
            _row("NPU   Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)"),
            _row("Chip", "Bus-Id", "AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)"), DOUBLE]  # fmt: skip
+    memory = [state.memory(npu, now_ns) for npu in range(state.devices)]
     for npu in range(state.devices):
         v = state.values(npu, now_ns)
+        used = memory[npu][0]
         out.append(_row(f"{npu:<6}{CHIP_NAME}", v["health"], f"{POWER_W:<12}{v['npu_temp_c']:<18}{0:<5}/ {0:<14}"))
-        out.append(_row("0", bus_id(npu), f"{0:<12}{0:<5}/ {0:<11}{HBM_USED_MB:<5}/ {HBM_TOTAL_MB:<14}"))
+        out.append(_row("0", bus_id(npu), f"{0:<12}{0:<5}/ {0:<11}{used:<5}/ {HBM_TOTAL_MB:<14}"))
         out.append(DOUBLE)
     out += [RULE, f"| {'NPU     Chip':<26}| {'Process id':<14}| {'Process name':<25}| {'Process memory(MB)':<24}|",
             DOUBLE]  # fmt: skip
     for npu in range(state.devices):
-        out += [f"| {f'No running processes found in NPU {npu}':<95}|", DOUBLE]
+        rows = memory[npu][1]
+        for pid, name, mb in rows:
+            out.append(f"| {f'{npu:<8}0':<26}| {pid:<14}| {name[:24]:<25}| {mb:<24}|")
+        out += [] if rows else [f"| {f'No running processes found in NPU {npu}':<95}|"]
+        out.append(DOUBLE)
     return "\n".join(out) + "\n"
 
 

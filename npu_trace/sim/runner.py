@@ -47,7 +47,7 @@ from npu_trace.device import hal
 from npu_trace.errors import SimulatorError
 from npu_trace.sim import build
 from npu_trace.sim.channels import SideChannels
-from npu_trace.sim.scenarios import Action, plan
+from npu_trace.sim.scenarios import Action, Share, plan_run
 from npu_trace.sim.threads import HOST_LIKE, Host
 
 OPEN_TIMEOUT_S = 10.0  # the executor must open its plan within this
@@ -75,7 +75,8 @@ class Output(NamedTuple):
     rows: List[Observed]
 
 
-def plan_line(a: Action) -> str:
+def plan_line(a: Action, local: Optional[Dict[int, int]] = None) -> str:
+    """One plan line; `local`: plan index -> index in this executor's own plan (several processes)."""
     func = hal.FUNC_BY_NAME[a.func]
     nums: List[int] = []
     text = "-"
@@ -86,7 +87,7 @@ def plan_line(a: Action) -> str:
             nums.append(int(value))
     nums += [0] * (6 - len(nums))
     ret = 0 if a.ret is None else a.ret
-    after = -1 if a.after is None else a.after
+    after = -1 if a.after is None else a.after if local is None else local[a.after]
     flags = (AWAY if a.away else 0) | (HOP if a.hop else 0)
     head = f"{a.t_ns} {a.thread} {after} {flags} {a.func} {ret} {a.delay_ns} "
     return head + " ".join(map(str, nums)) + f" {text}\n"
@@ -131,6 +132,7 @@ def action_record(seq: int, a: Action, row: Sequence[int]) -> Dict[str, Any]:
         "after": a.after,
         "away": a.away,
         "hop": a.hop,
+        "process": a.proc,
     }
     if len(row) >= 6:
         rec["tid"] = row[3]
@@ -154,7 +156,11 @@ def build_truth(meta: Dict[str, Any], actions: List[Action], rows: Sequence[Sequ
 
 
 class ScenarioRun:
-    """A running executor (Popen-like): poll(), terminate(), pid, t0_ns, and wait() -> the truth dict."""
+    """A running executor (Popen-like): poll(), terminate(), pid, t0_ns, and wait() -> the truth dict.
+
+    A plan whose actions name several processes (Action.proc: shared-weights) runs one executor process per
+    process, each with its own actions (`after` never crosses processes); `pids` are theirs in order, `pid` the
+    first's, and every plan is handed over before any is let start (the same t0 bound for all)."""
 
     def __init__(
         self,
@@ -164,33 +170,48 @@ class ScenarioRun:
         truth_path: Optional[str] = None,
         channels: Optional[SideChannels] = None,
         host: Host = HOST_LIKE,
+        shares: Sequence[Share] = (),
+        processes: int = 1,
     ) -> None:
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
+        self.shares = list(shares)
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
-        self.plan_path = os.path.join(self.workdir, "plan.fifo")
-        self.out_path = os.path.join(self.workdir, "out.txt")
         self.truth: Optional[Truth] = None
+        n = max([processes] + [a.proc + 1 for a in actions])
+        self.index = [[i for i, a in enumerate(actions) if a.proc == k] for k in range(n)]
+        self.plans = [os.path.join(self.workdir, f"plan{k}.fifo") for k in range(n)]
+        self.outs = [os.path.join(self.workdir, f"out{k}.txt") for k in range(n)]
         if channels is not None:
-            channels.prepare(actions, int(meta["params"]["devices"]))
-        os.mkfifo(self.plan_path, 0o600)
-        argv = [binary, *(["-m", str(host.migrate_us)] if host.migrate_us else []), self.plan_path, self.out_path]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.pid = self.proc.pid
+            channels.prepare(actions, int(meta["params"]["devices"]), self.shares)
+        self.procs: List[subprocess.Popen[bytes]] = []
         try:
-            self.t0_ns = hand_over_plan(self.proc, self.plan_path, actions)
+            for plan_path, out_path in zip(self.plans, self.outs):
+                os.mkfifo(plan_path, 0o600)
+                argv = [binary, *(["-m", str(host.migrate_us)] if host.migrate_us else []), plan_path, out_path]
+                self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            self.proc = self.procs[0]
+            self.pid, self.pids = self.proc.pid, [p.pid for p in self.procs]
+            lines = [[plan_line(actions[i], {g: j for j, g in enumerate(index)}) for i in index]
+                     for index in self.index]  # fmt: skip
+            self.t0_ns = hand_over_plans(self.procs, self.plans, lines)
         except BaseException:
             self.terminate()
             raise
         if channels is not None:
-            channels.start(self.t0_ns, self.pid)
+            channels.start(self.t0_ns, self.pid, self.pids)
 
     def poll(self) -> Optional[int]:
-        return self.proc.poll()
+        codes = [p.poll() for p in self.procs]
+        if any(c is None for c in codes):
+            return None
+        return next((c for c in codes if c), 0)
 
     def terminate(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        self.proc.wait()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            p.wait()
         if self.channels is not None:
             self.channels.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -198,23 +219,30 @@ class ScenarioRun:
     def wait(self, timeout: Optional[float] = None) -> Truth:
         if self.truth is not None:
             return self.truth
+        outputs: List[Output] = []
         try:
-            _, err = self.proc.communicate(timeout=timeout)
-            if self.proc.returncode != 0:
-                msg = err.decode(errors="replace").strip() or f"exit code {self.proc.returncode}"
-                raise SimulatorError(f"simulator executor failed: {msg}")
-            with open(self.out_path) as f:
-                output = parse_output(f.read(), len(self.actions))
+            for proc, out_path, index in zip(self.procs, self.outs, self.index):
+                _, err = proc.communicate(timeout=timeout)
+                if proc.returncode != 0:
+                    msg = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+                    raise SimulatorError(f"simulator executor failed: {msg}")
+                with open(out_path) as f:
+                    outputs.append(parse_output(f.read(), len(index)))
         finally:
-            if self.proc.poll() is not None:
+            if all(p.poll() is not None for p in self.procs):
                 if self.channels is not None:
-                    self.channels.stop(drain=self.proc.returncode == 0)
+                    self.channels.stop(drain=all(p.returncode == 0 for p in self.procs))
                 shutil.rmtree(self.workdir, ignore_errors=True)
-        rows = output.rows
+        rows: List[Observed] = [Observed(0, 0, 0, 0, 0, 0)] * len(self.actions)
+        for index, output in zip(self.index, outputs):
+            for i, row in zip(index, output.rows):
+                rows[i] = row
         self.truth = build_truth(self.meta, self.actions, rows)
-        self.truth["host"] = {**self.truth["host"], "cpus": output.cpus, "pinned": output.pinned}
+        self.truth["host"] = {**self.truth["host"], "cpus": outputs[0].cpus, "pinned": outputs[0].pinned}
         self.truth["t0_ns"] = self.t0_ns
         self.truth["t0_bound_ns"] = min((r[0] - a.t_ns for a, r in zip(self.actions, rows)), default=self.t0_ns)
+        self.truth["processes"] = [{"index": k, "pid": pid} for k, pid in enumerate(self.pids)]
+        self.truth["shared"] = [{**vars(sh), "pid": self.pids[sh.proc]} for sh in self.shares]
         if self.channels is not None:
             self.truth["channels"] = self.channels.truth()
         if self.truth_path:
@@ -222,22 +250,29 @@ class ScenarioRun:
         return self.truth
 
 
-def hand_over_plan(proc: subprocess.Popen[bytes], fifo: str, actions: List[Action]) -> int:
-    """Write the plan into the executor's FIFO; returns CLOCK_MONOTONIC just before the close that lets it
-    start (a lower bound of its t0)."""
-    fd = _open_writer(proc, fifo)
+def hand_over_plans(procs: Sequence[subprocess.Popen[bytes]], fifos: Sequence[str],
+                    plans: Sequence[Sequence[str]]) -> int:  # fmt: skip
+    """Write each executor's plan into its FIFO; returns CLOCK_MONOTONIC just before the closes that let them
+    start (a lower bound of their t0s)."""
+    fds: List[int] = []
     try:
-        os.set_blocking(fd, True)
-        data = memoryview("".join(plan_line(a) for a in actions).encode())
-        while data:
-            data = data[os.write(fd, data) :]
-        while _unread(fd) and proc.poll() is None:  # its stdio buffer now holds the rest (<= one page)
-            time.sleep(0.0001)
+        for proc, fifo in zip(procs, fifos):
+            fds.append(_open_writer(proc, fifo))
+        for proc, fd, lines in zip(procs, fds, plans):
+            os.set_blocking(fd, True)
+            data = memoryview("".join(lines).encode())
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except BrokenPipeError as exc:
+                raise SimulatorError(f"simulator executor stopped reading its plan: {_stderr(proc)}") from exc
+        for proc, fd in zip(procs, fds):
+            while _unread(fd) and proc.poll() is None:  # its stdio buffer now holds the rest (<= one page)
+                time.sleep(0.0001)
         t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    except BrokenPipeError as exc:
-        raise SimulatorError(f"simulator executor stopped reading its plan: {_stderr(proc)}") from exc
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     return t0
 
 
@@ -292,7 +327,7 @@ def start(
     channels: Optional[SideChannels] = None,
     host: Host = HOST_LIKE,
 ) -> ScenarioRun:
-    actions = plan(scenario, seed, duration_s, rate, devices, host)
+    actions, shares, processes = plan_run(scenario, seed, duration_s, rate, devices, host)
     path = binary or build.ensure_built()
     meta = {
         "scenario": scenario,
@@ -305,7 +340,7 @@ def start(
         "fields": {f.event: list(f.field_names) for f in hal.FUNCS},
         "host": host.describe(),
     }
-    return ScenarioRun(meta, actions, path, truth_path, channels, host)
+    return ScenarioRun(meta, actions, path, truth_path, channels, host, shares, processes)
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:

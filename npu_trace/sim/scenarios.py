@@ -14,14 +14,14 @@ recordings), never for the executor, whose rate and size limits stay `plan`'s.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from npu_trace.device import hal
 from npu_trace.errors import InputError
 from npu_trace.sim.threads import SINGLE, Host, Placer, place, validate_host
 
-SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed")
+SCENARIOS = ("steady", "spikes", "fragmentation", "ecc-reset", "irq-storm", "mixed", "shared-weights")
 KINDS = ("call", "spike", "alloc_fail", "timeout", "heartbeat_lost", "ecc", "reset_step", "irq")
 NS = 1_000_000_000
 US = 1_000
@@ -54,6 +54,7 @@ class Action:
     after: Optional[int] = None
     away: bool = False
     hop: bool = False
+    proc: int = 0  # the executor process that runs it (0: the first; shared-weights runs several)
 
     @property
     def dev(self) -> int:
@@ -113,6 +114,19 @@ class Heap:
 Window = Tuple[int, int, int]  # (dev, from_ns, to_ns): no background traffic on dev meanwhile
 
 
+@dataclass(frozen=True)
+class Share:
+    """Process `proc` maps, from `t_ns` on, the device memory another process allocated at (dev, va): memory
+    shared between processes (model weights opened through the driver's IPC calls, which the simulator does
+    not probe: only npu-smi's per-process memory shows the mapping, as on a real host)."""
+
+    t_ns: int
+    dev: int
+    va: int
+    size: int
+    proc: int
+
+
 class Planner:
     """Accumulates actions; the scenario functions below drive it."""
 
@@ -125,6 +139,8 @@ class Planner:
         self.groups = 0
         self.quiet: List[Window] = []
         self.no_alloc: set = set()
+        self.shares: List[Share] = []
+        self.procs = 1  # executor processes
 
     def group(self) -> int:
         self.groups += 1
@@ -166,6 +182,7 @@ def op_alloc(
     kind: str = "call",
     phase: str = "steady",
     delay: Optional[int] = None,
+    proc: int = 0,
 ) -> int:
     heap = p.heaps[dev]
     va = heap.alloc(size)
@@ -173,15 +190,15 @@ def op_alloc(
     kind = kind if va is not None else "alloc_fail"
     g = p.group()
     d = p.hal_delay() if delay is None else delay
-    p.add(t, "halMemAlloc", (dev, size, 0), ret=ret, delay_ns=d, kind=kind, group=g, phase=phase)
+    p.add(t, "halMemAlloc", (dev, size, 0), ret=ret, delay_ns=d, kind=kind, group=g, phase=phase, proc=proc)
     done = (dev, size, va or 0, ret, heap.free_bytes, heap.largest)
-    p.add(t + d + 2 * US, "devmm_alloc_done", done, kind="call" if va else kind, group=g, phase=phase)
+    p.add(t + d + 2 * US, "devmm_alloc_done", done, kind="call" if va else kind, group=g, phase=phase, proc=proc)
     return 2
 
 
-def op_free(p: Planner, t: float, dev: int, va: int, phase: str = "steady") -> int:
+def op_free(p: Planner, t: float, dev: int, va: int, phase: str = "steady", proc: int = 0) -> int:
     p.heaps[dev].release(va)
-    p.add(t, "halMemFree", (dev, va), ret=0, delay_ns=p.hal_delay(), group=p.group(), phase=phase)
+    p.add(t, "halMemFree", (dev, va), ret=0, delay_ns=p.hal_delay(), group=p.group(), phase=phase, proc=proc)
     return 1
 
 
@@ -196,19 +213,25 @@ def op_irq(
 
 
 def op_task(
-    p: Planner, t: float, dev: int, kind: str = "call", phase: str = "steady", delay: Optional[int] = None
+    p: Planner,
+    t: float,
+    dev: int,
+    kind: str = "call",
+    phase: str = "steady",
+    delay: Optional[int] = None,
+    proc: int = 0,
 ) -> int:
     g = p.group()
     task = p.next_task[dev]
     p.next_task[dev] = (task + 1) & 0xFFFF
     stream = p.rng.randrange(8)
     d = p.hal_delay() if delay is None else delay
-    p.add(t, "halSqTaskSend", (dev, 0, stream, task), ret=0, delay_ns=d, kind=kind, group=g, phase=phase)
+    p.add(t, "halSqTaskSend", (dev, 0, stream, task), ret=0, delay_ns=d, kind=kind, group=g, phase=phase, proc=proc)
     t_irq = t + d + p.rng.randint(30 * US, 200 * US)
     irq = irq_number(dev, "cq_update_irq")
-    p.add(t_irq, "irq_handler_entry", (dev, irq, "cq_update_irq"), kind="irq", group=g, phase=phase)
-    p.add(t_irq + 2 * US, "trs_logic_cq_enque", (dev, stream, task, 0), group=g, phase=phase)
-    p.add(t_irq + 4 * US, "irq_handler_exit", (dev, irq, hal.IRQ_HANDLED), kind="irq", group=g, phase=phase)
+    p.add(t_irq, "irq_handler_entry", (dev, irq, "cq_update_irq"), kind="irq", group=g, phase=phase, proc=proc)
+    p.add(t_irq + 2 * US, "trs_logic_cq_enque", (dev, stream, task, 0), group=g, phase=phase, proc=proc)
+    p.add(t_irq + 4 * US, "irq_handler_exit", (dev, irq, hal.IRQ_HANDLED), kind="irq", group=g, phase=phase, proc=proc)
     p.add(
         t_irq + 6 * US,
         "halCqReportRecv",
@@ -217,6 +240,7 @@ def op_task(
         delay_ns=p.hal_delay(),
         group=g,
         phase=phase,
+        proc=proc,
     )
     return 5
 
@@ -291,6 +315,41 @@ def fragmentation(p: Planner, t0: float, t1: float, dev: int, holes: int = 16, h
         t += step / 2
     op_alloc(p, t, dev, request, phase="recover")
     op_free(p, t + step, dev, max(heap.live), phase="recover")
+
+
+WEIGHTS_BYTES = 24 * GIB  # the model's weights, loaded once and shared
+POOL_BLOCK = 1 * GIB  # the loader's activation pool: the rest of the HBM in blocks, every other one freed
+WORKERS = 2  # processes that map the weights (and one of them asks for more than the largest hole)
+WORKER_REQUEST = 4 * GIB
+
+
+def shared_weights(p: Planner, t0: float, t1: float, dev: int) -> None:
+    """Process 0 (the loader) allocates the weights, fills the rest of the HBM with its pool and frees every other
+    block of it (holes of POOL_BLOCK); then WORKERS processes map the weights (`Share`s: npu-smi counts them in
+    each process that maps them, so its process table adds up to more than the chip uses); then a worker asks
+    for WORKER_REQUEST, more than the largest hole though npu-smi shows that much free, and fails."""
+    p.procs = max(p.procs, 1 + WORKERS)
+    span = t1 - t0
+    heap = p.heaps[dev]
+    op_alloc(p, t0, dev, WEIGHTS_BYTES, phase="load")
+    weights = max(heap.live)
+    blocks = heap.free_bytes // POOL_BLOCK
+    step = 0.15 * span / (blocks + blocks // 2 + 1)
+    t = t0 + 0.02 * span
+    pool = []
+    for _ in range(blocks):
+        op_alloc(p, t, dev, POOL_BLOCK, phase="load")
+        pool.append(max(heap.live))
+        t += step
+    for va in pool[::2]:
+        op_free(p, t, dev, va, phase="load")
+        t += step
+    t_share = t0 + 0.3 * span
+    p.shares += [Share(int(t_share), dev, weights, WEIGHTS_BYTES, w) for w in range(1, 1 + WORKERS)]
+    for w in range(1, 1 + WORKERS):  # the workers serve: tasks on the chip, with the weights mapped
+        for k in range(4):
+            op_task(p, t_share + (0.02 + 0.05 * k + 0.01 * w) * span, dev, phase="serve", proc=w)
+    op_alloc(p, t0 + 0.6 * span, dev, WORKER_REQUEST, phase="serve", proc=1)
 
 
 def ecc_reset(p: Planner, t0: float, t1: float, dev: int) -> None:
@@ -386,6 +445,11 @@ def _plan_mixed(p: Planner, end: int) -> None:
     spikes(p, 0.05 * end, 0.95 * end, max(3, int(2 * end / NS)))
 
 
+def _plan_shared_weights(p: Planner, end: int) -> None:
+    p.no_alloc.add(0)
+    shared_weights(p, 0.05 * end, end, 0)
+
+
 # Each scenario's special phases; the steady background traffic (`steady`) is planned after them, over the whole
 # run, on every device not in one of their quiet windows.
 _PLANNERS: Dict[str, Callable[[Planner, int], None]] = {
@@ -395,6 +459,7 @@ _PLANNERS: Dict[str, Callable[[Planner, int], None]] = {
     "ecc-reset": _plan_ecc_reset,
     "irq-storm": _plan_irq_storm,
     "mixed": _plan_mixed,
+    "shared-weights": _plan_shared_weights,
 }
 
 
@@ -423,12 +488,55 @@ def validate(
 def plan(scenario: str, seed: int, duration_s: float, rate: float, devices: int, host: Host = SINGLE) -> List[Action]:
     """The actions of `scenario`, sorted by planned start and placed on `host`'s threads; the same arguments
     always give the same plan, and the same actions whatever the host."""
+    return plan_run(scenario, seed, duration_s, rate, devices, host)[0]
+
+
+def plan_run(
+    scenario: str, seed: int, duration_s: float, rate: float, devices: int, host: Host = SINGLE
+) -> Tuple[List[Action], List[Share], int]:
+    """`plan`'s actions, the scenario's shared mappings (in time order; only shared-weights has any) and how
+    many executor processes run them (Action.proc 0..n-1; a process may have no action of its own)."""
     validate(scenario, duration_s, rate, devices, host)
     p = Planner(seed, devices)
     end = int(duration_s * NS)
     _PLANNERS[scenario](p, end)
     steady(p, 0, end, float(rate))
-    return place(p.finish(), seed, host)
+    actions = place_processes(p.finish(), seed, host)
+    procs = max([p.procs] + [a.proc + 1 for a in actions])
+    return actions, sorted(p.shares, key=lambda s: (s.t_ns, s.proc)), procs
+
+
+def place_processes(actions: List[Action], seed: int, host: Host) -> List[Action]:
+    """`place` on each executor process's actions by itself (ProcessPlacer)."""
+    if all(a.proc == 0 for a in actions):
+        return place(actions, seed, host)
+    return ProcessPlacer(seed, host).extend(actions)
+
+
+class ProcessPlacer:
+    """A Placer per executor process (a process's threads wait only for its own actions; process k's draws
+    seeded by seed + k, so process 0's placement is the one-process plan's), `after` counted in the whole plan;
+    in one piece or in consecutive parts, like Placer."""
+
+    def __init__(self, seed: int, host: Host) -> None:
+        self.seed, self.host = seed, host
+        self.placers: Dict[int, Placer] = {}
+        self.index: Dict[int, List[int]] = {}  # process -> the plan index of each of its actions placed
+        self.count = 0
+
+    def extend(self, actions: Sequence[Action], ahead: Sequence[Action] = ()) -> List[Action]:
+        out = list(actions)
+        for proc in sorted({a.proc for a in actions}):
+            if proc not in self.placers:
+                self.placers[proc], self.index[proc] = Placer(self.seed + proc, self.host), []
+            mine = [i for i, a in enumerate(actions) if a.proc == proc]
+            index = self.index[proc]
+            index += [self.count + i for i in mine]
+            placed = self.placers[proc].extend([actions[i] for i in mine], [a for a in ahead if a.proc == proc])
+            for i, a in zip(mine, placed):
+                out[i] = a if a.after is None else replace(a, after=index[a.after])
+        self.count += len(actions)
+        return out
 
 
 def plan_stream(
@@ -443,7 +551,7 @@ def plan_stream(
     """`plan`'s actions in the same order, placed the same way, planned `window_s` of run time at a time (see
     the module docstring); `plan`'s checks but its size limit, on a run of at most a day."""
     validate(scenario, duration_s, rate, devices, host, max_duration_s=STREAM_MAX_DURATION_S, max_actions=None)
-    p, placer = Planner(seed, devices), Placer(seed, host)
+    p, placer = Planner(seed, devices), ProcessPlacer(seed, host)
     end, window = int(duration_s * NS), max(1, int(window_s * NS))
     _PLANNERS[scenario](p, end)
     t: float = 0

@@ -255,6 +255,41 @@ class TruthTally:
                 "precursor": {d: dict(p) for d, p in self.precursor.items()}, "leaks": leaks}  # fmt: skip
 
 
+def accounting_expectations(truth: Mapping[str, Any]) -> Dict[str, Any]:
+    """What the accounting detector must find in a run whose health channel polled the fake npu-smi (the truth
+    of a run with side channels: `channels.npu_smi.memory`, the fake's memory steps):
+
+    counted_twice  {dev: {"used_mb", "process_sum_mb", "pids"}}: the first state of each chip whose process
+                   rows add up to more than it uses (the rows' pids in order), for a scenario whose memory
+                   stays as it is from then on (shared-weights: the workers map the weights last)
+    explained      [(dev, explanation, size)] of the failed allocations the fake's chip showed room for (at
+                   its last step before the failure): fragmentation when the driver's largest free block was
+                   below the size though its free bytes sufficed, accounting when its free bytes were below
+    """
+    steps = ((truth.get("channels") or {}).get("npu_smi") or {}).get("memory") or []
+    twice: Dict[int, Dict[str, Any]] = {}
+    for step in steps:
+        rows = step["processes"]
+        total = sum(r["memory_mb"] for r in rows)
+        if step["dev"] not in twice and total > step["used_mb"] + len(rows):
+            twice[step["dev"]] = {"used_mb": step["used_mb"], "process_sum_mb": total,
+                                  "pids": [r["pid"] for r in rows]}  # fmt: skip
+    explained = []
+    total_mb = 65536
+    for rec in truth.get("actions", []):
+        if rec["func"] != "devmm_alloc_done" or rec["kind"] != "alloc_fail":
+            continue
+        before = [st for st in steps if st["dev"] == rec["dev"] and st["t_ns"] <= rec["t_ns"] + truth["t0_ns"]]
+        used = before[-1]["used_mb"] if before else None
+        args = rec["args"]
+        size, free, largest = int(args["size"]), int(args["free_bytes"]), int(args["largest_free"])
+        if used is None or (total_mb - used) * (1 << 20) < size:
+            continue
+        how = "fragmentation" if largest < size <= free else "accounting" if free < size else "unexplained"
+        explained.append((rec["dev"], how, size))
+    return {"counted_twice": twice, "explained": explained}
+
+
 def _timeout_key(rec: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
     if rec["func"] == "drv_timeout":
         return rec["dev"], hal.TIMEOUT_KINDS[int(rec["args"]["kind"])]
