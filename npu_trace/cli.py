@@ -12,7 +12,7 @@ from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
-COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "cleanup", "bpf")
+COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "cleanup", "bpf", "agent")
 
 
 class _Parser(argparse.ArgumentParser):
