@@ -6,9 +6,10 @@ CPU (sync_file_range), paced at `--rate` trace events/s (default 1.2 M) for `--e
 the benchmark profile `benchmarks.tasks.PROFILE` maps them to calls, submits and completions. Traced by:
 
   stream decode   the live decoding path in-process: the live source and the columnar timeline (the page
-                  walker, the ordered merge, blocks of columns: what `live`, the TUI's worker and the agent
-                  use), counted like benchmarks.ingest (the reader pinned to --reader-cpu); "decode to
-                  objects": the reference timeline (a TraceEvent per record, then the merge), for comparison
+                  walker, the ordered merge, blocks of columns taken as a live consumer takes them,
+                  `LiveBlocks`: what `live`, the TUI's worker and the agent use), counted like
+                  benchmarks.ingest (the reader pinned to --reader-cpu); "decode to objects": the reference
+                  timeline (a TraceEvent per record, then the merge), for comparison
   live analysis   the same columnar path, each block handed to the analysis consumer (`analysis_consumer`:
                   `Analysis.feed_block`, the detectors of check and the TUI)
   TUI worker      the TUI's real worker process (started by FeedClient, no UI; its updates acknowledged at once)
@@ -69,6 +70,7 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = Fal
     import numpy as np
 
     from npu_trace.pipeline import Batch, pump
+    from npu_trace.pipeline.blocktimeline import LiveBlocks
     from npu_trace.sources.live import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
@@ -83,14 +85,16 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = Fal
             def sink(batch: Batch) -> None:
                 pids.update(map(_pid_of, batch_items(timeline, decoders, batch)))
         else:
-            blocks = source.block_timeline()
+            live = LiveBlocks(source.block_timeline(), time.monotonic)
 
             def sink(batch: Batch) -> None:
-                block = blocks.push(batch)
+                block = live.push(batch)
+                if block is None:
+                    return
                 who, count = np.unique(block.pid, return_counts=True)
                 pids.update(dict(zip(who.tolist(), count.tolist())))
                 if consumer is not None:
-                    consumer.feed_block(block, blocks.now)
+                    consumer.feed_block(block, live.timeline.now)
 
         t0, c0 = time.monotonic(), cpu_self()
         proc = subprocess.Popen(tasks.argv(exe, args.events, args.rate), stdout=subprocess.PIPE)

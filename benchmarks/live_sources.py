@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from benchmarks.tasks import EVENTS, PROFILE
+from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
@@ -109,7 +110,8 @@ class PacedReplay(BaseSource):
 
     def run(self, sink: Sink, stop: StopFlag) -> None:
         source = ReplaySource(self.path, PROFILE.layouts)
-        timeline = source.timeline()
+        blocks = LiveBlocks(source.block_timeline(), time.monotonic)
+        timeline = blocks.timeline
         start = self.times["started"] = time.monotonic()
         for batch in source.batches():
             now = time.monotonic() - start
@@ -118,7 +120,11 @@ class PacedReplay(BaseSource):
             if now >= self.window and self.times["ended"] is None:
                 self.times.update(ended=start + now, at_end=self.sent)
             before = timeline.events
-            sink(timeline.push(batch), timeline.now)
+            block = blocks.push(batch)
+            if block is None:
+                sink([])
+            else:
+                sink(block, timeline.now)
             self.sent += timeline.events - before
             while self.sent > self.rate * (time.monotonic() - start) and not stop.stopped:
                 time.sleep(TICK_S)

@@ -156,6 +156,18 @@ def time_replay(path: str, repeat: int) -> Dict[str, Any]:
     return rate_figures(events, median(walls), median(cpus))
 
 
+def time_output(path: str, fmt: str, events: int, repeat: int) -> Dict[str, Any]:
+    """`npu-trace replay --headless --max --format FMT PATH > /dev/null` (every event printed, as `trace-cmd
+    report` prints them), in a child process: its wall time and CPU; median of `repeat`."""
+    import sys
+
+    from benchmarks.checks import timed
+
+    argv = [sys.executable, "-m", "npu_trace", "replay", "--headless", "--max", "--format", fmt, path]
+    fig = timed(argv, repeat)
+    return rate_figures(events, fig["wall_s"], fig["cpu_s"])
+
+
 def time_check(path: str, repeat: int) -> Dict[str, Any]:
     """analyze(path, "sim") as `npu-trace check` runs it (no progress bar); median of `repeat`."""
     from benchmarks.common import cpu_self, median
@@ -282,12 +294,16 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
         "getpid events are not in the sim profile's mapping: check counts them as 'log' events without "
         "decoding them (runs of them are stepped over); benchmarks.checks measures the other extreme"
     )
+    text = out["replay_text"] = time_output(path, "text", replay["events"], repeat)
+    ndjson = out["replay_ndjson"] = time_output(path, "ndjson", replay["events"], repeat)
     rep = None
     if dat is not None and dat_run is not None:
         rep = out["trace_cmd_report"] = time_report(bench, dat, dat_run.events + dat_run.other_events, repeat)
-    log(f"replay/check on that recording (in-process, reader CPU; median of {repeat})")
+    log(f"replay/check on that recording (in-process, reader CPU; printing ones: a child process; median of {repeat})")
     rows = [("reader", "events", "wall s", "CPU s", "events/s", "CPU ns/event")]
     items = [("npu-trace replay (decode only)", replay),
+             ("npu-trace replay --headless --max (text) > /dev/null", text),
+             ("npu-trace replay --headless --max --format ndjson > /dev/null", ndjson),
              (f"npu-trace check (analyze, {CHECK_PROFILE} profile)", check)]  # fmt: skip
     if rep is not None:
         items.append(("trace-cmd report > /dev/null", rep))
@@ -301,7 +317,8 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
         f"mapping: counted as 'log' without being decoded); {check['findings']} findings."
     )
     if rep is not None:
-        log("  trace-cmd report formats every event as text; npu-trace replay builds event tuples (no text)")
+        log("  trace-cmd report formats every event as text; npu-trace replay (decode only) builds event tuples "
+            "(no text); the --headless ones print every event (start-up included)")
 
     # -- ratios --
     r: Dict[str, Optional[float]] = {}
@@ -316,6 +333,8 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
     if rep is not None:
         r["replay_rate_vs_report"] = ratio(replay["events_per_s"], rep["events_per_s"])
         r["replay_cpu_per_event_vs_report"] = ratio(replay["cpu_ns_per_event"], rep["cpu_ns_per_event"])
+        r["text_rate_vs_report"] = ratio(text["events_per_s"], rep["events_per_s"])
+        r["ndjson_rate_vs_report"] = ratio(ndjson["events_per_s"], rep["events_per_s"])
         r["check_rate_vs_report"] = ratio(check["events_per_s"], rep["events_per_s"])
     out["ratios"] = r
     if r:

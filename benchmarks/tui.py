@@ -1,4 +1,13 @@
-"""TUI benchmark: a flood source offers 100,000 events/s to the app for ~20 s (headless, real worker process).
+"""TUI benchmark: a flood source offers events to the app at a paced rate for ~20 s (headless, real worker process).
+
+Two floods (--flood):
+- blocks (the default, 1,000,000 events/s): what a live session's worker receives from the columnar timeline;
+  a recording generated in this run (benchmarks.gen_recording: the simulator's mixed scenario, 8 devices, no
+  root) is read once through `ReplaySource.block_timeline()` into blocks as a live worker takes them at the
+  rate (`LiveBlocks`: the rows of 50 ms), built in the worker before the clock starts, then handed over
+  again and again with their stamps shifted past the previous round, so event time
+  always moves forward; each block goes whole once its first row is due;
+- objects (100,000 events/s): a synthesized mixed run as TraceEvent objects (the reference path).
 
 Measures, and prints (figures only; never asserts timings):
 - key press to redraw: a key event is handed to the app as the terminal driver does, and the time runs until
@@ -11,7 +20,7 @@ Measures, and prints (figures only; never asserts timings):
 - UI updates per second and the UI thread's time per update;
 - RSS of the UI process and of the worker process over time (the flood's own data is a few MiB).
 
-Run: .venv/bin/python -m benchmarks.tui [--seconds 20] [--rate 100000]
+Run: .venv/bin/python -m benchmarks.tui [--seconds 20] [--flood blocks|objects] [--rate N] [--gen-events N]
 """
 
 from __future__ import annotations
@@ -24,9 +33,12 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
+from npu_trace.pipeline.blocks import Block
+from npu_trace.pipeline.blocktimeline import TAKE_EVERY_S, TAKE_ROWS
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import synth_events
-from tui.worker.sources import FakeSource
+from npu_trace.sources.replay_source import ReplaySource
+from tui.worker.sources import BaseSource, FakeSource
 
 if TYPE_CHECKING:
     from tui.ui.app import NpuTraceApp
@@ -74,6 +86,66 @@ class FloodSource(FakeSource):
                     i, k = 0, k + 1
             self.sent += len(out)
             yield out
+
+    def detail(self) -> str:
+        return f"offered {self.offered} sent {self.sent}"
+
+
+class BlockFlood(BaseSource):
+    """`rate` events/s for `seconds` as columnar blocks, paced by the clock: the blocks of a recording (made
+    by benchmarks.gen_recording), built once in the worker, then offered round after round with their stamps
+    shifted past the previous round. A block holds what a live worker's `LiveBlocks` hands over at `rate`
+    when the worker keeps up (the rows of TAKE_EVERY_S, at most TAKE_ROWS), and is offered whole once its
+    first row is due; `offered` counts the rows the clock has made due, so a worker
+    that falls behind shows as a backlog."""
+
+    label = "flood"
+
+    def __init__(self, path: str, rate: int, seconds: float) -> None:
+        super().__init__()
+        self.rate, self.seconds = rate, seconds
+        self.offered = self.sent = 0
+        source = ReplaySource(path)
+        timeline = source.block_timeline()
+        self.blocks: List[Tuple[Block, int]] = []
+        rows = max(1, min(TAKE_ROWS, int(rate * TAKE_EVERY_S)))  # what LiveBlocks hands over at this rate
+        for batch in source.batches():
+            timeline.add(batch)
+            if timeline.pending_rows >= rows:
+                self._keep(timeline.take(), timeline.now)
+        self._keep(timeline.flush(), timeline.now)
+        if not self.blocks:
+            raise SystemExit(f"tui: {path} holds no events")
+        self.span = int(self.blocks[-1][0].ts[-1]) - int(self.blocks[0][0].ts[0]) + 1
+
+    def _keep(self, block: Block, now: Optional[int]) -> None:
+        if len(block) and not block.objects:  # a generated recording has no channel objects nor losses
+            self.blocks.append((block, int(block.ts[-1]) if now is None else now))
+
+    def run(self, sink: Any, stop: Any) -> None:
+        start = time.monotonic()
+        k = 0
+        while not stop.stopped:
+            shift = k * self.span
+            for block, now in self.blocks:
+                while self.sent > self.rate * (time.monotonic() - start) and not stop.stopped:
+                    sink([])  # serves the UI's requests while the clock catches up
+                    time.sleep(TICK_S)
+                elapsed = time.monotonic() - start
+                if stop.stopped or elapsed >= self.seconds:
+                    self.offered = int(self.rate * min(elapsed, self.seconds))
+                    return self._hold(sink, stop)
+                self.offered = int(self.rate * elapsed)
+                shifted = Block(block.ts + shift, block.cpu, block.pid, block.etype, block.ref, block.tables, [],
+                                block.groups)  # fmt: skip
+                self.sent += len(block)
+                sink(shifted, now + shift)
+            k += 1
+
+    def _hold(self, sink: Any, stop: Any) -> None:
+        while not stop.stopped:
+            sink([])
+            time.sleep(TICK_S)
 
     def detail(self) -> str:
         return f"offered {self.offered} sent {self.sent}"
@@ -129,16 +201,17 @@ def offered(app: NpuTraceApp) -> int:
     return int(words[1]) if len(words) > 1 and words[0] == "offered" else 0
 
 
-async def measure(seconds: float, rate: int) -> None:
+async def measure(seconds: float, rate: int, recording: Optional[str] = None) -> None:
     from textual import events
 
-    from benchmarks.tui import FloodSource as flood  # by its module's name (run as __main__, this one is not)
+    from benchmarks.tui import BlockFlood, FloodSource  # by their module's name (run as __main__, this one is not)
     from npu_trace.process import tune_gc
     from tui.messages import SourceSpec
     from tui.ui.app import NpuTraceApp
 
     tune_gc()  # as the CLI does
-    app = NpuTraceApp(SourceSpec(flood, (rate, seconds)), PROFILES["sim"])
+    spec = SourceSpec(BlockFlood, (recording, rate, seconds)) if recording else SourceSpec(FloodSource, (rate, seconds))
+    app = NpuTraceApp(spec, PROFILES["sim"])
     lat: List[float] = []
     handling: List[float] = []
     waiting: Dict[str, Any] = {}
@@ -178,7 +251,10 @@ async def measure(seconds: float, rate: int) -> None:
     print(f"tui: {analysed:,} events analysed in {elapsed:.1f} s ({analysed / elapsed:,.0f} ev/s; offered "
           f"{rate:,}/s); at the end {total:,} analysed of {offer:,} offered: backlog {backlog:,} "
           f"({backlog / rate:.2f} s)")  # fmt: skip
-    print(f"tui: CPU: UI process {cpu[0]:.0f}%, worker {cpu[1]:.0f}% of one CPU; load average {os.getloadavg()[0]:.2f}")
+    per_event = cpu[1] / 100 * elapsed / analysed * 1e9 if analysed else 0.0
+    print(f"tui: CPU: UI process {cpu[0]:.0f}%, worker {cpu[1]:.0f}% of one CPU ({per_event:,.0f} ns per event "
+          f"analysed: {1e9 / per_event if per_event else 0:,.0f} ev/s on a CPU of its own); load average "
+          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"tui: {updates} UI updates ({updates / elapsed:.1f}/s); UI thread per update: p50 "
           f"{pick(handling, 0.5):.1f} ms, p99 {pick(handling, 0.99):.1f} ms, max {handling[-1]:.1f} ms")  # fmt: skip
     print(f"tui: key->redraw over {len(lat)} presses: p50 {pick(lat, 0.5):.1f} ms, p90 {pick(lat, 0.9):.1f} ms, "
@@ -194,12 +270,33 @@ async def measure(seconds: float, rate: int) -> None:
     print(f"tui: RSS MiB over time (UI/worker): {series}")
 
 
+def flood_recording(events: int, out_dir: str) -> str:
+    """The blocks flood's recording: the simulator's mixed scenario on 8 devices, generated (no root)."""
+    from benchmarks.gen_recording import Spec, duration_for, generate
+
+    path = os.path.join(out_dir, "flood.npt")
+    t0 = time.monotonic()
+    got = generate(path, Spec(duration_s=duration_for(events, Spec.rate)))
+    print(f"tui: flood recording: {got.events:,} events generated in {time.monotonic() - t0:.0f} s ({path})")
+    return path
+
+
 def main() -> None:
+    import tempfile
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--rate", type=int, default=100_000)
+    ap.add_argument("--flood", choices=("blocks", "objects"), default="blocks")
+    ap.add_argument("--rate", type=int, help="events/s offered (default 1,000,000 blocks, 100,000 objects)")
+    ap.add_argument("--gen-events", type=float, default=300_000, help="events in the blocks flood's recording")
+    ap.add_argument("--recording", help="the blocks flood's recording (instead of generating one)")
     args = ap.parse_args()
-    asyncio.run(measure(args.seconds, args.rate))
+    if args.flood == "objects":
+        asyncio.run(measure(args.seconds, args.rate or 100_000))
+        return
+    with tempfile.TemporaryDirectory(prefix="npu-trace-bench-tui.") as tmp:
+        path = args.recording or flood_recording(int(args.gen_events), tmp)
+        asyncio.run(measure(args.seconds, args.rate or 1_000_000, path))
 
 
 if __name__ == "__main__":

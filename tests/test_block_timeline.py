@@ -28,7 +28,7 @@ from npu_trace.ftrace.decode import CpuDecoders, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
-from npu_trace.pipeline.blocktimeline import BlockTimeline, chunk_batches
+from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks, chunk_batches
 from npu_trace.recording.format import Chunk
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
@@ -215,3 +215,43 @@ def test_a_chunk_walked_at_once_is_its_reads_one_by_one(seed: int, cpus: int, cu
     assert got == want
     assert timeline.ledger.rows() == ledger.rows()
     assert json.dumps(analysis.finish(), sort_keys=True) == want_report
+
+
+# ---- a live consumer's takes ----------------------------------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("rows, every_s", [(1 << 30, 0.05), (150, 1e9), (400, 0.02)])
+def test_a_live_consumer_takes_by_rows_by_time_and_at_the_end(rows: int, every_s: float) -> None:
+    """LiveBlocks takes once `rows` are pending, or `every_s` after its last take, or at the end; what it
+    hands over (and the analysis fed with it) is the reference's, whatever it coalesces."""
+    batches = hostile_batches(11, 2)
+    want, _, _, want_report = reference(batches, 2)
+    clock = FakeClock()
+    decoders = build_decoders(FORMATS.values(), layouts=PROFILE.layouts)
+    live = LiveBlocks(BlockTimeline(HEADER, decoders, PLANS, cpus=range(2), channels=True), clock, rows, every_s)
+    analysis = Analysis(PROFILE)
+    got: List[Any] = []
+    takes = 0
+    for batch in batches:
+        clock.t += 0.005  # a read every 5 ms
+        block = live.push(batch)
+        if block is None:
+            assert not batch.final and live.timeline.pending_rows < rows
+            continue
+        takes += 1
+        got += block.items()
+        analysis.feed_block(block, live.timeline.now)
+    assert live.timeline.ended
+    assert got == want
+    assert json.dumps(analysis.finish(), sort_keys=True) == want_report
+    reads = len(batches)
+    if every_s < 1:  # by time at least every every_s (4 reads of 5 ms at 0.02 s), and far fewer than the reads
+        assert reads / (every_s / 0.005) - 1 <= takes < reads
+    else:  # by rows only: a take whenever 150 rows were pending, and at the end
+        assert 1 < takes < reads

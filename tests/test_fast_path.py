@@ -50,7 +50,25 @@ def sprinkled(scenario: str, seed: int, rng: random.Random, cpus: int = 2) -> Li
             args = {"va": 0x100000000000, "ret": 0, "source": "bpf", "latency_ns": 5000,
                     "entry_ts_ns": ev.ts_ns - 5000}  # fmt: skip
             items.append(NpuEvent(ev.ts_ns, "free", 0, "halMemFree", 1, 0, args))
+        elif r < 0.012:
+            items += npu_smi_poll(ev.ts_ns, rng)
     return items
+
+
+def npu_smi_poll(ts: int, rng: random.Random) -> List[NpuEvent]:
+    """One health-channel poll of two chips: process rows (the synthesizer's process among them), then each
+    chip's reading, with numbers that make the accounting detector's conditions come and go."""
+    out: List[NpuEvent] = []
+    for dev in (0, 1):
+        rows = [(4242, rng.randrange(0, 3000)), (77, rng.randrange(0, 2000))][: rng.randrange(3)]
+        for pid, mb in rows:
+            args = {"source": "npu-smi", "npu": dev, "chip": 0, "pid": pid, "name": "python3", "memory_mb": mb}
+            out.append(NpuEvent(ts, "log", dev, "npu_smi_process", -1, -1, args))
+        reading = {"source": "npu-smi", "npu": dev, "chip": 0, "name": "910B3", "health": "OK", "temp_c": 50,
+                   "power_w": 93.6, "aicore_pct": 0, "used_mb": rng.randrange(0, 4000), "total_mb": 65536,
+                   "memory": "hbm", "bus_id": f"0000:c{dev}:00.0", "processes": len(rows)}  # fmt: skip
+        out.append(NpuEvent(ts, "log", dev, "npu_smi", -1, -1, reading))
+    return out
 
 
 def cuts(rng: random.Random, n: int, count: int) -> List[int]:

@@ -115,6 +115,9 @@ class MemoryView:
     processes: List[Tuple[int, int, str, int]] = field(default_factory=list)  # (dev, pid, comm, live bytes)
     failures: List[Finding] = field(default_factory=list)
     spark: Dict[int, List[int]] = field(default_factory=dict)  # live bytes per update interval
+    # npu-smi's view: (device, npu, chip, used MB, total MB) of each chip's last reading
+    chips: List[Tuple[Optional[int], int, int, Optional[int], Optional[int]]] = field(default_factory=list)
+    accounting: List[Finding] = field(default_factory=list)  # accounting_mismatch, alloc_fail_explained
 
 
 @dataclass

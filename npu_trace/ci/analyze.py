@@ -59,7 +59,7 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     The fast path (columns: `BlockTimeline` and `Analysis.feed_block`) by default; `reference`: the
     pure-Python path it must equal (one object per event), byte for byte."""
     source = ReplaySource(path)
-    analysis = Analysis(profile_for(source, profile_name), source.scope_filter())
+    analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks)
     source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
     bar = Progress(os.path.getsize(path) if progress else 0)
     bar.enabled = bar.enabled and progress

@@ -12,6 +12,8 @@
     heartbeat = 0            # per operation (any count table): "no heartbeat lost"
     [link_degraded]
     max = 0                  # a PCIe link trained below its maximum speed or width (default: reported only)
+    [accounting_mismatch]
+    max = 0                  # npu-smi's process table over the chip's used memory, or off the traced bytes
     [ecc]
     max_ce_delta = 100       # ECC counts may grow this much on any device over the session (default: no limit)
     max_uce_delta = 0
@@ -44,9 +46,10 @@ COUNT_RULES = {
     "leaks": "leak",
     "link_degraded": "link_degraded",
     "health": "health",
+    "accounting_mismatch": "accounting_mismatch",
 }
 DEFAULT_MAX = {"timeouts": 0, "alloc_fail": 0, "reset_sequences": 0, "spikes": -1, "leaks": -1, "link_degraded": -1,
-               "health": -1}  # fmt: skip
+               "health": -1, "accounting_mismatch": -1}  # fmt: skip
 ECC_LIMITS = ("max_ce_delta", "max_uce_delta")
 UNLIMITED = -1
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import itemgetter
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
+from npu_trace.detectors.accounting import AccountingDetector
 from npu_trace.detectors.base import Detector, Finding, sort_findings
 from npu_trace.detectors.health import HealthDetector
 from npu_trace.detectors.latency import LatencyDetector
 from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
+from npu_trace.detectors.processes import Processes
 from npu_trace.detectors.reset import ResetDetector
 from npu_trace.detectors.states import DeviceStateDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
@@ -33,15 +35,18 @@ class Analysis:
     """feed(items) -> the findings those items completed; advance(now) -> those time completed;
     finish() -> {"findings": [...], "summary": {...}}."""
 
-    def __init__(self, profile: Profile, scope: Optional[ScopeFilter] = None) -> None:
+    def __init__(self, profile: Profile, scope: Optional[ScopeFilter] = None,
+                 tasks: Optional[Mapping[int, int]] = None) -> None:  # fmt: skip
         """`scope`: the pipeline's part of what the trace was scoped to (npu_trace.pipeline.scope), applied
-        around normalization; None or an inactive one: every event is analysed."""
+        around normalization; None or an inactive one: every event is analysed. `tasks`: thread id -> its
+        process (a recording's header `extra.tasks`): what is said per process adds its threads up."""
         self.normalizer = Normalizer(profile.mapping)
         self._scope = scope
         # typed, for their read-only views (check, diff, the TUI's collector, exporters)
         self.latency = LatencyDetector(profile.latency)
         self.reset = ResetDetector(profile.reset)
-        self.memory = MemoryDetector()
+        self.memory = MemoryDetector(Processes(tasks))
+        self.accounting = AccountingDetector(self.memory.process_bytes)  # npu-smi against the traced bytes
         self.states = DeviceStateDetector(profile.reset)
         self._timeouts = TimeoutDetector(profile.merge_ns)
         self.block_normalizer = BlockNormalizer(self.normalizer)  # the fast path's, sharing the pairing state
@@ -50,6 +55,7 @@ class Analysis:
             "latency": self.latency,
             "reset": self.reset,
             "memory": self.memory,
+            "accounting": self.accounting,
             "timeouts": self._timeouts,
             "health": HealthDetector(),
             "loss": LossDetector(),
@@ -146,24 +152,39 @@ class Analysis:
         block = nb.block
         previous, self._last_seen = self._last_seen, int(block.ts[-1])
         self._count_block(nb)
-        new = [*self.latency.feed_block(nb), *self.memory.feed_block(nb)]
+        new = self.latency.feed_block(nb)
         rare = np.flatnonzero(~nb.counted_only & ~np.isin(nb.kind, HOT_CODES))
-        new += self._feed_rare(nb, rare, previous)
+        events = [nb.event(r) for r in rare.tolist()]
+        new += self._feed_memory(nb, rare, events)
+        new += self._feed_rare(nb, rare, events, previous)
         self.findings.extend(new)
         found = sort_findings(new)
         return found + self.advance(now) if now is not None else found
 
-    def _feed_rare(self, nb: NormBlock, rows: np.ndarray, previous: int) -> List[Finding]:
+    def _feed_memory(self, nb: NormBlock, rows: np.ndarray, events: List[NpuEvent]) -> List[Finding]:
+        """The memory detector's rows of the block, and the accounting detector's rare events: the memory
+        detector is fed up to each event the accounting one reads its counts at (an npu-smi reading, an
+        allocation failure), as feed() would have fed it every event before that one."""
+        out: List[Finding] = []
+        lo, done = 0, 0
+        for i, ev in enumerate(events):
+            if self.accounting.needs_memory(ev):
+                out += self.memory.feed_block(nb, lo, int(rows[i]))
+                out += self.accounting.feed(events[done : i + 1])
+                lo, done = int(rows[i]), i + 1
+        out += self.memory.feed_block(nb, lo) if lo else self.memory.feed_block(nb)
+        return out + self.accounting.feed(events[done:])
+
+    def _feed_rare(self, nb: NormBlock, rows: np.ndarray, events: List[NpuEvent], previous: int) -> List[Finding]:
         """The rare events (resets, timeouts, ECC, health, loss, failures) as objects, in order. The detectors
         that judge by time (a reset's overdue step, a timeout's merge window, a device's stalled reset) also
         get the stamps of the items between them, as feed() would have shown them every item."""
-        events = [nb.event(r) for r in rows.tolist()]
         stamps = nb.block.ts
         last = int(stamps[-1])
         before = [int(stamps[r - 1]) if r else previous for r in rows.tolist()]
         out = self._timeouts.feed_sparse(events, before, last)
         for detector in self.detectors.values():
-            if detector is not self._timeouts and detector not in (self.latency, self.memory):
+            if detector is not self._timeouts and detector not in (self.latency, self.memory, self.accounting):
                 out += detector.feed(events)  # a detector reads no hot kind (see detectors.base)
                 out += detector.advance(last)
         return out
@@ -181,10 +202,20 @@ class Analysis:
         """Already-normalized events (sources that produce NpuEvents themselves)."""
         self._count(events)
         new: List[Finding] = []
-        for detector in self.detectors.values():
-            new.extend(detector.feed(events))
+        for part in self._parts(events):
+            for detector in self.detectors.values():
+                new.extend(detector.feed(part))
         self.findings.extend(new)
         return sort_findings(new)
+
+    def _parts(self, events: List[NpuEvent]) -> List[List[NpuEvent]]:
+        """`events` cut after each one the accounting detector reads the memory detector's counts at (so the
+        memory detector has seen every event before it); one part when there is none."""
+        cuts = [i + 1 for i, ev in enumerate(events) if self.accounting.needs_memory(ev)]
+        if not cuts:
+            return [events]
+        bounds = [0, *cuts, len(events)]
+        return [events[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
     def finish(self) -> Dict[str, Any]:
         """Flush every detector (once) and return the report."""

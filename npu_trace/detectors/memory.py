@@ -1,9 +1,14 @@
-"""Device memory: live bytes per device and per (device, pid), allocation failures, allocations never freed.
+"""Device memory: live bytes per device and per (device, process), allocation failures, allocations never freed.
 
 `alloc` events (args size, va) add `size` at `va`; `free` events (args va) remove it. An `alloc_fail` event
 becomes an `alloc_fail` finding with the free bytes and largest free block the driver reported at that
 moment (args free_bytes / largest_free) and a fragmentation hint: free_bytes >= size > largest_free.
-At flush, allocations still live become `leak` findings, one per (device, pid) with count and bytes.
+At flush, allocations still live become `leak` findings, one per (device, process) with count and bytes.
+
+Events carry the thread that made them (`pid` is a thread id: npu_trace.detectors.processes). The counting
+keeps live bytes per (device, thread) in `pid_bytes` (on both paths, the hot ones); what is said per process
+(`process_bytes()`, `top_processes()`, the summary's `processes`, leaks) adds a process's threads up through
+`processes`, the thread -> process map a recording's header keeps (a thread it does not know is its own).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.detectors.base import Finding
+from npu_trace.detectors.processes import Processes
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.order import KeyPacking, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
@@ -22,7 +28,8 @@ MAX_LEAK_VAS = 8  # addresses listed per leak finding (the oldest)
 
 
 class MemoryDetector:
-    def __init__(self) -> None:
+    def __init__(self, processes: Optional[Processes] = None) -> None:
+        self.processes = processes if processes is not None else Processes()
         self.live: Dict[Tuple[int, int], Tuple[int, int, int]] = {}  # (dev, va) -> (size, pid, ts)
         self.dev_bytes: Dict[int, int] = {}
         self.peak: Dict[int, int] = {}
@@ -40,9 +47,12 @@ class MemoryDetector:
                 out.append(self._failure(ev))
         return out
 
-    def feed_block(self, nb: NormBlock) -> List[Finding]:
-        """The columnar twin of feed(): allocations, frees and failures of a normalized block, in order."""
+    def feed_block(self, nb: NormBlock, lo: int = 0, hi: Optional[int] = None) -> List[Finding]:
+        """The columnar twin of feed(): allocations, frees and failures of a normalized block, in order (only
+        those of rows lo..hi-1: a block fed in consecutive pieces is the block fed at once)."""
         rows = rows_of(nb, ("alloc", "free", "alloc_fail"))
+        if lo or hi is not None:
+            rows = rows[(rows >= lo) & (rows < (len(nb) if hi is None else hi))]
         if not len(rows):
             return []
         vas, sizes = nb.int_args(rows, "va"), nb.int_args(rows, "size")
@@ -213,15 +223,26 @@ class MemoryDetector:
         """(device, live bytes, peak bytes) of every device seen, by device."""
         return [(dev, live, self.peak.get(dev, 0)) for dev, live in sorted(self.dev_bytes.items())]
 
+    def process_bytes(self, dev: Optional[int] = None) -> Dict[DevPid, int]:
+        """Live bytes per (device, process) now (one device's, or all), threads added up by `processes`."""
+        out: Dict[DevPid, int] = {}
+        of = self.processes.of
+        for (d, tid), n in self.pid_bytes.items():
+            if n and (dev is None or d == dev):
+                key = (d, of(tid))
+                out[key] = out.get(key, 0) + n
+        return out
+
     def top_processes(self, most: int) -> List[Tuple[int, int, int]]:
-        """(device, pid, live bytes) of the `most` processes holding the most device memory now."""
-        top = sorted(((n, d, p) for (d, p), n in self.pid_bytes.items() if n), reverse=True)[:most]
+        """(device, process, live bytes) of the `most` processes holding the most device memory now."""
+        top = sorted(((n, d, p) for (d, p), n in self.process_bytes().items() if n), reverse=True)[:most]
         return [(d, p, n) for n, d, p in top]
 
     def flush(self) -> List[Finding]:
         groups: Dict[DevPid, List[Tuple[int, int, int]]] = {}
-        for (dev, va), (size, pid, ts) in self.live.items():
-            groups.setdefault((dev, pid), []).append((ts, va, size))
+        of = self.processes.of
+        for (dev, va), (size, tid, ts) in self.live.items():
+            groups.setdefault((dev, of(tid)), []).append((ts, va, size))
         return [_leak(dev, pid, sorted(allocs)) for (dev, pid), allocs in sorted(groups.items())]
 
     def summary(self) -> Dict[str, Any]:
@@ -229,7 +250,8 @@ class MemoryDetector:
             {"device": _out_dev(d), "live_bytes": n, "peak_bytes": self.peak.get(d, 0)}
             for d, n in sorted(self.dev_bytes.items())
         ]
-        pids = [{"device": _out_dev(d), "pid": p, "live_bytes": n} for (d, p), n in sorted(self.pid_bytes.items()) if n]
+        pids = [{"device": _out_dev(d), "pid": p, "live_bytes": n} for (d, p), n in sorted(self.process_bytes().items())
+                if n]  # fmt: skip
         return {**self.counts, "live_allocations": len(self.live), "devices": devices, "processes": pids}
 
 

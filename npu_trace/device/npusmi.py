@@ -1,7 +1,8 @@
 """Parsers of `npu-smi` outputs (the formats of hicann/driver npucli, see the reference's §8) and the health
 events their changes make. Pure: text in, values out.
 
-* `parse_info(text)`: the `npu-smi info` table (910B "v1" header; A3's Phy-ID column) -> one `ChipInfo` per chip.
+* `parse_table(text)` / `parse_info(text)`: the `npu-smi info` table in every layout seen in the field
+  (npu_trace.device.npusmi_info) -> chips, process rows and what was not whole.
 * `parse_fields(text)`: the key/value outputs of `info -t ecc|temp|sensors|health|pcie-err|memory` (lines
   `\\t%-30s : %s`) -> {snake_case key: int | str}; "NA" stays a string.
 * `HealthTracker.update(dev, fields, ts_ns)` -> the NpuEvents of what changed: "ecc" (ce_count/uce_count = HBM
@@ -12,16 +13,18 @@ events their changes make. Pure: text in, values out.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Optional
 
+from npu_trace.device.npusmi_info import ChipInfo, InfoTable, ProcessInfo, parse_info, parse_table
 from npu_trace.events import NpuEvent
+
+__all__ = ["ChipInfo", "HealthTracker", "InfoTable", "ProcessInfo", "error_codes", "number", "parse_fields",
+           "parse_info", "parse_table", "snake", "temperature"]  # fmt: skip
 
 MAX_OUTPUT = 1 << 20  # characters of one npu-smi output parsed at most
 HEALTH_VALUES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")
-_BDF = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _FIELD = re.compile(r"^\s{0,16}(?P<k>[A-Za-z][^:\n]{0,80}?)\s{0,60}:\s?(?P<v>[^\n]{0,512})$")
 _NUM = re.compile(r"^-?\d{1,19}(?:\.\d{1,6})?$")
-_PAIR = re.compile(r"(\d{1,12}) {0,8}/ {0,8}(\d{1,12})")
 _KEY_CLEAN = re.compile(r"[^a-z0-9]+")
 
 # npu-smi field -> the name events use
@@ -29,22 +32,10 @@ ECC_CE = "hbm_single_bit_error_count"
 ECC_UCE = "hbm_double_bit_error_count"
 TEMP_KEYS = ("npu_temperature_c", "temperature_c", "soc_max_temperature_c")
 HBM_TEMP = ("hbm_temperature_c",)
+# keys some versions print otherwise: "Health Status : OK" (MindCluster's 23.0.5 collection) is "Health : OK"
+KEY_ALIASES = {"health_status": "health"}
 PCIE_KEYS = ("tx_error_count", "rx_error_count", "lcrc_error_count", "ecrc_error_count", "retry_count",
              "pcs_rx_error_count", "phy_lane_error_count", "dl_lcrc_error_count", "dl_dcrc_error_count")  # fmt: skip
-
-
-class ChipInfo(NamedTuple):
-    npu: int
-    chip: int
-    name: str
-    health: str
-    power_w: Optional[float]
-    temp_c: Optional[int]
-    bus_id: str
-    aicore_pct: Optional[int]
-    hbm_used_mb: Optional[int]
-    hbm_total_mb: Optional[int]
-    phy_id: Optional[int] = None
 
 
 def snake(key: str) -> str:
@@ -65,61 +56,9 @@ def parse_fields(text: str) -> Dict[str, Any]:
     for line in text[:MAX_OUTPUT].splitlines():
         m = _FIELD.match(line)
         if m:
-            out.setdefault(snake(m.group("k")), number(m.group("v")))
+            key = snake(m.group("k"))
+            out.setdefault(KEY_ALIASES.get(key, key), number(m.group("v")))
     return out
-
-
-def _cells(line: str) -> List[str]:
-    line = line.strip()
-    if not (line.startswith("|") and line.endswith("|")):
-        return []
-    return [c.strip() for c in line[1:-1].split("|")]
-
-
-def _int(text: str) -> Optional[int]:
-    v = number(text)
-    return int(v) if isinstance(v, (int, float)) else None
-
-
-def _float(text: str) -> Optional[float]:
-    v = number(text)
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def parse_info(text: str) -> List[ChipInfo]:
-    """The `npu-smi info` table -> one ChipInfo per chip (the process table and banners are skipped)."""
-    out: List[ChipInfo] = []
-    head: Optional[List[str]] = None
-    for line in text[:MAX_OUTPUT].splitlines():
-        cells = _cells(line)
-        if len(cells) != 3:
-            continue
-        if cells[1] in HEALTH_VALUES:
-            head = cells
-        elif head is not None and _BDF.match(cells[1]):
-            chip = _chip(head, cells)
-            if chip is not None:
-                out.append(chip)
-            head = None
-    return out
-
-
-def _chip(head: List[str], row: List[str]) -> Optional[ChipInfo]:
-    npu_name = head[0].split(None, 1)
-    ids = row[0].split()
-    if not npu_name or not npu_name[0].isdigit() or not ids or not all(i.isdigit() for i in ids):
-        return None
-    power_temp = head[2].split()
-    usage = row[2].split(None, 1)
-    pairs = _PAIR.findall(row[2])  # Memory-Usage then HBM-Usage
-    hbm = [int(pairs[-1][0]), int(pairs[-1][1])] if len(pairs) >= 2 else [None, None]
-    return ChipInfo(
-        npu=int(npu_name[0]), chip=int(ids[0]), name=npu_name[1] if len(npu_name) > 1 else "",
-        health=head[1], power_w=_float(power_temp[0]) if power_temp else None,
-        temp_c=_int(power_temp[1]) if len(power_temp) > 1 else None, bus_id=row[1],
-        aicore_pct=_int(usage[0]) if usage else None, hbm_used_mb=hbm[0], hbm_total_mb=hbm[1],
-        phy_id=int(ids[1]) if len(ids) > 1 else None,
-    )  # fmt: skip
 
 
 def temperature(fields: Dict[str, Any]) -> Optional[int]:

@@ -659,3 +659,31 @@ def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTi
     table = decoders.decoders
     return BlockTimeline(decoders.header, table, plans([d.fmt for d in table.values()], decoders.byteorder, layouts),
                          byteorder=decoders.byteorder, ledger=decoders.ledger, **kwargs)  # fmt: skip
+
+
+TAKE_ROWS = 1 << 16  # a live consumer takes a block once this many rows are pending...
+TAKE_EVERY_S = 0.05  # ...or this long after its last take
+
+
+class LiveBlocks:
+    """A live consumer's side of a BlockTimeline: every read added, and what the merge released taken as one
+    block once `rows` are pending, or `every_s` after the last take (on the clock given: pure logic), or at
+    the end. The columnar analysis costs per block as well as per row: at a busy rate this hands over blocks
+    of tens of thousands of rows instead of one per read (the pump reads every few ms), while a quiet session
+    still gets its block, and its watermark, every `every_s`."""
+
+    def __init__(self, timeline: BlockTimeline, clock: Any, rows: int = TAKE_ROWS,
+                 every_s: float = TAKE_EVERY_S) -> None:  # fmt: skip
+        self.timeline, self.clock, self.rows, self.every_s = timeline, clock, rows, every_s
+        self._last = clock()
+
+    def push(self, batch: Batch) -> Optional[Block]:
+        """Add one read; the block to analyse now, or None (nothing taken: the watermark stays where the rows
+        taken so far end, so a consumer advances time only with the rows before it)."""
+        timeline = self.timeline
+        timeline.add(batch)
+        now = self.clock()
+        if timeline.ended or timeline.pending_rows >= self.rows or now - self._last >= self.every_s:
+            self._last = now
+            return timeline.take()
+        return None

@@ -15,6 +15,7 @@ from npu_trace.events import Loss
 from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
 from npu_trace.sources.comm import saved_comms
+from npu_trace.sources.procs import thread_groups
 from npu_trace.sources.tracefs_source import TracefsSession
 
 
@@ -82,7 +83,8 @@ class Recorder:
     def _open(self) -> None:
         path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
         comms = proc_comms()  # names of the processes alive at the start, for replay's display
-        extra = {**self.extra, "comms": comms}
+        # which process each thread belongs to (trace events name threads): per-process accounting on replay
+        extra = {**self.extra, "comms": comms, "tasks": thread_groups()}
         header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
                               extra)  # fmt: skip
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,

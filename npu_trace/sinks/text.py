@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, TextIO
+from typing import Any, Callable, Dict, List, TextIO, Tuple
 
 from npu_trace.events import Loss, NpuEvent, TraceEvent
+from npu_trace.ftrace.format import INT, EventFormat
 
 CommOf = Callable[[int], str]
 
@@ -30,12 +31,63 @@ def _value_text(value: Any) -> str:
 
 def format_text(ev: TraceEvent, comm: str) -> str:
     secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
+    fmt = ev.fmt
+    plan = _TEXT_PLANS.get(id(fmt))
+    if plan is None or plan[0] is not fmt:
+        plan = _text_plan(fmt)
+    _, name, template, others, count = plan
+    values = ev.values
+    if len(values) != count:  # not one value per field: one by one, as far as both go
+        fields = _fields_text(ev)
+    else:
+        if others:
+            shown = list(values)
+            for i in others:
+                shown[i] = _value_text(shown[i])
+            values = tuple(shown)
+        try:
+            fields = template % values
+        except TypeError:  # a value that is not what its field declares: one by one
+            fields = _fields_text(ev)
+    who = _COMMS.get(comm)
+    if who is None:
+        if len(_COMMS) >= 4096:
+            _COMMS.clear()
+        who = _COMMS[comm] = safe_text(comm)
+    return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {who}-{ev.pid} {name}: {fields}"
+
+
+_COMMS: Dict[str, str] = {}  # process names as shown (escaped), a few thousand at most
+
+
+def _fields_text(ev: TraceEvent) -> str:
     hexed = ev.fmt.hex_fields
-    fields = " ".join(
+    return " ".join(
         f"{k}={hex(v) if k in hexed and isinstance(v, int) else _value_text(v)}"
         for k, v in zip(ev.fmt.field_names, ev.values)
     )
-    return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {safe_text(comm)}-{ev.pid} {ev.fmt.full_name}: {fields}"
+
+
+# format's id() -> (the format, its full name, its fields' %-template, positions of its non-integer fields,
+# its field count):
+# the text of an event is then one %-formatting (integers as %d, or %#x where the kernel prints them in hex,
+# which is what hex() gives), the other fields' values made text first
+TextPlan = Tuple[EventFormat, str, str, Tuple[int, ...], int]
+_TEXT_PLANS: Dict[int, TextPlan] = {}
+
+
+def _text_plan(fmt: EventFormat) -> TextPlan:
+    hexed = fmt.hex_fields
+    parts, others = [], []
+    for i, f in enumerate(fmt.fields):
+        name = f.name.replace("%", "%%")
+        if f.kind != INT:
+            parts.append(f"{name}=%s")
+            others.append(i)
+        else:
+            parts.append(f"{name}=%#x" if f.name in hexed else f"{name}=%d")
+    plan = _TEXT_PLANS[id(fmt)] = (fmt, fmt.full_name, " ".join(parts), tuple(others), len(fmt.fields))
+    return plan
 
 
 def event_dict(ev: TraceEvent, comm: str) -> Dict[str, Any]:

@@ -1,10 +1,19 @@
 """The health source: `npu-smi` polled at an interval, and the sysfs PCIe link of vendor 0x19e5 devices.
 
 A background thread polls (`npu-smi info` for the devices, then `info -t ecc|temp|health|pcie-err -i <npu>
--c <chip>` per chip); `read()` never blocks: it returns the NpuEvents gathered since the last call (see
-`npu_trace.device.npusmi.HealthTracker` for the kinds). Every npu-smi run has a timeout and an output bound: a
-hanging, garbage-printing or missing npu-smi gives a note (rate-limited: one per problem per `NOTE_EVERY_S`;
-"missing" once), never a stall. Notes are in `notes()` and as "log" events op "health_note".
+-c <chip>` per chip); `read()` never blocks: it returns the NpuEvents gathered since the last call.
+
+From `npu-smi info` alone (inside containers the `-t` queries often fail with DCMI errors) come, every poll,
+each chip's reading and each process row (npu_trace.device.npusmi_events: "log" events op "npu_smi" and
+"npu_smi_process", stamped when the `info` call started, on the device the trace's events use), and the health
+and temperature changes (npu_trace.device.npusmi.HealthTracker: "thermal", "log" op "health"). The `-t`
+queries add ECC counts ("ecc"), health error codes and PCIe error counters ("link" op "pcie_err") where they
+work. A query that fails is named once (per way of failing, whatever the chip), then left out of that chip's
+next 1, 2, 4 ... 64 polls and tried again; "works again" is said when it does.
+
+Every npu-smi run has a timeout and output bounds (its stderr too: the last line of it goes into the note): a
+hanging, garbage-printing or missing npu-smi gives a note, never a stall. Notes are in `notes()` and as "log"
+events op "health_note".
 
 PCIe: /sys/bus/pci/devices/<bdf>/{current,max}_link_{speed,width} and the AER totals
 (aer_dev_{correctable,nonfatal,fatal} "TOTAL_..." lines) -> "link" events op "pcie_link" when they change,
@@ -20,16 +29,21 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from npu_trace.device.npusmi import HealthTracker, parse_fields, parse_info
+from npu_trace.device.npusmi import ChipInfo, HealthTracker, InfoTable, parse_fields, parse_table
+from npu_trace.device.npusmi_events import devices, info_fields, table_events
 from npu_trace.events import NpuEvent
 
 VENDOR = "0x19e5"
 PCI_ROOT = "/sys/bus/pci/devices"
 MAX_OUTPUT = 256 * 1024  # bytes of one npu-smi output kept
+MAX_STDERR = 4096  # bytes of its error output kept (its last line goes into a note)
 NOTE_EVERY_S = 60.0
 QUERIES = ("ecc", "temp", "health", "pcie-err")
+MAX_BACKOFF = 64  # polls a failing query of one chip is left out at most before it is tried again
+QUERY_SAYS = {"ecc": "ECC counts", "temp": "the chip temperature beyond the table's",
+              "health": "health error codes", "pcie-err": "PCIe error counters"}  # fmt: skip
 
 
 def mono_ns() -> int:
@@ -38,37 +52,70 @@ def mono_ns() -> int:
 
 def run_bounded(argv: List[str], timeout_s: float, limit: int = MAX_OUTPUT) -> Tuple[str, str]:
     """(status, stdout): status "ok", "timeout", "too_long", "failed:<rc>" or "missing"."""
+    status, out, _ = run_capture(argv, timeout_s, limit)
+    return status, out
+
+
+def run_capture(argv: List[str], timeout_s: float, limit: int = MAX_OUTPUT) -> Tuple[str, str, str]:
+    """(status, stdout, the last line of stderr): both pipes read as they come, never more than `limit`
+    bytes of stdout nor MAX_STDERR of stderr kept; killed at the timeout or past the limit."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     except OSError:
-        return "missing", ""
-    assert proc.stdout is not None
-    chunks: List[bytes] = []
-    size, deadline, status = 0, time.monotonic() + timeout_s, "ok"
-    fd = proc.stdout.fileno()
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            status = "timeout"
-            break
-        ready, _, _ = select.select([fd], [], [], min(left, 0.1))
-        if not ready:
-            continue
-        data = os.read(fd, 65536)
-        if not data:
-            break
-        chunks.append(data)
-        size += len(data)
-        if size > limit:
-            status = "too_long"
-            break
+        return "missing", "", ""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Drain(proc.stdout.fileno(), limit), _Drain(proc.stderr.fileno(), MAX_STDERR)
+    status = _read_until_done(out, err, time.monotonic() + timeout_s)
     if status != "ok":
         proc.kill()
     proc.stdout.close()
+    proc.stderr.close()
     rc = proc.wait()
     if status == "ok" and rc != 0:
         status = f"failed:{rc}"
-    return status, b"".join(chunks)[:limit].decode("utf-8", "replace")
+    return status, out.text(), last_line(err.text())
+
+
+class _Drain:
+    """One pipe's bytes, kept up to a limit."""
+
+    def __init__(self, fd: int, limit: int) -> None:
+        self.fd, self.limit = fd, limit
+        self.chunks: List[bytes] = []
+        self.size = 0  # bytes read (kept or not)
+        self.eof = False
+
+    def read(self) -> None:
+        data = os.read(self.fd, 65536)
+        if not data:
+            self.eof = True
+            return
+        if self.size < self.limit:
+            self.chunks.append(data)
+        self.size += len(data)
+
+    def text(self) -> str:
+        return b"".join(self.chunks)[: self.limit].decode("utf-8", "replace")
+
+
+def _read_until_done(out: _Drain, err: _Drain, deadline: float) -> str:
+    while not out.eof:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout"
+        pipes = [d for d in (out, err) if not d.eof]
+        ready, _, _ = select.select([d.fd for d in pipes], [], [], min(left, 0.1))
+        for d in pipes:
+            if d.fd in ready:
+                d.read()
+        if out.size > out.limit:
+            return "too_long"
+    return "ok"
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 class Notes:
@@ -89,6 +136,28 @@ class Notes:
         return True
 
 
+class Backoff:
+    """A failing query of one chip is left out of the next 1, 2, 4 ... MAX_BACKOFF polls, then tried again (a
+    device in reset fails its queries for a while; one that never answers costs a run per MAX_BACKOFF polls)."""
+
+    def __init__(self) -> None:
+        self.state: Dict[Any, Tuple[int, int]] = {}  # key -> (polls left out still, the next pause)
+
+    def skip(self, key: Any) -> bool:
+        left, pause = self.state.get(key, (0, 1))
+        if left <= 0:
+            return False
+        self.state[key] = (left - 1, pause)
+        return True
+
+    def failed(self, key: Any) -> None:
+        _, pause = self.state.get(key, (0, 1))
+        self.state[key] = (pause, min(pause * 2, MAX_BACKOFF))
+
+    def worked(self, key: Any) -> None:
+        self.state.pop(key, None)
+
+
 class HealthSource:
     def __init__(
         self, interval_s: float = 5.0, timeout_s: float = 3.0, npu_smi: str = "npu-smi", pci_root: str = PCI_ROOT
@@ -99,6 +168,8 @@ class HealthSource:
         self.pci_root = pci_root
         self.tracker = HealthTracker()
         self.limiter = Notes()
+        self.backoff = Backoff()
+        self.failing: Set[str] = set()  # queries whose last run failed
         self.links: Dict[str, Dict[str, Any]] = {}
         self._queue: queue.Queue[NpuEvent] = queue.Queue()
         self._notes: List[str] = []
@@ -154,33 +225,67 @@ class HealthSource:
         return self.poll_npu_smi() + self.poll_pcie()
 
     def poll_npu_smi(self) -> List[NpuEvent]:
+        """`npu-smi info` (its table alone makes every chip's and process's events), then each chip's `-t`
+        queries (ECC, health codes, PCIe errors) where they work."""
         if shutil.which(self.npu_smi) is None:
             return self._note("missing", f"{self.npu_smi} not found on PATH: no npu-smi readings", once=True)
-        status, text = run_bounded([self.npu_smi, "info"], self.timeout)
+        started = mono_ns()
+        status, text, err = run_capture([self.npu_smi, "info"], self.timeout)
         if status != "ok":
-            return self._note(f"info:{status}", f"npu-smi info: {status}")
-        chips = parse_info(text)
-        if not chips:
-            return self._note("info:garbage", "npu-smi info: no device table in its output")
-        out: List[NpuEvent] = []
-        for chip in chips:
-            out.extend(self._chip(chip.npu, chip.chip))
+            return self._failed("info", status, err)
+        table = parse_table(text)
+        if not table.chips:
+            return self._failed("info", "garbage", err, "no device table in its output")
+        out = self._works("info") + self._table_notes(table)
+        devs = devices(table, sysfs_dev_ids(self.pci_root))
+        out += table_events(table, started, devs)
+        for chip in table.chips:
+            out.extend(self._chip(chip, devs[(chip.npu, chip.chip)]))
         return out
 
-    def _chip(self, npu: int, chip: int) -> List[NpuEvent]:
+    def _table_notes(self, table: InfoTable) -> List[NpuEvent]:
+        if not table.notes:
+            return []
+        return self._note("info:partial", f"npu-smi info: part of its table was not read ({table.notes[0]})",
+                          once=True)  # fmt: skip
+
+    def _chip(self, chip: ChipInfo, dev: Optional[int]) -> List[NpuEvent]:
         # stamped when the queries start: each value was read at or after this time, so for counters that only
         # grow (ECC) a reading never appears later than an event that raised it
         started = mono_ns()
-        fields: Dict[str, Any] = {}
+        fields = info_fields(chip)  # what the table says; the queries' own values win
         out: List[NpuEvent] = []
         for query in QUERIES:
-            argv = [self.npu_smi, "info", "-t", query, "-i", str(npu), "-c", str(chip)]
-            status, text = run_bounded(argv, self.timeout)
-            if status != "ok":
-                out.extend(self._note(f"{query}:{status}", f"npu-smi info -t {query}: {status}", dev=npu))
+            key = (query, chip.npu, chip.chip)
+            if self.backoff.skip(key):
                 continue
+            argv = [self.npu_smi, "info", "-t", query, "-i", str(chip.npu), "-c", str(chip.chip)]
+            status, text, err = run_capture(argv, self.timeout)
+            if status != "ok":
+                self.backoff.failed(key)
+                out.extend(self._failed(query, status, err, dev=dev))
+                continue
+            self.backoff.worked(key)
+            out.extend(self._works(query))
             fields.update(parse_fields(text))
-        return out + self.tracker.update(npu, fields, started)
+        return out if dev is None else out + self.tracker.update(dev, fields, started)
+
+    def _failed(self, query: str, status: str, err: str, what: str = "", dev: Optional[int] = None) -> List[NpuEvent]:
+        """A failing query is named once (per way of failing), not per poll or per chip."""
+        self.failing.add(query)
+        command = "npu-smi info" + ("" if query == "info" else f" -t {query}")
+        detail = what or status
+        text = f"{command}: {detail}" + (f" ({err})" if err and not what else "")
+        if query != "info":
+            text += f": {QUERY_SAYS[query]} not read while it fails (the info table's values go on)"
+        return self._note(f"{query}:{status}", text, once=True, dev=dev)
+
+    def _works(self, query: str) -> List[NpuEvent]:
+        if query not in self.failing:
+            return []
+        self.failing.discard(query)
+        command = "npu-smi info" + ("" if query == "info" else f" -t {query}")
+        return self._note(f"{query}:works", f"{command} works again")
 
     def _note(self, key: str, text: str, once: bool = False, dev: Optional[int] = None) -> List[NpuEvent]:
         if not self.limiter.note(key, once):
@@ -200,6 +305,16 @@ class HealthSource:
             args = {"source": "sysfs", "bdf": bdf, **link}
             out.append(NpuEvent(mono_ns(), "link", dev, "pcie_link", -1, -1, args))
         return out
+
+
+def sysfs_dev_ids(root: str = PCI_ROOT) -> Dict[str, int]:
+    """PCI address -> the driver's dev_id (its sysfs attribute) of every Ascend function that has one."""
+    out: Dict[str, int] = {}
+    for bdf in npu_pci_devices(root):
+        dev_id = _read(os.path.join(root, bdf, "dev_id"))
+        if dev_id is not None and dev_id.isdigit():
+            out[bdf.lower()] = int(dev_id)
+    return out
 
 
 def npu_pci_devices(root: str = PCI_ROOT) -> List[str]:

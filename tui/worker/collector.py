@@ -49,6 +49,52 @@ CALL_CODES = [KIND_CODE[k] for k in sorted(CALL_KINDS)]
 CommOf = Callable[[int], str]
 
 
+class NewestRows:
+    """The newest `limit` log rows matched since the last update, held as references (a block and its row
+    numbers, or events already made) and made into events only when an update carries them: a busy interval
+    matches far more rows than it shows, and making each one an event would cost more than analysing it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self.parts: Deque[Tuple[Any, int]] = deque()  # (a list of events, or (NormBlock, rows)), its row count
+        self.held = 0
+
+    def add_events(self, events: Sequence[NpuEvent]) -> None:
+        self._add(events, len(events))
+
+    def add_block(self, nb: NormBlock, rows: np.ndarray) -> None:
+        self._add((nb, rows), len(rows))
+
+    def _add(self, part: Any, n: int) -> None:
+        if not n or not self.limit:
+            return
+        self.parts.append((part, n))
+        self.held += n
+        while self.held - self.parts[0][1] >= self.limit:  # the oldest part holds none of the newest rows
+            self.held -= self.parts.popleft()[1]
+
+    def take(self) -> List[NpuEvent]:
+        """The newest rows, oldest first, as events; then empty."""
+        newest: List[List[NpuEvent]] = []
+        need = self.limit
+        for part, _ in reversed(self.parts):
+            if need <= 0:
+                break
+            if isinstance(part, tuple):
+                nb, rows = part
+                got = [nb.event(i) for i in rows[-need:].tolist()]
+            else:
+                got = list(part[-need:])
+            newest.append(got)
+            need -= len(got)
+        self.clear()
+        return [ev for got in reversed(newest) for ev in got]
+
+    def clear(self) -> None:
+        self.parts.clear()
+        self.held = 0
+
+
 class Collector:
     def __init__(
         self,
@@ -60,7 +106,7 @@ class Collector:
         self.analysis = Analysis(profile, scope)
         self.comm_of = comm_of
         self.ring = Ring(RING)
-        self.rows: Deque[NpuEvent] = deque(maxlen=rows_per_update)
+        self.rows = NewestRows(rows_per_update)
         self.filter = LogFilter()
         self.interval_events = 0
         self.interval_matched = 0
@@ -72,6 +118,7 @@ class Collector:
         self.pending_spikes: List[Finding] = []
         self.closed_resets: Deque[ResetView] = deque(maxlen=MAX_RESETS)
         self.failures: Deque[Finding] = deque(maxlen=MAX_FAILURES)
+        self.accounting: Deque[Finding] = deque(maxlen=MAX_FAILURES)
         self.mem_bins: Dict[int, Deque[List[int]]] = {}  # dev -> [bin, live bytes]
         self.op_counts: Dict[Any, int] = {}
         self.last_ts = 0
@@ -103,8 +150,7 @@ class Collector:
         n = len(nb)
         self.ring.add_block(nb)
         rows = np.arange(n) if self.filter.empty() else select_rows(self.filter, nb, self.comm_of)
-        newest = rows[-self.rows.maxlen :] if self.rows.maxlen else rows
-        self.rows.extend(nb.event(i) for i in newest.tolist())
+        self.rows.add_block(nb, rows)
         self.interval_matched += len(rows)
         self.interval_events += n
         self.total += n
@@ -140,7 +186,7 @@ class Collector:
         self._note(self.analysis.feed_events(events))
         self.ring.add(events)
         matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
-        self.rows.extend(matched)
+        self.rows.add_events(matched)
         self.interval_matched += len(matched)
         self.interval_events += len(events)
         self.total += len(events)
@@ -203,6 +249,8 @@ class Collector:
                 self._closed_reset(f)
             elif f.kind == "alloc_fail":
                 self.failures.append(f)
+            elif f.kind in ("accounting_mismatch", "alloc_fail_explained"):
+                self.accounting.append(f)
 
     def _closed_reset(self, f: Finding) -> None:
         d = f.details
@@ -216,7 +264,7 @@ class Collector:
     def update(self, seq: int, dt: float, counters: Counters, ended: bool = False) -> FeedUpdate:
         counters.events, counters.ended = self.total, ended
         counters.rate = 0.0 if ended or dt <= 0 else self.interval_events / dt
-        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows]
+        rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows.take()]
         skipped = max(0, self.interval_matched - len(rows))
         findings, self.findings = self.findings, []
         out = FeedUpdate(seq, rows, skipped, findings, self._spikes(ended), self._devices(dt, ended),
@@ -274,7 +322,8 @@ class Collector:
         mem = self.analysis.memory
         procs = [(d, p, self.comm_of(p), n) for d, p, n in mem.top_processes(8)]
         sparks = {d: [v for _, v in bins] for d, bins in self.mem_bins.items()}
-        return MemoryView(mem.devices(), procs, list(self.failures), sparks)
+        chips = [(c.device, c.npu, c.chip, c.used_mb, c.total_mb) for c in self.analysis.accounting.chips()]
+        return MemoryView(mem.devices(), procs, list(self.failures), sparks, chips, list(self.accounting))
 
 
 _ts_of = itemgetter(0)  # NpuEvent.ts_ns

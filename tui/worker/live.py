@@ -19,7 +19,7 @@ from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import NpuTraceError, SourceError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, pump
-from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import StopFlag
 from npu_trace.sinks.recorder import Recorder
@@ -108,22 +108,25 @@ class LiveSource(BaseSource):
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
                 sink.announce({"tracefs": fs.root, "instance": self.session.name})
-            timeline = source.block_timeline()
+            blocks = LiveBlocks(source.block_timeline(), time.monotonic)
             try:
-                pump(source, lambda batch: self._batch(batch, timeline, sink), stop=stop, until=self.until)
+                pump(source, lambda batch: self._batch(batch, blocks, sink), stop=stop, until=self.until)
             finally:
                 self._close_recorder()
 
-    def _batch(self, batch: Batch, timeline: BlockTimeline, sink: Sink) -> None:
+    def _batch(self, batch: Batch, blocks: LiveBlocks, sink: Sink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)
-        items = timeline.push(batch)
+        block = blocks.push(batch)
         now = time.monotonic()
         if now - self._loss_at >= LOSS_EVERY_S:
             self._loss_at = now
             self.session.update_loss()
-        sink(items, timeline.now)
+        if block is None:
+            sink([])  # nothing taken this read: the UI's requests are still served
+        else:
+            sink(block, blocks.timeline.now)
 
     def _apply_recording(self) -> None:
         if self._stop_rec:

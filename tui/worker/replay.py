@@ -12,7 +12,7 @@ import time
 from typing import Callable, Optional
 
 from npu_trace.pipeline import Batch, empty_batch, pump
-from npu_trace.pipeline.blocktimeline import BlockTimeline
+from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
 from npu_trace.sources.replay_source import ReplaySource
 from tui.worker.feed import Sink
@@ -65,7 +65,8 @@ class ReplayFeedSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         while not stop.stopped:
-            pump(self, _through(self.replay.block_timeline(), sink), stop=stop, poll_s=IDLE_S)
+            pump(self, _through(LiveBlocks(self.replay.block_timeline(), time.monotonic), sink), stop=stop,
+                 poll_s=IDLE_S)  # fmt: skip
             if self._back is None:
                 if stop.stopped:
                     return
@@ -121,6 +122,15 @@ class ReplayFeedSource(BaseSource):
         return empty_batch() if self._back is not None else self.replay.finish()
 
 
-def _through(timeline: BlockTimeline, sink: Sink) -> Callable[[Batch], None]:
-    """A pump sink: each batch through the (columnar) timeline, its block and watermark to the feed."""
-    return lambda batch: sink(timeline.push(batch), timeline.now)
+def _through(blocks: LiveBlocks, sink: Sink) -> Callable[[Batch], None]:
+    """A pump sink: each batch through the (columnar) timeline, taken as a live consumer takes it (a block
+    and its watermark to the feed), the UI's requests served in between."""
+
+    def take(batch: Batch) -> None:
+        block = blocks.push(batch)
+        if block is None:
+            sink([])
+        else:
+            sink(block, blocks.timeline.now)
+
+    return take

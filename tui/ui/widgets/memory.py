@@ -1,5 +1,6 @@
 """Device memory: live bytes per device (and over time), the biggest holders, allocation failures with the
-free memory and largest free block at that moment (fragmentation hint)."""
+free memory and largest free block at that moment (fragmentation hint); what npu-smi says each chip uses, and
+where its accounting and the traced bytes disagree (detectors.accounting)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.fmt import dev_name, safe, size, spark, stamp
-from tui.messages import MemoryView
+from tui.messages import Finding, MemoryView
 
 
 def memory_text(m: MemoryView) -> Text:
@@ -21,6 +22,10 @@ def memory_text(m: MemoryView) -> Text:
         t.append(spark(m.spark.get(dev, []), 24) + "\n", "cyan")
     for dev, pid, comm, live in m.processes[:3]:
         t.append(f"  {dev_name(dev)} {safe(comm)[:16]}-{pid}: {size(live)}\n", "dim")
+    for chip_dev, npu, chip, used, total in m.chips[:8]:
+        t.append(f"  npu-smi {npu}/{chip} ({dev_name(chip_dev)}): used {used} / {total} MB\n", "dim")
+    for f in m.accounting[-3:]:
+        t.append(accounting_line(f) + "\n", "bold yellow")
     for f in m.failures[-3:]:
         d = f.details
         frag = " fragmentation" if d.get("fragmentation") else ""
@@ -28,6 +33,17 @@ def memory_text(m: MemoryView) -> Text:
                  f"{size(d.get('free_bytes'))}, largest {size(d.get('largest_free'))}{frag}\n", "bold red")  # fmt: skip
     t.rstrip()
     return t
+
+
+def accounting_line(f: Finding) -> str:
+    d = f.details
+    where = f"{stamp(f.ts_ns)} {dev_name(f.device)}"
+    if f.kind == "alloc_fail_explained":
+        return (f"{where} alloc {size(d.get('size'))} failed with {size(d.get('npu_smi_free_bytes'))} free in "
+                f"npu-smi: {d.get('explanation')}")  # fmt: skip
+    pids = ",".join(str(p.get("pid")) for p in d.get("processes", [])[:4])
+    return (f"{where} accounting {d.get('reason')}: used {d.get('used_mb')} MB, processes "
+            f"{d.get('process_sum_mb')} MB, traced {d.get('traced_mb')} MB (pids {pids})")  # fmt: skip
 
 
 class MemoryPanel(Static):
