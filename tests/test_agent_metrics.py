@@ -4,6 +4,7 @@ labels, and what never becomes a label."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from typing import Any, Dict, List, Tuple
 
@@ -162,3 +163,31 @@ def test_promtool_accepts_the_exposition(promtool: str) -> None:
     text = exposition(state)
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+
+
+def test_a_real_npu_smi_table_as_gauges() -> None:
+    """A field sample of `npu-smi info` (tests/data/npusmi/field/info-01.txt: an 8-chip 910B host), read by the
+    health channel's parser into its events: every chip a device with its chip name and Bus-Id as labels, its
+    HBM used and total in bytes."""
+    from npu_trace.device.npusmi_events import devices, table_events
+    from npu_trace.device.npusmi_info import parse_table
+
+    here = os.path.join(os.path.dirname(__file__), "data", "npusmi", "field", "info-01.txt")
+    with open(here) as f:
+        table = parse_table(f.read())
+    devs = devices(table, {})
+    events = table_events(table, 1_000, devs)
+    analysis, state = Analysis(PROFILES["sim"]), MetricsState()
+    state.count(analysis.feed_events(events))
+    state.publish(analysis, {})
+    rows = {d.id: d for d in state.latest.devices}
+    assert len(rows) == len(table.chips) >= 2
+    for chip in table.chips:
+        row = rows[str(devs[(chip.npu, chip.chip)])]
+        assert (row.model_name, row.pcie_bus_info) == (label(chip.name), label(chip.bus_id))
+        assert row.memory_used_bytes == chip.used_mb * (1 << 20) and row.memory_size_bytes == chip.total_mb * (1 << 20)
+        assert row.temp_c == chip.temp_c
+    got = samples(exposition(state))
+    first = table.chips[0]
+    names = {"id": str(devs[(first.npu, first.chip)]), "model_name": first.name, "pcie_bus_info": first.bus_id}
+    assert value(got, "npu_trace_device_info", **names) == 1
