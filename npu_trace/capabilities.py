@@ -20,10 +20,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.device.irqs import npu_irqs
-from npu_trace.errors import NpuTraceError
+from npu_trace.device.switches import DRIVER_SYSTEMS
+from npu_trace.device.switches import summary as switch_summary
+from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
+from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
+from npu_trace.sources.hal_search import find_hal
 from npu_trace.sources.npu_irqs import read_pci_functions
 
 HUAWEI_PCI_VENDOR = "0x19e5"
@@ -43,9 +48,7 @@ DRIVER_MODULES = (
     "ascend_soc_platform",
     "ts_agent",
 )
-DRIVER_SYSTEMS = ("trs_chan", "trs_core")
 SIM_SYSTEM = "ascend"
-TRACE_SWITCH_GLOBS = ("proc/trs_chan/dev*-ts*/trace_enable", "proc/trs_core/ts_inst/dev*-ts*/trace_enable")
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -77,7 +80,7 @@ import bcc
 print(getattr(bcc, "__version__", "?"))
 if os.geteuid() == 0:  # loading needs privilege: without it, the import is all that can be proven
     from npu_trace.bpf.source import compile_check
-    from npu_trace.errors import NpuTraceError
+    from npu_trace.errors import FormatError, NpuTraceError
     try:
         print(compile_check())
     except NpuTraceError as exc:
@@ -128,6 +131,7 @@ class Host:
     which: Callable[[str], Optional[str]] = shutil.which
     bcc_probe: Callable[[], Tuple[bool, str]] = _probe_bcc
     bpf_probe: Callable[[], Tuple[bool, str]] = _probe_bpf_syscall
+    state_dir: str = field(default_factory=state_dir)  # where sessions record the driver switches they turned on
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel.lstrip("/"))
@@ -316,6 +320,17 @@ def check_npu_smi(host: Host) -> Check:
     return Check("npu-smi", False, "not on PATH", "install the Ascend driver package (health readings need it)")
 
 
+def check_hal(host: Host) -> Check:
+    """The HAL library --bpf sets its uprobes on: the copies running processes map (containers' own through
+    /proc/PID/root), else the driver's install path."""
+    found = find_hal(proc=host.path("/proc"), root=host.root)
+    stubs = f"; not the toolkit's link stub {found.stubs[0]}" if found.stubs else ""
+    if found.files:
+        return Check("HAL library", True, found.describe() + stubs)
+    return Check("HAL library", False, found.describe() + stubs,
+                 "install the Ascend driver package, or name the library: --bpf --hal PATH")  # fmt: skip
+
+
 def check_modules(host: Host) -> Check:
     loaded = set(parse_modules(host.read("/proc/modules") or ""))
     ours = [m for m in DRIVER_MODULES if m in loaded]
@@ -325,14 +340,23 @@ def check_modules(host: Host) -> Check:
 
 
 def check_trace_switches(host: Host) -> Check:
-    switches = [p for pattern in TRACE_SWITCH_GLOBS for p in host.glob(pattern)]
-    if not switches:
-        return Check("driver trace switches", False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER)
-    off = [p for p in switches if _read_abs(p).split()[-1:] != ["1"]]
-    detail = f"{len(switches) - len(off)}/{len(switches)} on"
-    if not off:
-        return Check("driver trace switches", True, detail)
-    return Check("driver trace switches", False, detail, f"echo 1 > {off[0]} (npu-trace enables them when tracing)")
+    """The driver's trace switches, by system and state, and any a killed npu-trace run left on."""
+    name = "driver trace switches"
+    states = DriverSwitches(root=host.path("/proc"), state=SwitchState(host.state_dir)).states(DRIVER_SYSTEMS)
+    try:
+        left = SwitchState(host.state_dir).left_by_dead()
+    except NpuTraceError as exc:
+        return Check(name, False, str(exc), "npu-trace cleanup")
+    if left:
+        detail = f"{len(left)} left as a killed npu-trace run set them ({left[0]}{', ...' if len(left) > 1 else ''})"
+        return Check(name, False, detail, "npu-trace cleanup (every session also does it when it starts)")
+    if not states:
+        return Check(name, False, "no /proc/trs_chan or /proc/trs_core switches", FIX_DRIVER)
+    detail = f"{len(states)}: {switch_summary(states)}"
+    unreadable = [s.label for s, value in states if value is None]
+    if unreadable:
+        return Check(name, False, detail, f"{unreadable[0]} does not read as 0 or 1: is this the Ascend driver?")
+    return Check(name, True, detail + " (npu-trace turns on the ones it traces, and puts them back)")
 
 
 def check_driver_events(events: List[str]) -> Check:
@@ -383,6 +407,36 @@ def check_simulator(events: List[str]) -> Check:
     return Check("simulator", False, f"no {SIM_SYSTEM}:* events", "npu-trace sim load")
 
 
+def check_kernel_layout(fs: Optional[Tracefs]) -> Check:
+    """The running kernel's ring-buffer layout (page, record header, common fields) against the kernels npu-trace
+    is tested on (npu_trace.ftrace.layouts): which it equals, or what in it no tested kernel has."""
+    name = "ring-buffer layout"
+    if fs is None:
+        return Check(name, False, "no tracefs", "mount tracefs first")
+    try:
+        running = layouts.layout_of(fs.header_page(), fs.header_event(), _layout_format(fs))
+    except FormatError as exc:
+        return Check(name, False, str(exc), "npu-trace cannot read this kernel's tracefs headers: report it")
+    except NpuTraceError as exc:
+        return Check(name, False, str(exc), "run as root")
+    same, differs = layouts.compare(running)
+    if same:
+        shown = [v for k, v in running.describe().items() if k != "common fields"]
+        return Check(name, True, f"as tested on {', '.join(same)}: {'; '.join(shown)}")
+    detail = "untested: " + "; ".join(differs)
+    if layouts.odd_record_header(running):  # the decoder's record types are fixed: its events would be misread
+        return Check(name, False, detail, "the decoder cannot read this kernel's records: report it", True)
+    return Check(name, False, detail, "decoding reads the page header from tracefs; please report this kernel")
+
+
+def _layout_format(fs: Tracefs) -> str:
+    """A format with a char field (its sign), ftrace:print's where the kernel lists it."""
+    for system, event in (("ftrace", "print"), ("irq", "irq_handler_entry")):
+        if fs.has_event_format(system, event):
+            return fs.event_format(system, event)
+    return fs.event_format("ftrace", "function")
+
+
 def check_walker(implementation: str = WALKER) -> Check:
     """The page walker of the columnar analysis: compiled, or its pure-Python twin (the same results, slower)."""
     if implementation == "c":
@@ -411,9 +465,11 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_pci(host),
         check_npu_irqs(host),
         check_npu_smi(host),
+        check_hal(host),
         check_modules(host),
         check_trace_switches(host),
         check_simulator(events),
+        check_kernel_layout(fs),
         check_walker(),
     ]
     return _mark_event_sources(checks)

@@ -12,7 +12,8 @@ from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
-COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "cleanup", "bpf", "agent")
+COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "cleanup", "bpf",
+            "agent")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,7 +21,7 @@ def tune_gc() -> None:
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGINT (installed by `install`) or by a caller; checked once per poll."""
+    """Set by SIGTERM/SIGINT/SIGHUP (installed by `install`) or by a caller; checked once per poll."""
 
     def __init__(self) -> None:
         self.stopped = False
@@ -32,8 +32,12 @@ class StopFlag:
         self.signal = signum
 
     def install(self) -> None:
+        """SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) stop the session, which then puts back
+        what it changed in the kernel; a SIGHUP ignored on purpose (nohup) stays ignored."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self.set)
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, self.set)
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,7 +52,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def prepare_process() -> StopFlag:
-    """For a CLI process about to trace: SIGINT/SIGTERM end the session cleanly, GC tuned for throughput."""
+    """For a CLI process about to trace: SIGINT/SIGTERM/SIGHUP end the session cleanly, GC tuned for throughput."""
     stop = StopFlag()
     stop.install()
     tune_gc()

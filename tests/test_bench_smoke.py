@@ -94,3 +94,17 @@ def test_bench_live_part_runs(tmp_path: object) -> None:
         assert analysis["unpaired"] == {"unpaired_entries": 0, "unpaired_returns": 0, "unmatched_completes": 0}
         assert runs["TUI worker"]["by_kind"] == {"call pairs": 20_000, "tasks completed": 10_000}
     assert {t["name"] for t in result["targets"]} >= {"TUI worker at >= 1 M ev/s offered, zero backlog"}
+
+
+def test_bench_export_runs_and_states_its_rates_beside_check(tmp_path: Any) -> None:
+    out_json = os.path.join(str(tmp_path), "export.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.export", "--events", "20000", "--json", out_json],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(out_json) as f:
+        result = json.load(f)
+    assert result["events"] > 10_000 and set(result["figures"]) == {"check", "perfetto", "chrome-json"}
+    assert all(fig["rss_mib"] > 0 for fig in result["figures"].values())
+    assert re.search(r"^perfetto\s+[\d,]+\s+[\d.]+x", proc.stdout, re.M), proc.stdout

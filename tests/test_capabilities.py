@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,16 @@ def write(root: Path, rel: str, text: str) -> None:
     path.write_text(text)
 
 
-def make_tracefs(root: Path, events: str = "sched:sched_switch\n", uprobes: bool = True) -> None:
+FLEET = Path(__file__).parent / "data" / "fleet-kernels"
+
+
+def make_tracefs(root: Path, events: str = "sched:sched_switch\n", uprobes: bool = True,
+                 kernel: str = "openeuler-22.03-5.10-aarch64") -> None:  # fmt: skip
+    """A tracefs whose headers and ftrace:print format are those of one of the fleet's kernels."""
+    for rel in ("header_page", "header_event", "events/ftrace/print/format"):
+        dest = root / "sys/kernel/tracing" / (rel if rel.startswith("events/") else f"events/{rel}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FLEET / kernel / rel, dest)
     write(root, "sys/kernel/tracing/available_events", events)
     write(root, "sys/kernel/tracing/trace_clock", "[local] global counter uptime perf mono mono_raw boot\n")
     write(root, "sys/kernel/tracing/set_event_pid", "")
@@ -61,6 +71,7 @@ def make_ascend_host(root: Path) -> None:
           " 132:  1  IR-PCI-MSIX-0000:81:00.0  2-edge  dma_done_irq\n"
           "  36:  7  PCI-MSIX-0000:00:01.0  1-edge  virtio1-req.0\n")  # fmt: skip
     write(root, "sys/bus/pci/devices/0000:00:01.0/vendor", "0x8086\n")
+    write(root, "usr/local/Ascend/driver/lib64/driver/libascend_hal.so", "")
     (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
     (root / "proc/config.gz").write_bytes(gzip.compress(b"CONFIG_KPROBES=y\n# CONFIG_X is not set\n"))
 
@@ -72,7 +83,8 @@ def fake_host(root: Path, euid: int = 0, npu_smi: Optional[str] = "/usr/local/bi
     def probe() -> Tuple[bool, str]:
         return True, "probed"
 
-    return Host(root=str(root), release=RELEASE, euid=euid, which=which, bcc_probe=probe, bpf_probe=probe)
+    return Host(root=str(root), release=RELEASE, euid=euid, which=which, bcc_probe=probe, bpf_probe=probe,
+                state_dir=str(root / "run/npu-trace"))  # fmt: skip
 
 
 def by_name(checks: list[Check]) -> Dict[str, Check]:
@@ -88,12 +100,15 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
     assert "0000:81:00.0 (0xd802)" in found["Ascend PCI devices"].detail
     assert "0000:00:01.0" not in found["Ascend PCI devices"].detail
     assert found["driver modules"].detail == "asdrv_trsbase asdrv_trs"
-    assert found["driver trace switches"].detail == "2/2 on"
+    assert found["driver trace switches"].detail.startswith("2: trs_chan: on dev0-ts0; trs_core: on dev0-ts0")
     assert found["NPU interrupts"].detail == "device 4: 3 (130-132)"
     assert found["kernel scoping"].detail == (
-        "--pid: set_event_pid + event-fork; --comm, --device, NPU interrupts: per-event filters")
+        "--pid: set_event_pid + event-fork; --comm, --device, NPU interrupts: per-event filters"
+    )
     assert "CONFIG_KPROBES=y" in found["kprobes"].detail
     assert found["tracefs"].detail == f"mounted at {tmp_path}/sys/kernel/tracing"
+    hal = f"{tmp_path}/usr/local/Ascend/driver/lib64/driver/libascend_hal.so"
+    assert found["HAL library"].detail == f"{hal} (install path)"
 
 
 def test_empty_host_fails_essentials_with_fixes(tmp_path: Path) -> None:
@@ -139,12 +154,11 @@ def test_non_root_with_cap_sys_admin_is_privileged(tmp_path: Path) -> None:
     assert not doctor.check_privileges(fake_host(tmp_path, euid=1000)).ok
 
 
-def test_trace_switch_off_gets_echo_fix(tmp_path: Path) -> None:
+def test_trace_switches_off_are_fine_npu_trace_turns_them_on(tmp_path: Path) -> None:
     write(tmp_path, "proc/trs_chan/dev0-ts0/trace_enable", "1\n")
     write(tmp_path, "proc/trs_chan/dev1-ts0/trace_enable", "0\n")
     check = doctor.check_trace_switches(fake_host(tmp_path))
-    assert not check.ok and check.detail == "1/2 on"
-    assert check.fix.startswith(f"echo 1 > {tmp_path}/proc/trs_chan/dev1-ts0/trace_enable")
+    assert check.ok and check.detail.startswith("2: trs_chan: on dev0-ts0, off dev1-ts0 (npu-trace turns on")
 
 
 def test_kprobes_config_from_boot(tmp_path: Path) -> None:
@@ -221,3 +235,31 @@ def test_the_page_walker_line() -> None:
     assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
     slow = doctor.check_walker("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+
+
+def test_the_ring_buffer_layout_of_a_tested_kernel(tmp_path: Path) -> None:
+    make_tracefs(tmp_path, kernel="centos-7.6-4.14-aarch64")
+    found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]
+    assert found.ok
+    assert found.detail == ("as tested on centos-7.6-4.14-aarch64: 65536 B pages; 8-byte commit word; "
+                            "no time_stamp type (before 4.17); unsigned char")  # fmt: skip
+
+
+def test_an_untested_layout_is_named_and_an_unreadable_record_header_is_essential(tmp_path: Path) -> None:
+    make_tracefs(tmp_path)
+    events = tmp_path / "sys/kernel/tracing/events"
+    page = (events / "header_page").read_text().replace("size:4080", "size:16368")  # 16 KiB pages
+    (events / "header_page").write_text(page)
+    found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]
+    assert (found.mark, found.detail) == ("--", "untested: page: 16384 B pages (tested: 4096 B pages | 65536 B pages)")
+    (events / "header_event").write_text((events / "header_event").read_text().replace("== 30", "== 28"))
+    found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]
+    assert found.mark == "!!" and "unlike the decoder's: time_extend 28" in found.detail
+    assert "cannot read" in found.fix
+
+
+def test_a_missing_header_is_said_not_raised(tmp_path: Path) -> None:
+    make_tracefs(tmp_path)
+    (tmp_path / "sys/kernel/tracing/events/header_event").unlink()
+    found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]
+    assert not found.ok and "header_event" in found.detail

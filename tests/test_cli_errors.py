@@ -57,11 +57,15 @@ def test_usage_errors_exit_2(args: List[str]) -> None:
 def test_bad_scope_values_are_one_line_before_anything_starts(command: str, scope: List[str], words: str) -> None:
     """--pid, --comm and --device (--dev) are checked on every command that has them, before the kernel (no
     instance left) and before the TUI starts."""
-    before = our_instances()
     extra = ["-o", "/nonexistent/x.npt"] if command == "record" else []
-    proc = run_cli([command, *extra, *scope], env={"NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})
-    assert_one_line_error(proc, 2, words)
-    assert our_instances() == before
+    env = {**os.environ, "NPU_TRACE_TRACEFS": "/nonexistent-tracefs"}
+    child = subprocess.Popen([*CLI, command, *extra, *scope], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert_one_line_error(subprocess.CompletedProcess(child.args, child.returncode, out, err), 2, words)
+    # an instance is named after the process that made it: none of this one's is left (other sessions on the
+    # host may come and go meanwhile)
+    assert not [n for n in our_instances() if n == f"npu-trace-{child.pid}" or n.startswith(f"npu-trace-{child.pid}-")]
 
 
 def test_tracefs_absent_exits_3(tmp_path: Any) -> None:

@@ -211,7 +211,7 @@ def test_a_threads_id_stands_for_its_process() -> None:
     "kw, message",
     [({"duration": 0.0}, "--duration must be positive"), ({"buffer_kb": 0}, "--buffer-kb must be positive"),
      ({"health_interval": -1.0}, "--health-interval must be positive"), ({"profile": "nope"}, "unknown profile"),
-     ({"channels": "kmsg,bogus"}, "unknown channel"), ({"bpf_binary": "/x"}, "--bpf-binary needs --bpf"),
+     ({"channels": "kmsg,bogus"}, "unknown channel"), ({"bpf_binary": "/x"}, "--hal needs --bpf"),
      ({"pid": [0]}, "a process id is positive"), ({"pid": [2**22 + 12345]}, "no such process"),
      ({"device": [-1]}, "not negative"), ({"device": list(range(9))}, "at most 8"),
      ({"comm": ["a" * 16]}, "15 characters")],

@@ -30,6 +30,7 @@ class BpfConfig:
     through bcc's per-record callback."""
 
     binary: Optional[str] = None
+    more_binaries: Tuple[str, ...] = ()  # further copies of the HAL (a container's own), the same uprobes on each
     hal: bool = True
     hal_symbols: Tuple[str, ...] = HAL_SYMBOLS
     irq: bool = False

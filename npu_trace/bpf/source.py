@@ -199,6 +199,7 @@ class BpfSource:
         cfg = self.config
         check_kprobes(cfg.kprobes)
         binary = check_binary(cfg.binary, cfg.hal_symbols) if cfg.hal else None
+        more = [check_binary(path, cfg.hal_symbols) for path in cfg.more_binaries] if cfg.hal else []
         if not (cfg.hal or cfg.irq or cfg.tracepoints):
             raise InputError("nothing to trace: enable HAL uprobes, IRQs or tracepoints")
         check_headers()
@@ -207,7 +208,7 @@ class BpfSource:
         try:
             self._programs()
             if binary:
-                self._attach_hal(bcc, binary)
+                self._attach_hal(bcc, [binary, *more])
             if cfg.irq:
                 self._load(bcc, "irq", cfg.irq_cflags())
             if plans:
@@ -259,11 +260,11 @@ class BpfSource:
         self._open_output(obj, program)
         return obj
 
-    def _attach_hal(self, bcc: Any, binary: str) -> None:
+    def _attach_hal(self, bcc: Any, binaries: List[str]) -> None:
         obj = self._load(bcc, "hal_uprobes", self.config.hal_cflags())
         pids = self.config.pids
         pid = pids[0] if len(pids) == 1 else -1  # one process: the uprobes fire only in it (FILTER_PIDS checks too)
-        for sym in self.config.hal_symbols:
+        for binary, sym in ((b, s) for b in binaries for s in self.config.hal_symbols):
             try:
                 path, name = binary.encode(), sym.encode()
                 obj.attach_uprobe(name=path, sym=name, fn_name=ENTRY_FUNCS[sym].encode(), pid=pid)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.histogram import Histogram
 from npu_trace.device.profiles import PROFILES, Profile, get_profile
 from npu_trace.errors import UsageError
 from npu_trace.pipeline.batch import Batch
+from npu_trace.pipeline.blocks import Block
 from npu_trace.sources.replay_source import ReplaySource
 
 
@@ -72,24 +73,34 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
             skipped = source.events_skipped
             bar.update(source.reader_position(), source.events_read)
     else:
-        blocks = source.block_timeline()
-        for part in source.parts():
-            if isinstance(part, Batch):
-                blocks.add(part)
-            else:
-                blocks.add_chunk(part)
-            if blocks.pending_rows >= BLOCK_ROWS or blocks.ended:
-                analysis.feed_block(blocks.take(), blocks.now)
-                analysis.count_unmapped(source.events_skipped - skipped)
-                skipped = source.events_skipped
-                bar.update(source.reader_position(), source.events_read)
-        analysis.feed_block(blocks.take(), blocks.now)
-        analysis.count_unmapped(source.events_skipped - skipped)
+        for block, now in blocks_of(source, analysis, BLOCK_ROWS, bar):
+            analysis.feed_block(block, now)
     bar.done()
     if source.reader.truncated:
         analysis.truncated(source.reader.truncation)
     result = analysis.finish()
     return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis)}
+
+
+def blocks_of(source: ReplaySource, analysis: Analysis, rows: int,
+              bar: Progress) -> Iterator[Tuple[Block, Optional[int]]]:  # fmt: skip
+    """The recording as the columnar timeline's blocks of about `rows` rows (check's reading: each recorded
+    chunk walked in place), each with the timeline's watermark after it. The events of formats without a rule,
+    skipped unread, are counted into `analysis` after each block; `bar` is told the progress."""
+    blocks = source.block_timeline()
+    skipped = 0
+    for part in source.parts():
+        if isinstance(part, Batch):
+            blocks.add(part)
+        else:
+            blocks.add_chunk(part)
+        if blocks.pending_rows >= rows or blocks.ended:
+            yield blocks.take(), blocks.now
+            analysis.count_unmapped(source.events_skipped - skipped)
+            skipped = source.events_skipped
+            bar.update(source.reader_position(), source.events_read)
+    yield blocks.take(), blocks.now
+    analysis.count_unmapped(source.events_skipped - skipped)
 
 
 def reading_of(source: ReplaySource) -> Dict[str, Any]:

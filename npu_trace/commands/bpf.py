@@ -25,7 +25,8 @@ READ_BYTES = 256 << 10  # per read: small batches stay in the CPU caches (decode
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("bpf", help="measure HAL calls and IRQs in the kernel with eBPF (bcc)", description=__doc__)
-    p.add_argument("--bpf-binary", metavar="PATH", help="binary/library with the HAL symbols (default: simulator)")
+    p.add_argument("--hal", "--bpf-binary", metavar="PATH", dest="bpf_binary",
+                   help="the HAL library (libascend_hal.so) or a binary with its symbols (default: the simulator)")
     p.add_argument("--no-hal", action="store_true", help="no HAL uprobes")
     p.add_argument("--irq", action="append", default=[], metavar="NAME", help="trace IRQs whose name starts so")
     p.add_argument("--irq-num", action="append", type=int, default=[], metavar="N", help="trace IRQ number N")

@@ -50,9 +50,10 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bpf", action="store_true",
                    help="also measure in the kernel with eBPF: HAL call latencies (uprobes on --bpf-binary) and the "
                    "profile's IRQ handlers; replaces the profile's ftrace events for the same calls")  # fmt: skip
-    p.add_argument("--bpf-binary", metavar="PATH",
-                   help="library or binary with the HAL symbols (libascend_hal.so; default for the sim profile: "
-                   "the simulator)")  # fmt: skip
+    p.add_argument("--hal", "--bpf-binary", metavar="PATH", dest="bpf_binary",
+                   help="the HAL library (libascend_hal.so) or a binary with its symbols, for --bpf (default: the "
+                   "one running processes map, seen through /proc/PID/root for containers, else the driver's "
+                   "install path; for the sim profile: the simulator)")  # fmt: skip
     p.add_argument(
         "--buffer-kb",
         type=int,

@@ -22,7 +22,7 @@ Config (a profile's `latency` mapping, all optional): floor_ns, k, window, warmu
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -43,6 +43,15 @@ CALL_KINDS = frozenset(("call", "submit", "free"))
 MAX_TASKS = 100_000
 
 Key = Tuple[Optional[int], str]
+
+
+class TaskWatch(Protocol):
+    """Told each task as it is paired: its completion (a row of a normalized block, or an event) and the time
+    of its submit, in time order; the pairing is the detector's own (what exporters draw as task slices)."""
+
+    def tasks(self, nb: NormBlock, rows: np.ndarray, submitted: np.ndarray) -> None: ...
+
+    def task(self, complete: NpuEvent, submitted: int) -> None: ...
 
 
 class Samples(NamedTuple):
@@ -102,6 +111,7 @@ class LatencyDetector:
         self.stats: Dict[Key, OpStats] = {}
         self.tasks: Dict[Tuple[Optional[int], Any, Any], Tuple[int, int]] = {}
         self.counters = {"unmatched_completes": 0, "evicted_tasks": 0}
+        self.task_watch: Optional[TaskWatch] = None  # told every task paired (exporters draw them)
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         out: List[Finding] = []
@@ -123,6 +133,8 @@ class LatencyDetector:
         out: List[Finding] = []
         rows, lat, start = self._call_samples(nb)
         t_rows, t_lat, t_start = self._tasks_block(nb)
+        if self.task_watch is not None:
+            self.task_watch.tasks(nb, t_rows, t_start)
         if len(t_rows):  # calls and tasks in row order (a row is one or the other)
             all_rows = np.concatenate([rows, t_rows])
             order = stable_order(all_rows)
@@ -281,6 +293,8 @@ class LatencyDetector:
         if opened is None:
             self.counters["unmatched_completes"] += 1
             return
+        if self.task_watch is not None:
+            self.task_watch.task(ev, opened[0])
         self._sample(ev, ev.op, ev.ts_ns - opened[0], opened[0], "task", out)
 
     # ---- samples and spikes -------------------------------------------------------------------------

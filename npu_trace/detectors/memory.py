@@ -13,7 +13,7 @@ keeps live bytes per (device, thread) in `pid_bytes` (on both paths, the hot one
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -24,6 +24,16 @@ from npu_trace.pipeline.order import KeyPacking, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
 
 DevPid = Tuple[int, int]
+Ints = Union[np.ndarray, Sequence[int]]
+
+
+class MemoryWatch(Protocol):
+    """Told every change of live bytes as the detector makes it, in time order: when, the device (-1: none),
+    the pid holding it, by how much (sequences of equal length: arrays from a block, one-tuples otherwise)."""
+
+    def changes(self, ts: Ints, dev: Ints, pid: Ints, delta: Ints) -> None: ...
+
+
 MAX_LEAK_VAS = 8  # addresses listed per leak finding (the oldest)
 
 
@@ -35,6 +45,7 @@ class MemoryDetector:
         self.peak: Dict[int, int] = {}
         self.pid_bytes: Dict[DevPid, int] = {}
         self.counts: Dict[str, int] = {"allocs": 0, "frees": 0, "failures": 0, "unknown_frees": 0, "double_allocs": 0}
+        self.watch: Optional[MemoryWatch] = None  # told every change of live bytes (exporters draw counters)
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         out: List[Finding] = []
@@ -101,6 +112,8 @@ class MemoryDetector:
             rel_size[i], rel_pid[i] = v_size, v_pid
         self._count(is_alloc[order], prev_alloc)
         deltas = self._deltas(order, is_alloc[order], prev_alloc, rel_size, rel_pid, dev, pid, size)
+        if self.watch is not None:
+            self.watch.changes(ts[deltas[0]], deltas[2], deltas[3], deltas[4])
         fails = np.flatnonzero(kind == KIND_CODE["alloc_fail"])
         out = self._account_all(deltas, dev, rows, fails, nb)
         self._settle_live(key_of, carried, order, start, is_alloc, size, pid, ts)
@@ -181,26 +194,28 @@ class MemoryDetector:
     def _alloc_at(self, dev: int, va: int, size: int, pid: int, ts: int) -> None:
         if (dev, va) in self.live:
             self.counts["double_allocs"] += 1
-            self._release(dev, va)
+            self._release(dev, va, ts)
         self.live[(dev, va)] = (size, pid, ts)
-        self._account(dev, pid, size)
+        self._account(dev, pid, size, ts)
         self.counts["allocs"] += 1
 
     def _free(self, ev: NpuEvent) -> None:
-        self._free_at(_dev(ev), int(ev.args.get("va", 0)))
+        self._free_at(_dev(ev), int(ev.args.get("va", 0)), ev.ts_ns)
 
-    def _free_at(self, dev: int, va: int) -> None:
+    def _free_at(self, dev: int, va: int, ts: int) -> None:
         if (dev, va) not in self.live:
             self.counts["unknown_frees"] += 1
             return
-        self._release(dev, va)
+        self._release(dev, va, ts)
         self.counts["frees"] += 1
 
-    def _release(self, dev: int, va: int) -> None:
+    def _release(self, dev: int, va: int, ts: int) -> None:
         size, pid, _ = self.live.pop((dev, va))
-        self._account(dev, pid, -size)
+        self._account(dev, pid, -size, ts)
 
-    def _account(self, dev: int, pid: int, delta: int) -> None:
+    def _account(self, dev: int, pid: int, delta: int, ts: int) -> None:
+        if self.watch is not None:
+            self.watch.changes((ts,), (dev,), (pid,), (delta,))
         self.dev_bytes[dev] = self.dev_bytes.get(dev, 0) + delta
         self.peak[dev] = max(self.peak.get(dev, 0), self.dev_bytes[dev])
         self.pid_bytes[(dev, pid)] = self.pid_bytes.get((dev, pid), 0) + delta

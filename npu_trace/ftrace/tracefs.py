@@ -110,6 +110,9 @@ class Tracefs:
     def header_page(self) -> str:
         return self.read_text("events/header_page")
 
+    def header_event(self) -> str:
+        return self.read_text("events/header_event")
+
     def saved_cmdlines(self) -> Dict[int, str]:
         """pid -> comm of the processes whose events the kernel traced (any instance), as it saved them."""
         return parse_saved_cmdlines(self.read_text("saved_cmdlines"))

@@ -325,6 +325,12 @@ class Normalizer:
         merged = {**args, **ret_args, "latency_ns": ts_ns - entry_ts, "entry_ts_ns": entry_ts}
         return dev, merged
 
+    def pending_entries(self) -> List[Tuple[int, str, int, Optional[int], Dict[str, Any]]]:
+        """The call entries still waiting for their return (calls in flight): (pid, op, entry ts, device, args),
+        oldest first."""
+        out = [(pid, op, ts, dev, dict(args)) for (pid, op), stack in self._pending.items() for ts, dev, args in stack]
+        return sorted(out, key=lambda e: (e[2], e[0], e[1]))
+
     def _take(self, key: Tuple[int, str]) -> Optional[_Pending]:
         """The latest pending entry of `key`, removed (None, counted unpaired, when there is none)."""
         stack = self._pending.get(key)

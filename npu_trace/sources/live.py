@@ -63,6 +63,7 @@ class LiveTrace:
     # ---- the pump's side -------------------------------------------------------------------------------
     def read(self) -> Batch:
         started = mono_ns()
+        self.session.refresh_switches()
         events, wm = self._channels()
         before = self.session.full_pages
         pages, caught = self.session.read_pass()

@@ -9,6 +9,11 @@ Scope (`pids`, `comms`, `devices`; `npu_trace.pipeline.scope` for what each mean
 `pids` are processes (thread-group ids): `from_args` turns a thread's id into its process's, and refuses one
 that does not exist. The profile's interrupt events are scoped to the NPU's own interrupts, found on this host
 when the session is built (`npu_trace.sources.npu_irqs`), unless `events` replaces the profile's.
+
+HAL (`--bpf` on a real host): `from_args` finds the libascend_hal.so that running processes map (through
+`/proc/PID/root` for a container), else the driver's install paths (`npu_trace.sources.hal_search`), unless
+`--hal PATH` names it; `bpf_binary` is the first file found, `hal_more` the other copies (the same uprobes are set
+on each), `hal_found` says how they were found.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from npu_trace.ftrace.filters import check_comm
 from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline.scope import Scope, irq_table
 from npu_trace.sources.channels import DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
+from npu_trace.sources.hal_search import HalSearch, find_hal
 from npu_trace.sources.npu_irqs import discover_npu_irqs
 from npu_trace.sources.procs import thread_group
 from npu_trace.sources.scoping import kernel_dev_fields
-from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
+from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession, driver_systems
 
 MAX_SCOPE_VALUES = 8  # of each of --pid, --comm, --device (the BPF programs hold as many)
 Note = Callable[[str], None]
@@ -43,6 +49,8 @@ class TraceOptions:
     health_interval: float = DEFAULT_HEALTH_INTERVAL_S
     bpf: bool = False
     bpf_binary: Optional[str] = None
+    hal_more: Tuple[str, ...] = ()  # further copies of the HAL library (containers), uprobed as bpf_binary is
+    hal_found: str = ""  # how the HAL library was found, when it was looked for
     buffer_kb: int = DEFAULT_BUFFER_KB
     pids: Tuple[int, ...] = ()  # processes (thread-group ids)
     comms: Tuple[str, ...] = ()  # task names
@@ -60,9 +68,9 @@ class TraceOptions:
             parse_channels(",".join(self.channels) or "none")
         self._check_scope()
         if not self.bpf and self.bpf_binary:
-            raise UsageError("--bpf-binary needs --bpf")
+            raise UsageError("--hal needs --bpf")
         if self.bpf and self.bpf_binary is None and profile.name != "sim" and not profile.bpf_irq_prefixes:
-            raise UsageError(f"--bpf with the {profile.name} profile needs --bpf-binary PATH (the HAL library)")
+            raise UsageError(f"--bpf with the {profile.name} profile needs --hal PATH (the HAL library)")
 
     def _check_scope(self) -> None:
         for flag, values in (("--pid", self.pids), ("--comm", self.comms), ("--device", self.devices)):
@@ -78,14 +86,22 @@ class TraceOptions:
             check_comm(comm)
 
     @classmethod
-    def from_args(cls, args: Any, sim_binary: Optional[Callable[[], str]] = None) -> TraceOptions:
+    def from_args(cls, args: Any, sim_binary: Optional[Callable[[], str]] = None,
+                  hal: Callable[[], HalSearch] = find_hal) -> TraceOptions:  # fmt: skip
         """The options of an argparse Namespace made by `add_trace_options` (absent attributes: defaults).
         `sim_binary`: where the simulator's executable is (built if need be), for --bpf with the sim profile
-        without --bpf-binary: the value then names it, for whoever builds the channels."""
+        without --hal: the value then names it, for whoever builds the channels. `hal`: where the HAL library
+        is, for --bpf with another profile without --hal (the module docstring)."""
         options = cls._of(args)
-        if options.bpf and options.bpf_binary is None and options.profile_name == "sim" and sim_binary is not None:
-            options = replace(options, bpf_binary=sim_binary())
-        return options
+        if not options.bpf or options.bpf_binary is not None:
+            return options
+        if options.profile_name == "sim":
+            return options if sim_binary is None else replace(options, bpf_binary=sim_binary())
+        found = hal()
+        if not found.files:
+            return replace(options, hal_found=found.describe())
+        first, *more = found.paths
+        return replace(options, bpf_binary=first, hal_more=tuple(more), hal_found=found.describe())
 
     @classmethod
     def _of(cls, args: Any) -> TraceOptions:
@@ -143,6 +159,8 @@ class TraceOptions:
             scope=self.scope(irqs),
             dev_fields=kernel_dev_fields(profile.mapping),
             irq_events=self.irq_events(),
+            # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
+            switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:
@@ -163,7 +181,10 @@ class TraceOptions:
         binary = self.bpf_binary
         if binary is None and profile.name == "sim":
             raise UsageError("--bpf with the sim profile: the simulator's binary is not known (give --bpf-binary)")
-        return BpfConfig(binary=binary, hal=binary is not None, irq=bool(profile.bpf_irq_prefixes),
+        if self.hal_found and on_note is not None:
+            on_note(f"HAL: {self.hal_found}" + ("" if binary else ": no HAL uprobes (--hal PATH names it)"))
+        return BpfConfig(binary=binary, more_binaries=self.hal_more, hal=binary is not None,
+                         irq=bool(profile.bpf_irq_prefixes),
                          irq_names=profile.bpf_irq_prefixes, tracepoints=present_tracepoints(profile.bpf_tracepoints,
                          on_note), pids=self.pids, comms=self.comms, devs=self.devices)  # fmt: skip
 

@@ -16,6 +16,7 @@ import sys
 from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from npu_trace.device.switches import DRIVER_EVENTS
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError, UsageError
 from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
@@ -24,6 +25,7 @@ from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
 from npu_trace.pipeline.scope import Applied, Scope
+from npu_trace.sources.driver_switches import DriverSwitches, SwitchReport
 from npu_trace.sources.procs import tasks_of
 from npu_trace.sources.scoping import Part, npu_irqs_in_scope, plan_filters
 
@@ -44,6 +46,18 @@ def cleanup_stale(fs: Tracefs) -> List[str]:
         fs.remove_instance(name)
         removed.append(name)
     return removed
+
+
+def driver_systems(patterns: Sequence[str]) -> Tuple[str, ...]:
+    """The driver's systems (trs_chan, trs_core) whose tracepoints some of `patterns` selects: the switches a
+    session tracing them must turn on (whether or not the tracepoints exist yet: the driver may load later)."""
+    chosen, _ = match_globs(patterns, DRIVER_EVENTS)
+    return tuple(dict.fromkeys(event.split(":", 1)[0] for event in chosen))
+
+
+def _labels(switches: Sequence[Any]) -> str:
+    shown = ", ".join(s.label for s in switches[:4])
+    return shown + (f" and {len(switches) - 4} more" if len(switches) > 4 else "")
 
 
 def load_formats(fs: Tracefs, events: Sequence[str], texts: Optional[Dict[str, str]] = None) -> List[EventFormat]:
@@ -81,10 +95,15 @@ class TracefsSession:
         dev_fields: Optional[Mapping[str, str]] = None,
         irq_events: Sequence[str] = (),
         list_tasks: Callable[[Iterable[int]], List[int]] = tasks_of,
+        switches: Optional[DriverSwitches] = None,
+        switch_systems: Sequence[str] = (),
     ) -> None:
         """`scope`: what to trace (npu_trace.pipeline.scope): its processes go to the instance's set_event_pid,
         its task names, devices (`dev_fields`: event -> plain device field) and NPU interrupts (on `irq_events`)
-        to per-event filters (npu_trace.sources.scoping); `self.scope` then says where each part was applied."""
+        to per-event filters (npu_trace.sources.scoping); `self.scope` then says where each part was applied.
+        `switches`: the driver's trace switches (default: this host's), turned on for the scope's devices when the
+        session's events, or `switch_systems` (the BPF channel's driver tracepoints), include the driver's;
+        restored by close()."""
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
         self.scope = scope or Scope()
@@ -115,6 +134,9 @@ class TracefsSession:
         self.full_pages = 0
         self.caught_up: Tuple[int, ...] = ()
         self._read_events = 0
+        self.switches = switches or DriverSwitches()
+        self.switch_systems = tuple(dict.fromkeys([*driver_systems([*self.patterns, *self.optional]), *switch_systems]))
+        self.switch_report = SwitchReport()
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> TracefsSession:
@@ -127,6 +149,9 @@ class TracefsSession:
     def start(self) -> None:
         fs = self.fs = self.fs or Tracefs.find()
         cleanup_stale(fs)
+        if self.switch_systems:
+            restored, problems = self.switches.restore_stale()
+            self.notes += restored + problems
         self.selected = self._select(fs.available_events())
         self.format_texts: Dict[str, str] = {}
         self.formats = load_formats(fs, [*self.selected, *self._implicit(fs)], self.format_texts)
@@ -135,12 +160,35 @@ class TracefsSession:
         self.instance = fs.create_instance(self.name)
         try:
             self._configure(self.instance)
+            self._turn_on_switches()
         except BaseException as exc:
             try:
                 self.close()
             except SourceError as cleanup:  # say both: why it failed, and what is left (removed at next start)
                 raise SourceError(f"{exc}; and the instance could not be removed: {cleanup}") from exc
             raise
+
+    # ---- the driver's trace switches ------------------------------------------------------------------
+    def _turn_on_switches(self) -> None:
+        """Turn on the driver's switches for the scope's devices (its tracepoints emit nothing without them)."""
+        if not self.switch_systems:
+            return
+        report = self.switch_report = self.switches.turn_on(self.switch_systems, self.scope.devices)
+        devices = f" of device {', '.join(map(str, self.scope.devices))}" if self.scope.devices else ""
+        systems = "/".join(self.switch_systems)
+        if not report.held and not report.failed:
+            self.notes.append(f"no {systems} trace switch{devices} in {self.switches.root} (the driver's tracepoints "
+                              "emit nothing without theirs; turned on when they appear)")  # fmt: skip
+        if report.turned_on:
+            self.notes.append(f"turned on {len(report.turned_on)} driver trace switches{devices} "
+                              f"({_labels(report.turned_on)}; {len(report.already_on)} were on): put back at the end")
+        for switch, why in report.failed:
+            self.notes.append(f"cannot turn on the driver trace switch {switch.label}: {why} (its events stay silent)")
+
+    def refresh_switches(self, now: Optional[float] = None) -> None:
+        """Turn on the switches a hot reset re-created (at most once a second; cheap otherwise)."""
+        if self.switch_systems and self.instance is not None:
+            self.switches.refresh(now)
 
     def _select(self, available: List[str]) -> List[str]:
         chosen = resolve_globs(self.patterns, available)
@@ -275,9 +323,14 @@ class TracefsSession:
             with contextlib.suppress(OSError):  # already closed: nothing left to release
                 os.close(fd)
         self._fds.clear()
-        if self.instance is not None and self.fs is not None:
-            inst, self.instance = self.instance, None
-            self.fs.remove_instance(inst.name)
+        try:
+            if self.instance is not None and self.fs is not None:
+                inst, self.instance = self.instance, None
+                self.fs.remove_instance(inst.name)
+        finally:
+            problems = self.switches.restore()
+            if problems:
+                raise SourceError("; ".join(problems) + " (kept for npu-trace cleanup)")
 
     # ---- data ----------------------------------------------------------------------------------
     def read_pass(self) -> Tuple[List[Tuple[int, bytes]], Tuple[int, ...]]:

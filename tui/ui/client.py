@@ -172,12 +172,14 @@ class FeedClient:
         self.deliver(("gone", self.error or ""))
 
     def _cleanup(self) -> None:
-        """The worker died without closing its source: remove the tracefs instance it announced."""
+        """The worker died without closing its source: remove the tracefs instance it announced, and put back
+        the driver trace switches it turned on."""
         name, root = self.resource.get("instance"), self.resource.get("tracefs")
         if not name or not root:
             return
         from npu_trace.errors import NpuTraceError
         from npu_trace.ftrace.tracefs import Tracefs
+        from npu_trace.sources.driver_switches import SwitchState, restore_stale
 
         try:
             fs = Tracefs(root)
@@ -185,6 +187,13 @@ class FeedClient:
                 fs.remove_instance(name)
         except (NpuTraceError, OSError) as exc:
             self.error = f"{self.error}; and its instance {name} could not be removed: {one_line(exc)}"
+        state = self.resource.get("switch_state")
+        try:
+            problems = restore_stale(SwitchState(state))[1] if state else []
+        except NpuTraceError as exc:
+            problems = [one_line(exc)]
+        if problems:
+            self.error = f"{self.error}; and {'; '.join(problems)}"
 
     def _kill(self) -> None:
         process = self._process

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from operator import itemgetter
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -75,6 +75,15 @@ class NewestRows:
 
     def take(self) -> List[NpuEvent]:
         """The newest rows, oldest first, as events; then empty."""
+        out = self.events()
+        self.clear()
+        return out
+
+    def __iter__(self) -> Iterator[NpuEvent]:
+        return iter(self.events())
+
+    def events(self) -> List[NpuEvent]:
+        """The newest rows, oldest first, as events."""
         newest: List[List[NpuEvent]] = []
         need = self.limit
         for part, _ in reversed(self.parts):
@@ -87,7 +96,6 @@ class NewestRows:
                 got = list(part[-need:])
             newest.append(got)
             need -= len(got)
-        self.clear()
         return [ev for got in reversed(newest) for ev in got]
 
     def clear(self) -> None:

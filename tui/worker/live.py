@@ -107,7 +107,8 @@ class LiveSource(BaseSource):
                 self.note = self.session.notes[-1]
             fs = self.session.fs
             if fs is not None:  # should this process die without removing it, the UI will
-                sink.announce({"tracefs": fs.root, "instance": self.session.name})
+                sink.announce({"tracefs": fs.root, "instance": self.session.name,
+                               "switch_state": self.session.switches.state.directory})  # fmt: skip
             blocks = LiveBlocks(source.block_timeline(), time.monotonic)
             try:
                 pump(source, lambda batch: self._batch(batch, blocks, sink), stop=stop, until=self.until)

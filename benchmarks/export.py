@@ -1,0 +1,95 @@
+"""Export figures: `npu-trace export` to Perfetto and to Chrome JSON beside `npu-trace check` (the anchor) on the
+same generated recording, with each child's peak RSS.
+
+The recording is benchmarks.gen_recording's (the mixed scenario on 8 devices, host-like on 2 CPUs; `--events`,
+default 1 M; or `--file FILE`). Each command runs as a user runs it, in a child process (`--repeat` times,
+medians); a generated recording of a few events is timed alike and its time (the start-up) taken off, so that
+the rates are the work per event. Target, as a figure (never pass/fail): a 1 M-event recording exports with a
+peak RSS under 200 MiB. Run: `scripts/bench export [--events N] [--repeat R] [--json OUT]`; no root needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
+
+from benchmarks.checks import npu_trace_argv, per_event, timed
+from benchmarks.common import log
+
+RSS_TARGET_MIB = 200.0
+GEN_RATE = 20_000.0  # the generator's default background calls/s
+
+
+def _events(path: str) -> int:
+    """The events a recording holds, as check reads them."""
+    from npu_trace.ci.analyze import analyze
+
+    return int(analyze(path, progress=False)["reading"]["events"])
+
+
+def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) -> Dict[str, Any]:
+    """check, export to Perfetto, export to Chrome JSON: per-event figures (`sizes`: the events of each)."""
+    out: Dict[str, Any] = {}
+    runs = {"check": (["check", "{rec}", "--quiet"], (0, 1)), "perfetto": (["export", "{rec}", "-o", "{out}.pftrace",
+            "--quiet"], (0,)), "chrome-json": (["export", "{rec}", "-o", "{out}.json", "--quiet"], (0,))}  # fmt: skip
+    for name, (args, ok) in runs.items():
+        got = {}
+        for which, rec in (("full", path), ("empty", tiny)):
+            argv = [a.format(rec=rec, out=os.path.join(tmp, f"{name}-{which}")) for a in args]
+            peak = os.path.join(tmp, f"{name}-{which}.peak")
+            got[which] = dict(timed(npu_trace_argv(argv, peak), repeat, ok, peak), events=sizes[which])
+        fig = per_event(got["full"], got["empty"])
+        produced = os.path.join(tmp, f"{name}-full" + (".pftrace" if name == "perfetto" else ".json"))
+        fig["out_bytes"] = os.path.getsize(produced) if name != "check" else None
+        out[name] = fig
+        log(f"export bench: {name}: {fig['events_per_s']:,.0f} events/s, peak RSS {fig['rss_mib']:.0f} MiB")
+    return out
+
+
+def table(events: int, figs: Dict[str, Any]) -> List[str]:
+    check_rate = figs["check"]["events_per_s"]
+    head = f"{'':<12} {'events/s':>12} {'vs check':>9} {'wall s':>8} {'peak RSS MiB':>13} {'output MB':>10}"
+    lines = [f"export, {events:,} events (start-up taken off; check is the anchor):", head]
+    for name, f in figs.items():
+        ratio = f["events_per_s"] / check_rate if check_rate else 0.0
+        size = f"{f['out_bytes'] / 1e6:10.1f}" if f["out_bytes"] is not None else f"{'-':>10}"
+        rate, wall, rss = f["events_per_s"], f["wall_s"], f["rss_mib"]
+        lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.1f} {rss:13.0f} {size}")
+    worst = max(figs[n]["rss_mib"] for n in ("perfetto", "chrome-json"))
+    met = "met" if worst < RSS_TARGET_MIB or events < 950_000 else "NOT met"
+    lines.append(f"target: peak RSS < {RSS_TARGET_MIB:.0f} MiB for 1 M events: {worst:.0f} MiB ({met}"
+                 f"{'' if events >= 950_000 else ': judged from 0.95 M events on'})")  # fmt: skip
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.export", description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=float, default=1e6, help="events of the generated recording (default 1 M)")
+    p.add_argument("--file", help="a recording to use instead of generating one")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    from benchmarks.gen_recording import Spec, duration_for, generate
+
+    with tempfile.TemporaryDirectory(prefix="npu-export-bench-") as tmp:
+        path = args.file
+        if path is None:
+            path = os.path.join(tmp, "generated.npt")
+            made = generate(path, Spec(duration_s=duration_for(args.events, GEN_RATE), rate=GEN_RATE))
+            log(f"export bench: generated {made.events:,} events in {made.seconds:.1f} s")
+        tiny = generate(os.path.join(tmp, "tiny.npt"), Spec(duration_s=0.01, rate=1000.0)).path
+        sizes = {"full": _events(path), "empty": _events(tiny)}
+        figs = figures(path, tiny, args.repeat, tmp, sizes)
+        events = sizes["full"]
+    print("\n".join(table(events, figs)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"events": events, "figures": figs}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""`npu-trace export`: a recording of a simulator scenario, exported, then decoded with Perfetto's own schema
+(`perfetto_trace_pb2` from the `perfetto` package) and replayed as Perfetto's trace processor reads it (packets
+sorted by timestamp, ties in file order): held against the scenario's ground truth (its planned actions and
+`truth_expectations`) and against what `check` finds in the same recording.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from npu_trace.ci.analyze import analyze
+from npu_trace.ci.export import Request, export, parse_time
+from npu_trace.cli import main
+from npu_trace.detectors import Analysis
+from npu_trace.device import hal
+from npu_trace.device.profiles import PROFILES
+from npu_trace.errors import UsageError
+from npu_trace.events import Loss
+from npu_trace.ftrace.columns import plans
+from npu_trace.ftrace.encode import PageEncoder
+from npu_trace.pipeline.blocks import records_of
+from npu_trace.recording import RecordingWriter
+from npu_trace.sim.scenarios import Action, plan
+from npu_trace.sim.synth import formats, synth_events, truth_expectations
+from npu_trace.sinks.timeline import Lane, LanePacker
+from npu_trace.sinks.tracks import SLICES, Track
+from test_timeline import HEADER, reads, spread, synth_header
+
+LOST = 7  # events the lossy recording says were lost
+PLANS = plans(formats().values(), layouts=PROFILES["sim"].layouts)
+
+
+# ---- recordings ---------------------------------------------------------------------------------------------
+def scenario(path: str, name: str = "ecc-reset", seed: int = 3, loss: bool = False) -> List[Action]:
+    """A recording of a scenario (1 s, 3000 calls/s, 4 devices) spread over 3 CPUs and cut into reads at
+    random; `loss`: an overrun of LOST events on CPU 1 in its middle. Returns the planned actions."""
+    actions = plan(name, seed, 1.0, 3000, 4)
+    events = synth_events(actions)
+    enc = PageEncoder(HEADER)
+    per_cpu = spread(events, 3, seed)
+    pages = {cpu: enc.pages((e.ts_ns, e.pid, e.fmt, e.values) for e in evs) for cpu, evs in per_cpu.items()}
+    batches = reads(pages, [], random.Random(seed), events[-1].ts_ns + 1)
+    with RecordingWriter(path, synth_header(3), chunk_bytes=16 << 10) as w:
+        for i, batch in enumerate(batches):
+            for cpu, page in batch.pages:
+                w.add_page(cpu, page)
+            if batch.mark is not None:
+                w.add_mark(batch.mark)
+            if loss and i == 0:  # read before anything was released: in its place in time, never late
+                w.add_loss(Loss("tracefs", 1, "overrun", LOST, events[len(events) // 2].ts_ns))
+    return actions
+
+
+# ---- a Perfetto trace, read back --------------------------------------------------------------------------
+@dataclass
+class Slice:
+    track: int
+    name: str
+    begin: int
+    end: int
+    args: Dict[str, Any]
+    flows: List[int]
+    terminating: List[int]
+    depth: int
+    parent: Optional[Slice] = None
+
+
+@dataclass
+class Decoded:
+    tracks: Dict[int, pb.TrackDescriptor] = field(default_factory=dict)
+    slices: List[Slice] = field(default_factory=list)
+    instants: List[Tuple[int, int, str, Dict[str, Any], List[int]]] = field(default_factory=list)  # ..., flows
+    counters: Dict[int, List[Tuple[int, float]]] = field(default_factory=dict)
+    clock: Optional[pb.ClockSnapshot] = None
+
+    def path(self, uuid: int) -> Tuple[str, ...]:
+        out: List[str] = []
+        while uuid:
+            out.insert(0, self.tracks[uuid].name)
+            uuid = self.tracks[uuid].parent_uuid
+        return tuple(out)
+
+    def device(self, uuid: int) -> Optional[int]:
+        top = self.path(uuid)[0]
+        return int(top.split()[1]) if top.startswith("NPU ") else None
+
+    def on(self, prefix: str) -> List[Slice]:
+        """The slices on the tracks whose name starts with `prefix` (lanes: "calls", "calls (2)", ...)."""
+        return [s for s in self.slices if self.tracks[s.track].name.startswith(prefix)]
+
+    def counter(self, *path: str) -> List[Tuple[int, float]]:
+        uuids = [u for u in self.tracks if self.path(u) == path]
+        assert len(uuids) == 1, (path, uuids)
+        return self.counters.get(uuids[0], [])
+
+
+def annotation(a: pb.DebugAnnotation, names: Dict[int, str]) -> Tuple[str, Any]:
+    name = names[a.name_iid] if a.name_iid else a.name
+    which = a.WhichOneof("value")
+    if a.dict_entries:
+        return name, dict(annotation(e, names) for e in a.dict_entries)
+    if a.array_values:
+        return name, [annotation(e, names)[1] for e in a.array_values]
+    return name, getattr(a, which) if which else None
+
+
+def decode(data: bytes) -> Decoded:
+    """The packets as the trace processor reads them: sorted by timestamp (ties in file order), slices built
+    by a stack per track. Asserts what Perfetto needs: one sequence whose incremental state is cleared
+    first, every event on a track described before, every end matching a begin, nothing left open."""
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    out = Decoded()
+    names: Dict[int, str] = {}
+    keys: Dict[int, str] = {}
+    events: List[Tuple[int, int, pb.TracePacket]] = []
+    cleared = False
+    for i, p in enumerate(trace.packet):
+        assert p.trusted_packet_sequence_id == 1
+        cleared = cleared or p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED != 0
+        if p.HasField("clock_snapshot"):
+            out.clock = p.clock_snapshot
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            assert d.uuid not in out.tracks and (not d.parent_uuid or d.parent_uuid in out.tracks)
+            out.tracks[d.uuid] = d
+        for n in p.interned_data.event_names:
+            assert n.iid not in names
+            names[n.iid] = n.name
+        for n in p.interned_data.debug_annotation_names:
+            assert n.iid not in keys
+            keys[n.iid] = n.name
+        if p.HasField("track_event"):
+            assert cleared and p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            assert p.track_event.track_uuid in out.tracks
+            events.append((p.timestamp, i, p))
+    stacks: Dict[int, List[Slice]] = {}
+    for ts, _, p in sorted(events, key=lambda e: (e[0], e[1])):
+        ev = p.track_event
+        track = ev.track_uuid
+        args = dict(annotation(a, keys) for a in ev.debug_annotations)
+        stack = stacks.setdefault(track, [])
+        if ev.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            parent = stack[-1] if stack else None
+            s = Slice(track, names[ev.name_iid], ts, -1, args, list(ev.flow_ids), list(ev.terminating_flow_ids),
+                      len(stack), parent)  # fmt: skip
+            stack.append(s)
+            out.slices.append(s)
+        elif ev.type == pb.TrackEvent.TYPE_SLICE_END:
+            assert stack, f"an end without a begin on {out.path(track)} at {ts}"
+            stack.pop().end = ts
+        elif ev.type == pb.TrackEvent.TYPE_INSTANT:
+            out.instants.append((track, ts, names[ev.name_iid], args, list(ev.flow_ids)))
+        elif ev.type == pb.TrackEvent.TYPE_COUNTER:
+            assert out.tracks[track].HasField("counter")
+            value = ev.counter_value if ev.HasField("counter_value") else ev.double_counter_value
+            out.counters.setdefault(track, []).append((ts, value))
+    assert all(not stack for stack in stacks.values()), "slices left open"
+    return out
+
+
+def exported(tmp_path: Any, rec: str, out: str = "out.pftrace", **kw: Any) -> Dict[str, Any]:
+    return export(Request(rec, str(tmp_path / out), "perfetto" if out.endswith(".pftrace") else "chrome-json",
+                          progress=False, **kw))  # fmt: skip
+
+
+def hal_calls(actions: List[Action]) -> Counter[Tuple[int, str]]:
+    return Counter((a.dev, a.func) for a in actions if hal.FUNC_BY_NAME[a.func].hal)
+
+
+@pytest.fixture(scope="module")
+def ecc(tmp_path_factory: Any) -> Tuple[str, List[Action], Decoded, Dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("ecc")
+    rec = str(tmp / "ecc.npt")
+    actions = scenario(rec)
+    summary = exported(tmp, rec)
+    with open(tmp / "out.pftrace", "rb") as f:
+        return rec, actions, decode(f.read()), summary
+
+
+# ---- the Perfetto trace against the ground truth ---------------------------------------------------------------
+def test_one_call_slice_per_injected_hal_call_named_by_its_function_on_its_device(ecc: Any) -> None:
+    _, actions, d, summary = ecc
+    calls = d.on("calls")
+    assert Counter((d.device(s.track), s.name) for s in calls) == hal_calls(actions)
+    assert summary["mapped"]["calls"] == len(calls) and summary["mapped"]["unreturned_calls"] == 0
+    assert all(s.end >= s.begin and s.args["pid"] > 0 and "comm" in s.args for s in calls)
+    sends = [s for s in calls if s.name == "halMemAlloc"]
+    assert all({"size", "ret"} <= set(s.args) for s in sends), sends[0].args
+
+
+def test_overlapping_calls_go_to_separate_lanes_and_every_slice_nests_in_its_parent(ecc: Any) -> None:
+    _, _, d, _ = ecc
+    for s in d.slices:
+        if s.parent is not None:
+            assert s.parent.begin <= s.begin and s.end <= s.parent.end, (d.path(s.track), s, s.parent)
+    nested_calls = [s for s in d.on("calls") if s.parent is not None]
+    assert all(s.begin >= s.parent.begin for s in nested_calls if s.parent is not None)
+
+
+def test_tasks_run_submit_to_completion_with_a_flow_from_their_submitting_call(ecc: Any) -> None:
+    _, actions, d, summary = ecc
+    tasks = [s for s in d.slices if s.name == "task"]
+    completions = Counter(a.dev for a in actions if a.func == "trs_logic_cq_enque")
+    assert Counter(d.device(s.track) for s in tasks) == completions
+    assert all(d.tracks[s.track].name.startswith("stream ") for s in tasks)
+    assert all(s.args["submit_ts_ns"] == s.begin <= s.end for s in tasks)
+    sends = {f: s for s in d.on("calls") if s.name == "halSqTaskSend" for f in s.flows}
+    assert len(sends) == sum(1 for s in d.on("calls") if s.name == "halSqTaskSend")
+    for t in tasks:
+        (flow,) = t.terminating
+        send = sends[flow]
+        assert d.device(send.track) == d.device(t.track) and send.end == t.begin
+    assert summary["written"]["flows"] == len(tasks) + summary["mapped"]["resets"]  # and a reset's trigger
+
+
+def test_interrupt_handlers_are_slices_per_line(ecc: Any) -> None:
+    _, actions, d, summary = ecc
+    handlers = [s for s in d.slices if d.path(s.track)[1:2] == ("interrupts",)]
+    entries = Counter(a.dev for a in actions if a.func == "irq_handler_entry")
+    assert Counter(d.device(s.track) for s in handlers) == entries
+    assert summary["mapped"]["irqs"] == len(handlers) and summary["mapped"]["irq_exits_without_entry"] == 0
+
+
+def test_the_reset_sequence_is_one_slice_with_a_nested_slice_per_step(ecc: Any) -> None:
+    _, actions, d, _ = ecc
+    exp = truth_expectations(actions)["resets"]
+    assert exp
+    resets = [s for s in d.on("reset") if s.depth == 0]
+    assert sorted(d.device(s.track) for s in resets) == sorted(exp)
+    for r in resets:
+        assert r.name == "reset complete"
+        steps = [s for s in d.slices if s.parent is r]
+        assert [s.name for s in steps] == exp[d.device(r.track)]
+        assert steps[0].begin == r.begin and steps[-1].end == r.end
+        assert [s.begin for s in steps] == sorted(s.begin for s in steps)
+        (trigger,) = r.terminating  # a flow from the timeout that set it off, on the device's events track
+        (source,) = [i for i in d.instants if trigger in i[4]]
+        assert source[2] == "timeout heartbeat" and d.path(source[0]) == (f"NPU {d.device(r.track)}", "events")
+        assert source[1] < r.begin
+
+
+def test_device_states_cover_each_device_and_the_reset_shows_as_resetting(ecc: Any) -> None:
+    _, actions, d, _ = ecc
+    states = d.on("state")
+    dev = next(iter(truth_expectations(actions)["resets"]))
+    mine = sorted((s for s in states if d.device(s.track) == dev), key=lambda s: s.begin)
+    assert mine[0].name == "ok" and "resetting" in [s.name for s in mine]
+    assert all(a.end == b.begin for a, b in zip(mine, mine[1:]))  # one state at a time, no gap
+    assert {d.device(s.track) for s in states} == {a.dev for a in actions}
+
+
+def test_memory_counters_end_at_the_bytes_the_scenario_left_allocated(ecc: Any) -> None:
+    _, actions, d, _ = ecc
+    leaks = truth_expectations(actions)["leaks"]
+    allocating = {a.dev for a in actions if a.func == "devmm_alloc_done"}
+    assert allocating
+    for dev in sorted(allocating):
+        live = d.counter(f"NPU {dev}", "memory", "live bytes")
+        assert live and [ts for ts, _ in live] == sorted(ts for ts, _ in live)
+        assert live[-1][1] == leaks.get(dev, (0, 0))[1]
+        assert max(v for _, v in live) > 0
+        per_pid = [u for u in d.tracks if d.path(u)[:2] == (f"NPU {dev}", "memory") and d.path(u)[-1][:4] == "pid "]
+        assert sum(d.counters[u][-1][1] for u in per_pid) == live[-1][1]
+
+
+def test_every_finding_check_makes_is_an_instant_with_its_details(ecc: Any) -> None:
+    rec, _, d, _ = ecc
+    found = analyze(rec, "sim", progress=False)["analysis"]["findings"]
+    shown = [(i[2], i[3]) for i in d.instants if d.tracks[i[0]].name == "findings"]
+    assert Counter(n.split()[0] for n, _ in shown) == Counter(f["kind"] for f in found)
+    assert sorted(n for n, _ in shown) == sorted(f"{f['kind']} {f['op']}" if f["op"] else f["kind"] for f in found)
+    timeouts = [a for n, a in shown if n.startswith("timeout")]
+    assert timeouts and all(a for a in timeouts)
+
+
+def test_the_clock_is_declared_monotonic_with_the_wall_clock_anchor(ecc: Any) -> None:
+    rec, _, d, _ = ecc
+    from npu_trace.sources.replay_source import ReplaySource
+
+    anchor = ReplaySource(rec).header["clock_anchor"]
+    assert d.clock is not None and d.clock.primary_trace_clock == pb.BUILTIN_CLOCK_MONOTONIC
+    assert {c.clock_id: c.timestamp for c in d.clock.clocks} == {
+        pb.BUILTIN_CLOCK_MONOTONIC: anchor["mono_ns"], pb.BUILTIN_CLOCK_REALTIME: anchor["realtime_ns"]}
+
+
+def test_no_loss_instant_when_nothing_was_lost(ecc: Any) -> None:
+    _, _, d, _ = ecc
+    assert not [i for i in d.instants if d.tracks[i[0]].name == "loss"]
+    assert [v for _, v in d.counter("npu-trace", "events lost")] == [0]
+
+
+def test_a_lossy_recording_shows_its_loss_as_an_instant_and_a_counter(tmp_path: Any) -> None:
+    rec = str(tmp_path / "lossy.npt")
+    scenario(rec, "steady", 5, loss=True)
+    exported(tmp_path, rec)
+    with open(tmp_path / "out.pftrace", "rb") as f:
+        d = decode(f.read())
+    lost = [i for i in d.instants if d.tracks[i[0]].name == "loss"]
+    assert len(lost) == 1 and lost[0][2] == f"lost {LOST} events"
+    assert lost[0][3]["cpu"] == 1 and lost[0][3]["loss_kind"] == "overrun"
+    values = [v for _, v in d.counter("npu-trace", "events lost")]
+    assert values[0] == 0 and values[-1] == LOST
+    assert [i[2] for i in d.instants if d.tracks[i[0]].name == "findings"].count("loss") == 1
+
+
+# ---- Chrome JSON -------------------------------------------------------------------------------------------
+def test_chrome_json_is_valid_trace_event_format_with_the_same_calls(tmp_path: Any, ecc: Any) -> None:
+    rec, actions, d, _ = ecc
+    exported(tmp_path, rec, "out.json")
+    with open(tmp_path / "out.json") as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    assert doc["displayTimeUnit"] == "ns" and doc["otherData"]["clock_domain"] == "CLOCK_MONOTONIC"
+    assert {e["ph"] for e in events} <= {"X", "i", "C", "M", "s", "f"}
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    for e in events:
+        assert isinstance(e["pid"], int) and (e["ph"] == "M" or isinstance(e["ts"], (int, float)))
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and (e["pid"], e["tid"]) in threads
+    calls = Counter((int(procs[e["pid"]].split()[1]), e["name"]) for e in events
+                    if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("calls"))  # fmt: skip
+    assert calls == hal_calls(actions)
+    tasks = [s for s in d.slices if s.name == "task"]
+    assert sum(1 for e in events if e["ph"] == "X" and e["name"] == "task") == len(tasks)
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    finishes = [e["id"] for e in events if e["ph"] == "f"]
+    assert finishes and set(finishes) <= starts and all(e.get("bp") == "e" for e in events if e["ph"] == "f")
+
+
+# ---- the window and the devices -------------------------------------------------------------------------------
+def test_a_window_and_a_device_cut_what_is_shown_never_what_is_analysed(tmp_path: Any, ecc: Any) -> None:
+    rec, _, whole, _ = ecc
+    summary = exported(tmp_path, rec, "cut.pftrace", start=parse_time("0.2", "--from"),
+                       stop=parse_time("0.6", "--to"), devices=frozenset({0}))  # fmt: skip
+    with open(tmp_path / "cut.pftrace", "rb") as f:
+        d = decode(f.read())
+    lo, hi = summary["window"]
+    assert summary["stopped_at_window_end"] and hi - lo == 400_000_000
+    assert {d.path(u)[0] for u in d.tracks} == {"npu-trace", "NPU 0"}
+    for s in d.slices:
+        assert lo <= s.begin <= s.end <= hi
+    inside = [s for s in whole.on("calls") if whole.device(s.track) == 0 and lo <= s.begin and s.end < hi]
+    assert Counter(s.name for s in d.on("calls") if not s.args.get("clipped")) == Counter(s.name for s in inside)
+    live = d.counter("NPU 0", "memory", "live bytes")
+    before = [v for ts, v in whole.counter("NPU 0", "memory", "live bytes") if ts <= lo]
+    assert live[0] == (lo, before[-1] if before else 0)  # the memory live when the window opens, carried in
+
+
+def test_the_window_is_read_as_seconds_timestamps_or_wall_clock() -> None:
+    assert parse_time("1.5", "--from").ns == 1_500_000_000 and parse_time("250ms", "--to").ns == 250_000_000
+    stamp = parse_time("@12.000000005", "--from")
+    assert (stamp.kind, stamp.ns) == ("mono", 12_000_000_005)
+    wall = parse_time("1970-01-01T00:00:02Z", "--from")
+    assert (wall.kind, wall.ns, wall.resolve(0, (100, 1_000_000_000))) == ("wall", 2_000_000_000, 1_000_000_100)
+    for bad in ("soon", "1.5x", "2026-01-01T00:00:00"):
+        with pytest.raises(UsageError):
+            parse_time(bad, "--from")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["missing.npt", "-o", "{tmp}/x.pftrace"], ["missing.npt"]),
+        (["{rec}", "-o", "{tmp}/x.txt"], ["cannot tell the format", ".pftrace"]),
+        (["{rec}", "-o", "{tmp}/x.json", "--from", "soon"], ["--from", "soon"]),
+        (["{rec}", "-o", "{tmp}/x.json", "--from", "2", "--to", "1"], ["--to 1 is not after --from 2"]),
+        (["{rec}", "-o", "{tmp}/x.json", "--from", "50"], ["the window holds none"]),
+        (["{rec}", "-o", "{tmp}/x.json", "--devices", "a"], ["--devices"]),
+        (["{rec}", "-o", "{rec}", "--format", "perfetto"], ["is the recording itself"]),
+        (["{rec}", "-o", "{tmp}/nodir/x.json"], ["cannot write"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_and_leaves_no_file(tmp_path: Any, capsys: Any, ecc: Any, args: List[str],
+                                                             words: List[str]) -> None:  # fmt: skip
+    rec = ecc[0]
+    argv = ["export", *(a.format(tmp=tmp_path, rec=rec) for a in args)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("npu-trace: ") and all(w in err[0] for w in words), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_command_writes_the_file_and_says_what_it_drew(tmp_path: Any, capsys: Any, ecc: Any) -> None:
+    out = tmp_path / "run.perfetto-trace"
+    assert main(["export", ecc[0], "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "(perfetto," in err and "calls" in err and "loss: none" in err
+    assert decode(out.read_bytes()).slices
+
+
+# ---- the pieces -------------------------------------------------------------------------------------------------
+def test_the_watches_tell_the_same_tasks_and_memory_on_both_paths() -> None:
+    """What the export draws comes from the detectors' watches: the columnar path tells what the reference
+    path tells, task for task and change for change."""
+    events = synth_events(plan("mixed", 2, 0.5, 2000, 2))
+    told = []
+    for fast in (False, True):
+        analysis, seen = Analysis(PROFILES["sim"]), _Seen()
+        analysis.latency.task_watch = analysis.memory.watch = seen
+        if fast:
+            for i in range(0, len(events), 997):
+                analysis.feed_block(records_of(events[i : i + 997], PLANS))
+        else:
+            analysis.feed(events)
+        told.append((seen.tasks_told, seen.changes_told))
+    assert told[0] == told[1] and told[0][0] and told[0][1]
+
+
+class _Seen:
+    def __init__(self) -> None:
+        self.tasks_told: List[Tuple[int, int]] = []
+        self.changes_told: List[Tuple[int, int, int, int]] = []
+
+    def tasks(self, nb: Any, rows: Any, submitted: Any) -> None:
+        self.tasks_told += [(int(nb.block.ts[r]), int(s)) for r, s in zip(rows.tolist(), submitted.tolist())]
+
+    def task(self, complete: Any, submitted: int) -> None:
+        self.tasks_told.append((complete.ts_ns, submitted))
+
+    def changes(self, ts: Any, dev: Any, pid: Any, delta: Any) -> None:
+        self.changes_told += [tuple(int(x) for x in row) for row in zip(ts, dev, pid, delta)]
+
+
+def test_a_lane_takes_a_slice_only_where_it_nests() -> None:
+    lane = Lane(Track(1, "calls", SLICES))
+    lane.add(10, 20)
+    assert lane.fits(20, 30)  # after it, touching
+    assert lane.fits(5, 25)  # around it
+    assert not lane.fits(15, 30)  # across its end
+    assert not lane.fits(10, 30)  # the same begin: it would open first and close first
+    packer = LanePacker(lambda i: Track(100 + i, f"calls {i}", SLICES))
+    assert [packer.place(b, e).uuid for b, e in [(0, 10), (5, 12), (11, 13), (0, 20)]] == [100, 101, 100, 101]
