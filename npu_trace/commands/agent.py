@@ -149,12 +149,15 @@ class Agent:
             rules = load_rules(self.settings.rules_path)
         except NpuTraceError as exc:
             self.figures.add("rules_reload_errors_total")
+            if self.live is not None:
+                self.live.publish()
             self.log.error(f"SIGHUP: {exc}; the previous rules stay")
             return
         self.rules = rules
+        self.figures.add("rules_reloads_total")
         if self.live is not None:
             self.live.set_rules(rules)
-        self.figures.add("rules_reloads_total")
+            self.live.publish()  # judged by the new rules at once: what a scrape sees once this is logged
         self.log.info(f"SIGHUP: log reopened, rules read again ({rules.source})")
 
     def finish(self) -> None:
