@@ -35,19 +35,19 @@ import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import npu_trace
 from npu_trace.device import hal
 from npu_trace.ftrace.encode import PageEncoder, Row
-from npu_trace.ftrace.format import EventFormat, parse_format, parse_header_page
-from npu_trace.pipeline.batch import Mark
+from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
+from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.recording.writer import RecordingWriter
 from npu_trace.sim.scenarios import NS, Action, plan_stream
 from npu_trace.sim.synth import ProbeRow, TruthTally, probe_rows
 from npu_trace.sim.threads import HOST_LIKE, Host
 from npu_trace.sim.timing import HostTiming
-from npu_trace.sinks.recorder import MARK_EVERY_NS
+from npu_trace.sinks.batch_writer import MARK_EVERY_NS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL_DIR = os.path.join(os.path.dirname(HERE), "tests", "data", "kernel-6.18.44-x86_64")
@@ -144,17 +144,14 @@ def header(spec: Spec, texts: Dict[str, str], header_page: str, page_size: int) 
 
 # ---- the simulated reader and recorder ----------------------------------------------------------------------
 class Reader:
-    """Every CPU's events not read yet; `read(read_ns)` hands over those stamped before `read_ns` as pages
-    (CPU by CPU, in time order) and keeps them in the recording as the recorder would."""
+    """Every CPU's events not read yet; `read(read_ns)` hands over those stamped before `read_ns` as the live
+    source would: one Batch of pages (CPU by CPU, in time order) with its Mark (every CPU caught up)."""
 
-    def __init__(self, spec: Spec, writer: RecordingWriter, encoder: PageEncoder, formats: Dict[str, EventFormat]):
+    def __init__(self, spec: Spec, encoder: PageEncoder, formats: Dict[str, EventFormat]):
         self.cpus = tuple(spec.cpus)
-        self.writer = writer
         self.encoder = encoder
         self.formats = formats
         self.pending: Dict[int, List[Tuple[int, int, EventFormat, Tuple[Any, ...]]]] = {c: [] for c in self.cpus}
-        self.mark_ns = 0
-        self.since: Optional[int] = None  # trace time of the oldest read queued in the writer
         self.reads = 0
 
     def add(self, rows: Sequence[ProbeRow]) -> None:
@@ -164,10 +161,10 @@ class Reader:
     def waiting(self) -> int:
         return sum(map(len, self.pending.values()))
 
-    def read(self, read_ns: int) -> None:
+    def read(self, read_ns: int) -> Batch:
         pages = [(cpu, page) for cpu in self.cpus for page in self.encoder.pages(self._take(cpu, read_ns))]
         self.reads += 1
-        self._record(pages, Mark(read_ns, self.cpus, None))
+        return Batch(pages, [], Mark(read_ns, self.cpus, None))
 
     def _take(self, cpu: int, read_ns: int) -> List[Row]:
         rows = self.pending[cpu]
@@ -176,13 +173,24 @@ class Reader:
         self.pending[cpu] = rows[cut:]
         return rows[:cut]
 
-    def _record(self, pages: List[Tuple[int, bytes]], mark: Mark) -> None:
-        writer, chunks = self.writer, self.writer.chunks
-        for cpu, page in pages:
+
+class Keeper:
+    """The recorder's part: each read's pages and mark kept as `sinks.recorder.Recorder` keeps them, chunks
+    flushed by trace time (at least one every FLUSH_NS)."""
+
+    def __init__(self, writer: RecordingWriter) -> None:
+        self.writer = writer
+        self.mark_ns = 0
+        self.since: Optional[int] = None  # trace time of the oldest read queued in the writer
+
+    def __call__(self, batch: Batch) -> None:
+        writer, chunks, mark = self.writer, self.writer.chunks, batch.mark
+        assert mark is not None
+        for cpu, page in batch.pages:
             writer.add_page(cpu, page)
         if writer.chunks != chunks:  # a full chunk went out: what is queued now came with this read
             self.since = mark.read_ns
-        if pages or mark.read_ns - self.mark_ns >= MARK_EVERY_NS:
+        if batch.pages or mark.read_ns - self.mark_ns >= MARK_EVERY_NS:
             writer.add_mark(mark)
             self.mark_ns = mark.read_ns
             self.since = mark.read_ns if self.since is None else self.since
@@ -202,34 +210,52 @@ def generate(path: str, spec: Spec = Spec(), overwrite: bool = False) -> Generat
     formats, texts, header_page = kernel_formats()
     page_header = parse_header_page(header_page)
     out = Generated(path, spec)
-    tally = TruthTally()
-    timing = HostTiming(spec.host, spec.cpus, T0_NS, PID)
-    step = int(spec.read_ms * 1_000_000)
     with RecordingWriter(path, header(spec, texts, header_page, page_header.page_size), overwrite=overwrite) as w:
-        reader = Reader(spec, w, PageEncoder(page_header, "little"), formats)
-        next_read = T0_NS + step
-        for a in plan_stream(spec.scenario, spec.seed, spec.duration_s, spec.rate, spec.devices, spec.host):
-            while T0_NS + a.t_ns >= next_read:  # every event stamped before next_read is known
-                reader.read(next_read)
-                next_read += step
-            _run(a, timing, reader, tally, out)
-        while reader.waiting():
-            reader.read(next_read)
-            next_read += step
-        reader.read(next_read)
-    out.pages, out.chunks, out.reads = w.pages, w.chunks, reader.reads
+        keep = Keeper(w)
+        run = Run(spec, formats, page_header, out)
+        for batch in run.batches():
+            keep(batch)
+    out.pages, out.chunks, out.reads = w.pages, w.chunks, run.reader.reads
     out.bytes, out.seconds = os.path.getsize(path), time.monotonic() - t0
-    out.expectations = tally.expectations()
+    out.expectations = run.tally.expectations()
     return out
 
 
-def _run(a: Action, timing: HostTiming, reader: Reader, tally: TruthTally, out: Generated) -> None:
-    rows = probe_rows(a, timing.run(a))
-    reader.add(rows)
-    out.actions += 1
-    out.events += len(rows)
-    out.by_event.update(row[3] for row in rows)
-    tally.add_action(a)
+class Run:
+    """The simulated live session of one plan: `batches()` yields every read, as the live source makes them
+    (tests feed them to live consumers: the flight recorder); `t0_ns`: the executor's start on the trace clock."""
+
+    def __init__(self, spec: Spec, formats: Dict[str, EventFormat], page_header: PageHeader,
+                 out: Optional[Generated] = None, t0_ns: int = T0_NS) -> None:  # fmt: skip
+        self.spec, self.t0_ns = spec, t0_ns
+        self.out = out if out is not None else Generated("", spec)
+        self.tally = TruthTally()
+        self.timing = HostTiming(spec.host, spec.cpus, t0_ns, PID)
+        self.reader = Reader(spec, PageEncoder(page_header, "little"), formats)
+        self.end_ns = t0_ns  # the last read's time, once batches() is done
+
+    def batches(self) -> Iterator[Batch]:
+        spec, reader, t0 = self.spec, self.reader, self.t0_ns
+        step = int(spec.read_ms * 1_000_000)
+        next_read = t0 + step
+        for a in plan_stream(spec.scenario, spec.seed, spec.duration_s, spec.rate, spec.devices, spec.host):
+            while t0 + a.t_ns >= next_read:  # every event stamped before next_read is known
+                yield reader.read(next_read)
+                next_read += step
+            self._run(a)
+        while reader.waiting():
+            yield reader.read(next_read)
+            next_read += step
+        yield reader.read(next_read)
+        self.end_ns = next_read
+
+    def _run(self, a: Action) -> None:
+        rows = probe_rows(a, self.timing.run(a))
+        self.reader.add(rows)
+        self.out.actions += 1
+        self.out.events += len(rows)
+        self.out.by_event.update(row[3] for row in rows)
+        self.tally.add_action(a)
 
 
 # ---- the truth as JSON --------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
-COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "cleanup", "bpf",
-            "agent")
+COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
+            "cleanup", "bpf", "agent")  # fmt: skip
+MODULES = {"import": "import_cmd"}  # a command whose module cannot carry its name (a keyword)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"npu-trace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        importlib.import_module(f"npu_trace.commands.{name}").add_parser(sub)
+        importlib.import_module(f"npu_trace.commands.{MODULES.get(name, name)}").add_parser(sub)
     return parser
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
 EXIT_USAGE = 2
@@ -31,7 +33,12 @@ class FormatError(DecodeError):
 
 
 class RecordingError(InputError):
-    """A recording file that cannot be written or read (exists, cut inside its header, corrupt, unknown schema)."""
+    """A recording file that cannot be written or read (exists, cut inside its header, corrupt, unknown schema).
+    `errno`: the OS error's number when one caused it (ENOSPC: the disk is full), else None."""
+
+    def __init__(self, message: str, errno: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class SourceError(NpuTraceError):

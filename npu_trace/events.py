@@ -1,10 +1,11 @@
 """The event model shared by sources, detectors and sinks.
 
 An `NpuEvent` is what detectors and sinks see, whatever source an event came from: (ts_ns, kind, dev, op,
-pid, cpu, args). `kind` is one of `KINDS`; `dev` is the NPU's device id or None; `op` names the operation
-within the kind (a HAL function, "task", a timeout kind, "reset" ...); `args` holds the event's own values
-(JSON-able). Raw trace records become NpuEvents in `npu_trace.pipeline.normalize`; the other channels (kmsg,
-uevents, npu-smi, BPF) make them directly.
+pid, cpu, args). `kind` is one of `KINDS` ("fault": a kernel fault block, or the driver saying a device is
+dead or unreachable; "app_error": an application's log naming a driver-level error); `dev` is the NPU's
+device id or None; `op` names the operation within the kind (a HAL function, "task", a timeout kind, "reset"
+...); `args` holds the event's own values (JSON-able). Raw trace records become NpuEvents in
+`npu_trace.pipeline.normalize`; the other channels (kmsg, uevents, npu-smi, BPF) make them directly.
 
 A decoded ftrace record is a `TraceEvent`: a plain tuple (cheap to build at millions per second) holding the
 timestamp on the trace clock (ns), the CPU, the pid, the event's `EventFormat` and the field values in the
@@ -40,7 +41,7 @@ class TraceEvent(NamedTuple):
 
 KINDS: Tuple[str, ...] = (
     "call", "irq", "alloc", "free", "alloc_fail", "submit", "complete", "timeout", "reset_step", "ecc",
-    "link", "thermal", "log", "lost", "marker",
+    "link", "thermal", "log", "lost", "marker", "fault", "app_error",
 )  # fmt: skip
 
 

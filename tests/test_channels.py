@@ -185,12 +185,16 @@ def test_events_naming_only_a_pci_address_get_their_device(monkeypatch: pytest.M
         offset_measured = True
         offset_error_ns = 0
         caught_up = True
+        held_ns = None  # no kernel fault block being read
 
         def open(self) -> None:
             pass
 
         def read(self) -> List[NpuEvent]:
             return feed.pop(0) if feed else []
+
+        def finish(self) -> List[NpuEvent]:
+            return []
 
         def close(self) -> None:
             pass

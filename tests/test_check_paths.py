@@ -44,11 +44,30 @@ def scenario_recording(path: str, scenario: str, seed: int, cpus: int = 3) -> No
     pages = {cpu: enc.pages((e.ts_ns, e.pid, e.fmt, e.values) for e in evs) for cpu, evs in per_cpu.items()}
     rng = random.Random(seed)
     channel: List[Any] = []
-    for i, ts in enumerate(sorted(rng.sample([e.ts_ns for e in events], 10))):
-        dev = rng.choice([0, 1, None])
-        channel.append(NpuEvent(ts, "timeout", dev, "heartbeat", -1, -1, {"source": "kmsg", "n": i}))
+    for i, ts in enumerate(sorted(rng.sample([e.ts_ns for e in events], 24))):
+        channel.append(channel_event(rng, ts, i))
     end = events[-1].ts_ns + 1
     write_batches(path, synth_header(cpus), reads(pages, channel, rng, end), 16 << 10)
+
+
+def channel_event(rng: random.Random, ts: int, i: int) -> NpuEvent:
+    """One of the other channels' events: a heartbeat timeout, a kernel fault block, the driver's word that a
+    device is dead (repeated: coalesced per device), an application's error (linked at the end)."""
+    dev = rng.choice([0, 1, None])
+    what = rng.choice(["timeout", "kernel_fault", "device_fault", "app_error"])
+    if what == "kernel_fault":
+        args = {"fault": rng.choice(["soft_lockup", "oops", "register_dump"]), "cpu": 1, "comm": "kworker/1:0",
+                "functions": ["trs_chan_irq_proc [asdrv_trsbase]", "__do_softirq"], "text": "BUG: ...\nCall trace:",
+                "lines": 2, "end_ts_ns": ts + 10, "source": "kmsg"}  # fmt: skip
+        return NpuEvent(ts, "fault", None, "kernel_fault", 0, 1, args)
+    if what == "device_fault":
+        op = rng.choice(["device_abnormal", "send_msg_failed"])
+        return NpuEvent(ts, "fault", dev, op, 15232, -1, {"source": "kmsg", "ret": -19, "n": i})
+    if what == "app_error":
+        op = rng.choice(["heartbeat_lost", "device_open", "alloc_fail"])
+        args = {"source": "app_log", "results": [507010], "text": "EL0001", "time_resolution_ns": 1000, "n": i}
+        return NpuEvent(ts, "app_error", dev, op, 389, -1, args)
+    return NpuEvent(ts, "timeout", dev, "heartbeat", -1, -1, {"source": "kmsg", "n": i})
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -57,6 +76,24 @@ def test_both_paths_report_the_same_for_every_scenario(tmp_path: Any, scenario: 
     scenario_recording(path, scenario, 3)
     fast, reference = both(path)
     assert json.loads(fast)["reading"]["events"] > 1000
+    assert fast == reference
+
+
+LOGS = os.path.join(os.path.dirname(__file__), "data", "logs")
+
+
+@pytest.mark.parametrize("kernel,apps", [
+    ("dmesg-device-abnormal.txt", []),
+    ("slog-device-os-devmm.txt", ["app-heartbeat-lost.txt", "app-halMemAlloc-failed.txt", "app-107001-plog.txt"]),
+])  # fmt: skip
+def test_both_paths_report_the_same_for_imported_logs(tmp_path: Any, kernel: str, apps: List[str]) -> None:
+    from npu_trace.cli import main
+
+    path = str(tmp_path / "imported.npt")
+    app_args = [a for name in apps for a in ("--app-log", os.path.join(LOGS, name))]
+    assert main(["import", os.path.join(LOGS, kernel), *app_args, "--tz", "+00:00", "-o", path]) == 0
+    fast, reference = both(path, "ascend")
+    assert json.loads(fast)["reading"]["channel_events"] >= 3
     assert fast == reference
 
 

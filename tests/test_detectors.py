@@ -396,6 +396,19 @@ def test_one_timeout_told_by_two_channels_is_one_finding() -> None:
     assert run([evs[:2], evs[2:4], evs[4:]]) == out and run([[e] for e in evs]) == out
 
 
+@settings(max_examples=30, deadline=None)
+@given(cuts=st.lists(st.integers(1, 29), max_size=6, unique=True))
+def test_timeouts_released_within_one_feed_do_not_lose_the_ones_after(cuts: List[int]) -> None:
+    """Groups of timeouts more than a merge window apart, fed at once or in any pieces: every one is a finding
+    (a release in the middle of a feed once dropped the timeouts that came after it in that feed)."""
+    evs = [E(g * 2 * S + k * MS, "timeout", 0, op, wait_us=10) for g in range(10) for k, op in
+           enumerate(("cq_wait", "halCqReportRecv", "mbox"))]  # fmt: skip
+    bounds = [0, *sorted(cuts), len(evs)]
+    det = TimeoutDetector(merge_ns=S)
+    out = [f for a, b in zip(bounds, bounds[1:]) for f in det.feed(evs[a:b])] + det.flush()
+    assert [(f.op, f.ts_ns) for f in out] == [(e.op, e.ts_ns) for e in evs]
+
+
 
 # ---- device states ------------------------------------------------------------------------------------
 def states_after(events: List[NpuEvent], definition: Any = None) -> Any:
@@ -418,6 +431,14 @@ def test_a_device_goes_degraded_resetting_offline_then_ok_through_a_reset() -> N
     summary = states.summary()["devices"]["0"]
     assert summary["state"] == "ok" and summary["entered"]["degraded"] == 1 and summary["entered"]["ok"] == 1
     assert states.take_transitions() == []
+
+
+def test_the_driver_saying_a_device_is_dead_takes_it_offline_until_a_reset_brings_it_back() -> None:
+    states = states_after([E(S, "fault", 5, "send_msg_failed", ret=-19), E(2 * S, "fault", None, "kernel_fault"),
+                           *reset_run(5, 8 * S, S // 10)])  # fmt: skip
+    changes = [(t.ts_ns, t.dev, t.state, t.why) for t in states.take_transitions()]
+    assert changes[0] == (S, 5, "offline", "driver: send_msg_failed (-19)") and changes[-1][2] == "ok"
+    assert set(states.states()) == {5}  # a kernel fault names no device
 
 
 def test_a_failed_or_unfinished_reset_leaves_the_device_offline() -> None:

@@ -96,3 +96,24 @@ def test_sequence_gap_and_epipe_are_counted(tmp_path: object) -> None:
         src._record(rec, out)
     assert [(e.kind, e.args["lost"]) for e in out] == [("lost", 2)]
     assert src.losses[0].kind == "overwritten" and src.losses[0].lost == 2
+
+
+def test_a_fault_block_is_one_event_at_its_first_line_held_until_it_ends() -> None:
+    src = KmsgSource(path="/dev/null")
+    block = ["BUG: soft lockup - CPU#1 stuck for 22s! [kworker/1:2:311]", "CPU: 1 PID: 311 Comm: kworker/1:2",
+             "Call trace:", " trs_chan_irq_proc+0x40/0x100 [asdrv_trsbase]"]  # fmt: skip
+    out: List[NpuEvent] = []
+    for seq, line in enumerate(block, 1):
+        rec = parse_record(f"4,{seq},{seq * 1000},-;{line}\n".encode())
+        assert rec is not None
+        src._record(rec, out)
+    assert out == [] and src.held_ns == 1_000_000  # the watermark holds at the block's first line
+    rec = parse_record(b"5,5,9000,-;[ascend] [drv_pcie] [f 1] <a:1:1> Device is abnormal. (dev_id=2)\n")
+    assert rec is not None
+    src._record(rec, out)
+    assert [(e.kind, e.op, e.dev, e.ts_ns) for e in out] == [("fault", "kernel_fault", None, 1_000_000),
+                                                             ("fault", "device_abnormal", 2, 9_000_000)]  # fmt: skip
+    assert out[0].args["driver_modules"] == ["asdrv_trsbase"] and out[0].args["lines"] == 4
+    assert src.held_ns is None and src.stats["fault_lines"] == 4
+    src._record(parse_record(b"4,6,10000,-;Oops: 0000 [#1] SMP\n"), out)  # type: ignore[arg-type]
+    assert [e.args["fault"] for e in src.finish()] == ["oops"]  # the end of the session ends the block

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -116,8 +117,10 @@ def _script(tmp_path: Path, body: str) -> str:
     "body,words",
     [
         ("echo no plan for me >&2; exit 2", ["before reading its plan", "no plan for me"]),
-        ('[ "$1" = -m ] && shift 2; head -c 10 "$1" >/dev/null; echo gave up >&2; exit 3',
-         ["stopped reading its plan", "gave up"]),
+        (
+            '[ "$1" = -m ] && shift 2; head -c 10 "$1" >/dev/null; echo gave up >&2; exit 3',
+            ["stopped reading its plan", "gave up"],
+        ),
     ],
 )
 def test_an_executor_that_fails_on_its_plan_is_a_clear_error(tmp_path: Path, body: str, words: Any) -> None:
@@ -127,3 +130,22 @@ def test_an_executor_that_fails_on_its_plan_is_a_clear_error(tmp_path: Path, bod
         start("steady", 1, 5.0, 2000, 2, binary=_script(tmp_path, body))  # a plan far larger than a pipe
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("scenario", ["ecc-reset", "fragmentation"])
+def test_the_application_log_holds_what_the_parser_reads_back(scenario: str, tmp_path: Path) -> None:
+    from npu_trace.device.applog import AppLogParser
+
+    actions = plan(scenario, 1, 6.0, 200, 1)
+    log = channels.AppLogChannel(actions, str(tmp_path / "app.log"))
+    assert log.reports, "the scenario's driver errors give application reports"
+    log.start(time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 3600 * 10**9, 4242)  # every planned time has passed
+    log.join(timeout=10)
+    truth = log.truth(0)
+    assert truth["written"] == len(log.reports) and truth["errors"] == 0
+    parser = AppLogParser()
+    with open(tmp_path / "app.log", encoding="utf-8") as f:
+        errors = [e for line in f for e in parser.feed(line)] + parser.flush()
+    assert [(e.cls, e.dev, e.pid) for e in errors] == [(r["class"], r["dev"], 4242) for r in truth["reports"]]
+    walls = [r["wall_ns"] for r in truth["reports"]]
+    assert [e.wall_ns for e in errors] == [w // 1000 * 1000 for w in walls]  # CANN's µs stamp of each write

@@ -94,6 +94,15 @@ async def test_record_start_and_stop(tmp_path: Any) -> None:
         assert "rec off" in str(app.query_one("#status").render())
 
 
+async def test_d_dumps_the_last_minutes_through_the_source(tmp_path: Any) -> None:
+    app = fake_app(batches(mixed_events()))
+    app.record_dir = str(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await wait_for(pilot, lambda: bool(app.dumps))  # the worker's answer: the dump's path
+        assert app.dumps == [f"{tmp_path}/flight-fake-manual.npt"]
+
+
 async def test_jump_between_spikes_and_resets() -> None:
     events = mixed_events()
     app = fake_app(batches(events))

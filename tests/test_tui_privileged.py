@@ -53,10 +53,14 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
             await wait_for(
                 pilot, lambda: any(row[KIND] == "marker" and row[FIELDS] == "text=tui-mark" for row in log.view)
             )
+            await pilot.press("d")  # the flight ring's last minutes, now
+            await wait_for(pilot, lambda: bool(app.dumps), timeout=10)
             await pilot.press("q")
     assert app.feed.done.is_set() and app.feed.said_bye and not app.error
     assert instance not in fs.instance_names()
-    (recording,) = tmp_path.glob("*.npt")  # the recording started with r
+    (dump,) = app.dumps
+    assert dump.startswith(str(tmp_path)) and dump.endswith("-nodev-manual.npt")
+    (recording,) = [p for p in tmp_path.glob("*.npt") if str(p) != dump]  # the recording started with r
     from npu_trace.events import TraceEvent
     from npu_trace.sources.replay_source import ReplaySource
 
@@ -65,6 +69,8 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
              if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
     assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
     assert source.events_read > 0
+    manual = ReplaySource(dump)
+    assert manual.header["window"]["trigger"]["kind"] == "manual" and sum(1 for _ in manual.items()) > 100
 
 
 @pytest.mark.privileged

@@ -19,8 +19,9 @@ from npu_trace.sources.replay_source import ReplaySource
 class Progress:
     """A one-line progress display on a terminal (stderr); silent otherwise."""
 
-    def __init__(self, total_bytes: int, out: TextIO = sys.stderr) -> None:
+    def __init__(self, total_bytes: int, out: Optional[TextIO] = None) -> None:
         self.total = max(1, total_bytes)
+        out = sys.stderr if out is None else out  # the stream of now, not the one when this module was imported
         self.out = out
         self.enabled = out.isatty()
         self.shown = 0.0
@@ -61,6 +62,7 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     pure-Python path it must equal (one object per event), byte for byte."""
     source = ReplaySource(path)
     analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks)
+    analysis.memory.leaks_at_end = source.window is None  # a flight dump's end is not the processes' end
     source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
     bar = Progress(os.path.getsize(path) if progress else 0)
     bar.enabled = bar.enabled and progress
@@ -118,7 +120,24 @@ def reading_of(source: ReplaySource) -> Dict[str, Any]:
         "incomplete": source.ledger.incomplete(),
         "loss": [list(row) for row in source.ledger.rows()],
         "scope": source.scope.header() if not source.scope.empty else None,
+        "window": window_of(source),
     }
+
+
+def window_of(source: ReplaySource) -> Optional[Dict[str, Any]]:
+    """What a flight recorder's dump says of its window (None for a whole recording): its trigger, where it
+    starts and ends and why, what the ring held (the JSON report's `reading.window`)."""
+    window = source.window
+    if window is None:
+        return None
+    keys = ("trigger", "from_ns", "requested_from_ns", "held_from_ns", "to_ns", "closed", "seconds", "after_s",
+            "batches", "pages", "events")  # fmt: skip
+    out = {k: window.get(k) for k in keys}
+    incident = window.get("incident")
+    if isinstance(incident, dict):
+        out["principal"] = incident.get("principal")
+        out["triggers"] = incident.get("counts")
+    return out
 
 
 def op_histograms(analysis: Analysis) -> Dict[str, Histogram]:

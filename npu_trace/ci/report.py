@@ -36,8 +36,40 @@ def render_json(report: Mapping[str, Any]) -> str:
 def _finding_line(f: Mapping[str, Any]) -> str:
     where = " ".join(p for p in (f"dev{f['device']}" if f.get("device") is not None else "", f.get("op") or "") if p)
     secs, nsecs = divmod(int(f["ts_ns"]), 1_000_000_000)
-    details = ", ".join(f"{k}={v}" for k, v in sorted(f.get("details", {}).items()) if not isinstance(v, (dict, list)))
+    details = ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("details", {}).items())
+                        if not isinstance(v, (dict, list)) and k not in ("text", "msg"))  # fmt: skip
     return f"  {secs:6d}.{nsecs:09d}  {f['kind']:<15} {where:<24} {details}"
+
+
+def _short(v: Any) -> Any:
+    """A value as one short line (a fault's block, an application's message: their first line, cut)."""
+    if not isinstance(v, str):
+        return v
+    line = v.split("\n", 1)[0]
+    return line if len(line) <= 80 and "\n" not in v else line[:77] + "..."
+
+
+def window_text(w: Mapping[str, Any]) -> str:
+    """A flight dump's window in one line: what triggered it, its span, whether the ring held all asked for."""
+    t = w.get("principal") or w.get("trigger") or {}
+    on = f" on device {t['device']}" if t.get("device") is not None else ""
+    start, end = w.get("held_from_ns"), w.get("to_ns")
+    span = f", {(end - start) / 1e9:.1f} s" if isinstance(start, int) and isinstance(end, int) else ""
+    where = f"from {_stamp(start)} to {_stamp(end)}{span}"
+    asked = w.get("requested_from_ns")
+    short = isinstance(start, int) and isinstance(asked, int) and start > asked
+    more = f" (asked from {_stamp(asked)}: the ring held less)" if short else ""
+    counts = w.get("triggers") or {}
+    told = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    closed = f"; ended: {w['closed']}" if w.get("closed") else "; its end is missing (cut)"
+    return f"a flight recorder's dump of {t.get('kind', '?')}{on}, {where}{more}; triggers: {told or '?'}{closed}"
+
+
+def _stamp(ns: Any) -> str:
+    if not isinstance(ns, int):
+        return "?"
+    secs, nsecs = divmod(ns, 1_000_000_000)
+    return f"{secs}.{nsecs // 1000:06d}"
 
 
 def render_text(report: Mapping[str, Any]) -> str:
@@ -47,6 +79,8 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
     if reading.get("scope"):
         lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
+    if reading.get("window"):
+        lines.append(f"  window: {window_text(reading['window'])}")
     counts: Dict[str, int] = {}
     for f in report["findings"]:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1

@@ -10,6 +10,12 @@
     max = -1                 # -1: reported, never a violation
     [timeouts.max_by_op]
     heartbeat = 0            # per operation (any count table): "no heartbeat lost"
+    [kernel_faults]
+    max = 0                  # default: a kernel fault (BUG, Oops, lockup, hung task, RCU stall, register dump) fails
+    [device_faults]
+    max = 0                  # default: the driver saying a device is abnormal or unreachable fails
+    [app_errors]
+    max = -1                 # default: application errors are reported (with the driver finding that explains them)
     [link_degraded]
     max = 0                  # a PCIe link trained below its maximum speed or width (default: reported only)
     [accounting_mismatch]
@@ -47,9 +53,13 @@ COUNT_RULES = {
     "link_degraded": "link_degraded",
     "health": "health",
     "accounting_mismatch": "accounting_mismatch",
+    "kernel_faults": "kernel_fault",
+    "device_faults": "device_fault",
+    "app_errors": "app_error",
 }
 DEFAULT_MAX = {"timeouts": 0, "alloc_fail": 0, "reset_sequences": 0, "spikes": -1, "leaks": -1, "link_degraded": -1,
-               "health": -1, "accounting_mismatch": -1}  # fmt: skip
+               "health": -1, "accounting_mismatch": -1, "kernel_faults": 0, "device_faults": 0,
+               "app_errors": -1}  # fmt: skip
 ECC_LIMITS = ("max_ce_delta", "max_uce_delta")
 UNLIMITED = -1
 

@@ -1,4 +1,5 @@
-"""`npu-trace demo`: the simulated NPU's mixed scenario traced live, in the TUI (or streamed: --headless)."""
+"""`npu-trace demo`: the simulated NPU traced live, in the TUI (or streamed: --headless), until the user quits:
+scenarios one after another (npu_trace.sim.cycle), so that each incident happens live."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
 from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.cycle import DEMO_CYCLE, CyclePlan, ScenarioCycle, scenario_steps
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.options import TraceOptions
@@ -24,11 +26,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="run the simulated NPU and trace it live",
-        description="Load the simulated NPU, run a scenario and stream its kernel events live. "
-        "The simulator is unloaded at the end unless it was loaded before.",
+        description="Load the simulated NPU and trace it live while it runs scenarios one after another, until "
+        f"you quit (q, or Ctrl-C): {scenario_steps(DEMO_CYCLE)}, then again. The simulator is unloaded at the end "
+        "unless it was loaded before.",
     )
-    p.add_argument("--scenario", default="mixed", choices=sorted(sim.SCENARIOS), help="scenario (default mixed)")
-    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="scenario length (default 10 s)")
+    p.add_argument("--scenario", default="cycle", choices=["cycle", *sorted(sim.SCENARIOS)],
+                   help="cycle (the default: each scenario in turn) or one scenario, run over and over")  # fmt: skip
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="each scenario run's length (default: the cycle's own; one scenario: 10 s)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=0, metavar="N",
+                   help="stop after N rounds (default 0: run until you quit)")  # fmt: skip
     p.add_argument("--rate", type=float, default=200.0, help="HAL calls per second (default 200)")
     p.add_argument("--devices", type=int, default=2, help="simulated NPUs (default 2)")
     p.add_argument("--seed", type=int, default=1)
@@ -40,8 +47,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration <= 0 or args.rate <= 0 or args.devices <= 0:
+    if (args.duration is not None and args.duration <= 0) or args.rate <= 0 or args.devices <= 0:
         raise UsageError("--duration, --rate and --devices must be positive")
+    if args.rounds < 0:
+        raise UsageError("--rounds must not be negative")
     host_from_args(args)  # bad --threads / --migrate-ms: one line before anything starts
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
@@ -81,14 +90,17 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
         timeline = source.timeline()
-        run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices,
-                                 ensure_loaded=False, channels=side, host=host_from_args(args))  # fmt: skip
+        cycle = ScenarioCycle(cycle_plan(args), sim.start_scenario, side, on_start=lambda text: note(f"demo: {text}"))
         try:
-            pump(source, printing(timeline, printer), stop=stop, until=lambda: run.poll() is not None)
-            truth = run.wait() if not stop.stopped else None
+            pump(source, printing(timeline, printer), stop=stop, until=cycle.poll)
         finally:
-            run.terminate()
+            cycle.terminate()
     print_summary(session, timeline.events, channels)
-    if truth is not None:
-        print(f"npu-trace: scenario {args.scenario}: {len(truth['actions'])} injected actions", file=sys.stderr)
+    print(f"npu-trace: demo: {cycle.index} scenario run(s)", file=sys.stderr)
     return 0
+
+
+def cycle_plan(args: argparse.Namespace) -> CyclePlan:
+    """The demo's scenarios from its options (checked by `run`)."""
+    return CyclePlan.of(args.scenario, args.duration, rate=args.rate, devices=args.devices, seed=args.seed,
+                        rounds=args.rounds, host=host_from_args(args))  # fmt: skip

@@ -39,6 +39,12 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help=f"where to put the fake npu-smi (default {channels.default_smi_dir()}); prepend DIR to PATH to use it",
     )
+    run.add_argument(
+        "--app-log",
+        metavar="PATH",
+        help="append the application's reports of the scenario's driver errors (CANN's EL0001/507010, "
+        "507046, halMemAlloc failed, 507033) to PATH, as a real application's log shows them",
+    )
     run.set_defaults(func=cmd_run)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -101,7 +107,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    side = None if args.no_channels else channels.SideChannels(npu_smi_dir=args.npu_smi_dir)
+    side = None if args.no_channels else channels.SideChannels(npu_smi_dir=args.npu_smi_dir, app_log=args.app_log)
     shown = 0
     if side is not None:
         shown = _notes(side.notes, 0)
@@ -142,7 +148,7 @@ def _host_summary(host: Dict[str, Any]) -> str:
 
 def _channel_summary(ch: Dict[str, Any]) -> str:
     parts = [f"{name} {ch[name]['written']} written" + (f" ({ch[name]['errors']} failed)" if ch[name]["errors"] else "")
-             for name in ("kmsg", "uevent") if name in ch]  # fmt: skip
+             for name in ("kmsg", "uevent", "app_log") if name in ch]  # fmt: skip
     if "npu_smi" in ch:
         parts.append(f"npu-smi {len(ch['npu_smi']['steps'])} state changes")
     return ", ".join(parts) or "none"

@@ -47,6 +47,9 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the npu-smi the health channel polls (default: npu-smi on PATH)")  # fmt: skip
     p.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S, metavar="S",
                    help=f"npu-smi/PCIe poll interval (default {DEFAULT_HEALTH_INTERVAL_S:g} s)")  # fmt: skip
+    p.add_argument("--app-log", action="append", metavar="PATH",
+                   help="an application log (CANN plog, framework output) to follow like tail -F: its driver-level "
+                   "errors join the timeline (repeatable)")  # fmt: skip
     p.add_argument("--bpf", action="store_true",
                    help="also measure in the kernel with eBPF: HAL call latencies (uprobes on --bpf-binary) and the "
                    "profile's IRQ handlers; replaces the profile's ftrace events for the same calls")  # fmt: skip

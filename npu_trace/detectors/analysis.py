@@ -15,8 +15,10 @@ import numpy as np
 
 from npu_trace.detectors.accounting import AccountingDetector
 from npu_trace.detectors.base import Detector, Finding, sort_findings
+from npu_trace.detectors.faults import AppErrorDetector, FaultDetector
 from npu_trace.detectors.health import HealthDetector
 from npu_trace.detectors.latency import LatencyDetector
+from npu_trace.detectors.links import explain
 from npu_trace.detectors.loss import LossDetector
 from npu_trace.detectors.memory import MemoryDetector
 from npu_trace.detectors.processes import Processes
@@ -60,6 +62,8 @@ class Analysis:
             "health": HealthDetector(),
             "loss": LossDetector(),
             "states": self.states,
+            "faults": FaultDetector(),
+            "app_errors": AppErrorDetector(),
         }
         self.findings: List[Finding] = []
         self.kind_counts: Counter[str] = Counter()
@@ -222,7 +226,8 @@ class Analysis:
         if self._report is None:
             for detector in self.detectors.values():
                 self.findings.extend(detector.flush())
-            findings = [f.to_dict() for f in sort_findings(self.findings)]
+            self.findings = explain(sort_findings(self.findings))  # which driver finding explains an app's error
+            findings = [f.to_dict() for f in self.findings]
             self._report = {"findings": findings, "summary": self.summary()}
         return self._report
 

@@ -25,6 +25,7 @@ from npu_trace.events import NpuEvent
 FINDING_KINDS: Tuple[str, ...] = (
     "spike", "reset_sequence", "alloc_fail", "timeout", "leak", "loss", "link_degraded", "health", "truncated",
     "accounting_mismatch", "alloc_fail_explained",
+    "kernel_fault", "device_fault", "app_error",
 )  # fmt: skip
 
 

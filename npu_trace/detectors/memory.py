@@ -3,7 +3,9 @@
 `alloc` events (args size, va) add `size` at `va`; `free` events (args va) remove it. An `alloc_fail` event
 becomes an `alloc_fail` finding with the free bytes and largest free block the driver reported at that
 moment (args free_bytes / largest_free) and a fragmentation hint: free_bytes >= size > largest_free.
-At flush, allocations still live become `leak` findings, one per (device, process) with count and bytes.
+At flush, allocations still live become `leak` findings, one per (device, process) with count and bytes; not in
+a window of a longer session (a flight recorder's dump: `leaks_at_end` False), whose end is not the processes'
+end: what is live then may be freed after it (the summary still counts it, `live_allocations`).
 
 Events carry the thread that made them (`pid` is a thread id: npu_trace.detectors.processes). The counting
 keeps live bytes per (device, thread) in `pid_bytes` (on both paths, the hot ones); what is said per process
@@ -46,6 +48,7 @@ class MemoryDetector:
         self.pid_bytes: Dict[DevPid, int] = {}
         self.counts: Dict[str, int] = {"allocs": 0, "frees": 0, "failures": 0, "unknown_frees": 0, "double_allocs": 0}
         self.watch: Optional[MemoryWatch] = None  # told every change of live bytes (exporters draw counters)
+        self.leaks_at_end = True  # False: the input is a window of a longer session (see the module docstring)
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         out: List[Finding] = []
@@ -254,6 +257,8 @@ class MemoryDetector:
         return [(d, p, n) for n, d, p in top]
 
     def flush(self) -> List[Finding]:
+        if not self.leaks_at_end:
+            return []
         groups: Dict[DevPid, List[Tuple[int, int, int]]] = {}
         of = self.processes.of
         for (dev, va), (size, tid, ts) in self.live.items():

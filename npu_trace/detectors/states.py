@@ -7,6 +7,8 @@
                        off the bus), a reset step that failed, or a reset that stopped: no step for the
                        definition's step_timeout_ns after the last (offline at that deadline, judged when time
                        passes it, as the reset detector judges the sequence incomplete), or none before the end
+                       or the driver saying the device is dead or unreachable (a "fault" event naming it:
+                       `Device is abnormal.`, `send_msg unsuccessful. (ret=-19; ...)`)
     * -> ok            a step after which the device is healthy again (the profile's `end` steps)
 
 An allocation failure changes no state; it is the device's last error. Every change is a function of the
@@ -30,7 +32,7 @@ from npu_trace.events import NpuEvent
 STATES = ("ok", "degraded", "resetting", "offline")
 DEFAULT_OFFLINE = ("remove", "reset_begin", "bus_remove")
 MAX_TRANSITIONS = 10_000  # kept for take_transitions() when nobody takes them
-_KINDS = frozenset(("timeout", "alloc_fail", "reset_step"))
+_KINDS = frozenset(("timeout", "alloc_fail", "reset_step", "fault"))
 
 
 class Transition(NamedTuple):
@@ -112,6 +114,9 @@ class DeviceStateDetector:
                 self._enter(dev, "degraded", ev.ts_ns, st.last_error)
         elif ev.kind == "alloc_fail":
             st.last_error = f"alloc failed: {ev.args.get('size')} bytes"
+        elif ev.kind == "fault":
+            st.last_error = f"driver: {ev.op}" + (f" ({ev.args['ret']})" if "ret" in ev.args else "")
+            self._enter(dev, "offline", ev.ts_ns, st.last_error)
         else:
             self._step(dev, st, ev)
 

@@ -113,7 +113,7 @@ class TimeoutDetector:
 
     def _release(self, upto: int, out: List[Finding]) -> None:
         due = sorted((p for p in self.pending if p.ts <= upto), key=lambda p: p.ts)
-        self.pending = [p for p in self.pending if p.ts > upto]
+        self.pending[:] = [p for p in self.pending if p.ts > upto]  # in place: feed() holds the list
         out.extend(self._finding(p.ev, p.sources) for p in due)
 
     def _finding(self, ev: NpuEvent, sources: List[str]) -> Finding:

@@ -29,6 +29,7 @@ MAX_LINE = 4096  # the kernel's records are at most ~1 KiB of text; anything lon
 MAX_RECORD = 16384  # bytes read per /dev/kmsg record (the kernel refuses reads smaller than a record)
 ALL_DEVICES = 0xFF  # index_id of an all-device reset
 FOUR_FIELD = frozenset(("trs_drv", "uda"))  # modules whose context is <comm:tgid:pid:cpu>
+COMMA_FORM = frozenset(("devmm", "drv_soft_fault", "devdrv"))  # <comm:tgid,pid>; without the comma: <comm:pid>
 
 _PREFIX = re.compile(
     r"^\[ascend\] (?:\[(?P<err>ERROR)\] )?\[(?P<mod>[^\]\[]{1,64})\] \[(?P<func>\w{1,128}) (?P<line>\d{1,7})\] ?"
@@ -140,7 +141,8 @@ def parse_kv(msg: str) -> Dict[str, Any]:
 
 
 def parse_context(module: str, rest: str) -> Tuple[Optional[Context], str]:
-    """The caller context at the start of `rest` (None if there is none) and the message after it."""
+    """The caller context at the start of `rest` (None if there is none; _context lists its forms) and the
+    message after it."""
     if not rest.startswith("<"):
         return None, rest
     end = rest.find("> ", 1, 112)
@@ -151,15 +153,24 @@ def parse_context(module: str, rest: str) -> Tuple[Optional[Context], str]:
 
 
 def _context(module: str, inner: str) -> Optional[Context]:
+    """The forms the field shows: `<comm:tgid,pid>`, `<comm:tgid:pid:cpu>` (trs_drv, uda), `<comm:tgid:pid>`
+    and `<comm:pid>` (a module's usual form is tried first; comm may hold ':', as kworker/u385:0 does). A
+    three-part reading whose tgid is 0 but pid is not (`kworker/0:0:20353`) is the two-part form."""
     head, _, tail = inner.rpartition(":")
     if "," in tail:
         tgid, _, pid = tail.partition(",")
         return _ctx(head, tgid, pid, "")
     if module in FOUR_FIELD:
         parts = inner.rsplit(":", 3)
-        return _ctx(parts[0], parts[1], parts[2], parts[3]) if len(parts) == 4 else None
+        ctx = _ctx(parts[0], parts[1], parts[2], parts[3]) if len(parts) == 4 else None
+        if ctx is not None:
+            return ctx
     parts = inner.rsplit(":", 2)
-    return _ctx(parts[0], parts[1], parts[2], "") if len(parts) == 3 else None
+    if module not in COMMA_FORM and len(parts) == 3:
+        ctx = _ctx(parts[0], parts[1], parts[2], "")
+        if ctx is not None and not (ctx.tgid == 0 and ctx.pid != 0):
+            return ctx
+    return _ctx(head, tail, tail, "") if head else None
 
 
 def _ctx(comm: str, tgid: str, pid: str, cpu: str) -> Optional[Context]:
@@ -240,9 +251,9 @@ class KmsgMatcher:
         bdf = kv.get("bdf")
         if isinstance(bdf, str):
             if dev is not None:
-                self.bdf_dev[bdf.lower()] = dev
-            elif bdf.lower() in self.bdf_dev:
-                dev = self.bdf_dev[bdf.lower()]
+                self.bdf_dev[short_bdf(bdf)] = dev
+            elif short_bdf(bdf) in self.bdf_dev:
+                dev = self.bdf_dev[short_bdf(bdf)]
         if dev is None and kv.get("index_id") == ALL_DEVICES:
             kv["all_devices"] = 1
         return dev
@@ -254,6 +265,12 @@ class KmsgMatcher:
         if "[ascend]" in line:
             return Parsed("log", "ascend:malformed", None, "", "", 0, False, None, line, {}, "")
         return None
+
+
+def short_bdf(bdf: str) -> str:
+    """ "0000:3B:00.0" and "3b:00.0" -> "3b:00.0" (the driver's kmsg lines leave out the PCI domain 0000)."""
+    bdf = bdf.strip().lower()
+    return bdf[5:] if bdf.startswith("0000:") else bdf
 
 
 def to_event(rec: KmsgRecord, p: Parsed, offset_ns: int) -> NpuEvent:

@@ -3,7 +3,7 @@
 Each rule is a dict:
     text     the literal head of the message (after the `[ascend] ... <ctx> ` prefix), matched with startswith
     module   the module tag the line must carry ("" = any); the same text may mean different things per module
-    kind     the NpuEvent kind (timeout, reset_step, link, alloc_fail, ecc, log)
+    kind     the NpuEvent kind (timeout, reset_step, link, alloc_fail, ecc, fault, log)
     op       the operation name within the kind
     step     reset_step only: the step name (the simulator's `RESET_STEPS` names where the real step corresponds)
     dev      field names holding the device id, tried in order (default `DEV_FIELDS`)
@@ -174,9 +174,16 @@ ECC: List[Rule] = [
     _r("ecc", "fault_event", "event_id=", "fault_manager"),
 ]
 
+# the driver saying a device is dead or unreachable (kind "fault": a `device_fault` finding on that device);
+# any module, as the field shows them from drv_pcie and devdrv
+FAULTS: List[Rule] = [
+    _r("fault", "device_abnormal", "Device is abnormal.", ""),
+    _r("fault", "send_msg_failed", "", "", contains="send_msg unsuccessful."),
+]
+
 # lines without the [ascend] prefix
 KERNEL: List[Rule] = [
     _r("alloc_fail", "page_allocation", "", "kernel", contains="page allocation failure: order:"),
 ]
 
-RULES: List[Rule] = [*HEARTBEAT, *TIMEOUTS, *RESET, *LINK, *ALLOC, *ECC]
+RULES: List[Rule] = [*HEARTBEAT, *TIMEOUTS, *RESET, *LINK, *ALLOC, *ECC, *FAULTS]

@@ -186,6 +186,7 @@ def validate_header(header: Any) -> Dict[str, Any]:
         _validate_format_entry(entry, i)
     need(header, "extra", dict, where, optional=True)
     need(header, "scope", dict, where, optional=True)  # its entries: npu_trace.pipeline.scope.Scope.from_header
+    need(header, "window", dict, where, optional=True)  # a flight recorder's dump: what triggered it, its span
     return header
 
 

@@ -108,7 +108,7 @@ def _open_excl(path: str, overwrite: bool, mode: int = DEFAULT_MODE) -> int:
     except FileExistsError:
         raise RecordingError(f"{path} already exists: refusing to overwrite a recording") from None
     except OSError as exc:
-        raise RecordingError(f"cannot create recording {path}: {exc.strerror}") from None
+        raise RecordingError(f"cannot create recording {path}: {exc.strerror}", exc.errno) from None
     try:
         os.fchmod(fd, mode)
     except OSError as exc:
@@ -296,7 +296,7 @@ class RecordingWriter:
                 view = view[n:]
                 self._bytes_written += n
         except OSError as exc:
-            raise RecordingError(f"writing recording {self.path}: {exc.strerror}") from None
+            raise RecordingError(f"writing recording {self.path}: {exc.strerror}", exc.errno) from None
 
     # ---- counters ------------------------------------------------------------------------------
     @property

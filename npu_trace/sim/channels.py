@@ -10,6 +10,9 @@
   already uses for its kmsg channel, and that nothing reacts to. The simulator always writes the action
   `change` (a synthetic `remove` or `unbind` of a real device could make udev act on it) and carries the
   simulated action and variables in SYNTH_ARG_* (encoding: npu_trace.device.uevents.synth_args).
+* the application's log (`AppLogChannel`, with `app_log=PATH`): what CANN's runtime prints when the driver fails
+  it, at the planned times of the scenario's driver errors (heartbeat lost -> EL0001 and 507010, a stream sync
+  timeout 507046, a failed halMemAlloc, an open failing during the reset 507033), stamped with the wall clock.
 * npu-smi (npu_trace.sim.fake_smi): an `npu-smi` executable in a directory (default `default_smi_dir()`,
   prepend it to PATH) answering with the scenario's ECC counts, temperatures and health over time.
 
@@ -28,7 +31,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from npu_trace.sim import fake_smi
-from npu_trace.sim.scenarios import Action
+from npu_trace.sim.scenarios import US, Action
 
 COMM = "npu-sim"
 KMSG_PATH = "/dev/kmsg"
@@ -84,27 +87,26 @@ def schedule(actions: Sequence[Action], pid: int) -> List[Tuple[int, str]]:
     return [(a.t_ns, "<5>" + line) for a in actions for line in lines_for(a, pid)]
 
 
-class KmsgChannel:
-    """Writes `schedule(actions)` to /dev/kmsg from a thread, each line at t0_mono_ns + its offset."""
+class _TimedWriter:
+    """A thread writing planned items, each at t0_mono_ns + its offset (`offsets`), by `_emit(i)`; counts
+    what it wrote and what failed (OSError), and keeps each write's time (`times`, what `_emit` returns)."""
 
-    def __init__(self, actions: Sequence[Action], pid: int = 0, path: str = KMSG_PATH) -> None:
-        from npu_trace.device.kmsg import write_kmsg  # imported now: not late at the first line
+    NAME = "npu-sim"
 
-        self._write = write_kmsg
-        self.lines = schedule(actions, pid)
-        self.path = path
+    def __init__(self, offsets: Sequence[int]) -> None:
+        self.offsets = list(offsets)
         self.written = 0
         self.errors = 0
-        self.times: List[Optional[int]] = [None] * len(self.lines)  # CLOCK_MONOTONIC of each line's write
+        self.times: List[Any] = [None] * len(self.offsets)
         self._stop = threading.Event()
-        self._thread: threading.Thread = threading.Thread(target=self._run, args=(0,), daemon=True)
+        self._thread: Optional[threading.Thread] = None
 
     def start(self, t0_mono_ns: int) -> None:
-        self._thread = threading.Thread(target=self._run, args=(t0_mono_ns,), name="npu-sim-kmsg", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(t0_mono_ns,), name=self.NAME, daemon=True)
         self._thread.start()
 
     def join(self, timeout: float) -> None:
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
     def stop(self) -> None:
@@ -112,21 +114,115 @@ class KmsgChannel:
         self.join(timeout=2)
 
     def _run(self, t0: int) -> None:
-        for i, (offset, line) in enumerate(self.lines):
+        for i, offset in enumerate(self.offsets):
             if not _wait_until(t0 + offset, self._stop):
                 return
             try:
-                self._write(line, self.path)
-                self.times[i] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                self.times[i] = self._emit(i)
                 self.written += 1
             except OSError:
                 self.errors += 1
+
+    def _emit(self, i: int) -> Any:
+        raise NotImplementedError
+
+
+class KmsgChannel(_TimedWriter):
+    """Writes `schedule(actions)` to /dev/kmsg from a thread, each line at t0_mono_ns + its offset."""
+
+    NAME = "npu-sim-kmsg"
+
+    def __init__(self, actions: Sequence[Action], pid: int = 0, path: str = KMSG_PATH) -> None:
+        from npu_trace.device.kmsg import write_kmsg  # imported now: not late at the first line
+
+        self._write = write_kmsg
+        self.lines = schedule(actions, pid)
+        self.path = path
+        super().__init__([offset for offset, _ in self.lines])  # times: CLOCK_MONOTONIC of each line's write
+
+    def _emit(self, i: int) -> int:
+        self._write(self.lines[i][1], self.path)
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def _wait_until(deadline_ns: int, stop: threading.Event) -> bool:
     """Sleep until CLOCK_MONOTONIC reaches the deadline; False when `stop` was set meanwhile."""
     wait = (deadline_ns - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) / 1e9
     return not (wait > 0 and stop.wait(wait))
+
+
+# ---- the application's log -------------------------------------------------------------------------------------
+APP_DELAY_NS = 300_000_000  # the application notices a driver error this long after it (its sync call returns)
+APP_HB = ("[PID: {pid}] {t} Device_Absent/Abnormal(EL0001): Device not found or invalid.\n"
+          "        Possible Cause: Device does not exist or is abnormal.\n"
+          "        TraceBack (most recent call last):\n"
+          "        Device[{dev}] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc][LINE:407]\n"
+          "        wait for compute device to finish failed, runtime result = 507010.[FUNC:ReportCallError]"
+          "[FILE:log_inner.cpp][LINE:148]\n")  # fmt: skip
+APP_SYNC = ("[ERROR] RUNTIME({pid},npu-sim):{t} [stream.cc:1234]{pid} StreamSynchronize:Stream synchronize timeout, "
+            "device_id={dev}, runtime result = 507046.\n")  # fmt: skip
+APP_ALLOC = ("[ERROR] RUNTIME({pid},npu-sim):{t} [npu_driver.cc:1534]{pid} DevMemAllocHugePageManaged:[drv api] "
+             "halMemAlloc failed:size={size}(bytes), type=2, moduleId=3, drvRetCode=6, device_id {dev}, "
+             "ErrCode=207001, desc=[driver error:out of memory], InnerCode=0x7020016\n")  # fmt: skip
+APP_OPEN = ("EL0003: [PID: {pid}] {t} The argument is invalid.\n"
+            "        [drv api] halDeviceOpen failed. device_id={dev}, drvRetCode=7.[FUNC:DeviceOpen]"
+            "[FILE:npu_driver.cc][LINE:438]\n"
+            "        open device {dev} failed, runtime result = 507033.[FUNC:ReportCallError][FILE:log_inner.cpp]"
+            "[LINE:148]\n")  # fmt: skip
+
+
+def app_schedule(actions: Sequence[Action]) -> List[Tuple[int, int, str, str]]:
+    """(planned offset ns, device, what, template) of the application's reports of the scenario's driver errors:
+    heartbeat lost (EL0001, 507010), a stream sync that timed out (507046, on a cq_wait timeout), a failed
+    allocation (halMemAlloc, 207001) and an open that fails while the device resets (507033)."""
+    out = []
+    for a in actions:
+        if a.func == "hb_report_heart_beat_lost_event":
+            out.append((a.t_ns + APP_DELAY_NS, a.dev, "heartbeat_lost", APP_HB))
+        elif a.func == "drv_timeout" and int(a.args[1]) == 1:
+            out.append((a.t_ns + APP_DELAY_NS // 10, a.dev, "stream_sync_timeout", APP_SYNC))
+        elif a.func == "halMemAlloc" and a.ret not in (None, 0):
+            out.append((a.t_ns + a.delay_ns + 5 * US, a.dev, f"alloc_fail:{a.args[1]}", APP_ALLOC))
+        elif a.func == "devdrv_reset_step" and str(a.args[2]) == "reset_begin":
+            out.append((a.t_ns + APP_DELAY_NS // 3, a.dev, "device_open", APP_OPEN))
+    return sorted(out)
+
+
+def wall_text(wall_ns: int) -> str:
+    """CANN's time: local, 2026-05-01-10:59:14.702.326."""
+    lt = time.localtime(wall_ns // 1_000_000_000)
+    us = wall_ns // 1000 % 1_000_000
+    return time.strftime("%Y-%m-%d-%H:%M:%S", lt) + f".{us // 1000:03d}.{us % 1000:03d}"
+
+
+class AppLogChannel(_TimedWriter):
+    """Appends the application's reports (`app_schedule`) to a log file, each at t0 + its offset, stamped with
+    the wall clock when written, as CANN's logger stamps them."""
+
+    NAME = "npu-sim-applog"
+
+    def __init__(self, actions: Sequence[Action], path: str, pid: int = 0) -> None:
+        self.reports = app_schedule(actions)
+        self.path, self.pid = path, pid
+        super().__init__([offset for offset, _, _, _ in self.reports])  # times: (mono, wall) of each write
+
+    def start(self, t0_mono_ns: int, pid: int = -1) -> None:
+        self.pid = pid if pid >= 0 else self.pid
+        super().start(t0_mono_ns)
+
+    def _emit(self, i: int) -> Tuple[int, int]:
+        _, dev, what, template = self.reports[i]
+        mono, wall = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns()
+        size = what.partition(":")[2] or 0
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(template.format(pid=self.pid, t=wall_text(wall), dev=dev, size=size))
+        return mono, wall
+
+    def truth(self, t0: int) -> Dict[str, Any]:
+        reports = [{"t_ns": t0 + off, "dev": dev, "class": what.partition(":")[0],
+                    "written_ns": w[0] if w else None, "wall_ns": w[1] if w else None}
+                   for (off, dev, what, _), w in zip(self.reports, self.times)]  # fmt: skip
+        return {"path": self.path, "written": self.written, "errors": self.errors, "reports": reports}
 
 
 # ---- uevents ----------------------------------------------------------------------------------------------
@@ -190,8 +286,10 @@ def uevent_schedule(actions: Sequence[Action]) -> List[Tuple[int, int, str, Dict
     return out
 
 
-class UeventChannel:
+class UeventChannel(_TimedWriter):
     """Writes `uevent_schedule(actions)` as synthetic uevents (`change <uuid> KEY=VALUE ...`) into `path`."""
+
+    NAME = "npu-sim-uevent"
 
     def __init__(self, actions: Sequence[Action], path: str = UEVENT_PATH) -> None:
         from npu_trace.device.uevents import synth_args
@@ -200,35 +298,12 @@ class UeventChannel:
         self.path = path
         self.uuids = [str(uuid.uuid4()) for _ in self.events]
         self.texts = [f"change {u} {synth_args(env, dev)}" for u, (_, dev, _, env) in zip(self.uuids, self.events)]
-        self.times: List[Optional[int]] = [None] * len(self.events)
-        self.written = 0
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        super().__init__([offset for offset, _, _, _ in self.events])  # times: CLOCK_MONOTONIC of each write
 
-    def start(self, t0_mono_ns: int) -> None:
-        self._thread = threading.Thread(target=self._run, args=(t0_mono_ns,), name="npu-sim-uevent", daemon=True)
-        self._thread.start()
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.join(timeout=2)
-
-    def _run(self, t0: int) -> None:
-        for i, (offset, _, _, _) in enumerate(self.events):
-            if not _wait_until(t0 + offset, self._stop):
-                return
-            try:
-                with open(self.path, "w") as f:
-                    f.write(self.texts[i])
-                self.times[i] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                self.written += 1
-            except OSError:
-                self.errors += 1
+    def _emit(self, i: int) -> int:
+        with open(self.path, "w") as f:
+            f.write(self.texts[i])
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 # ---- all of them, next to the executor ---------------------------------------------------------------------
@@ -254,8 +329,11 @@ class SideChannels:
         npu_smi_dir: Optional[str] = None,
         kmsg_path: str = KMSG_PATH,
         uevent_path: str = UEVENT_PATH,
+        app_log: Optional[str] = None,
     ) -> None:
         self.notes: List[str] = []
+        self.app_log_path = app_log
+        self.app_log: Optional[AppLogChannel] = None
         self.kmsg_path, self.uevent_path = kmsg_path, uevent_path
         self.smi_dir: Optional[str] = (npu_smi_dir or default_smi_dir()) if npu_smi else None
         want = [name for name, on in (("kmsg", kmsg), ("uevent", uevents)) if on]
@@ -285,6 +363,8 @@ class SideChannels:
             from npu_trace.device import kmsg  # noqa: F401  (imported now, not after t0)
         if self.uevents_on:
             self.uevent = UeventChannel(actions, self.uevent_path)
+        if self.app_log_path is not None:
+            self.app_log = AppLogChannel(actions, self.app_log_path)
         if self.smi_dir is not None:
             self.smi_steps = fake_smi.schedule(actions, devices)
             try:
@@ -307,11 +387,13 @@ class SideChannels:
             self.kmsg.start(t0_ns)
         if self.uevent is not None:
             self.uevent.start(t0_ns)
+        if self.app_log is not None:
+            self.app_log.start(t0_ns, pid)
 
     def stop(self, drain: bool = False) -> None:
         """Stop the channels; `drain`: first let them write what is due (the executor ended normally, so every
         planned time has passed)."""
-        for channel in (self.kmsg, self.uevent):
+        for channel in (self.kmsg, self.uevent, self.app_log):
             if channel is not None:
                 if drain:
                     channel.join(timeout=2)
@@ -332,6 +414,8 @@ class SideChannels:
                        "action": env["ACTION"], "subsystem": env["SUBSYSTEM"], "env": env}
                       for (off, dev, step, env), u, w in zip(ch.events, ch.uuids, ch.times)]  # fmt: skip
             out["uevent"] = {"path": self.uevent_path, "written": ch.written, "errors": ch.errors, "events": events}
+        if self.app_log is not None:
+            out["app_log"] = self.app_log.truth(t0)
         if self.smi_dir is not None:
             out["npu_smi"] = {"dir": self.smi_dir, "script": self.smi_script,
                               **fake_smi.summary(self.smi_steps, t0)}  # fmt: skip

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from npu_trace.events import Loss
 from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
+from npu_trace.sinks.batch_writer import MARK_EVERY_NS, BatchWriter
 from npu_trace.sources.comm import saved_comms
 from npu_trace.sources.procs import thread_groups
 from npu_trace.sources.tracefs_source import TracefsSession
+
+__all__ = ["MARK_EVERY_NS", "Recorder", "new_losses", "numbered", "proc_comms", "session_header"]
 
 
 def numbered(path: str, index: int) -> str:
@@ -38,7 +41,11 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
     return out
 
 
-MARK_EVERY_NS = 100_000_000  # a quiet read's mark is kept at most this often (one with data: always)
+def session_header(session: TracefsSession, profile: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """The header of a recording of this started session: its formats, header_page, scope, which process each
+    thread belongs to (trace events name threads: per-process accounting on replay); `extra` as given."""
+    return build_header(session, profile, session.format_texts, session.header_page_text,
+                        {"tasks": thread_groups(), **extra})  # fmt: skip
 
 
 class Recorder:
@@ -76,19 +83,17 @@ class Recorder:
         self._reported: Dict[Tuple[str, str, int], int] = {}
         self._opened_at = 0.0
         self._known_comms: Dict[str, str] = {}
-        self._mark_ns = 0
         self.writer: Optional[RecordingWriter] = None
+        self._write: Optional[BatchWriter] = None
         self._open()
 
     def _open(self) -> None:
         path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
         comms = proc_comms()  # names of the processes alive at the start, for replay's display
-        # which process each thread belongs to (trace events name threads): per-process accounting on replay
-        extra = {**self.extra, "comms": comms, "tasks": thread_groups()}
-        header = build_header(self.session, self.profile, self.session.format_texts, self.session.header_page_text,
-                              extra)  # fmt: skip
+        header = session_header(self.session, self.profile, {**self.extra, "comms": comms})
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,
                                       before_chunk=lambda w: self._note_comms(w), mode=self.mode)  # fmt: skip
+        self._write = BatchWriter(self.writer)
         self.files.append(path)
         self._opened_at = time.monotonic()
         self._known_comms = dict(comms)
@@ -98,18 +103,11 @@ class Recorder:
         return self.bytes_done + (self.writer.bytes_written if self.writer is not None else 0)
 
     def __call__(self, batch: Batch) -> None:
-        writer = self.writer
-        assert writer is not None
-        if batch.events:  # the other channels' events: before the pages read after them
-            writer.add_events(batch.events)
-            self.channel_events += len(batch.events)
-        for cpu, page in batch.pages:
-            writer.add_page(cpu, page)
+        writer, write = self.writer, self._write
+        assert writer is not None and write is not None
+        write(batch)
+        self.channel_events += len(batch.events)
         self.pages += len(batch.pages)
-        mark = batch.mark
-        if mark is not None and (batch.pages or batch.events or mark.read_ns - self._mark_ns >= MARK_EVERY_NS):
-            writer.add_mark(mark)
-            self._mark_ns = mark.read_ns
         now = time.monotonic()
         writer.maybe_flush(now)
         if self._due(writer, now):
@@ -143,17 +141,24 @@ class Recorder:
 
     def _new_losses(self) -> List[Loss]:
         """The kernel counters' growth since the last file (page-missed flags travel inside the pages)."""
-        out = []
-        for source, kind, cpu, total in self.session.ledger.rows():
-            if kind in ("page_missed", "malformed"):
-                continue
-            key = (source, kind, cpu)
-            delta = total - self._reported.get(key, 0)
-            self._reported[key] = total
-            if delta:
-                out.append(Loss(source, cpu, kind, delta, 0))
-        return out
+        return new_losses(self.session.ledger.rows(), self._reported)
 
     def close(self) -> None:
         """Write the last losses and the trailer (call after the session stopped: its counters are final)."""
         self._finish_file()
+
+
+def new_losses(rows: Iterable[Sequence[Any]], reported: Dict[Tuple[str, str, int], int]) -> List[Loss]:
+    """The growth of a session's loss counters (`LossLedger.rows()`) since `reported` (updated to them), as
+    loss records; page-missed flags and malformed records are left out: they travel inside the pages and
+    reappear on decode."""
+    out = []
+    for source, kind, cpu, total in rows:
+        if kind in ("page_missed", "malformed"):
+            continue
+        key = (source, kind, cpu)
+        delta = total - reported.get(key, 0)
+        reported[key] = total
+        if delta:
+            out.append(Loss(source, cpu, kind, delta, 0))
+    return out

@@ -7,6 +7,9 @@ converted with the offset the kmsg source measures at open, uevents and polls ar
 timestamp. Losses are NpuEvents of kind "lost" in that stream (kmsg sequence gaps, rate-limited driver
 messages, an overflowed uevent socket).
 
+With `app_logs`, an "app_log" channel follows those files (npu_trace.sources.applog_source: CANN and framework
+logs, their driver-level errors placed on the trace clock by a clock anchor taken at open).
+
 With a `BpfConfig`, a "bpf" channel runs too (npu_trace.bpf: HAL calls measured by uprobes, entry and return
 paired in the kernel, and IRQ handler durations), its events normalized by the profile's `bpf:*` rules. Asked
 for explicitly, it must start: its failure is an error, not a note.
@@ -28,10 +31,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.kmsg import short_bdf
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss, NpuEvent, lost_event
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.sources.applog_source import AppLogSource
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.npusmi_source import HealthSource, mono_ns
 from npu_trace.sources.uevent_source import UeventSource, sysfs_bdf_dev
@@ -64,8 +69,11 @@ class Channels:
         on_note: Optional[Callable[[str], None]] = None,
         bpf: Optional[BpfConfig] = None,
         mapping: Optional[Mapping[str, Any]] = None,
+        app_logs: Sequence[str] = (),
     ) -> None:
-        self.names = list(names) + (["bpf"] if bpf is not None else [])
+        self.names = list(names) + (["bpf"] if bpf is not None else []) + (["app_log"] if app_logs else [])
+        self.app_log_paths = list(app_logs)
+        self.app_log: Optional[AppLogSource] = None
         self.bpf_config = bpf
         self.bpf: Optional[Any] = None  # npu_trace.bpf.source.BpfSource (imported only when asked for)
         self._bpf_normalizer = Normalizer(mapping if mapping is not None else BPF_MAPPING)
@@ -117,6 +125,14 @@ class Channels:
             self._note("kmsg: clock offset not measured (no write access to /dev/kmsg): kernel log times are "
                        "its own clock, uncorrected")  # fmt: skip
 
+    def _open_app_log(self) -> None:
+        src = AppLogSource(self.app_log_paths)
+        src.open()
+        self.app_log = src
+        missing = [p for p in self.app_log_paths if not os.path.exists(p)]
+        if missing:
+            self._note(f"app_log: not there yet (followed once it appears): {', '.join(missing)}")
+
     def _open_uevent(self) -> None:
         src = UeventSource()
         src.open()
@@ -136,10 +152,10 @@ class Channels:
         self.health = src
 
     def close(self) -> None:
-        for src in (self.bpf, self.health, self.uevent, self.kmsg):
+        for src in (self.bpf, self.health, self.uevent, self.kmsg, self.app_log):
             if src is not None:
                 src.close()
-        self.kmsg = self.uevent = self.health = self.bpf = None
+        self.kmsg = self.uevent = self.health = self.bpf = self.app_log = None
 
     def read(self, final: bool = False) -> List[NpuEvent]:
         """What the channels have now, sorted by time (`final`: the last read, nothing is held back); sets
@@ -148,7 +164,7 @@ class Channels:
         out: List[NpuEvent] = []
         if self.kmsg is not None:
             try:
-                out += self.kmsg.read()
+                out += self.kmsg.read() + (self.kmsg.finish() if final else [])
             except OSError as exc:  # the read itself failed (not EPIPE, which the source counts as loss)
                 self._note(f"kmsg: read failed ({exc.strerror or exc}): kmsg channel stopped")
                 self.kmsg.close()
@@ -156,6 +172,8 @@ class Channels:
                 out.append(lost_event_note("kmsg"))
         if self.uevent is not None:
             out += self.uevent.read()
+        if self.app_log is not None:
+            out += self.app_log.read()
         if self.bpf is not None:
             out += self._read_bpf(started)
         if self.health is not None:
@@ -182,6 +200,10 @@ class Channels:
             marks.append(self._bpf_wm)
         if self.health is not None:
             marks.append(self.health.watermark_ns)
+        if self.app_log is not None:
+            marks.append(self.app_log.watermark_ns)
+        if self.kmsg is not None and self.kmsg.held_ns is not None:
+            marks.append(self.kmsg.held_ns)  # a kernel fault block still being read: its event is stamped there
         marks.extend(ev.ts_ns for _, ev in self._waiting)
         return min(marks)
 
@@ -231,6 +253,8 @@ class Channels:
             info["kmsg_clock"] = {k: note[k] for k in ("clock", "offset_ns", "error_ns", "measured")}
         if self.health is not None:
             info["health_interval_s"] = self.health_interval_s
+        if self.app_log is not None:
+            info["app_log"] = self.app_log.header()
         if self.bpf_config is not None:
             cfg = self.bpf_config
             info["bpf"] = {"hal": cfg.hal, "binary": os.path.basename(cfg.binary or ""),
@@ -241,12 +265,6 @@ class Channels:
         self.notes.append(text)
         if self.on_note is not None:
             self.on_note(text)
-
-
-def short_bdf(bdf: str) -> str:
-    """ "0000:3B:00.0" and "3b:00.0" -> "3b:00.0" (the driver's kmsg lines leave out the PCI domain 0000)."""
-    bdf = bdf.strip().lower()
-    return bdf[5:] if bdf.startswith("0000:") else bdf
 
 
 def lost_event_note(source: str) -> NpuEvent:

@@ -6,6 +6,10 @@ stream and `Loss` records in `losses` (for a LossLedger): "overwritten" (records
 sequence gap, the read failing with EPIPE) and "ratelimited" (the driver's `log_to_printk_and_ringbuf: N callbacks
 suppressed`).
 
+Kernel fault blocks (a `BUG:`, an Oops, a lockup, a register dump and call trace: many records) are read by
+npu_trace.device.kfault into one "fault" event stamped at the block's first line, once the block ended (another
+line, or the log quiet for its QUIET_NS); `held_ns` says where a block still being read will be stamped.
+
 Clock: kmsg timestamps are the kernel's local clock in µs, close to CLOCK_MONOTONIC but not equal. At open the
 source writes a marker record and compares its kmsg timestamp with clock_gettime(CLOCK_MONOTONIC) taken around the
 write: `offset_ns = mono - ts_us * 1000` (error: the write's duration, `offset_error_ns`). Events carry
@@ -21,6 +25,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from npu_trace.device.kfault import FaultAssembler, fault_event
 from npu_trace.device.kmsg import (
     KMSG,
     MAX_RECORD,
@@ -55,6 +60,7 @@ class KmsgSource:
         self._pending: List[KmsgRecord] = []
         self._epipe = False
         self.caught_up = False  # the last read() reached the end of the log (not stopped by MAX_READS)
+        self.faults = FaultAssembler()  # kernel fault blocks (BUG, Oops, lockups, register dumps): one event each
 
     def __enter__(self) -> KmsgSource:
         self.open()
@@ -115,7 +121,19 @@ class KmsgSource:
         pending, self._pending = self._pending, []
         for rec in pending + self._records():
             self._record(rec, out)
+        if self.caught_up and self.faults.block is not None:  # a block the log has been quiet after is over
+            now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            out += [fault_event(f) for f in self.faults.expire(now - self.offset_error_ns)]
         return out
+
+    @property
+    def held_ns(self) -> Optional[int]:
+        """The time of a kernel fault block still being read (its event will be stamped there), or None."""
+        return self.faults.held_ns
+
+    def finish(self) -> List[NpuEvent]:
+        """The last events: a kernel fault block still open."""
+        return [fault_event(f) for f in self.faults.flush()]
 
     def _records(self) -> List[KmsgRecord]:
         out: List[KmsgRecord] = []
@@ -154,6 +172,11 @@ class KmsgSource:
             self._loss(Loss(SOURCE, -1, "ratelimited", dropped, ts), out)
             return
         if rec.msg.startswith(MARKER):
+            return
+        used, done = self.faults.feed(ts, rec.msg)
+        out.extend(fault_event(f, seq=rec.seq) for f in done)
+        if used:
+            self.stats["fault_lines"] = self.stats.get("fault_lines", 0) + 1
             return
         parsed = self.matcher.parse(rec.msg)
         if parsed is None:

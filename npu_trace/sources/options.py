@@ -55,6 +55,7 @@ class TraceOptions:
     pids: Tuple[int, ...] = ()  # processes (thread-group ids)
     comms: Tuple[str, ...] = ()  # task names
     devices: Tuple[int, ...] = ()  # NPU device ids
+    app_logs: Tuple[str, ...] = ()  # application logs followed by the app_log channel (npu_trace.sources.applog_source)
 
     def __post_init__(self) -> None:
         if self.duration is not None and self.duration <= 0:
@@ -119,6 +120,7 @@ class TraceOptions:
             pids=processes(getattr(args, "pid", None) or ()),
             comms=_unique(getattr(args, "comm", None) or ()),
             devices=_unique(getattr(args, "device", None) or ()),
+            app_logs=_unique(getattr(args, "app_log", None) or ()),
         )
 
     # ---- what they describe --------------------------------------------------------------------
@@ -167,10 +169,10 @@ class TraceOptions:
         """The other channels to run beside the session (not opened yet), or None."""
         names = self.channel_names()
         bpf = self.bpf_config(on_note)
-        if not names and bpf is None:
+        if not names and bpf is None and not self.app_logs:
             return None
         return Channels(names, npu_smi=self.npu_smi, health_interval_s=self.health_interval, on_note=on_note,
-                        bpf=bpf, mapping=self.profile.mapping)  # fmt: skip
+                        bpf=bpf, mapping=self.profile.mapping, app_logs=self.app_logs)  # fmt: skip
 
     def bpf_config(self, on_note: Optional[Note] = None) -> Optional[BpfConfig]:
         """--bpf: HAL uprobes on `bpf_binary` and the profile's IRQ names and driver tracepoints (those present

@@ -96,6 +96,18 @@ class ReplaySource:
         cpus = self.header.get("trace_cpus")
         return [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) else []
 
+    @property
+    def window(self) -> Optional[Dict[str, Any]]:
+        """A flight recorder's dump is a window of a longer session: its header's `window` (what triggered it,
+        where it starts) with, once the trailer was read, the trailer's (where it ends, why); None otherwise."""
+        entry = self.header.get("window")
+        if not isinstance(entry, dict):
+            return None
+        trailer = self.reader.trailer
+        totals = trailer.get("totals") if isinstance(trailer, dict) else None
+        end = totals.get("window") if isinstance(totals, dict) else None
+        return {**entry, **end} if isinstance(end, dict) else dict(entry)
+
     def had_channels(self) -> bool:
         """The header says other channels ran beside ftrace (kmsg, uevents, npu-smi, BPF)."""
         extra = self.header.get("extra")

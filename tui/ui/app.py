@@ -74,6 +74,7 @@ class NpuTraceApp(App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("m", "marker", "Mark"),
         Binding("r", "record", "Record"),
+        Binding("d", "dump", "Dump", show=False),
         Binding("n", "jump(1)", "Next"),
         Binding("N", "jump(-1)", "Prev", key_display="N"),
         Binding("space", "play", "Play", show=False),
@@ -87,7 +88,8 @@ class NpuTraceApp(App[None]):
     HELP_KEYS = (
         ("?", "this help"), ("p", "pause/resume the event log (events keep buffering)"),
         ("/", "filter the event log"), ("m", "add a marker (written to the trace and the recording)"),
-        ("r", "start/stop recording to a file"), ("n / N", "next / previous spike or reset"),
+        ("r", "start/stop recording to a file"), ("d", "dump the last minutes to a file now (flight recorder)"),
+        ("n / N", "next / previous spike or reset"),
         ("up/down enter", "event log: move, show an event's fields"), ("space", "replay: play/pause"),
         ("+ / -", "replay: faster / slower"), ("] / [", "replay: seek +10 s / -10 s"),
         ("ctrl+p", "command palette"), ("q", "quit (stops tracing, removes the instance)"),
@@ -123,6 +125,7 @@ class NpuTraceApp(App[None]):
         self.skipped = 0  # matching events the feed did not carry to the log (beyond its per-update bound)
         self.source_paused = False
         self.recording = False
+        self.dumps: List[str] = []  # the flight recorder's dumps written with d
 
     def _deliver(self, payload: Tuple[Any, ...]) -> None:
         self.post_message(FeedMessage(payload))
@@ -327,6 +330,18 @@ class NpuTraceApp(App[None]):
         self.recording = True
         self._ask("start_recording", path, then=done)
 
+    def action_dump(self) -> None:
+        """The live session's last minutes (the worker's flight ring) written now to a recording in record_dir."""
+
+        def done(path: Any, error: str) -> None:
+            if path:
+                self.dumps.append(str(path))
+                self.notify(f"dumped the last minutes to {path}", markup=False)
+            else:
+                self.notify(error or "dumps need a live session", severity="warning", markup=False)
+
+        self._ask("dump_now", self.record_dir, then=done)
+
     def action_jump(self, step: int) -> None:
         marks = self.jump_marks()
         if not marks:
@@ -358,6 +373,7 @@ class NpuTraceApp(App[None]):
         yield SystemCommand("Pause / resume the event log", "freeze the log; events keep buffering", self.action_pause)
         yield SystemCommand("Filter the event log", "dev:0 kind:timeout pid:123 comm:name text", self.action_filter)
         yield SystemCommand("Start / stop recording", "record the live session to a file", self.action_record)
+        yield SystemCommand("Dump the last minutes", "the flight recorder's window, to a file now", self.action_dump)
         yield SystemCommand("Add a marker", "write a marker into the trace", self.action_marker)
         yield SystemCommand("Next spike or reset", "jump to the next finding", lambda: self.action_jump(1))
         yield SystemCommand("Previous spike or reset", "jump to the previous finding", lambda: self.action_jump(-1))

@@ -82,18 +82,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_live(args: argparse.Namespace, fs: Tracefs, screenshot: Optional[str]) -> int:
-    from npu_trace.commands.demo import demo_options
-    from npu_trace.commands.sim import host_from_args
+    """The worker runs the scenarios (one after another until q) beside its session, and stops them on every
+    exit path; the simulator's probes are this process's (loaded and unloaded by run_demo)."""
+    from npu_trace.commands.demo import cycle_plan, demo_options
 
     label = f"demo: {args.scenario} (live)"
-    side = SideChannels()  # the simulator's kmsg lines, uevents and fake npu-smi, read by the demo's channels
-    options = demo_options(side)
-    run = sim.start_scenario(args.scenario, args.seed, args.duration, args.rate, args.devices, ensure_loaded=False,
-                             channels=side, host=host_from_args(args))  # fmt: skip
-    try:
-        return _run(_app(SourceSpec(DEMO, (fs.root, label, options), label=label), "sim"), screenshot)
-    finally:
-        run.terminate()
+    options = demo_options(SideChannels())  # the channels that read the simulator's kmsg, uevents, npu-smi
+    spec = SourceSpec(DEMO, (fs.root, label, options, cycle_plan(args)), label=label)
+    return _run(_app(spec, "sim", getattr(args, "record_dir", ".")), screenshot)
 
 
 def _demo_replay(why: str, screenshot: Optional[str]) -> int:

@@ -64,6 +64,8 @@ class Source(Protocol):
 
     def recording(self) -> Optional[Tuple[str, int]]: ...
 
+    def dump_now(self, directory: str) -> Optional[str]: ...
+
     def set_paused(self, paused: bool) -> bool: ...
 
     def set_speed(self, factor: float) -> Optional[float]: ...
@@ -80,7 +82,7 @@ class Channel(Protocol):
 
 
 # what a UI request may call: the source's controls, and the feed's own log filter
-SOURCE_CALLS = frozenset(("mark", "start_recording", "stop_recording", "set_paused", "set_speed", "seek"))
+SOURCE_CALLS = frozenset(("mark", "start_recording", "stop_recording", "dump_now", "set_paused", "set_speed", "seek"))
 
 
 class Feed:

@@ -15,13 +15,17 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional, Tuple
 
+from npu_trace import sim
 from npu_trace.device.profiles import Profile, get_profile
-from npu_trace.errors import NpuTraceError, SourceError
+from npu_trace.errors import NpuTraceError, RecordingError, SourceError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, pump
 from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import StopFlag
+from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.cycle import CyclePlan, ScenarioCycle
+from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
 from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.comm import CommCache, saved_comms
@@ -32,6 +36,8 @@ from tui.worker.feed import Sink
 from tui.worker.sources import BaseSource
 
 LOSS_EVERY_S = 1.0
+FLIGHT_S = 300.0  # what `d` dumps: the last five minutes ...
+FLIGHT_BYTES = 64 << 20  # ... within this much memory
 
 
 class LiveSource(BaseSource):
@@ -45,6 +51,7 @@ class LiveSource(BaseSource):
         until: Optional[Callable[[], bool]] = None,
         label: str = "live",
         channels: Optional[Channels] = None,
+        driver: Optional[ScenarioCycle] = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -54,9 +61,12 @@ class LiveSource(BaseSource):
             channels.on_note = self._note  # never on the terminal: the UI owns it
         self.ledger = session.ledger
         self.profile = profile
-        self.until = until
+        self.driver = driver  # the demo's scenarios: polled with the reads, stopped with the session
+        self.until = until if driver is None else driver.poll
         self.label = label
         self.recorder: Optional[Recorder] = None
+        self.flight: Optional[FlightRecorder] = None  # the last minutes, for `d` (made once the session runs)
+        self.flight_settings = FlightSettings(FLIGHT_S, ".", FLIGHT_BYTES, dump_on=())  # manual dumps only
         self.error = ""
         self._want: Optional[str] = None
         self._stop_rec = False
@@ -88,12 +98,26 @@ class LiveSource(BaseSource):
         rec = self.recorder
         return None if rec is None else (rec.files[-1], rec.bytes_written)
 
+    def dump_now(self, directory: str) -> Optional[str]:
+        """The flight ring's last minutes to a recording in `directory` now: its path; a RecordingError when
+        the directory cannot be written or the dump failed (the UI says it)."""
+        flight = self.flight
+        if flight is None:
+            return None
+        flight.set_directory(directory)
+        path = flight.dump_now()
+        if path is None:
+            raise RecordingError("nothing to dump yet" if not flight.errors else "the dump failed (see the notes)")
+        return path
+
     def comm(self, pid: int) -> str:
         return self._comms(pid)
 
     def detail(self) -> str:
         if self.error:
             return self.error
+        if self.driver is not None and self.driver.status:
+            return self.driver.status + (f"; {self.note}" if self.note else "")
         return self.note or f"instance {self.session.name}"
 
     def _note(self, text: str) -> None:
@@ -110,15 +134,30 @@ class LiveSource(BaseSource):
                 sink.announce({"tracefs": fs.root, "instance": self.session.name,
                                "switch_state": self.session.switches.state.directory})  # fmt: skip
             blocks = LiveBlocks(source.block_timeline(), time.monotonic)
+            self.flight = self._flight_recorder()
             try:
                 pump(source, lambda batch: self._batch(batch, blocks, sink), stop=stop, until=self.until)
             finally:
+                if self.driver is not None:
+                    self.driver.terminate()
                 self._close_recorder()
+
+    def _flight_recorder(self) -> Optional[FlightRecorder]:
+        """The ring `d` dumps from; without it (its directory cannot be written) the session goes on, said."""
+        extra = {"channels": self.channels.header()} if self.channels is not None else {}
+        try:
+            return FlightRecorder(self.session, self.flight_settings, self.profile.name, extra=extra,
+                                  on_note=self._note)  # fmt: skip
+        except NpuTraceError as exc:
+            self.note = f"flight recorder off: {exc}"
+            return None
 
     def _batch(self, batch: Batch, blocks: LiveBlocks, sink: Sink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)
+        if self.flight is not None:
+            self.flight(batch)
         block = blocks.push(batch)
         now = time.monotonic()
         if now - self._loss_at >= LOSS_EVERY_S:
@@ -159,11 +198,15 @@ def live_source(options: TraceOptions, tracefs_root: Optional[str] = None) -> Li
     return source
 
 
-def demo_source(tracefs_root: str, label: str, options: TraceOptions) -> LiveSource:
+def demo_source(tracefs_root: str, label: str, options: TraceOptions, plan: Optional[CyclePlan] = None
+                ) -> LiveSource:  # fmt: skip
     """`npu-trace demo`'s source: the simulator's events on a session of their own, with the channels that
-    read its kmsg lines, uevents and fake npu-smi (`options`: npu_trace.commands.demo.demo_options)."""
+    read its kmsg lines, uevents and fake npu-smi (`options`: npu_trace.commands.demo.demo_options); with
+    `plan`, it runs the simulator's scenarios one after another itself (started once the session reads, stopped
+    when it ends) and says which one runs."""
     session = options.make_session(Tracefs(tracefs_root))
-    return LiveSource(session, options.profile, label=label, channels=options.make_channels())
+    cycle = None if plan is None else ScenarioCycle(plan, sim.start_scenario, SideChannels())
+    return LiveSource(session, options.profile, label=label, channels=options.make_channels(), driver=cycle)
 
 
 def session_source(events: List[str], tracefs_root: str, profile_name: str, tag: str = "") -> LiveSource:

@@ -60,6 +60,10 @@ class BaseSource:
     def recording(self) -> Optional[Tuple[str, int]]:
         return None
 
+    def dump_now(self, directory: str) -> Optional[str]:
+        """Write the last minutes to a recording in `directory` now; its path (None: not this source)."""
+        return None
+
     def set_paused(self, paused: bool) -> bool:
         return False
 
@@ -93,6 +97,7 @@ class FakeSource(BaseSource):
         self.comms = comms or {}
         self.marks: List[str] = []
         self.recordings: List[str] = []
+        self.dumps: List[str] = []
         self._recording: Optional[str] = None
         self._print: Optional[EventFormat] = None
         self._last_ts = 0
@@ -143,6 +148,11 @@ class FakeSource(BaseSource):
 
     def recording(self) -> Optional[Tuple[str, int]]:
         return None if self._recording is None else (self._recording, 4096)
+
+    def dump_now(self, directory: str) -> Optional[str]:
+        """Pretended, as recording is: the path a dump would have."""
+        self.dumps.append(directory)
+        return f"{directory}/flight-fake-manual.npt"
 
     def set_paused(self, paused: bool) -> bool:
         self.paused = paused

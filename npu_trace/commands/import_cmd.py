@@ -1,0 +1,197 @@
+"""`npu-trace import INPUT [--app-log APP_LOG ...] -o REC.npt`: a saved kernel log or a trace-cmd trace.dat, and
+application logs, as a recording (npu_trace.sources.importer says how times are placed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from typing import Any, Dict, List, Optional
+
+from npu_trace.commands.record import parse_mode
+from npu_trace.device.applog import utc_offset
+from npu_trace.device.profiles import PROFILES
+from npu_trace.errors import InputError, UsageError
+from npu_trace.events import NpuEvent
+from npu_trace.ftrace import tracedat
+from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
+from npu_trace.sources import importer
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("import", help="turn a saved kernel log or a trace-cmd trace.dat (and application logs) "
+                       "into a recording", description="INPUT: a kernel log as saved or pasted (dmesg, dmesg -T, "
+                       "journalctl -k, syslog, device-side slog, /dev/kmsg records; grep -n prefixes, prompts and "
+                       "other output are skipped) or a trace-cmd trace.dat (v6 or v7). Every driver line becomes "
+                       "an event; check, replay, export and the TUI then read REC.npt like a recording.")  # fmt: skip
+    p.add_argument("input", metavar="INPUT", help="kernel log or trace.dat")
+    p.add_argument(
+        "--app-log",
+        action="append",
+        default=[],
+        metavar="APP_LOG",
+        help="an application log (CANN plog, framework output) to put on the same timeline (repeatable)",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="REC.npt", help="the recording to write")
+    p.add_argument("--profile", choices=sorted(PROFILES),
+                   help="profile the recording is analysed with (default: sim for the simulator's events, else "
+                   "ascend)")  # fmt: skip
+    p.add_argument("--tz", metavar="OFFSET", help="UTC offset of the logs' local times, e.g. +08:00 (default: "
+                   "this host's time zone)")  # fmt: skip
+    p.add_argument("--year", type=int, help="the year of times written without one (syslog, vLLM; default: this one)")
+    p.add_argument(
+        "--boot-time",
+        metavar="TIME",
+        help="the wall-clock time the kernel log's clock counts from "
+        "(ISO 8601, e.g. 2026-05-01T08:00:00+08:00): places application logs on a dmesg log's clock",
+    )
+    p.add_argument("--this-boot", action="store_true",
+                   help="the kernel log is of this host's current boot: place application logs with this host's "
+                   "clocks (CLOCK_MONOTONIC against CLOCK_REALTIME)")  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace an existing REC.npt")
+    p.add_argument("--mode", type=parse_mode, default=DEFAULT_MODE, metavar="MODE", help="file mode (default 0600)")
+    p.set_defaults(func=run)
+
+
+def _boot_time(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--boot-time {text!r}: not an ISO 8601 time (e.g. 2026-05-01T08:00:00+08:00)") from None
+    return int(when.timestamp() * 1e6) * 1000 if when.tzinfo else int(when.astimezone().timestamp() * 1e6) * 1000
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        tz = utc_offset(args.tz) if args.tz else None
+    except ValueError as exc:
+        raise UsageError(f"--tz: {exc}") from None
+    boot = _boot_time(args.boot_time)
+    if boot is not None and args.this_boot:
+        raise UsageError("--boot-time and --this-boot: give one")
+    for path in [args.input, *args.app_log]:
+        if not os.path.isfile(path):
+            raise InputError(f"{path}: no such file")
+    if tracedat.is_tracedat(args.input):
+        return _import_tracedat(args, tz, boot)
+    return _import_kernel_log(args, tz, boot)
+
+
+def _import_kernel_log(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> int:
+    kernel = importer.read_kernel_log(importer.read_text(args.input), tz, args.year)
+    anchor = importer.resolve_anchor(kernel, boot, args.this_boot)
+    events = list(kernel.events)
+    apps = _app_events(args, tz, anchor, events)
+    profile = args.profile or _guess_profile(events)
+    extra = _extra(args, "kernel_log", kernel.clock, anchor, {"lines": kernel.stats, "forms": kernel.forms}, apps)
+    header = importer.import_header(profile, "mono" if kernel.clock == "uptime" else kernel.clock, anchor, extra)
+    with _writer(args, header) as writer:
+        importer.write_events(writer, events)
+        writer.close(totals={"imported_events": len(events)})
+    stats = kernel.stats
+    print(
+        f"npu-trace: imported {os.path.basename(args.input)}: {stats['kernel_lines']} kernel lines of "
+        f"{stats['lines']} ({', '.join(f'{k} {n}' for k, n in sorted(kernel.forms.items())) or 'no known form'}), "
+        f"{stats['driver_events']} driver events, {stats['faults']} kernel fault blocks"
+        f"{_app_summary(apps)} -> {args.output} (clock: {_clock_text(kernel.clock, anchor)})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _app_events(args: argparse.Namespace, tz: Any, anchor: Any, events: List[NpuEvent]) -> List[Dict[str, Any]]:
+    if not args.app_log:
+        return []
+    anchor = importer.need_anchor(anchor, args.app_log)
+    out = []
+    for path, errors, stats in importer.read_app_logs(args.app_log, tz, args.year):
+        evs, untimed = importer.app_events(path, errors, anchor)
+        events += evs
+        out.append({"file": os.path.basename(path), "errors": len(evs), "untimed": untimed, **stats})
+    return out
+
+
+def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> int:
+    data = tracedat.read(args.input)
+    anchor = None
+    if boot is not None:
+        anchor = importer.Anchor(0, boot, 0, "boot-time")
+    elif args.this_boot or data.date_offset_ns is not None:
+        anchor = _tracedat_anchor(data, args.this_boot)
+    events: List[NpuEvent] = []
+    apps = _app_events(args, tz, anchor, events)
+    profile = args.profile or ("sim" if any(f["system"] == "ascend" for f in data.used_formats()) else "ascend")
+    extra = _extra(args, "trace.dat", data.clock, anchor, data.summary(), apps)
+    fields = {
+        "formats": data.used_formats(),
+        "header_page": data.header_page,
+        "page_size": data.page_size,
+        "byteorder": data.byteorder,
+        "trace_cpus": data.cpus_with_data(),
+        "cpus": data.cpu_count,
+        "events": sorted(f"{f['system']}:{f['name']}" for f in data.used_formats()),
+        **_uname(data.uname),
+    }
+    header = importer.import_header(profile, data.clock, anchor, extra, **fields)  # fmt: skip
+    with _writer(args, header) as writer:
+        for cpu, page in data.pages_in_time_order():
+            writer.add_page(cpu, page)
+        importer.write_events(writer, events)
+        writer.close(totals={"imported_pages": data.page_count})
+    print(f"npu-trace: imported {os.path.basename(args.input)} (trace.dat v{data.version}, {data.compression}): "
+          f"{data.page_count} pages from {len(data.cpus_with_data())} CPUs, {len(data.used_formats())} event formats"
+          f"{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _uname(text: str) -> Dict[str, str]:
+    """The host, kernel and machine of trace-cmd's uname option (`sysname nodename release machine`)."""
+    parts = text.split()
+    if len(parts) != 4:
+        return {"kernel": text}
+    return {"host": parts[1], "kernel": parts[2], "machine": parts[3]}
+
+
+def _tracedat_anchor(data: Any, this_boot: bool) -> importer.Anchor:
+    if data.date_offset_ns is not None:
+        return importer.Anchor(0, data.date_offset_ns, 1_000, "trace.dat date")
+    if data.clock not in ("mono", "boot", "local", "global", "perf", "mono_raw"):
+        raise UsageError(f"--this-boot: the trace.dat's clock {data.clock!r} is not the host's monotonic clock")
+    now = importer.clock_anchor()
+    return importer.Anchor(now["mono_ns"], now["realtime_ns"], 1_000_000, "this-boot")
+
+
+def _writer(args: argparse.Namespace, header: Dict[str, Any]) -> RecordingWriter:
+    return RecordingWriter(args.output, header, overwrite=args.overwrite, mode=args.mode)
+
+
+def _extra(args: argparse.Namespace, kind: str, clock: str, anchor: Any, stats: Dict[str, Any],
+           apps: List[Dict[str, Any]]) -> Dict[str, Any]:  # fmt: skip
+    running = ["kmsg"] if kind == "kernel_log" else []
+    running += ["app_log"] if apps else []
+    anchor_entry = None if anchor is None else {"mono_ns": anchor.mono_ns, "realtime_ns": anchor.realtime_ns,
+                                                "error_ns": anchor.error_ns, "source": anchor.source}  # fmt: skip
+    return {"channels": {"asked": list(running), "running": running},
+            "import": {"input": os.path.basename(args.input), "kind": kind, "clock": clock, "anchor": anchor_entry,
+                       "stats": stats, "app_logs": apps}}  # fmt: skip
+
+
+def _guess_profile(events: List[NpuEvent]) -> str:
+    sim = any(str(ev.args.get("comm", "")).startswith("npu-sim") for ev in events[:1000])
+    return "sim" if sim else "ascend"
+
+
+def _app_summary(apps: List[Dict[str, Any]]) -> str:
+    if not apps:
+        return ""
+    return ", " + ", ".join(f"{a['errors']} application errors from {a['file']}" for a in apps)
+
+
+def _clock_text(clock: str, anchor: Any) -> str:
+    what = {"uptime": "the kernel's clock since boot", "wall": "the wall clock", "order": "line order"}[clock]
+    if anchor is None:
+        return what
+    return f"{what}; wall clock anchored by {anchor.source}, within {anchor.error_ns / 1e6:.3f} ms"

@@ -1,0 +1,394 @@
+"""trace-cmd's `trace.dat`, versions 6 and 7 (trace-cmd.dat.v6(5), trace-cmd.dat.v7(5)): the same raw ring-buffer
+pages, header_page and event format files that npu-trace records, read back for `npu-trace import`.
+
+v6: the magic, "6", endianness, long size, page size; header_page and header_event; the ftrace formats; the
+event formats per system; kallsyms, printk formats, saved cmdlines; the CPU count; options (id, size, data; a
+BUFFER option, id 3, names an instance's "flyrecord" and its (offset, size) per CPU at an offset) and then
+"flyrecord" with (offset, size) per CPU.
+v7: the magic, "7", endianness, long size, page size, the compression ("none", "zstd", "zlib") and the offset of
+the first options section; then sections (id, flags, string id, size), compressed when flags & 1 (a 4-byte
+compressed size and 4-byte raw size before the data). Options name the other sections by offset
+(HEADER_INFO 16, FTRACE_EVENTS 17, EVENT_FORMATS 18, CMDLINES 21) and each instance's BUFFER (id 3: the
+flyrecord section's offset, the instance name, its trace clock, page size and per-CPU offset and size); a DONE
+option (id 0) holds the offset of the next options section. A compressed flyrecord holds, per CPU, a chunk count
+and chunks (compressed size, raw size, data).
+
+Every offset and size is checked against the file; a file that is not one, or is cut or corrupt, is a one-line
+`InputError`. The data of each CPU is cut into pages of `page_size`; an empty page (no committed bytes) is
+skipped. The instance read is the one with events (the first such, by name order: "" is the top instance).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Literal, Optional, Tuple
+
+from npu_trace.errors import InputError
+
+MAGIC = b"\x17\x08Dtracing"
+MAX_SECTION = 256 << 20  # a metadata section larger than this is refused
+MAX_CPUS = 4096
+OPT_DONE, OPT_DATE, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME, OPT_CPUCOUNT = 0, 1, 3, 4, 5, 8
+OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS, OPT_CMDLINES = 16, 17, 18, 21
+_NAME = re.compile(r"^name: (\S+)$", re.M)
+_ID = re.compile(r"^ID: (\d+)$", re.M)
+
+
+def _order(td: TraceDat) -> Literal["little", "big"]:
+    return "big" if td.byteorder == "big" else "little"
+
+
+def is_tracedat(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+@dataclass
+class Buffer:
+    name: str
+    clock: str
+    page_size: int
+    cpus: List[Tuple[int, int, int]]  # (cpu, offset, size)
+    section: int = 0  # v7: the flyrecord section's offset (its data may be compressed)
+
+
+@dataclass
+class TraceDat:
+    version: int
+    byteorder: str
+    long_size: int
+    page_size: int
+    compression: str
+    header_page: str = ""
+    header_event: str = ""
+    formats: List[Dict[str, str]] = field(default_factory=list)  # {"system", "name", "text"}
+    cmdlines: str = ""
+    cpu_count: int = 0
+    clock: str = "local"
+    uname: str = ""
+    date_offset_ns: Optional[int] = None
+    buffers: List[Buffer] = field(default_factory=list)
+    data: Dict[int, bytes] = field(default_factory=dict)  # cpu -> its raw pages (the chosen buffer)
+    page_count: int = 0
+
+    def cpus_with_data(self) -> List[int]:
+        return sorted(cpu for cpu, blob in self.data.items() if blob)
+
+    def pages(self, cpu: int) -> List[Tuple[int, bytes]]:
+        """(timestamp, page) of one CPU's pages with data, in file order."""
+        blob, size, out = self.data.get(cpu, b""), self.page_size, []
+        fmt = "<" if self.byteorder == "little" else ">"
+        commit_size = 8 if self.long_size == 8 else 4
+        for off in range(0, len(blob) - 16 + 1, size):
+            page = blob[off : off + size]
+            ts = struct.unpack_from(fmt + "Q", page)[0]
+            commit = int.from_bytes(page[8 : 8 + commit_size], _order(self)) & ((1 << 20) - 1)
+            if commit:
+                out.append((ts, page))
+        return out
+
+    def pages_in_time_order(self) -> List[Tuple[int, bytes]]:
+        """(cpu, page) of every CPU, each CPU's in its order, the CPUs interleaved by page timestamp."""
+        tagged = [(ts, cpu, i, page) for cpu in self.cpus_with_data() for i, (ts, page) in enumerate(self.pages(cpu))]
+        tagged.sort(key=lambda t: (t[0], t[1], t[2]))
+        self.page_count = len(tagged)
+        return [(cpu, page) for _, cpu, _, page in tagged]
+
+    def used_formats(self) -> List[Dict[str, str]]:
+        """The format files of the event systems other than ftrace's own (all that the pages can hold)."""
+        return [f for f in self.formats if f["system"] != "ftrace"]
+
+    def summary(self) -> Dict[str, Any]:
+        return {"version": self.version, "compression": self.compression, "clock": self.clock,
+                "buffers": [b.name for b in self.buffers], "cpus": self.cpus_with_data(),
+                "formats": len(self.formats)}  # fmt: skip
+
+
+class _Reader:
+    def __init__(self, blob: bytes, path: str) -> None:
+        self.blob, self.path, self.pos, self.fmt = blob, path, 0, "<"
+
+    def fail(self, what: str) -> InputError:
+        return InputError(f"{self.path}: not a readable trace.dat: {what} (at byte {self.pos})")
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.blob):
+            raise self.fail(f"cut: {n} bytes wanted, {len(self.blob) - self.pos} left")
+        out = self.blob[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def u(self, size: int) -> int:
+        return int(struct.unpack(self.fmt + {2: "H", 4: "I", 8: "Q"}[size], self.take(size))[0])
+
+    def cstr(self, limit: int = 4096) -> str:
+        end = self.blob.find(b"\0", self.pos, self.pos + limit)
+        if end < 0:
+            raise self.fail("an unterminated string")
+        text = self.blob[self.pos : end].decode("utf-8", "replace")
+        self.pos = end + 1
+        return text
+
+    def sized(self, size_bytes: int) -> bytes:
+        n = self.u(size_bytes)
+        if n > MAX_SECTION:
+            raise self.fail(f"a {n}-byte block")
+        return self.take(n)
+
+    def seek(self, offset: int) -> None:
+        if not 0 <= offset <= len(self.blob):
+            raise self.fail(f"offset {offset} outside the file")
+        self.pos = offset
+
+
+def read(path: str) -> TraceDat:
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    return parse(blob, path)
+
+
+def parse(blob: bytes, path: str = "trace.dat") -> TraceDat:
+    r = _Reader(blob, path)
+    if r.take(len(MAGIC)) != MAGIC:
+        raise r.fail("wrong magic")
+    version_text = r.cstr(16)
+    if version_text not in ("6", "7"):
+        raise r.fail(f"version {version_text!r} (reads 6 and 7)")
+    endian = r.take(1)[0]
+    r.fmt = ">" if endian else "<"
+    long_size = r.take(1)[0]
+    page_size = r.u(4)
+    if page_size not in (4096, 8192, 16384, 65536) or long_size not in (4, 8):
+        raise r.fail(f"page size {page_size}, long size {long_size}")
+    td = TraceDat(int(version_text), "big" if endian else "little", long_size, page_size, "none")
+    try:
+        (_v6 if td.version == 6 else _v7)(r, td)
+    except (struct.error, UnicodeDecodeError, zlib.error, ValueError) as exc:
+        raise r.fail(str(exc)) from None
+    return td
+
+
+# ---- shared sections ------------------------------------------------------------------------------------------
+def _header_info(r: _Reader, td: TraceDat) -> None:
+    if r.take(12) != b"header_page\0":
+        raise r.fail("no header_page")
+    td.header_page = r.sized(8).decode("utf-8", "replace")
+    if r.take(13) != b"header_event\0":
+        raise r.fail("no header_event")
+    td.header_event = r.sized(8).decode("utf-8", "replace")
+
+
+def _ftrace_formats(r: _Reader, td: TraceDat) -> None:
+    for _ in range(_count(r)):
+        _add_format(td, "ftrace", r.sized(8))
+
+
+def _event_formats(r: _Reader, td: TraceDat) -> None:
+    for _ in range(_count(r)):
+        system = r.cstr(256)
+        for _ in range(_count(r)):
+            _add_format(td, system, r.sized(8))
+
+
+def _count(r: _Reader) -> int:
+    n = r.u(4)
+    if n > 1 << 16:
+        raise r.fail(f"a count of {n}")
+    return n
+
+
+def _add_format(td: TraceDat, system: str, blob: bytes) -> None:
+    text = blob.decode("utf-8", "replace")
+    name = _NAME.search(text)
+    if name and _ID.search(text):
+        td.formats.append({"system": system, "name": name.group(1), "text": text})
+
+
+# ---- v6 ------------------------------------------------------------------------------------------------------
+def _v6(r: _Reader, td: TraceDat) -> None:
+    _header_info(r, td)
+    _ftrace_formats(r, td)
+    _event_formats(r, td)
+    r.sized(4)  # kallsyms
+    r.sized(4)  # printk formats
+    td.cmdlines = r.sized(8).decode("utf-8", "replace")
+    td.cpu_count = r.u(4)
+    if td.cpu_count > MAX_CPUS:
+        raise r.fail(f"{td.cpu_count} CPUs")
+    kind = r.take(10)
+    instances: List[Tuple[str, int]] = []
+    if kind == b"options  \0":
+        instances = _v6_options(r, td)
+        kind = r.take(10)
+    if kind != b"flyrecord\0":
+        raise r.fail(f"{kind!r} data (reads flyrecord)")
+    top = [(cpu, r.u(8), r.u(8)) for cpu in range(td.cpu_count)]
+    td.buffers.append(Buffer("", td.clock, td.page_size, top))
+    for name, offset in instances:
+        r.seek(offset)
+        if r.blob.startswith(b"flyrecord\0", offset):
+            r.take(10)
+        cpus = [(cpu, r.u(8), r.u(8)) for cpu in range(td.cpu_count)]
+        td.buffers.append(Buffer(name, td.clock, td.page_size, cpus))
+    _choose(r, td)
+
+
+def _v6_options(r: _Reader, td: TraceDat) -> List[Tuple[str, int]]:
+    instances: List[Tuple[str, int]] = []
+    while True:
+        option = r.u(2)
+        if option == OPT_DONE:
+            return instances
+        data = r.sized(4)
+        if option == OPT_BUFFER and len(data) >= 9:
+            offset = int.from_bytes(data[:8], _order(td))
+            instances.append((data[8:].split(b"\0")[0].decode("utf-8", "replace"), offset))
+        else:
+            _option(td, option, data)
+
+
+def _option(td: TraceDat, option: int, data: bytes) -> None:
+    text = data.split(b"\0")[0].decode("utf-8", "replace")
+    if option == OPT_TRACECLOCK:
+        chosen = re.search(r"\[(\w+)\]", text)
+        td.clock = chosen.group(1) if chosen else td.clock
+    elif option == OPT_UNAME:
+        td.uname = text
+    elif option == OPT_CPUCOUNT and len(data) >= 4:
+        td.cpu_count = int.from_bytes(data[:4], _order(td))
+    elif option == OPT_DATE and text.strip():
+        try:
+            td.date_offset_ns = int(text.strip(), 0) * 1000  # trace-cmd --date: the offset, in µs
+        except ValueError:
+            td.date_offset_ns = None
+
+
+# ---- v7 ------------------------------------------------------------------------------------------------------
+def _v7(r: _Reader, td: TraceDat) -> None:
+    td.compression = r.cstr(64)
+    r.cstr(64)  # its version
+    if td.compression not in ("none", "zstd", "zlib"):
+        raise r.fail(f"compression {td.compression!r} (reads none, zstd, zlib)")
+    offset = r.u(8)
+    seen = set()
+    while offset and offset not in seen:
+        seen.add(offset)
+        offset = _v7_options(r, td, offset)
+    _choose(r, td)
+
+
+def _section(r: _Reader, td: TraceDat, offset: int, want: int) -> _Reader:
+    """The data of the section at `offset` (uncompressed), as a reader of its own."""
+    r.seek(offset)
+    sid, flags = r.u(2), r.u(2)
+    r.u(4)  # the description's string id
+    size = r.u(8)
+    if sid != want:
+        raise r.fail(f"section {sid} where section {want} was named")
+    data = r.take(size)
+    if flags & 1:
+        data = _decompress(r, td, data)
+    sub = _Reader(data, r.path)
+    sub.fmt = r.fmt
+    return sub
+
+
+def _decompress(r: _Reader, td: TraceDat, data: bytes) -> bytes:
+    sub = _Reader(data, r.path)
+    sub.fmt = r.fmt
+    size, raw = sub.u(4), sub.u(4)
+    if raw > MAX_SECTION:
+        raise r.fail(f"a section of {raw} bytes")
+    return _inflate(r, td, sub.take(size), raw)
+
+
+def _inflate(r: _Reader, td: TraceDat, blob: bytes, raw: int) -> bytes:
+    if td.compression == "zlib":
+        out = zlib.decompress(blob)
+    else:
+        import zstandard
+
+        out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw)
+    if len(out) != raw:
+        raise r.fail(f"a chunk of {len(out)} bytes, {raw} declared")
+    return out
+
+
+def _v7_options(r: _Reader, td: TraceDat, offset: int) -> int:
+    opts = _section(r, td, offset, 0)
+    nxt = 0
+    while opts.pos < len(opts.blob):
+        option, data = opts.u(2), opts.sized(4)
+        where = int.from_bytes(data[:8], _order(td)) if len(data) >= 8 else 0
+        if option == OPT_DONE:
+            nxt = where
+            break
+        if option == OPT_HEADER_INFO:
+            _header_info(_section(r, td, where, 16), td)
+        elif option == OPT_FTRACE_EVENTS:
+            _ftrace_formats(_section(r, td, where, 17), td)
+        elif option == OPT_EVENT_FORMATS:
+            _event_formats(_section(r, td, where, 18), td)
+        elif option == OPT_CMDLINES:
+            td.cmdlines = _section(r, td, where, 21).sized(8).decode("utf-8", "replace")
+        elif option == OPT_BUFFER:
+            td.buffers.append(_v7_buffer(opts, data, td))
+        else:
+            _option(td, option, data)
+    return nxt
+
+
+def _v7_buffer(r: _Reader, data: bytes, td: TraceDat) -> Buffer:
+    b = _Reader(data, r.path)
+    b.fmt = r.fmt
+    section = b.u(8)
+    name, clock = b.cstr(256), b.cstr(64)
+    page_size, count = b.u(4), b.u(4)
+    if count > MAX_CPUS:
+        raise r.fail(f"a buffer of {count} CPUs")
+    cpus = [(b.u(4), b.u(8), b.u(8)) for _ in range(count)]
+    return Buffer(name, clock, page_size, cpus, section)
+
+
+# ---- the data ------------------------------------------------------------------------------------------------
+def _choose(r: _Reader, td: TraceDat) -> None:
+    """Read the first buffer (by name) whose CPUs hold data."""
+    for buf in sorted(td.buffers, key=lambda b: b.name):
+        data = {cpu: _cpu_data(r, td, buf, off, size) for cpu, off, size in buf.cpus if size}
+        if any(data.values()):
+            td.data, td.page_size = data, buf.page_size or td.page_size
+            if td.version == 7:
+                td.clock = buf.clock or td.clock
+            return
+
+
+def _cpu_data(r: _Reader, td: TraceDat, buf: Buffer, offset: int, size: int) -> bytes:
+    if td.version == 6 or td.compression == "none":
+        r.seek(offset)
+        return r.take(size)
+    r.seek(buf.section)  # a compressed flyrecord: the section's flags say so
+    r.u(2)
+    flags = r.u(2)
+    if not flags & 1:
+        r.seek(offset)
+        return r.take(size)
+    r.seek(offset)
+    chunks = r.u(4)
+    if chunks > 1 << 20:
+        raise r.fail(f"{chunks} chunks")
+    out = []
+    for _ in range(chunks):
+        csize, raw = r.u(4), r.u(4)
+        if raw > MAX_SECTION:
+            raise r.fail(f"a chunk of {raw} bytes")
+        out.append(_inflate(r, td, r.take(csize), raw))
+    return b"".join(out)

@@ -1,0 +1,99 @@
+"""For real, with the simulator: `record --flight` through a minute of steady load (the ring rolls over), then
+the ecc-reset scenario with its side channels (kmsg lines, uevents, fake npu-smi). Exactly one dump, holding
+the precursors and the whole sequence; `check` on it finds the reset and nothing the scenario did not inject;
+`replay` reads it; and the recorder leaves no tracefs instance behind."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, List
+
+import pytest
+
+from flight_support import check_the_reset_dump, ecc_expectations, the_one_dump
+from npu_trace import sim
+from npu_trace.ftrace.tracefs import Tracefs
+from npu_trace.sim import fake_smi
+from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.synth import truth_expectations
+from npu_trace.sources.replay_source import ReplaySource
+
+CLI = [sys.executable, "-m", "npu_trace"]
+S = 1_000_000_000
+FLIGHT_S = 30  # shorter than the minute of steady load before the incident: the ring has rolled over
+
+
+def wait_until(what: str, cond: Any, timeout: float, proc: subprocess.Popen[str]) -> None:
+    """Wait for a condition (never a fixed sleep); the recorder dying meanwhile fails at once."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, f"the recorder exited while waiting for {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.privileged
+def test_flight_recorder_dumps_the_ecc_reset_incident_after_a_minute_of_steady_load(
+    sim_loaded: Tracefs, tmp_path: Any
+) -> None:
+    side = SideChannels(npu_smi_dir=str(tmp_path / "bin"))
+    if side.notes:
+        pytest.skip("; ".join(side.notes))
+    dumps = tmp_path / "dumps"
+    smi = fake_smi.install(str(tmp_path / "bin"))  # there from the start (the scenarios give it its state)
+    # not scoped by --device: check's fast path and its reference disagree on a device-scoped dump of this run
+    # (the lead's to look at); the kernel log is the host's, so nothing else may write driver lines meanwhile
+    argv = [*CLI, "record", "--flight", str(FLIGHT_S), "-o", str(dumps), "--npu-smi", smi, "--health-interval", "1"]
+    rec = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    assert rec.stderr is not None
+    lines: List[str] = []
+    try:
+        while "flight recorder: the last" not in (line := rec.stderr.readline()):
+            assert line, "".join(lines) + rec.stderr.read()
+            lines.append(line)
+        sim.run_scenario("steady", 11, 60.0, 400, 2, ensure_loaded=False, channels=side)
+        truth = sim.run_scenario("ecc-reset", 12, 20.0, 400, 2, ensure_loaded=False, channels=side)
+        wait_until("finished dump", lambda: any(n.endswith(".npt") for n in os.listdir(dumps)), 60, rec)
+        partial_left = [n for n in os.listdir(dumps) if n.endswith(".partial")]
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert not partial_left, partial_left
+    path = the_one_dump(str(dumps))
+    assert "1 dump(s)" in err and "loss: none" in err, err
+    assert path.endswith("-dev0-reset.npt")
+
+    source = ReplaySource(path)
+    window = source.header["window"]
+    assert window["ring"]["evicted"]["segments"] > 0, window["ring"]  # rolled over before the incident
+    assert window["held_from_ns"] <= truth["start_ns"]  # the precursors: from before the scenario began
+    assert source.header["extra"]["channels"]["running"] == ["kmsg", "uevent", "health"]
+
+    exp = ecc_expectations(truth_expectations(truth))
+    checked = check_the_reset_dump(path, exp, 0, also={"health": 2})
+    report = checked["report"]
+    health = {(f["device"], f["details"]["health"]) for f in report["findings"] if f["kind"] == "health"}
+    assert health == {(0, "Warning"), (0, "Alarm")}  # what the fake npu-smi said of the ECC climb
+    (reset,) = [f for f in report["findings"] if f["kind"] == "reset_sequence"]
+    kinds_told = collections.Counter(s for step in reset["details"]["steps"] for s in step["sources"])
+    assert kinds_told["kmsg"] > 0 and kinds_told["ftrace"] == len(sim.RESET_STEPS)  # channels in the dump too
+    ends = [s["ts_ns"] for s in reset["details"]["steps"]]
+    assert window["held_from_ns"] < ends[0] and source.window["to_ns"] > ends[-1]  # type: ignore[index]
+
+    # the CLI reads it as any recording: check fails on the reset (default rules), replay prints its events
+    out = tmp_path / "report.json"
+    proc = subprocess.run([*CLI, "check", path, "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "window: a flight recorder's dump of reset on device 0" in proc.stdout
+    rules = {v["rule"] for v in json.loads(out.read_text())["violations"]}
+    assert rules == {"reset_sequences", "timeouts"}, rules
+    replay = subprocess.run([*CLI, "replay", path, "--headless", "--max"], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert replay.returncode == 0 and "reset_step" in replay.stdout, replay.stderr
+    assert not [n for n in sim_loaded.instance_names() if n == f"npu-trace-{rec.pid}"]
