@@ -182,3 +182,24 @@ def test_temporaries_of_dead_agents_are_found(tmp_path: Any) -> None:
     for name in ("npu_trace.prom.111.tmp", "npu_trace.prom.222.tmp", "other.prom.111.tmp", "npu_trace.prom"):
         (tmp_path / name).write_text("")
     assert stale_temporaries(str(path), lambda pid: pid == 222) == [str(tmp_path / "npu_trace.prom.111.tmp")]
+
+
+# ---- the agent's command line: every bad option one line, exit 2, before anything starts ----------------------
+@pytest.mark.parametrize("args,words", [
+    (["--metrics-addr", "nowhere"], "expected HOST:PORT"),
+    (["--metrics-addr", "off"], "needs --textfile"),
+    (["--textfile", "/tmp/metrics.txt"], "ending in .prom"),
+    (["--textfile", "/nonexistent-dir/x.prom"], "no such directory"),
+    (["--textfile-interval", "0", "--textfile", "/tmp/x.prom"], "--textfile-interval must be positive"),
+    (["--flight", "30"], "--flight needs --spool"),
+    (["--rules", "/nonexistent/rules.toml"], "cannot read the rules file"),
+])  # fmt: skip
+def test_agent_usage_errors(args: List[str], words: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "npu_trace", "agent", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -172,8 +172,9 @@ def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs,
                                                             promtool: str) -> None:  # fmt: skip
     smi = os.path.join(side.smi_dir or "", "npu-smi")
     textfile = tmp_path / "npu_trace.prom"
+    spool = tmp_path / "spool"
     agent = Agent(tmp_path, "--npu-smi", smi, "--health-interval", "1", "--textfile", str(textfile),
-                  "--textfile-interval", "1")  # fmt: skip
+                  "--textfile-interval", "1", "--spool", str(spool), "--flight", "30")  # fmt: skip
     prom = Prometheus(tmp_path, agent.port)
     try:
         wait_for(lambda: prom.scalar('up{job="npu-trace"}') == 1, "Prometheus to scrape the agent")
@@ -193,6 +194,13 @@ def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs,
         assert prom.scalar('npu_trace_device_state_entered_total{job="npu-trace",id="0",state="degraded"}') == 1
         assert prom.scalar('npu_trace_timeouts_total{job="npu-trace",id="0",op="heartbeat"}') == 1
         assert prom.scalar('sum(npu_trace_lost_events_total{job="npu-trace"})') == 0
+        wait_for(lambda: prom.scalar('npu_trace_agent_spool_dumps_total{job="npu-trace"}') == 1, "the dump")
+        dumps = sorted(os.listdir(spool))
+        assert len(dumps) == 1 and dumps[0].endswith("-dev0-reset.npt"), dumps
+        checked = subprocess.run([*CLI, "check", str(spool / dumps[0]), "--json", str(tmp_path / "dump.json"), "-q"],
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+        with open(tmp_path / "dump.json") as f:
+            assert [x["kind"] for x in json.load(f)["findings"]].count("reset_sequence") == 1, checked.stderr
         temps = prom.query('npu_trace_device_temperature_celsius{job="npu-trace",id="0"}')
         assert temps, "the fake npu-smi's readings as gauges"
         exposition = agent.metrics()
@@ -265,3 +273,22 @@ def test_an_unwritable_textfile_is_said_once_and_loses_no_metric(sim_loaded: Tra
     final = textfile.read_text()
     assert (sample(final, "npu_trace_events_total", kind="call") or 0) >= counted
     assert (sample(final, "npu_trace_agent_textfile_errors_total") or 0) >= 1
+
+
+@pytest.mark.privileged
+def test_a_full_spool_disk_is_said_and_loses_no_metric(sim_loaded: Tracefs, tmp_path: Any) -> None:
+    """The spool on a 64 KiB tmpfs: the reset's dump cannot be written; that is said, counted, and the
+    reset is counted all the same."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(spool)], check=True)
+    try:
+        agent = Agent(tmp_path, "--channels", "kmsg,uevent", "--spool", str(spool), "--flight", "30")
+        sim.run_scenario("ecc-reset", 4, 3.0, 200, 1, ensure_loaded=False, channels=SideChannels(npu_smi=False))
+        wait_for(lambda: agent.line("failed (disk full)"), "the failed dump to be said")
+        wait_for(lambda: agent.value("npu_trace_agent_spool_errors_total") == 1, "the failure counted")
+        assert agent.value("npu_trace_findings_total", kind="reset_sequence", id="0") == 1
+        assert agent.stop() == 0
+        assert [n for n in os.listdir(spool) if n.endswith((".npt", ".partial"))] == []  # nothing half-written
+    finally:
+        subprocess.run(["umount", str(spool)], check=False)

@@ -26,6 +26,7 @@ from prometheus_client import ProcessCollector
 
 from npu_trace import __version__
 from npu_trace.ci.rules import Rules, load_rules
+from npu_trace.commands.record import add_flight_options, flight_settings
 from npu_trace.commands.stream import add_trace_options, announce, channel_summary, options_from_args
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.states import Transition
@@ -41,6 +42,8 @@ from npu_trace.sinks.exposition import (
     registry_of,
     stale_temporaries,
 )
+from npu_trace.sinks.flight.live import judge_analysis
+from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
@@ -48,6 +51,7 @@ from npu_trace.sources.options import TraceOptions
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9834"
 DEFAULT_TEXTFILE_INTERVAL_S = 15.0
+DEFAULT_SPOOL_SECONDS = 120.0  # the flight recorder's window when --spool is given without --flight
 
 
 def add_parser(sub: Any) -> None:
@@ -69,9 +73,13 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--rules", metavar="RULES.toml",
                    help="check's rules: npu_trace_rule_violated says which ones what the agent saw breaks "
                    "(re-read on SIGHUP)")  # fmt: skip
+    g.add_argument("--spool", metavar="DIR",
+                   help="keep the flight recorder's dumps there (created 0700): the last minutes in memory, "
+                   "written around each incident, retention by --keep and --keep-bytes")  # fmt: skip
     g.add_argument("--log-file", metavar="PATH", help="log there instead of stderr (reopened on SIGHUP)")
     g.add_argument("--log-prefix", choices=("auto", "journald", "plain"), default="auto",
                    help="journald: '<N>' priority prefixes; auto: when stderr is the journal (default)")
+    add_flight_options(p)  # --flight SECONDS: the window with --spool (default DEFAULT_SPOOL_SECONDS)
     p.set_defaults(func=run)
 
 
@@ -89,6 +97,12 @@ class AgentSettings:
             raise UsageError("--metrics-addr off needs --textfile PATH: the figures must go somewhere")
         if self.textfile is not None:
             check_textfile_path(self.textfile)
+        self.flight: Optional[FlightSettings] = None
+        if args.spool is not None:
+            args.flight = DEFAULT_SPOOL_SECONDS if args.flight is None else args.flight
+            self.flight = flight_settings(args, args.spool)
+        elif args.flight is not None:
+            raise UsageError("--flight needs --spool DIR: where the agent keeps its dumps")
 
 
 class Agent:
@@ -107,6 +121,7 @@ class Agent:
         self.server = MetricsServer(settings.metrics_addr, self.registry) if settings.metrics_addr else None
         self.textfile = TextfileWriter(settings.textfile, self.registry, log.warning) if settings.textfile else None
         self.live: Optional[LiveMetrics] = None
+        self.flight: Optional[FlightRecorder] = None
         self._written = -float("inf")
 
     def start_endpoint(self) -> None:
@@ -120,11 +135,35 @@ class Agent:
         session = source.session
         scope = ScopeFilter(session.scope, CommCache(lambda: saved_comms(session.fs)))
         listeners = Listeners(on_transition=self._transition, on_violation=self._violation)
+        if self.settings.flight is not None:
+            self.flight = self._flight(source)
+            flight = self.flight
+            listeners.on_batch = flight
+            listeners.on_findings = lambda found, now, analysis: judge_analysis(flight, analysis, found, now)
         info = (("version", __version__), ("profile", self.options.profile_name))
         self.live = LiveMetrics(source.block_timeline(), Analysis(self.options.profile, scope), self.state,
                                 rules=self.rules, ledger=session.ledger, update_loss=session.update_loss,
                                 listeners=listeners, figures=self.figures, info=info)  # fmt: skip
         return self.live
+
+    def _flight(self, source: LiveTrace) -> FlightRecorder:
+        """The flight recorder writing into the spool (a RecordingError, exit 2, when it cannot be written)."""
+        assert self.settings.flight is not None
+        channels = source.channels
+        extra = {"channels": channels.header()} if channels is not None else {}
+        flight = FlightRecorder(source.session, self.settings.flight, self.options.profile_name, extra=extra,
+                                on_note=self._flight_note)  # fmt: skip
+        for name in flight.stale:
+            self.log.warning(f"spool: {self.settings.flight.directory}/{name}: an unfinished dump of an earlier run "
+                             "(readable to its cut)")  # fmt: skip
+        return flight
+
+    def _flight_note(self, text: str) -> None:
+        self.log.write("warning" if " failed" in text or "cannot" in text else "info", text)
+        if self.flight is not None:
+            self.figures.set("spool_dumps_total", len(self.flight.written))
+            self.figures.set("spool_errors_total", sum(self.flight.errors.values()))
+            self.figures.set("spool_removed_total", len(self.flight.removed))
 
     # ---- the pump's side --------------------------------------------------------------------------------------
     def sink(self, batch: Batch) -> None:
@@ -163,6 +202,9 @@ class Agent:
     def finish(self) -> None:
         """The session ended: the last figures made and written; the endpoint closed."""
         try:
+            if self.flight is not None:
+                self.flight.close()  # the dump being written finished as it is
+                self._flight_note("flight: " + self.flight.summary().removeprefix("flight: "))
             if self.live is not None:
                 self.live.finish()
             if self.textfile is not None:
@@ -222,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
         with LiveTrace(session, channels) as source:
             agent.attach(source)
             where = f"metrics on http://{agent.server.address}/metrics" if agent.server else "no endpoint"
+            if settings.flight is not None:
+                where += f", dumps to {settings.flight.directory} (the last {settings.flight.seconds:g} s kept)"
             if agent.textfile is not None:
                 where += f", textfile {agent.textfile.path} every {settings.textfile_interval:g} s"
             announce(session, f"agent: {where}", channels, say=log.info)
