@@ -20,7 +20,8 @@ from npu_trace.errors import InputError
 from test_check_paths import scenario_recording
 
 CLI = [sys.executable, "-m", "npu_trace"]
-RULES_TEXT = "[timeouts]\nmax = 100\n"  # the recordings' synthesized heartbeat timeouts are allowed; resets are not
+# the recordings' synthesized kmsg heartbeat timeouts (and the faults they tell) are allowed; resets are not
+RULES_TEXT = "[timeouts]\nmax = 100\n[kernel_faults]\nmax = -1\n[device_faults]\nmax = -1\n"
 RULES = parse_rules(RULES_TEXT)
 
 
