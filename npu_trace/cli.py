@@ -13,7 +13,7 @@ from npu_trace.errors import EXIT_USAGE, NpuTraceError
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
-            "cleanup", "bpf")  # fmt: skip
+            "cleanup", "bpf", "agent")  # fmt: skip
 MODULES = {"import": "import_cmd"}  # a command whose module cannot carry its name (a keyword)
 
 

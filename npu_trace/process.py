@@ -1,11 +1,16 @@
-"""Process set-up for a CLI process that traces: the stop flag its signals set, and GC tuning."""
+"""Process set-up for a CLI process that traces: the stop flag its signals set, GC tuning; for the agent, the
+SIGHUP flag and a service log journald reads."""
 
 from __future__ import annotations
 
 import gc
+import os
 import signal
+import sys
 from types import FrameType
-from typing import Optional
+from typing import Optional, TextIO
+
+from npu_trace.errors import UsageError
 
 
 def tune_gc() -> None:
@@ -35,9 +40,105 @@ class StopFlag:
             signal.signal(signal.SIGHUP, self.set)
 
 
+def pid_alive(pid: int) -> bool:
+    """A process of this id exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def prepare_process() -> StopFlag:
     """For a CLI process about to trace: SIGINT/SIGTERM/SIGHUP end the session cleanly, GC tuned for throughput."""
     stop = StopFlag()
     stop.install()
     tune_gc()
     return stop
+
+
+class HupFlag:
+    """Set by SIGHUP (installed by `install`); the service takes it between reads (`take`)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def set(self, _signum: int = 0, _frame: Optional[FrameType] = None) -> None:
+        self.pending = True
+
+    def install(self) -> None:
+        signal.signal(signal.SIGHUP, self.set)
+
+    def take(self) -> bool:
+        pending, self.pending = self.pending, False
+        return pending
+
+
+# syslog priorities, as sd-daemon(3)'s "<N>" line prefixes: journald reads them off a service's stderr
+PRIORITIES = {"error": 3, "warning": 4, "notice": 5, "info": 6, "debug": 7}
+
+
+def journal_stderr() -> bool:
+    """stderr is the journal's stream (systemd sets JOURNAL_STREAM to its device:inode)."""
+    want = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return False
+    return bool(want) and want == f"{st.st_dev}:{st.st_ino}"
+
+
+class ServiceLog:
+    """A long-running service's log: one line per message, `npu-trace: ` first, or the "<N>" priority
+    prefix journald reads when stderr is the journal (`prefix`: forced on or off); to stderr or a file opened
+    for appending, which `reopen()` opens again (SIGHUP, after logrotate moved it). Never raises: a log that
+    cannot be written loses the line, not the service."""
+
+    def __init__(self, path: Optional[str] = None, prefix: Optional[bool] = None) -> None:
+        self.path = path
+        self.prefix = journal_stderr() if prefix is None and path is None else bool(prefix)
+        self._file: Optional[TextIO] = None
+        self.reopen()
+
+    def reopen(self) -> None:
+        """Open the log file again (a UsageError naming it the first time it cannot be opened)."""
+        if self.path is None:
+            return
+        old = self._file
+        try:
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (kept open)
+        except OSError as exc:
+            if old is None:
+                raise UsageError(f"--log-file {self.path}: {exc.strerror}") from None
+            self.write("warning", f"cannot reopen {self.path} ({exc.strerror}): logging to it as before")
+            return
+        if old is not None:
+            old.close()
+
+    @property
+    def stream(self) -> TextIO:
+        return self._file if self._file is not None else sys.stderr
+
+    def write(self, level: str, text: str) -> None:
+        head = f"<{PRIORITIES[level]}>" if self.prefix else "npu-trace: "
+        try:
+            self.stream.write(f"{head}{text}\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # the log itself is gone (disk full, closed): the service goes on
+
+    def info(self, text: str) -> None:
+        self.write("info", text)
+
+    def warning(self, text: str) -> None:
+        self.write("warning", text)
+
+    def error(self, text: str) -> None:
+        self.write("error", text)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -68,3 +68,14 @@ def sim_loaded() -> Generator[Any, None, None]:
     yield fs
     if not was_loaded:
         sim.unload(fs)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Debian's promtool (the `prometheus` package scripts/setup installs), or a skip."""
+    import shutil
+
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool is missing: scripts/setup installs Debian's prometheus package")
+    return path

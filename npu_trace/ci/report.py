@@ -4,7 +4,7 @@ rules give byte-identical output (sorted keys, no wall-clock time, no absolute p
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 from npu_trace.ci.rules import Rules, Violation, rule_names
@@ -95,6 +95,20 @@ def render_text(report: Mapping[str, Any]) -> str:
 
 
 def render_junit(report: Mapping[str, Any], rules: Rules) -> str:
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + junit_suite(report, rules).xml + "\n"
+
+
+class Suite(NamedTuple):
+    """A JUnit <testsuite> and its counts."""
+
+    xml: str
+    tests: int
+    failures: int
+    errors: int
+
+
+def junit_suite(report: Mapping[str, Any], rules: Rules) -> Suite:
+    """One recording as a JUnit <testsuite>: each rule in force a test case, its violation a failure."""
     failed = {v["rule"]: v["message"] for v in report["violations"]}
     cases = []
     for rule, description in rule_names(rules):
@@ -103,4 +117,21 @@ def render_junit(report: Mapping[str, Any], rules: Rules) -> str:
         cases.append(f'  <testcase classname="npu-trace.check" name={name}>{body}</testcase>')
     suite = quoteattr(f"npu-trace check {report['input']}")
     head = f'<testsuite name={suite} tests="{len(cases)}" failures="{len(failed)}" errors="0" skipped="0">'
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + "\n".join([head, *cases, "</testsuite>"]) + "\n"
+    return Suite("\n".join([head, *cases, "</testsuite>"]), len(cases), len(failed), 0)
+
+
+def junit_error_suite(name: str, error: str) -> Suite:
+    """A recording that could not be checked, as a <testsuite> with one erroring case."""
+    suite = quoteattr(f"npu-trace check {name}")
+    case = (f'  <testcase classname="npu-trace.check" name="read the recording"><error message={quoteattr(error)}>'
+            f"{escape(error)}</error></testcase>")  # fmt: skip
+    head = f'<testsuite name={suite} tests="1" failures="0" errors="1" skipped="0">'
+    return Suite("\n".join([head, case, "</testsuite>"]), 1, 0, 1)
+
+
+def render_junit_batch(suites: Sequence[Suite]) -> str:
+    """Several recordings' suites in one JUnit file (<testsuites>, totals summed)."""
+    tests, failures, errors = (sum(getattr(s, k) for s in suites) for k in ("tests", "failures", "errors"))
+    head = f'<testsuites name="npu-trace check" tests="{tests}" failures="{failures}" errors="{errors}">'
+    body = "\n".join([head, *(s.xml for s in suites), "</testsuites>"])
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.errors import InputError
 
@@ -214,13 +214,29 @@ def evaluate(
 ) -> List[Violation]:
     """Violations of `rules` by these findings; `op_p99` is the p99 latency (ns) per operation; `health` the
     health detector's per-device summary (ECC deltas)."""
-    violations: List[Violation] = []
     counts: Dict[str, int] = {}
     op_counts: Dict[Tuple[str, str], int] = {}
     for finding in findings:
         counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
         key = (finding["kind"], str(finding.get("op") or ""))
         op_counts[key] = op_counts.get(key, 0) + 1
+    cuts = [str(f["details"].get("where")) for f in findings if f["kind"] == "truncated"]
+    return evaluate_counts(rules, counts, op_counts, op_p99, lost, incomplete, health, cuts)
+
+
+def evaluate_counts(
+    rules: Rules,
+    counts: Mapping[str, int],
+    op_counts: Mapping[Tuple[str, str], int],
+    op_p99: Mapping[str, int],
+    lost: int,
+    incomplete: bool,
+    health: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    cuts: Sequence[str] = (),
+) -> List[Violation]:
+    """evaluate() on counts already made: findings per kind and per (kind, op), where the input was cut (the
+    agent counts as findings come and keeps none of them)."""
+    violations: List[Violation] = []
     for table, kind in sorted(COUNT_RULES.items()):
         limit, seen = rules.max_counts[table], counts.get(kind, 0)
         if limit != UNLIMITED and seen > limit:
@@ -230,6 +246,21 @@ def evaluate(
             if seen > op_limit:
                 message = f"{seen} {kind} finding(s) of {op}, at most {op_limit} allowed"
                 violations.append(Violation(f"{table}.max_by_op.{op}", message, seen))
+    violations += _ecc_violations(rules, health)
+    if incomplete and not rules.loss_allowed:
+        violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
+    for where in cuts:
+        if not rules.truncated_allowed:
+            violations.append(Violation("truncated", f"the recording is cut: {where}", 1))
+    for op, limit in sorted(rules.p99_max_ns.items()):
+        p99 = op_p99.get(op)
+        if p99 is not None and p99 > limit:
+            violations.append(Violation(f"latency.{op}", f"p99 of {op} is {p99} ns, at most {limit} ns allowed", 1))
+    return violations
+
+
+def _ecc_violations(rules: Rules, health: Optional[Mapping[str, Mapping[str, Any]]]) -> List[Violation]:
+    out = []
     for name in ECC_LIMITS:
         if name not in rules.ecc:
             continue
@@ -239,17 +270,8 @@ def evaluate(
             if isinstance(delta, int) and delta > rules.ecc[name]:
                 what = field_name[: -len("_delta")]
                 message = f"device {dev}: {what} count grew by {delta}, at most {rules.ecc[name]}"
-                violations.append(Violation(f"ecc.{name}", message, delta))
-    if incomplete and not rules.loss_allowed:
-        violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
-    for cut in (f for f in findings if f["kind"] == "truncated"):
-        if not rules.truncated_allowed:
-            violations.append(Violation("truncated", f"the recording is cut: {cut['details'].get('where')}", 1))
-    for op, limit in sorted(rules.p99_max_ns.items()):
-        p99 = op_p99.get(op)
-        if p99 is not None and p99 > limit:
-            violations.append(Violation(f"latency.{op}", f"p99 of {op} is {p99} ns, at most {limit} ns allowed", 1))
-    return violations
+                out.append(Violation(f"ecc.{name}", message, delta))
+    return out
 
 
 def rule_names(rules: Rules) -> List[Tuple[str, str]]:

@@ -1,30 +1,43 @@
-"""`npu-trace check FILE`: the detectors over a recording, judged by rules; exit 0 pass, 1 violations."""
+"""`npu-trace check FILE...`: the detectors over recordings, judged by rules; exit 0 pass, 1 violations.
+
+One recording: its report (text, `--json`, `--junit`). Several, or a directory (every `.npt` below it): each
+checked in a worker process (`--jobs`), one line each on stdout, one JUnit file with a test suite per
+recording, one JSON summary; a recording that cannot be read is an erroring suite, and the exit is 2.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any
+from typing import Any, Dict, List
 
-from npu_trace.ci.analyze import analyze, op_rows, p99_by_op
-from npu_trace.ci.report import build_report, render_json, render_junit, render_text
-from npu_trace.ci.rules import evaluate, load_rules
-from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError
+from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_recording, recordings
+from npu_trace.ci.report import (
+    junit_error_suite,
+    junit_suite,
+    render_json,
+    render_junit,
+    render_junit_batch,
+    render_text,
+)
+from npu_trace.ci.rules import Rules, load_rules
+from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, InputError, UsageError
 from npu_trace.process import tune_gc
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("check", help="run the detectors on a recording and judge them by rules (CI gate)",
+    p = sub.add_parser("check", help="run the detectors on recordings and judge them by rules (CI gate)",
                        description="Exit 0 when every rule holds, 1 with violations, 2 for unreadable input or a "
                        "bad rules file. Without --rules: no reset sequence, no timeout, no allocation failure, "
-                       "no loss; spikes are reported but allowed.")  # fmt: skip
-    p.add_argument("file", help="session file (.npt)")
+                       "no loss; spikes are reported but allowed. Several files or a directory: checked in "
+                       "parallel, one JUnit file (a test suite per recording) and one JSON summary.")  # fmt: skip
+    p.add_argument("files", nargs="+", metavar="FILE|DIR", help="session files (.npt), or directories of them")
     p.add_argument("--rules", metavar="RULES.toml", help="rules file (default: the CI-gate defaults)")
-    p.add_argument("--json", metavar="OUT", help="write the JSON report to OUT")
+    p.add_argument("--json", metavar="OUT", help="write the JSON report (several recordings: the summary) to OUT")
     p.add_argument("--junit", metavar="OUT", help="write a JUnit XML report to OUT")
     p.add_argument("--profile", help="profile to analyze with (default: the recording's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no text report on stdout")
+    p.add_argument("--jobs", "-j", type=int, metavar="N", help="several recordings: N at once (default: one per CPU)")
     p.add_argument("--reference", action="store_true",
                    help="analyse with the pure-Python reference path (an object per event: slower, same report)")
     p.set_defaults(func=run)
@@ -39,18 +52,58 @@ def _write(path: str, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     rules = load_rules(args.rules)  # a bad rules file fails before the (long) read
+    paths = recordings(args.files)
+    if len(paths) == 1 and len(args.files) == 1 and paths[0] == args.files[0]:
+        return run_one(args, paths[0], rules)
+    return run_many(args, paths, rules)
+
+
+def run_one(args: argparse.Namespace, path: str, rules: Rules) -> int:
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
-    result = analyze(args.file, args.profile, reference=args.reference)
-    analysis, reading = result["analysis"], result["reading"]
-    analysis["summary"]["latency_by_op"] = op_rows(result["latency"])
-    violations = evaluate(rules, analysis["findings"], p99_by_op(result["latency"]), reading["lost"],
-                          reading["incomplete"], analysis["summary"]["health"]["devices"])  # fmt: skip
-    report = build_report(os.path.basename(args.file), analysis, rules, violations, reading)
+    report = check_recording(path, rules, args.profile, args.reference)
     if args.json:
         _write(args.json, render_json(report))
     if args.junit:
         _write(args.junit, render_junit(report, rules))
     if not args.quiet:
         sys.stdout.write(render_text(report))
-    return EXIT_VIOLATIONS if violations else EXIT_OK
+    return EXIT_VIOLATIONS if report["violations"] else EXIT_OK
+
+
+def run_many(args: argparse.Namespace, paths: List[str], rules: Rules) -> int:
+    outcomes = check_many(paths, rules, args.profile, args.reference, args.jobs)
+    summary = batch_summary(outcomes, rules)
+    if args.json:
+        _write(args.json, render_json(summary))
+    if args.junit:
+        suites = [junit_suite(o.report, rules) if o.report is not None else junit_error_suite(o.name, o.error)
+                  for o in outcomes]  # fmt: skip
+        _write(args.junit, render_junit_batch(suites))
+    if not args.quiet:
+        sys.stdout.write("".join(_line(o) for o in outcomes) + _totals(summary))
+    for o in outcomes:
+        if o.report is None:
+            print(f"npu-trace: {o.name}: {o.error}", file=sys.stderr)
+    verdict = summary["verdict"]
+    return EXIT_USAGE if verdict == "error" else EXIT_VIOLATIONS if verdict == "fail" else EXIT_OK
+
+
+def _line(o: Outcome) -> str:
+    if o.report is None:
+        return f"ERROR {o.name}: {o.error}\n"
+    r = o.report
+    kinds: Dict[str, int] = {}
+    for f in r["findings"]:
+        kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+    found = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "nothing"
+    lines = [f"{r['verdict'].upper()} {o.name}: findings: {found}"]
+    lines += [f"  {v['rule']}: {v['message']}" for v in r["violations"]]
+    return "\n".join(lines) + "\n"
+
+
+def _totals(summary: Any) -> str:
+    t = summary["totals"]
+    return f"{t['recordings']} recordings: {t['pass']} pass, {t['fail']} fail, {t['error']} error\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
@@ -91,24 +91,30 @@ def note(text: str) -> None:
     print(f"npu-trace: {text}", file=sys.stderr, flush=True)
 
 
-def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> None:
+def announce(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None,
+             say: Optional[Callable[[str], None]] = None) -> None:
+    """What the session traces, on stderr (`say`: each line elsewhere, without the "npu-trace: " prefix)."""
+    for text in announce_lines(session, doing, channels):
+        if say is not None:
+            say(text)
+        else:
+            note(text)
+
+
+def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[Channels] = None) -> List[str]:
     what = f"; {doing}" if doing else ""
-    for text in session.notes:
-        note(text)
+    lines = list(session.notes)
     if not session.scope.empty:
-        note(f"scope: {session.scope.where()}")
+        lines.append(f"scope: {session.scope.where()}")
     if session.unmatched and not session.selected:
-        print(f"npu-trace: none of the profile's events exists here ({', '.join(session.unmatched)}): "
-              "tracing trace markers and the other channels only", file=sys.stderr)  # fmt: skip
+        lines.append(f"none of the profile's events exists here ({', '.join(session.unmatched)}): "
+                     "tracing trace markers and the other channels only")  # fmt: skip
     elif session.unmatched:
-        print(f"npu-trace: not on this host: {', '.join(session.unmatched)}", file=sys.stderr)
+        lines.append(f"not on this host: {', '.join(session.unmatched)}")
     also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
-    print(
-        f"npu-trace: tracing {len(session.selected)} event types on tracefs instance {session.name} "
-        f"(clock {session.clock}){also}{what}; Ctrl-C stops",
-        file=sys.stderr,
-        flush=True,
-    )
+    lines.append(f"tracing {len(session.selected)} event types on tracefs instance {session.name} "
+                 f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
+    return lines
 
 
 def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None,

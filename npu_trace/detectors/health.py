@@ -18,18 +18,23 @@ from npu_trace.detectors.base import Finding
 from npu_trace.events import NpuEvent
 
 OK_HEALTH = ("OK", "Healthy")
+LOG_OPS = ("health", "npu_smi")  # the log events read: npu-smi's health changes, its table's chip readings
+# what the agent reads of an npu_smi reading
+READING_KEYS = ("name", "bus_id", "used_mb", "total_mb", "memory", "power_w", "aicore_pct", "health")
 
 
 class DeviceHealth:
-    __slots__ = ("ce", "degraded", "health", "link", "max_temp", "uce")
+    __slots__ = ("ce", "degraded", "health", "link", "max_temp", "reading", "temp", "uce")
 
     def __init__(self) -> None:
         self.ce: List[int] = []  # [first, last]
         self.uce: List[int] = []
         self.max_temp: Optional[int] = None
+        self.temp: Optional[int] = None  # the latest
         self.link: Dict[str, Any] = {}
         self.degraded = False
         self.health: Optional[str] = None
+        self.reading: Dict[str, Any] = {}  # npu-smi's latest table values of the chip (READING_KEYS)
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -52,7 +57,7 @@ class HealthDetector:
             kind = ev.kind
             if ev.dev is None or kind not in ("ecc", "thermal", "link", "log"):
                 continue
-            if kind == "log" and ev.op != "health":
+            if kind == "log" and ev.op not in LOG_OPS:
                 continue
             dev = self.devices.get(ev.dev)
             if dev is None:
@@ -64,10 +69,13 @@ class HealthDetector:
             temp = args.get("temp_c")
             if kind in ("ecc", "thermal") and isinstance(temp, int):
                 dev.max_temp = temp if dev.max_temp is None else max(dev.max_temp, temp)
+                dev.temp = temp
             if kind == "link" and "degraded" in args:
                 self._link(ev, dev, out)
-            if kind == "log":
+            if kind == "log" and ev.op == "health":
                 self._health(ev, dev, out)
+            elif kind == "log":
+                _reading(dev, args)
         return out
 
     def _link(self, ev: NpuEvent, dev: DeviceHealth, out: List[Finding]) -> None:
@@ -96,6 +104,24 @@ class HealthDetector:
 
     def summary(self) -> Dict[str, Any]:
         return {"devices": {str(d): h.as_dict() for d, h in sorted(self.devices.items())}}
+
+    def readings(self) -> Dict[int, Dict[str, Any]]:
+        """Device -> its latest values (copies): temp_c, ce_count, uce_count, link {speed, width, max_speed,
+        max_width, bdf}, link_degraded, health, and npu-smi's READING_KEYS where its table printed them."""
+        return {dev: {"temp_c": h.temp, "ce_count": h.ce[-1] if h.ce else None,
+                      "uce_count": h.uce[-1] if h.uce else None, "link": dict(h.link),
+                      "link_degraded": h.degraded, "health": h.health, **h.reading}
+                for dev, h in sorted(self.devices.items())}  # fmt: skip
+
+
+def _reading(dev: DeviceHealth, args: Dict[str, Any]) -> None:
+    """An npu-smi table reading of the chip: its values (None where printed NA) and its temperature. Its health
+    is left to the "health" events (a change comes as one, with its finding): the summary and findings are
+    the same with or without readings."""
+    dev.reading = {k: args[k] for k in READING_KEYS if args.get(k) is not None}
+    temp = args.get("temp_c")
+    if isinstance(temp, int) and not isinstance(temp, bool):
+        dev.temp = temp
 
 
 def _count(series: List[int], value: Any) -> None:

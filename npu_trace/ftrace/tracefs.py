@@ -14,6 +14,7 @@ import subprocess
 from typing import Dict, List, Optional
 
 from npu_trace.errors import KernelFeatureError, PrivilegeError, SourceError
+from npu_trace.process import pid_alive
 
 MOUNT_POINTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 ROOT_ENV = "NPU_TRACE_TRACEFS"  # use this directory as the tracefs mount (another mount point, or tests)
@@ -174,7 +175,7 @@ class Tracefs:
         stale = []
         for name in self.instance_names():
             m = _INSTANCE_RE.match(name)
-            if m and not _pid_alive(int(m.group(1))):
+            if m and not pid_alive(int(m.group(1))):
                 stale.append(name)
         return stale
 
@@ -311,16 +312,6 @@ def filter_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     return (errors or lines or ["refused"])[-1]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def find_optional() -> Optional[Tracefs]:
