@@ -32,7 +32,7 @@ from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
 from npu_trace.sinks.perfetto import PerfettoWriter
 from npu_trace.sinks.timeline import TimelineMapper
@@ -46,7 +46,7 @@ NS = 1_000_000_000
 _UNITS = {"": NS, "s": NS, "ms": 1_000_000, "us": 1_000, "ns": 1}
 _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
-_CALLS = np.array([KIND_CODE["call"], KIND_CODE["free"]], dtype=np.int8)  # shown only with a latency
+_CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
 _COMPLETE = KIND_CODE["complete"]
 
 
@@ -341,7 +341,7 @@ def _drawn_rows(nb: NormBlock) -> np.ndarray:
     (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
     drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
     keep = ~nb.counted_only & (nb.kind != _COMPLETE)
-    calls = np.flatnonzero(keep & np.isin(nb.kind, _CALLS))
+    calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
     got = nb.int_args(calls, "latency_ns")
     if got is not None:
         keep[calls[~got[1]]] = False

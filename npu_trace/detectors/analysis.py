@@ -30,7 +30,7 @@ from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.pipeline.scope import ScopeFilter
-from npu_trace.pipeline.vnormalize import KIND_CODE, BlockNormalizer, NormBlock, kind_counts, time_span
+from npu_trace.pipeline.vnormalize import KIND_CODE, BlockNormalizer, NormBlock, kind_counts, kind_in, time_span
 
 
 class Analysis:
@@ -157,7 +157,7 @@ class Analysis:
         previous, self._last_seen = self._last_seen, int(block.ts[-1])
         self._count_block(nb)
         new = self.latency.feed_block(nb)
-        rare = np.flatnonzero(~nb.counted_only & ~np.isin(nb.kind, HOT_CODES))
+        rare = np.flatnonzero(~nb.counted_only & ~kind_in(nb.kind, HOT_CODES))
         events = [nb.event(r) for r in rare.tolist()]
         new += self._feed_memory(nb, rare, events)
         new += self._feed_rare(nb, rare, events, previous)
@@ -255,4 +255,4 @@ class Analysis:
 
 _kind_of = itemgetter(1)  # NpuEvent.kind
 HOT = ("call", "irq", "submit", "complete", "alloc", "free")  # the kinds taken as columns, never one by one
-HOT_CODES = np.array([KIND_CODE[k] for k in HOT], dtype=np.int8)
+HOT_CODES = [KIND_CODE[k] for k in HOT]

@@ -2,7 +2,8 @@
 
 Values below 128 ns have a bucket each; above, every power of two is split into 128 equal buckets, so a
 bucket is at most 1/128 of its lower bound wide and the reported midpoint is within 1/256 (0.4%) of any
-value in it. A u64 range needs at most ~7,300 buckets, kept sparse. min and max are exact.
+value in it. A u64 range needs at most ~7,300 buckets; a histogram keeps the range it has seen. min and max
+are exact.
 """
 
 from __future__ import annotations
@@ -48,18 +49,40 @@ def bucket_bounds(index: int) -> Tuple[int, int]:
 
 
 class Histogram:
-    __slots__ = ("buckets", "count", "max", "min", "total")
+    """Counts per bucket in one array over the range of buckets seen (a latency distribution spans a few
+    hundred), so a block's samples are added in a few array operations; `buckets` is the sparse view."""
+
+    __slots__ = ("_base", "_counts", "count", "max", "min", "total")
 
     def __init__(self) -> None:
-        self.buckets: Dict[int, int] = {}
+        self._base = 0  # the bucket index of _counts[0]
+        self._counts: np.ndarray = np.zeros(0, dtype=np.int64)
         self.count = 0
         self.total = 0
         self.min = 0
         self.max = 0
 
+    @property
+    def buckets(self) -> Dict[int, int]:
+        """{bucket index: samples} of the buckets that hold any."""
+        at = np.flatnonzero(self._counts)
+        return dict(zip((at + self._base).tolist(), self._counts[at].tolist()))
+
+    def _cover(self, low: int, high: int) -> None:
+        """Make room for bucket indexes low..high."""
+        n = len(self._counts)
+        if n and self._base <= low and high < self._base + n:
+            return
+        base = min(low, self._base) if n else low
+        top = max(high, self._base + n - 1) if n else high
+        counts: np.ndarray = np.zeros(top - base + 1, dtype=np.int64)
+        counts[self._base - base : self._base - base + n] = self._counts
+        self._base, self._counts = base, counts
+
     def add(self, value: int) -> None:
         idx = bucket_index(value)
-        self.buckets[idx] = self.buckets.get(idx, 0) + 1
+        self._cover(idx, idx)
+        self._counts[idx - self._base] += 1
         if not self.count or value < self.min:
             self.min = value
         self.max = max(self.max, value)
@@ -71,13 +94,11 @@ class Histogram:
         if not self.count:
             return 0
         rank = max(1, math.ceil(round(q * self.count, 9)))
-        seen = 0
-        for idx in sorted(self.buckets):
-            seen += self.buckets[idx]
-            if seen >= rank:
-                low, high = bucket_bounds(idx)
-                return min(max((low + high) // 2, self.min), self.max)
-        return self.max
+        at = int(np.searchsorted(np.cumsum(self._counts), rank))  # the first bucket where the ranks reach it
+        if at >= len(self._counts):
+            return self.max
+        low, high = bucket_bounds(at + self._base)
+        return min(max((low + high) // 2, self.min), self.max)
 
     def add_all(self, values: Iterable[int]) -> None:
         for v in values:
@@ -87,11 +108,10 @@ class Histogram:
         """Every value of an int64 array, as add() would one by one."""
         if not len(values):
             return
-        counts = np.bincount(bucket_indices(values))  # at most ~7,300 buckets
-        idx = np.flatnonzero(counts)
-        buckets = self.buckets
-        for i, n in zip(idx.tolist(), counts[idx].tolist()):
-            buckets[i] = buckets.get(i, 0) + n
+        idx = bucket_indices(values)
+        first, last = int(idx.min()), int(idx.max())
+        self._cover(first, last)
+        self._counts[first - self._base : last - self._base + 1] += np.bincount(idx - first, minlength=last - first + 1)
         low, high = int(values.min()), int(values.max())
         self.min = low if not self.count else min(self.min, low)
         self.max = max(self.max, high)
@@ -101,8 +121,10 @@ class Histogram:
 
     def merge(self, other: Histogram) -> None:
         """Add `other`'s samples (bucket by bucket: exact, as if its values had been added here)."""
-        for idx, n in other.buckets.items():
-            self.buckets[idx] = self.buckets.get(idx, 0) + n
+        if len(other._counts):
+            self._cover(other._base, other._base + len(other._counts) - 1)
+            at = other._base - self._base
+            self._counts[at : at + len(other._counts)] += other._counts
         if other.count:
             self.min = other.min if not self.count else min(self.min, other.min)
             self.max = max(self.max, other.max)

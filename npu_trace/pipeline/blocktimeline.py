@@ -198,6 +198,24 @@ class _Arena:
             del self.buffers[bid]
 
 
+def _local_ids(buf: np.ndarray, records: np.ndarray) -> Tuple[List[int], np.ndarray]:
+    """The arena buffers the records lie in (ascending ids) and each row's index among them (0 for objects): a
+    block's ids span few consecutive values, so a count over their range does what a sort would."""
+    local: np.ndarray = np.zeros(len(buf), dtype=np.int32)
+    rb = buf[records]
+    if not len(rb):
+        return [], local
+    lo = int(rb.min())
+    span = int(rb.max()) - lo + 1
+    if span > 4 * len(rb) + 1024:  # ids far apart (never seen in practice): the sort
+        ids, inverse = np.unique(rb, return_inverse=True)
+        local[records] = inverse
+        return ids.tolist(), local
+    present = np.bincount(rb - lo, minlength=span) > 0
+    local[records] = (np.cumsum(present) - 1)[rb - lo]
+    return (np.flatnonzero(present) + lo).tolist(), local
+
+
 def _offsets(pages: Sequence[bytes], start: int) -> List[int]:
     out, pos = [], start
     for page in pages:
@@ -406,10 +424,7 @@ class BlockTimeline:
             objects = [self._objects.pop(i) for i in ref[at].tolist()]
             ref[at] = np.arange(len(at))
         bufs = self._arena.buffers
-        ids = np.unique(buf[~is_obj]).tolist() if len(buf) else []
-        local: np.ndarray = np.zeros(len(buf), dtype=np.int32)
-        for i, b in enumerate(ids):
-            local[buf == b] = i
+        ids, local = _local_ids(buf, ~is_obj)
         block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects)
         self._arena.keep_only(r.buf for part in self._rows.values() for r in part if isinstance(r.buf, int))
         return block

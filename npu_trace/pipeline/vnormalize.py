@@ -11,7 +11,7 @@ as an object, `NormBlock.int_arg` gives one integer argument for a set of rows.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -489,5 +489,12 @@ def time_span(nb: NormBlock) -> Optional[Tuple[int, int]]:
 
 
 def rows_of(nb: NormBlock, kinds: Sequence[str]) -> np.ndarray:
-    codes = [KIND_CODE[k] for k in kinds]
-    return np.flatnonzero(np.isin(nb.kind, codes))
+    return np.flatnonzero(kind_in(nb.kind, [KIND_CODE[k] for k in kinds]))
+
+
+def kind_in(kind: np.ndarray, codes: Iterable[int]) -> np.ndarray:
+    """Which rows have one of the few kind codes (one comparison per code: several times np.isin's speed)."""
+    mask: np.ndarray = np.zeros(len(kind), dtype=bool)
+    for code in codes:
+        mask |= kind == code
+    return mask

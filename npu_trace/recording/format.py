@@ -6,7 +6,6 @@ Every length the reader accepts is bounded here, so a hostile file costs at most
 
 from __future__ import annotations
 
-import io
 import struct
 import zlib
 from functools import lru_cache
@@ -62,12 +61,12 @@ def unpack_marks(rows: Any, n_pages: int, where: str) -> List[Tuple[int, Mark]]:
         raise fail(where, f"field 'marks' is {type(rows).__name__}, not a list")
     out: List[Tuple[int, Mark]] = []
     last = 0
-    for i, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != 4:
+    for i, row in enumerate(rows):  # thousands per chunk: exact type tests (msgpack makes plain int and bytes)
+        if type(row) is not list or len(row) != 4:
             raise fail(where, f"mark {i} is not a list of 4 fields")
         index, read_ns, mask, channels_ns = row
-        ok = _is_int(index) and last <= index <= n_pages and _is_int(read_ns) and isinstance(mask, bytes)
-        if not ok or len(mask) > MAX_CPU // 8 or not (channels_ns is None or _is_int(channels_ns)):
+        ok = type(index) is int and last <= index <= n_pages and type(read_ns) is int and type(mask) is bytes
+        if not ok or len(mask) > MAX_CPU // 8 or not (channels_ns is None or type(channels_ns) is int):
             raise fail(where, f"mark {i} has a field of the wrong type or out of order")
         out.append((index, Mark(read_ns, _caught(mask), channels_ns)))
         last = index
@@ -255,13 +254,14 @@ def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:
 
 
 def _unzstd(data: bytes, raw_len: int, where: str) -> bytes:
-    """Decompress one zstd frame, never producing more than raw_len + 1 bytes whatever the frame says."""
+    """Decompress one zstd frame, never producing more than raw_len bytes whatever the frame says."""
     try:
         size = zstandard.frame_content_size(data)
         if size != raw_len:
             raise fail(where, f"zstd frame declares {size} bytes, raw_len says {raw_len}")
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
-            return bytes(reader.read(raw_len + 1))
+        # the frame's own size is raw_len (bounded by MAX_CHUNK_RAW): decompress() makes exactly that, and fails on a
+        # frame whose data would make more or less
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len)
     except zstandard.ZstdError as exc:
         raise fail(where, f"corrupt zstd data ({exc})") from None
 
