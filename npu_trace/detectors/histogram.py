@@ -9,7 +9,7 @@ are exact.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -104,11 +104,11 @@ class Histogram:
         for v in values:
             self.add(v)
 
-    def add_many(self, values: np.ndarray) -> None:
-        """Every value of an int64 array, as add() would one by one."""
+    def add_many(self, values: np.ndarray, buckets: Optional[np.ndarray] = None) -> None:
+        """Every value of an int64 array, as add() would one by one (`buckets`: their bucket_indices, if known)."""
         if not len(values):
             return
-        idx = bucket_indices(values)
+        idx = bucket_indices(values) if buckets is None else buckets
         first, last = int(idx.min()), int(idx.max())
         self._cover(first, last)
         self._counts[first - self._base : last - self._base + 1] += np.bincount(idx - first, minlength=last - first + 1)

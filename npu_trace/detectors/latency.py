@@ -27,7 +27,7 @@ from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protoc
 import numpy as np
 
 from npu_trace.detectors.base import Finding
-from npu_trace.detectors.histogram import Histogram
+from npu_trace.detectors.histogram import Histogram, bucket_indices
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.order import KeyPacking, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
@@ -62,6 +62,7 @@ class Samples(NamedTuple):
     end: np.ndarray  # int64: the return, the completion
     pid: np.ndarray
     source: Sequence[str]  # "call" or "task" (any sequence of them: a list, a numpy array of str)
+    bucket: Optional[np.ndarray] = None  # the histogram bucket of each latency, when already known
 
 
 class OpView(NamedTuple):
@@ -180,11 +181,12 @@ class LatencyDetector:
         order = stable_order(key)  # by (device, op), each in row order
         bounds = np.flatnonzero(np.diff(key[order])) + 1
         end, pid = nb.block.ts[rows], nb.block.pid[rows]
+        bucket = bucket_indices(lat)  # every key's at once
         for sel in np.split(order, bounds):
             first = int(sel[0])
             d = int(dev[first])
             self.samples(None if d < 0 else d, nb.norm.ops[int(op[first])],
-                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel]), out)  # fmt: skip
+                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel], bucket[sel]), out)  # fmt: skip
 
     def _tasks_block(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
@@ -333,7 +335,7 @@ class LatencyDetector:
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = OpStats(self.window)
-        st.hist.add_many(s.latency)
+        st.hist.add_many(s.latency, s.bucket)
         absolute, _ = self._thresholds(op, st)
         adaptive_on = bool(self.op_rules.get(op, {}).get("adaptive", True))
         i = 0

@@ -128,10 +128,10 @@ class MemoryDetector:
         if not self.live:
             return []
         if len(self.live) <= len(keys):
-            candidates = [kk for kk in self.live if packing.fits(kk)]
-            if not candidates:
+            candidates = _fitting(packing, list(self.live))
+            if candidates is None:
                 return []
-            hits = np.flatnonzero(np.isin(keys, packing.pack(np.array(candidates, dtype=np.int64).T)))
+            hits = np.flatnonzero(np.isin(keys, packing.pack(candidates)))
         else:
             hits = np.arange(len(keys))
         found = ((g, self.live.get(key_of(g))) for g in hits.tolist())
@@ -187,9 +187,10 @@ class MemoryDetector:
         last: np.ndarray = np.ones(len(order), dtype=bool)
         last[:-1] = start[1:]
         group = np.cumsum(start) - 1
-        for i in np.flatnonzero(last & is_alloc[order]).tolist():
-            r = int(order[i])
-            self.live[key_of(int(group[i]))] = (int(size[r]), int(pid[r]), int(ts[r]))
+        at = np.flatnonzero(last & is_alloc[order])
+        r = order[at]
+        keys = map(key_of, group[at].tolist())
+        self.live.update(zip(keys, zip(size[r].tolist(), pid[r].tolist(), ts[r].tolist())))
 
     def _alloc(self, ev: NpuEvent) -> None:
         self._alloc_at(_dev(ev), int(ev.args.get("va", 0)), int(ev.args.get("size", 0)), ev.pid, ev.ts_ns)
@@ -297,15 +298,28 @@ def _sums(dev: np.ndarray, pid: np.ndarray, delta: np.ndarray) -> Dict[Tuple[int
     return out
 
 
+def _fitting(packing: KeyPacking, live: List[Tuple[int, int]]) -> Optional[np.ndarray]:
+    """The (device, va) keys of `live` that could be among a block's (inside its ranges), as two key columns;
+    None when there is none."""
+    try:
+        cols = np.array(live, dtype=np.int64).T.reshape(2, -1)
+    except OverflowError:  # a key beyond int64 (fed one by one): the block's columns hold none such
+        kept = [kk for kk in live if packing.fits(kk)]
+        return np.array(kept, dtype=np.int64).T.reshape(2, -1) if kept else None
+    inside: np.ndarray = np.ones(cols.shape[1], dtype=bool)
+    for col, low, span in zip(cols, packing.low, packing.spans):
+        inside &= (col >= low) & (col <= low + span - 1)  # the block's own min and max: no overflow
+    return cols[:, inside] if inside.any() else None
+
+
 class _AddressOf:
-    """The (device, va) key of a group of sorted rows, made only when asked."""
+    """The (device, va) key of each group of sorted rows (the columns' values at the groups' starts)."""
 
     def __init__(self, cols: np.ndarray, starts: np.ndarray) -> None:
-        self.cols, self.starts = cols, starts
+        self.dev, self.va = cols[0, starts].tolist(), cols[1, starts].tolist()
 
     def __call__(self, group: int) -> Tuple[int, int]:
-        d, va = self.cols[:, int(self.starts[group])].tolist()
-        return (d, va)
+        return (self.dev[group], self.va[group])
 
 
 def _dev(ev: NpuEvent) -> int:
