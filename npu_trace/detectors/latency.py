@@ -192,9 +192,10 @@ class LatencyDetector:
         """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
         (rows of the completions, latency, the submit's time)."""
         rows = rows_of(nb, ("submit", "complete"))
-        streams, tasks = nb.int_args(rows, "stream"), nb.int_args(rows, "task")
-        if streams is None or tasks is None or len(self.tasks) + len(rows) >= MAX_TASKS:
+        got = nb.int_args_of(rows, ("stream", "task"))
+        if got is None or len(self.tasks) + len(rows) >= MAX_TASKS:
             return self._tasks_one_by_one(nb, rows)
+        streams, tasks = got
         cols = np.stack([nb.dev[rows], streams[1], streams[0], tasks[1], tasks[0]])  # a task's key, as columns
         packing = KeyPacking(cols)
         key = packing.pack(cols)

@@ -69,9 +69,10 @@ class MemoryDetector:
             rows = rows[(rows >= lo) & (rows < (len(nb) if hi is None else hi))]
         if not len(rows):
             return []
-        vas, sizes = nb.int_args(rows, "va"), nb.int_args(rows, "size")
-        if vas is None or sizes is None:
+        got = nb.int_args_of(rows, ("va", "size"))
+        if got is None:
             return self._one_by_one(nb, rows)
+        vas, sizes = got
         return self._at_once(nb, rows, np.where(vas[1], vas[0], 0), np.where(sizes[1], sizes[0], 0))
 
     def _one_by_one(self, nb: NormBlock, rows: np.ndarray) -> List[Finding]:

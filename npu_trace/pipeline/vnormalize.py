@@ -122,16 +122,22 @@ class NormBlock:
     def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
         integer (then `int_arg` says what it is)."""
-        values: np.ndarray = np.zeros(len(rows), dtype=np.int64)
-        present: np.ndarray = np.zeros(len(rows), dtype=bool)
+        got = self.int_args_of(rows, (name,))
+        return None if got is None else got[0]
+
+    def int_args_of(self, rows: np.ndarray, names: Sequence[str]) -> Optional[List[Tuple[np.ndarray, np.ndarray]]]:
+        """int_args of each of `names`, the rows split by their group once; None when one of them is None."""
+        out = [(np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)) for _ in names]
         if not len(rows):
-            return values, present
+            return out
         for g, sel in _split_by(self.group_of[rows]):
-            got = self._group_args(g, rows[sel], name)
-            if got is None:
-                return None
-            values[sel], present[sel] = got
-        return values, present
+            members = rows[sel]
+            for name, (values, present) in zip(names, out):
+                got = self._group_args(g, members, name)
+                if got is None:
+                    return None
+                values[sel], present[sel] = got
+        return out
 
     def _group_args(self, g: int, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         if g < 0:  # objects and rows shaped alone: one by one
