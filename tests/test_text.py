@@ -3,13 +3,16 @@ rendering (integers in decimal, in hex where the kernel prints them so, strings 
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+import json
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from npu_trace.events import TraceEvent
+from npu_trace.events import LossLedger, TraceEvent
 from npu_trace.ftrace.format import parse_format
-from npu_trace.sinks.text import _fields_text, format_text
+from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.sinks.text import _fields_text, event_dict, format_ndjson, format_text
+from tests.goldens import kernel_dirs, load_formats, load_pages
 
 FORMAT = """name: sample
 ID: 900
@@ -44,3 +47,28 @@ def test_a_line_is_its_fields_rendered_one_by_one(values: Tuple[Any, ...], field
     ev = TraceEvent(3_000_000_123, 1, 42, FMT, values)
     assert _fields_text(ev) == fields
     assert format_text(ev, "py\tthon") == f"     3.000000123 [001] py\\tthon-42 test:sample: {fields}"
+    for comm in ("py\tthon", 'q"u\\o%te', "\u00e9\x00"):  # JSON's escapes, a % that is not a template's
+        assert format_ndjson(ev, comm) == json.dumps(event_dict(ev, comm))
+
+
+DUPLICATE = FORMAT.replace("int ret;", "int addr;")  # a format whose field names repeat: json.dumps's dict keeps one
+
+
+def test_ndjson_of_a_format_with_repeated_field_names_is_json_dumps() -> None:
+    ev = TraceEvent(5, 0, 1, parse_format(DUPLICATE, "test"), (1, 2, "x", [3]))
+    assert format_ndjson(ev, "c") == json.dumps(event_dict(ev, "c"))
+
+
+@pytest.mark.parametrize("root", kernel_dirs(), ids=lambda d: d.rsplit("/", 1)[-1])
+def test_ndjson_of_every_golden_event_is_json_dumps(root: str) -> None:
+    header, formats = load_formats(root)
+    decoders: Dict[int, PageDecoder] = {}
+    out: List[Any] = []
+    for cpu, page in load_pages(root):
+        if cpu not in decoders:
+            decoders[cpu] = PageDecoder(header, build_decoders(formats), cpu, ledger=LossLedger())
+        decoders[cpu].decode(page, out)
+    events = [item for item in out if isinstance(item, TraceEvent)]
+    assert len(events) > 100
+    for ev in events:
+        assert format_ndjson(ev, "comm") == json.dumps(event_dict(ev, "comm"))

@@ -101,6 +101,48 @@ def event_dict(ev: TraceEvent, comm: str) -> Dict[str, Any]:
     }
 
 
+def format_ndjson(ev: TraceEvent, comm: str) -> str:
+    """json.dumps(event_dict(ev, comm)), exactly, from a %-template per format (integers as %d, the other
+    fields and the name through json.dumps)."""
+    fmt = ev.fmt
+    plan = _JSON_PLANS.get(id(fmt))
+    if plan is None or plan[0] is not fmt:
+        plan = _json_plan(fmt)
+    _, template, others, count = plan
+    values = ev.values
+    if template is None or len(values) != count:
+        return json.dumps(event_dict(ev, comm))
+    shown = [ev.ts_ns, ev.cpu, ev.pid, json.dumps(comm), *values]
+    for i in others:
+        shown[i] = json.dumps(shown[i])
+    try:
+        return template % tuple(shown)
+    except TypeError:  # a value that is not what its field declares
+        return json.dumps(event_dict(ev, comm))
+
+
+# format's id() -> (the format, its NDJSON %-template (None: field names repeat, json.dumps it is), the
+# positions in the template's values of its non-integer fields, its field count)
+JsonPlan = Tuple[EventFormat, Any, Tuple[int, ...], int]
+_JSON_PLANS: Dict[int, JsonPlan] = {}
+
+
+def _json_plan(fmt: EventFormat) -> JsonPlan:
+    names = list(fmt.field_names)
+    template = None
+    others = tuple(4 + i for i, f in enumerate(fmt.fields) if f.kind != INT)
+    if len(set(names)) == len(names):
+        fields = ", ".join(f"{_json_literal(f.name)}: {'%d' if f.kind == INT else '%s'}" for f in fmt.fields)
+        template = ('{"ts_ns": %d, "cpu": %d, "pid": %d, "comm": %s, "event": ' + _json_literal(fmt.full_name)
+                    + ', "fields": {' + fields + "}}")  # fmt: skip
+    plan = _JSON_PLANS[id(fmt)] = (fmt, template, others, len(fmt.fields))
+    return plan
+
+
+def _json_literal(text: str) -> str:
+    return json.dumps(text).replace("%", "%%")
+
+
 def channel_text(ev: NpuEvent) -> str:
     """An event of another channel (kmsg, uevent, npu-smi): already normalized, shown as kind, device, op, args."""
     secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
@@ -133,7 +175,7 @@ class StreamPrinter:
     def write(self, item: Any) -> None:
         if isinstance(item, TraceEvent):
             comm = self.comm_of(item.pid)
-            line = json.dumps(event_dict(item, comm)) if self.ndjson else format_text(item, comm)
+            line = format_ndjson(item, comm) if self.ndjson else format_text(item, comm)
         elif isinstance(item, Loss):
             line = json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
         elif isinstance(item, NpuEvent):
