@@ -14,8 +14,6 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
-from pyroute2.netlink import NETLINK_KOBJECT_UEVENT
-
 from npu_trace.device.uevents import MAX_DATAGRAM, parse_uevent, to_event
 from npu_trace.events import NpuEvent
 
@@ -56,6 +54,9 @@ class UeventSource:
         self.close()
 
     def open(self) -> None:
+        # pyroute2 is imported here, not with the module: its import costs every command ~0.1 s of start-up
+        from pyroute2.netlink import NETLINK_KOBJECT_UEVENT
+
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.bind((0, KERNEL_GROUP))
