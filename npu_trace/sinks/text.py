@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from npu_trace.events import Loss, NpuEvent, TraceEvent
 from npu_trace.ftrace.format import INT, EventFormat
@@ -173,21 +173,28 @@ class StreamPrinter:
         self.lines = 0
 
     def write(self, item: Any) -> None:
+        line = self.line(item)
+        if line is not None:
+            self.out.write(line + "\n")
+            self.lines += 1
+
+    def line(self, item: Any) -> Optional[str]:
+        """The item's line (without its newline); None for what is not shown."""
         if isinstance(item, TraceEvent):
             comm = self.comm_of(item.pid)
-            line = format_ndjson(item, comm) if self.ndjson else format_text(item, comm)
-        elif isinstance(item, Loss):
-            line = json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
-        elif isinstance(item, NpuEvent):
-            line = json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
-        else:
-            return
-        self.out.write(line + "\n")
-        self.lines += 1
+            return format_ndjson(item, comm) if self.ndjson else format_text(item, comm)
+        if isinstance(item, Loss):
+            return json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
+        if isinstance(item, NpuEvent):
+            return json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
+        return None
 
     def write_batch(self, batch: List[Any]) -> None:
-        for item in batch:
-            self.write(item)
+        """The batch's lines in one write."""
+        lines = [line for line in map(self.line, batch) if line is not None]
+        if lines:
+            self.out.write("\n".join(lines) + "\n")
+            self.lines += len(lines)
         self.out.flush()
 
     @staticmethod
