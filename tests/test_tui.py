@@ -12,7 +12,7 @@ import pytest
 
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.format import parse_format
-from test_tui_support import PROFILE, batches, fake_app, mixed_events, settled, wait_for
+from test_tui_support import PROFILE, batches, fake_app, fault_events, mixed_events, settled, wait_for
 from tui.fmt import row_plain
 from tui.messages import DEV, FIELDS, KIND, SourceSpec
 from tui.ui.app import NpuTraceApp
@@ -197,3 +197,16 @@ def demo_recording() -> str:
     if not os.path.exists(path):
         pytest.skip("no demo recording")
     return path
+
+
+async def test_faults_and_app_errors_are_listed_under_the_reset_sequences() -> None:
+    app = fake_app([fault_events()], hold=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, settled(app, 3))
+        panel = app.query_one("#resets")
+        await wait_for(pilot, lambda: len(panel.faults) == 2)  # type: ignore[attr-defined]
+        text = " ".join(" ".join(line.plain for line in panel.lines).split())  # type: ignore[attr-defined]
+        assert "no reset sequence yet" in text and "faults (2 newest)" in text
+        assert "host kernel soft_lockup on CPU 1 (kworker/1:0); driver: trs_chan_irq_proc" in text
+        assert "npu1 app error heartbeat_lost (pid 389)" in text
+        assert "a heartbeat timeout on device 1" in text

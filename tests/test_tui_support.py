@@ -174,3 +174,42 @@ def test_the_collector_applies_the_sources_scope_and_takes_a_batch_all_out_of_it
     col.add([NpuEvent(30, "timeout", 1, "cq_wait", 5, 0, {"source": "kmsg"})], now=40)
     assert col.total == 1 and [row.dev for row in col.rows] == [1]
     assert scope.dropped == {"device": 1}
+
+
+S = 1_000_000_000
+
+
+def fault_events() -> List[Any]:
+    """An application's heartbeat error on NPU 1, a kernel soft lockup just after it, and the driver's heartbeat
+    timeout on NPU 1 two seconds later (it explains the application's error best: npu_trace.detectors.links)."""
+    from npu_trace.events import NpuEvent
+
+    app = NpuEvent(S, "app_error", 1, "heartbeat_lost", 389, -1,
+                   {"source": "app_log", "results": [507010], "text": "EL0001", "time_resolution_ns": 1000})  # fmt: skip
+    lockup = NpuEvent(S + 5, "fault", None, "kernel_fault", 0, 1,
+                      {"fault": "soft_lockup", "cpu": 1, "comm": "kworker/1:0", "driver_functions": ["trs_chan_irq_proc"],
+                       "functions": ["trs_chan_irq_proc [asdrv_trsbase]"], "text": "BUG", "lines": 2,
+                       "end_ts_ns": S + 10, "source": "kmsg"})  # fmt: skip
+    timeout = NpuEvent(3 * S, "timeout", 1, "heartbeat", -1, -1, {"source": "kmsg"})
+    return [app, lockup, timeout]
+
+
+def test_faults_are_shown_and_an_app_error_is_explained_by_what_follows_it_within_the_link_window() -> None:
+    from npu_trace.device.profiles import get_profile
+    from npu_trace.events import NpuEvent
+    from tui.messages import Counters
+    from tui.worker.collector import Collector
+
+    col = Collector(get_profile("sim"), lambda pid: "x")
+    app, lockup, timeout = fault_events()
+    col.add([app, lockup], now=S + 10)
+    first = col.update(1, 0.1, Counters()).faults
+    assert [(v.finding.kind, v.finding.op) for v in first] == [("app_error", "heartbeat_lost"),
+                                                               ("kernel_fault", "soft_lockup")]
+    assert "kernel" in first[0].explanation  # the lockup noted after it in the same batch: explained again
+    col.add([timeout], now=5 * S)  # a timeout is a finding once its copies' merge window has passed
+    second = col.update(2, 0.1, Counters()).faults
+    assert second[0].explanation.startswith("a heartbeat timeout on device 1")  # preferred to the lockup
+    col.add([NpuEvent(9 * S, "irq", 1, "irq", -1, -1, {"source": "bpf"})], now=9 * S)
+    col.update(3, 0.1, Counters())
+    assert not col.unsettled  # past its settle time: what it says no longer changes

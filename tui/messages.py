@@ -110,6 +110,16 @@ class ResetView:
 
 
 @dataclass
+class FaultView:
+    """A kernel fault, a device the driver no longer reaches, or an application's error; for an application's
+    error, the driver-level finding that explains it (npu_trace.detectors.links, against what was found before
+    it and up to its settle time after it)."""
+
+    finding: Finding
+    explanation: str = ""
+
+
+@dataclass
 class MemoryView:
     devices: List[Tuple[int, int, int]] = field(default_factory=list)  # (dev, live bytes, peak)
     processes: List[Tuple[int, int, str, int]] = field(default_factory=list)  # (dev, pid, comm, live bytes)
@@ -151,6 +161,7 @@ class FeedUpdate:
     memory: MemoryView
     counters: Counters
     restart: bool = False  # the source started over (seek back): the UI clears what it accumulated
+    faults: List[FaultView] = field(default_factory=list)  # the newest kernel faults, device faults, app errors
 
 
 @dataclass

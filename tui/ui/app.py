@@ -148,7 +148,7 @@ class NpuTraceApp(App[None]):
 
     def on_mount(self) -> None:
         titles = {"lanes": "devices", "ops": "operations", "memory": "memory", "spikes": "spikes",
-                  "resets": "reset sequences", "log": "events"}  # fmt: skip
+                  "resets": "reset sequences and faults", "log": "events"}  # fmt: skip
         for wid, title in titles.items():
             self.query_one(f"#{wid}").border_title = title
         main = self.screen
@@ -200,7 +200,7 @@ class NpuTraceApp(App[None]):
         self.views[0].show(up.devices)
         self.ops_view.show(up.ops)
         self.spikes_view.add(up.spikes)
-        self.resets_view.show(up.resets)
+        self.resets_view.show(up.resets, up.faults)
         self.views[1].show(up.memory)
         self._show_status()
         self.call_after_refresh(self.feed.ack, up.seq)  # the next update once this one is on the screen

@@ -16,6 +16,7 @@ import numpy as np
 
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
+from npu_trace.detectors.links import AFTER_NS, CAUSES, explain
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
@@ -28,6 +29,7 @@ from tui.messages import (
     ROWS_PER_UPDATE,
     Counters,
     DeviceState,
+    FaultView,
     FeedUpdate,
     LogWindow,
     MemoryView,
@@ -43,6 +45,12 @@ SPARK = 40
 BIN_NS = 100_000_000  # sparklines: one bar per 100 ms of event time (deterministic, whatever the UI's pace)
 MAX_RESETS = 50
 MAX_FAILURES = 20
+MAX_FAULTS = 50  # kernel faults, device faults and application errors shown (the newest)
+MAX_CAUSES = 200  # the newest driver-level findings an application's error is explained against
+FAULT_KINDS = frozenset(("kernel_fault", "device_fault", "app_error"))
+CAUSE_KINDS = frozenset(cause.split(":")[0] for causes in CAUSES.values() for cause in causes)
+SETTLE_NS = AFTER_NS + 1_000_000_000  # an app error's explanation is made again this long after it (and its
+# stamp's uncertainty): a driver finding that follows it within the link window is in by then
 CALL_KINDS = frozenset(("call", "submit", "free"))
 CALL_CODES = [KIND_CODE[k] for k in sorted(CALL_KINDS)]
 
@@ -128,6 +136,10 @@ class Collector:
         self.failures: Deque[Finding] = deque(maxlen=MAX_FAILURES)
         self.accounting: Deque[Finding] = deque(maxlen=MAX_FAILURES)
         self.mem_bins: Dict[int, Deque[List[int]]] = {}  # dev -> [bin, live bytes]
+        self.faults: Deque[FaultView] = deque(maxlen=MAX_FAULTS)
+        self.causes: Deque[Finding] = deque(maxlen=MAX_CAUSES)
+        self.unsettled: List[Tuple[int, FaultView]] = []  # (settle time, an app error's view still shown)
+        self.new_causes = False  # driver-level findings came since the unsettled app errors were explained
         self.op_counts: Dict[Any, int] = {}
         self.last_ts = 0
 
@@ -259,6 +271,35 @@ class Collector:
                 self.failures.append(f)
             elif f.kind in ("accounting_mismatch", "alloc_fail_explained"):
                 self.accounting.append(f)
+            if f.kind in CAUSE_KINDS:
+                self.causes.append(f)
+                self.new_causes = True
+            if f.kind in FAULT_KINDS:
+                self._fault(f)
+
+    def _fault(self, f: Finding) -> None:
+        view = FaultView(f)
+        self.faults.append(view)
+        if f.kind == "app_error":
+            self._explain(view)
+            slack = sum(int(f.details.get(k) or 0) for k in ("time_resolution_ns", "clock_error_ns"))
+            self.unsettled.append((f.ts_ns + SETTLE_NS + slack, view))
+
+    def _explain(self, view: FaultView) -> None:
+        explained = explain([*self.causes, view.finding])[-1]
+        view.explanation = str(explained.details.get("explanation", ""))
+
+    def _settle(self, ended: bool) -> None:
+        """The app errors not settled yet (shown, their settle time not passed by the events) explained again
+        when driver-level findings came since (a timeout reported after the application's error); those
+        whose settle time has passed are settled."""
+        shown = set(map(id, self.faults))
+        self.unsettled = [(t, v) for t, v in self.unsettled if id(v) in shown]
+        if self.new_causes:
+            for _, view in self.unsettled:
+                self._explain(view)
+            self.new_causes = False
+        self.unsettled = [(t, v) for t, v in self.unsettled if not (ended or t <= self.last_ts)]
 
     def _closed_reset(self, f: Finding) -> None:
         d = f.details
@@ -275,8 +316,10 @@ class Collector:
         rows = [log_row(ev, self.comm_of(ev.pid)) for ev in self.rows.take()]
         skipped = max(0, self.interval_matched - len(rows))
         findings, self.findings = self.findings, []
+        self._settle(ended)
         out = FeedUpdate(seq, rows, skipped, findings, self._spikes(ended), self._devices(dt, ended),
-                         self._ops(dt, ended), self._resets(), self._memory(), counters)  # fmt: skip
+                         self._ops(dt, ended), self._resets(), self._memory(), counters,
+                         faults=[FaultView(v.finding, v.explanation) for v in self.faults])  # fmt: skip
         counters.pending_spikes = len(self.pending_spikes)
         self.rows.clear()
         self.interval_events = self.interval_matched = 0

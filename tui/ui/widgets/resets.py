@@ -1,5 +1,7 @@
 """The reset timeline: each sequence step by step (+time since its first step), in progress or closed, with
-its trigger and precursor window (timeouts, ECC deltas, hottest temperature)."""
+its trigger and precursor window (timeouts, ECC deltas, hottest temperature); then the faults: kernel fault
+blocks, devices the driver no longer reaches, and applications' errors with the driver finding that explains
+them."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.fmt import STATE_STYLE, dev_name, dur, safe, stamp
-from tui.messages import ResetView
+from tui.messages import FaultView, ResetView
 
 STATUS_STYLE = {"in progress": "bold magenta", "complete": "green", "failed": "bold red", "incomplete": "bold red"}
 
@@ -47,6 +49,33 @@ def _precursor(r: ResetView) -> Text:
     return t
 
 
+def fault_text(v: FaultView) -> Text:
+    f, d = v.finding, v.finding.details
+    t = Text(no_wrap=False)
+    where = dev_name(f.device) if f.device is not None else "host"
+    if f.kind == "kernel_fault":
+        t.append(f"  {stamp(f.ts_ns)} {where} kernel {safe(f.op)}", "bold red")
+        task = f" on CPU {d['cpu']}" if d.get("cpu") is not None else ""
+        task += f" ({safe(d['comm'])})" if d.get("comm") else ""
+        t.append(task)
+        drivers = d.get("driver_functions") or []
+        if drivers:
+            t.append(f"; driver: {safe(', '.join(str(x) for x in drivers[:3]))}", "yellow")
+    elif f.kind == "device_fault":
+        t.append(f"  {stamp(f.ts_ns)} {where} {safe(f.op)}", "bold red")
+        if int(d.get("count") or 1) > 1:
+            t.append(f" x{d['count']}")
+        if d.get("unreachable"):
+            t.append(f": {safe(d['unreachable'])}", "yellow")
+    else:
+        t.append(f"  {stamp(f.ts_ns)} {where} app error {safe(f.op)}", "bold yellow")
+        if d.get("pid") is not None:
+            t.append(f" (pid {d['pid']})")
+        if v.explanation:
+            t.append(f"\n    {safe(v.explanation)}", "dim" if v.explanation.startswith("no ") else "yellow")
+    return t
+
+
 def text_segments(text: Text, console: Console) -> List[Segment]:
     """A one-line Text's segments, its own style included (Text.render applies it only along with spans)."""
     if text.spans or not text.style:
@@ -61,15 +90,17 @@ class ResetsPanel(ScrollView):
     def __init__(self, *, id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.resets: List[ResetView] = []
+        self.faults: List[FaultView] = []
         self.selected: Optional[int] = None
         self.lines: List[Text] = [Text("no reset sequence yet", "dim", end="")]
         self.starts: List[int] = []  # each sequence's first line
         self._wrapped: Dict[Tuple[Any, ...], List[Text]] = {}
 
-    def show(self, resets: List[ResetView]) -> None:
-        if resets == self.resets:  # unchanged: nothing to wrap or render again
+    def show(self, resets: List[ResetView], faults: Optional[List[FaultView]] = None) -> None:
+        faults = self.faults if faults is None else faults
+        if resets == self.resets and faults == self.faults:  # unchanged: nothing to wrap or render again
             return
-        self.resets = resets
+        self.resets, self.faults = resets, faults
         self._relayout()
 
     def select(self, index: int) -> None:
@@ -103,6 +134,22 @@ class ResetsPanel(ScrollView):
         self.anchor()
 
     def _wrap(self, width: int, kept: Dict[Tuple[Any, ...], List[Text]]) -> Tuple[List[Text], List[int]]:
+        lines, starts = self._wrap_resets(width, kept)
+        if self.faults:
+            lines.append(Text(f"faults ({len(self.faults)} newest)", "bold", end=""))
+            for v in self.faults:
+                f = v.finding
+                key = ("fault", f.kind, f.device, f.op, f.ts_ns, v.explanation, int(f.details.get("count") or 1), width)
+                wrapped = self._wrapped.get(key)
+                if wrapped is None:
+                    wrapped = list(fault_text(v).wrap(self.app.console, width))
+                    for line in wrapped:
+                        line.end = ""
+                kept[key] = wrapped
+                lines.extend(wrapped)
+        return lines, starts
+
+    def _wrap_resets(self, width: int, kept: Dict[Tuple[Any, ...], List[Text]]) -> Tuple[List[Text], List[int]]:
         if not self.resets:
             return [Text("no reset sequence yet", "dim", end="")], []
         lines: List[Text] = []
