@@ -10,6 +10,7 @@ from typing import List, NoReturn, Optional
 
 from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
+from npu_trace.process import PRIORITIES, journal_stderr
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
@@ -43,7 +44,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(args.func(args))
     except NpuTraceError as exc:
-        print(f"npu-trace: {exc}", file=sys.stderr)
+        # a service's stderr in the journal: the priority prefix journald reads, as the agent's own log lines
+        print(f"<{PRIORITIES['error']}>{exc}" if journal_stderr() else f"npu-trace: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

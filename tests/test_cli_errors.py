@@ -164,6 +164,20 @@ def test_unreadable_recordings_exit_2_in_one_line(tmp_path: Any, command: str) -
     assert_one_line_error(run_cli([command, str(cut)]), 2, "header")
 
 
+def test_the_error_line_carries_journalds_priority_when_stderr_is_the_journal(tmp_path: Any) -> None:
+    """Under systemd (JOURNAL_STREAM names stderr) the error is "<3>..." as the agent's own log lines are; the
+    same variable naming another stream changes nothing."""
+    for same, head in ((True, "<3>"), (False, "npu-trace: ")):
+        with open(tmp_path / "stderr", "w+b") as err:
+            st = os.fstat(err.fileno())
+            stream = f"{st.st_dev}:{st.st_ino}" if same else f"{st.st_dev}:{st.st_ino + 1}"
+            env = {**os.environ, "JOURNAL_STREAM": stream}
+            proc = subprocess.run([*CLI, "check", str(tmp_path / "nope.npt")], stderr=err, env=env, timeout=60)
+            err.seek(0)
+            lines = err.read().decode().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(head) and "nope.npt" in lines[0]
+
+
 def test_bad_rules_file_exits_2_with_file_and_line(tmp_path: Any) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text("[timeouts]\nmax = 'none'\n")
