@@ -328,7 +328,8 @@ class BlockTimeline:
         walks = {cpu: self._walk_chunk(chunk.raw, bid, cpu, [(offsets[i], len(pages[i][1])) for i, c in
                                                               enumerate(cpus) if c == cpu])
                  for cpu in dict.fromkeys(cpus)}  # fmt: skip
-        for lo, hi, mark in _reads(chunk):
+        wm = self._wm
+        for lo, hi, mark in _reads(chunk):  # thousands per chunk: the common read's steps kept inline
             late: Dict[Tuple[str, int], int] = {}
             front: List[_Rows] = []
             counts: Dict[int, int] = {}
@@ -345,14 +346,18 @@ class BlockTimeline:
                     else:  # the common read: the chunk's view of this CPU grows, nothing else moves
                         walk.extend(r0, r1, ordered, first)
                         self._listed += r1 - r0
-                        self._wm.setdefault(cpu, -math.inf)
-                self._advance(cpu, last_ts)
+                        wm.setdefault(cpu, -math.inf)
+                if last_ts > wm.get(cpu, -math.inf):  # _advance
+                    wm[cpu] = last_ts
             if mark is not None:
                 self._mark(mark)
             if self._listed > self.max_held:  # the count bound looks at the rows: hold the views first
                 for walk in walks.values():
                     self._held_view(walk)
-            self._end_batch(late, front, False)
+            if late or front:
+                self._end_batch(late, front, False)
+            else:  # _end_batch of a read with nothing late and no front
+                self._release(self._bound())
         for walk in walks.values():
             self._held_view(walk)
 
