@@ -412,12 +412,12 @@ class BlockTimeline:
         out = self._take_released()
         if not out and not self._fronts:
             return empty_block()
-        rows = _concat(out) if out else None
+        released = sum(len(r) for r in out)
+        rows = _concat([*out, *(front for _, front in self._fronts)])  # the fronts' rows after the released
         # stream by stream, each mostly in order: a merge of few runs (numpy's stable sort is a timsort)
-        order = np.argsort(rows.ts, kind="stable") if rows is not None else np.zeros(0, np.int64)
+        order = np.argsort(rows.ts[:released], kind="stable")
         if self._fronts:
-            rows, order = self._with_fronts(rows, order)
-        assert rows is not None
+            order = self._with_fronts(rows.ts[:released], order)
         self._fronts, self._front_rows = [], 0
         ts, etype, ref = rows.ts[order], rows.etype[order].astype(np.int32), rows.ref[order]
         length = rows.length[order]
@@ -460,21 +460,20 @@ class BlockTimeline:
         self._listed = sum(len(r) for part in self._rows.values() for r in part)
         return out
 
-    def _with_fronts(self, rows: Optional[_Rows], order: np.ndarray) -> Tuple[_Rows, np.ndarray]:
-        """The released rows with each release's front placed where that release began."""
-        stamps = rows.ts[order] if rows is not None else np.zeros(0, np.int64)
-        parts, pieces, base = [], [], len(stamps)
+    def _with_fronts(self, released: np.ndarray, order: np.ndarray) -> np.ndarray:
+        """The order of the released rows (stamps `released`, their time order `order`) and, after them in
+        the rows, the fronts: each release's front placed where that release began."""
+        stamps = released[order]
+        pieces, base = [], len(stamps)
         start = 0
         for point, front in self._fronts:
             at = max(_cut_at(stamps, point), start)
             pieces.append(order[start:at])
             pieces.append(np.arange(base, base + len(front)))
-            parts.append(front)
             base += len(front)
             start = at
         pieces.append(order[start:])
-        all_rows = _concat([*([rows] if rows is not None else []), *parts])
-        return all_rows, np.concatenate(pieces).astype(np.int64)
+        return np.concatenate(pieces).astype(np.int64)
 
     # ---- pushing ---------------------------------------------------------------------------------------------
     def _walk(self, pages: Sequence[Tuple[int, bytes]], late: Dict[Tuple[str, int], int], front: List[_Rows]) -> None:
