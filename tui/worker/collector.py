@@ -21,7 +21,7 @@ from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.scope import ScopeFilter
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from tui.fmt import log_row, row_plain
 from tui.logfilter import LogFilter
 from tui.messages import (
@@ -175,17 +175,23 @@ class Collector:
         self.interval_events += n
         self.total += n
         self.last_ts = max(self.last_ts, int(nb.block.ts[-1]))
-        devs, counts = np.unique(nb.dev, return_counts=True)
+        if int(nb.dev.max()) < 4096:  # devices are small numbers (-1: none): counted over their range
+            per_dev = np.bincount(nb.dev + 1)
+            at = np.flatnonzero(per_dev)
+            devs, counts = at - 1, per_dev[at]
+        else:  # a device number from some channel's text, however large
+            devs, counts = np.unique(nb.dev, return_counts=True)
         self.dev_counts.update({(None if d < 0 else d): c for d, c in zip(devs.tolist(), counts.tolist())})
         self._scan_block(nb)
         self._memory_bins()
 
     def _scan_block(self, nb: NormBlock) -> None:
         """_scan on columns: each device's largest call latency per bin, bin runs in row order."""
-        rows = np.flatnonzero(np.isin(nb.kind, CALL_CODES) & (nb.dev >= 0))
+        rows = np.flatnonzero(kind_in(nb.kind, CALL_CODES) & (nb.dev >= 0))
         if not len(rows):
             return
-        got = nb.int_args(rows, "latency_ns")
+        pairing = nb.pairing_args(rows)  # the common case: the latencies are the pairing's
+        got = nb.int_args(rows, "latency_ns") if pairing is None else (pairing[0], pairing[2])
         if got is None:  # an argument that is not an int64: row by row, as _scan
             self._scan([nb.event(i) for i in rows.tolist()])
             return
