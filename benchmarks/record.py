@@ -26,6 +26,8 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from npu_trace.recording.writer import ZSTD_LEVEL
+
 if TYPE_CHECKING:  # pragma: no cover
     from benchmarks.common import Run
     from benchmarks.ingest import Bench  # annotations only: record never imports ingest at run time
@@ -251,7 +253,7 @@ def report(args: Any, bench: Bench, by_tool: Dict[str, Dict[str, Any]]) -> Dict[
 
     # -- sizes --
     npt = npt_sizes(path)
-    out["npt"] = dict(npt, format="npt, zstd level-3 chunks (npu-trace default)", events=n)
+    out["npt"] = dict(npt, format=f"npt, zstd level-{ZSTD_LEVEL} chunks (npu-trace default)", events=n)
     tc: Optional[Dict[str, Any]] = None
     if dat is not None and dat_run is not None:
         tc = dat_sizes(bench, dat)

@@ -117,6 +117,11 @@ def _open_excl(path: str, overwrite: bool, mode: int = DEFAULT_MODE) -> int:
     return fd
 
 
+# zstd level of the chunks: on trace pages level 1 compresses 1.4-2x faster than 3 (the recorder and the flight
+# ring do it on the reader's CPU) to within 1% of its size (measured on the simulator's and generated recordings)
+ZSTD_LEVEL = 1
+
+
 class RecordingWriter:
     """Appends pages and loss records to a new `.npt` file. Use as a context manager; `close()` is idempotent."""
 
@@ -126,7 +131,7 @@ class RecordingWriter:
         header_fields: Dict[str, Any],
         *,
         compression: str = "zstd",
-        level: int = 3,
+        level: int = ZSTD_LEVEL,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
         fsync: bool = False,

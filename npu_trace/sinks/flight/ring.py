@@ -29,6 +29,7 @@ import zstandard
 from npu_trace.errors import RecordingError
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.recording.format import decode_events, events_record, pack_mark, unpack_marks
+from npu_trace.recording.writer import ZSTD_LEVEL
 from npu_trace.sinks.batch_writer import keeps
 
 SEGMENT_RAW = 1 << 20  # a segment is packed once its pages reach this many bytes
@@ -36,7 +37,7 @@ SEGMENT_NS = 1_000_000_000  # ... or once its reads span this much trace time
 SEGMENT_OVERHEAD = 256  # bytes counted per segment beyond its data (its Python objects)
 BATCH_OVERHEAD = 64  # bytes counted per batch of the segment being filled
 MAX_BASE_COMMS = 32768  # process names kept for the evicted segments (least recently told go first)
-LEVEL = 3  # zstd level: the recordings' own
+LEVEL = ZSTD_LEVEL  # zstd level: the recordings' own
 _LEN = struct.Struct("<I")  # a sealed segment's layout length, before the layout and the pages
 
 Rows = List[List[Any]]  # LossLedger.rows() as lists
