@@ -95,8 +95,8 @@ class Placer:
 
     Its memory is bounded by what is still open, whatever the length of the plan: an operation's last action
     (with its thread) is kept only while `ahead` still holds actions of that operation, and a task's send
-    only until its interrupt or its operation's end; the addresses' last allocation and free are kept per
-    address (the planner's heaps reuse them)."""
+    only until its interrupt or its operation's end, an allocation until its address is freed. The last free
+    of each address is kept (an allocation may get it again): as many as the heaps' distinct addresses."""
 
     def __init__(self, seed: int, host: Host) -> None:
         validate_host(host)
@@ -167,8 +167,10 @@ class Placer:
         return waits[0].id if waits else None
 
     def memory_wait(self, i: int, a: Action) -> Optional[Placed]:
+        """A free waits for the allocation of its address (forgotten then: the planner frees an allocation
+        once), an allocation for the last free of the address it gets."""
         if a.func == "halMemFree":
-            return self.made_at.get((a.dev, int(a.args[1])))
+            return self.made_at.pop((a.dev, int(a.args[1])), None)
         if a.func == "halMemAlloc" and a.group in self.alloc_va:
             return self.freed_at.get((a.dev, self.alloc_va.pop(a.group)))
         return None
