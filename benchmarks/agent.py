@@ -32,6 +32,7 @@ from benchmarks.common import log, median
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import NpuEvent
+from npu_trace.sim.scenarios import MAX_ACTIONS
 from npu_trace.sinks.exposition import registry_of, render
 from npu_trace.sinks.metrics import LATENCY_BUCKETS_S, MetricsState, SnapshotCollector
 
@@ -175,9 +176,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--scrape-only", action="store_true", help="only the scrape figures (no root needed)")
     p.add_argument("--json", metavar="OUT", help="write the figures to OUT")
     args = p.parse_args(argv)
+    duration = 1800.0 if args.long else args.duration
+    if not args.scrape_only and duration * args.rate > MAX_ACTIONS:  # the executor's plan limit
+        p.error(f"{duration:g} s at {args.rate:g} calls/s is over the simulator's {MAX_ACTIONS} calls: lower --rate "
+                f"(at most {MAX_ACTIONS / duration:g})")  # fmt: skip
     figures: Dict[str, Any] = {"scrape": scrape_bench()}
     if not args.scrape_only:
-        figures["steady"] = steady_bench(1800.0 if args.long else args.duration, args.rate)
+        figures["steady"] = steady_bench(duration, args.rate)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
