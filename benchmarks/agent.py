@@ -5,9 +5,10 @@
    (the anchor: what any exporter of these series pays).
 2. Steady load: the simulator's steady scenario at `--rate` calls/s for `--duration` seconds (180 s; `--long`:
    30 minutes) while `npu-trace agent` traces it and Prometheus-style scrapes come every second: the agent's
-   RSS sampled every 10 s (first, last, max: flat when memory is bounded), its CPU per analysed event, and the
-   traced program's slowdown: the mean duration of the simulator's HAL calls (no delay injected) traced
-   against the same scenario untraced, run just before (the anchor).
+   RSS sampled every 10 s (first, last, max, and the growth over the second half: flat when memory is
+   bounded), its CPU per analysed event, and the traced program's slowdown: the mean duration of the
+   simulator's HAL calls (no delay injected) traced against the same scenario untraced, run just before (the
+   anchor).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from benchmarks.common import log, median
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import NpuEvent
+from npu_trace.sim.scenarios import MAX_ACTIONS
 from npu_trace.sinks.exposition import registry_of, render
 from npu_trace.sinks.metrics import LATENCY_BUCKETS_S, MetricsState, SnapshotCollector
 
@@ -123,11 +125,11 @@ def _traced(duration: float, rate: float, untraced_ns: float) -> Dict[str, Any]:
         while run.poll() is None:
             events_analysed(port)  # a scrape a second, as Prometheus would
             if not samples or time.monotonic() - start >= 10 * len(samples):
-                samples.append(proc_figures(agent.pid))
+                samples.append({**proc_figures(agent.pid), "t_s": time.monotonic() - start})
             time.sleep(1.0)
         truth = run.wait()
         time.sleep(2.0)  # the last reads analysed
-        events, last = events_analysed(port), proc_figures(agent.pid)
+        events, last = events_analysed(port), {**proc_figures(agent.pid), "t_s": time.monotonic() - start}
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=60)
         err.close()
@@ -136,13 +138,22 @@ def _traced(duration: float, rate: float, untraced_ns: float) -> Dict[str, Any]:
     cpu = last["cpu_s"] - samples[0]["cpu_s"]
     out = {"duration_s": duration, "rate": rate, "events": events, "rss_first_mib": rss[0] / 2**20,
            "rss_last_mib": rss[-1] / 2**20, "rss_max_mib": max(rss) / 2**20,
+           "rss_growth_second_half_mib": second_half_growth([*samples, last]) / 2**20,
            "cpu_us_per_event": cpu / events * 1e6 if events else None, "call_ns_untraced": untraced_ns,
            "call_ns_traced": traced_ns, "slowdown": traced_ns / untraced_ns if untraced_ns else None}  # fmt: skip
     log(f"steady {duration:g} s at {rate:g} calls/s: {events} events analysed; RSS {out['rss_first_mib']:.1f} -> "
-        f"{out['rss_last_mib']:.1f} MiB (max {out['rss_max_mib']:.1f}); CPU {out['cpu_us_per_event'] or 0:.1f} us "
-        f"per event; HAL call {untraced_ns / 1e3:.1f} us untraced (anchor) -> {traced_ns / 1e3:.1f} us traced "
+        f"{out['rss_last_mib']:.1f} MiB (max {out['rss_max_mib']:.1f}; {out['rss_growth_second_half_mib']:+.1f} MiB "
+        f"over the second half); CPU {out['cpu_us_per_event'] or 0:.1f} us per event; HAL call "
+        f"{untraced_ns / 1e3:.1f} us untraced (anchor) -> {traced_ns / 1e3:.1f} us traced "
         f"({out['slowdown'] or 0:.2f}x)")  # fmt: skip
     return out
+
+
+def second_half_growth(samples: List[Dict[str, float]]) -> float:
+    """RSS growth (bytes) from the first sample of the run's second half to the last: what a warm-up does
+    not explain (the first samples are taken before the load has reached the agent)."""
+    half = [s for s in samples if s["t_s"] >= samples[-1]["t_s"] / 2]
+    return half[-1]["rss"] - half[0]["rss"]
 
 
 def _port(path: str, agent: subprocess.Popen[bytes]) -> int:
@@ -165,9 +176,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--scrape-only", action="store_true", help="only the scrape figures (no root needed)")
     p.add_argument("--json", metavar="OUT", help="write the figures to OUT")
     args = p.parse_args(argv)
+    duration = 1800.0 if args.long else args.duration
+    if not args.scrape_only and duration * args.rate > MAX_ACTIONS:  # the executor's plan limit
+        p.error(f"{duration:g} s at {args.rate:g} calls/s is over the simulator's {MAX_ACTIONS} calls: lower --rate "
+                f"(at most {MAX_ACTIONS / duration:g})")  # fmt: skip
     figures: Dict[str, Any] = {"scrape": scrape_bench()}
     if not args.scrape_only:
-        figures["steady"] = steady_bench(1800.0 if args.long else args.duration, args.rate)
+        figures["steady"] = steady_bench(duration, args.rate)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

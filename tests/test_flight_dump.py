@@ -187,3 +187,41 @@ def test_a_full_disk_loses_that_dump_counted_and_said_and_the_next_incident_is_d
     replay = ReplaySource(path)
     assert sum(len(b.pages) for b in replay.batches()) > 0
     assert replay.window is not None and replay.window["closed"] == "quiet"  # the trailer, read at the end
+
+
+@pytest.mark.parametrize("fails", ["header", "rename"])
+def test_a_dump_that_fails_at_its_header_or_its_rename_leaves_no_partial_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """ENOSPC before the dump's header is whole (a disk fuller than one header), or a rename refused once the
+    dump is closed: the failure is counted and said, and no `.partial` is left in the directory."""
+    import errno
+
+    from npu_trace.recording.writer import RecordingWriter
+
+    directory = str(tmp_path / "dumps")
+    session, _ = fake_session()
+    notes: List[str] = []
+    flight = FlightRecorder(session, FlightSettings(5.0, directory, after_s=2.0, gap_s=0.0), "sim",  # type: ignore[arg-type]
+                            on_note=notes.append)  # fmt: skip
+    if fails == "header":
+
+        def write(self: RecordingWriter, blob: bytes) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(RecordingWriter, "_write", write)
+    else:
+
+        def replace(src: str, dst: str) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "replace", replace)
+    rng = random.Random(3)
+    for t in range(1, 801):
+        flight(Batch([(t % 2, rng.randbytes(4096))], [], Mark(T0_NS + t * 10 * MS, CPUS, None)))
+        if t == 500:
+            flight.judge([Finding("timeout", 0, "mbox", T0_NS + 4 * S, {})], T0_NS + 5 * S)
+    flight.judge([], T0_NS + 11 * S)
+    assert flight.errors == {"disk_full": 1} and flight.written == [] and flight.writing() is None
+    assert os.listdir(directory) == []
+    assert any("failed (disk full)" in n and "not kept" in n for n in notes), notes

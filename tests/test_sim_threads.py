@@ -13,7 +13,7 @@ from npu_trace.device import hal
 from npu_trace.errors import InputError, SimulatorError
 from npu_trace.sim.runner import Observed, build_truth, parse_output, plan_line
 from npu_trace.sim.scenarios import SCENARIOS, Action, plan, plan_stream
-from npu_trace.sim.threads import DRIVER_THREAD, FIRST_APP_THREAD, HOST_LIKE, IRQ_THREAD, SINGLE, Host
+from npu_trace.sim.threads import DRIVER_THREAD, FIRST_APP_THREAD, HOST_LIKE, IRQ_THREAD, SINGLE, Host, Placer, place
 
 ARGS = (0.5, 600, 2)  # duration_s, rate, devices
 TASK_FUNCS = ("halSqTaskSend", "irq_handler_entry", "trs_logic_cq_enque", "irq_handler_exit", "halCqReportRecv")
@@ -215,3 +215,16 @@ def test_truth_records_what_the_executor_observed() -> None:
     assert truth["host"] == {"threads": 6, "app_threads": 4, "migrate_ms": 2.0, "hop_share": 0.25}
     old = build_truth({}, acts, [(100, 200, 0), (210, 215, 0)])  # rows without threads (a replayed executor)
     assert "tid" not in old["actions"][0] and old["actions"][1]["after"] == 0
+
+
+@pytest.mark.parametrize("scenario", ["steady", "mixed"])
+def test_placing_in_parts_keeps_only_the_open_operations(scenario: str) -> None:
+    """The placer fed a long plan part by part (as plan_stream feeds it) places it exactly as in one piece,
+    and what it keeps stays as small as the operations still open: its memory does not grow with the plan."""
+    actions = plan(scenario, 7, 60.0, 1000, 2, SINGLE)  # sorted, not placed yet
+    placer, placed, sizes = Placer(7, HOST_LIKE), [], []
+    for lo in range(0, len(actions), 2000):
+        placed += placer.extend(actions[lo : lo + 2000], actions[lo + 2000 :])
+        sizes.append(len(placer.last_in_group) + len(placer.sends))
+    assert placed == place(actions, 7, HOST_LIKE)
+    assert len(actions) > 50_000 and max(sizes) < 500, sizes

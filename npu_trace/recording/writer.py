@@ -165,7 +165,12 @@ class RecordingWriter:
         self._index: List[Tuple[int, int]] = []
         self._pages = self._bytes_raw = self._bytes_written = self._events = 0
         self._fd: Optional[int] = _open_excl(path, overwrite, mode)
-        self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
+        try:
+            self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
+        except RecordingError:  # no writer to close comes back: its descriptor is closed here
+            os.close(self._fd)
+            self._fd = None
+            raise
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> RecordingWriter:

@@ -191,8 +191,8 @@ class ScenarioRun:
                 self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
             self.proc = self.procs[0]
             self.pid, self.pids = self.proc.pid, [p.pid for p in self.procs]
-            lines = [[plan_line(actions[i], {g: j for j, g in enumerate(index)}) for i in index]
-                     for index in self.index]  # fmt: skip
+            locals_ = [{g: j for j, g in enumerate(index)} for index in self.index]  # built once per process
+            lines = [[plan_line(actions[i], local) for i in index] for index, local in zip(self.index, locals_)]
             self.t0_ns = hand_over_plans(self.procs, self.plans, lines)
         except BaseException:
             self.terminate()

@@ -14,7 +14,7 @@ recordings), never for the executor, whose rate and size limits stay `plan`'s.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from npu_trace.device import hal
@@ -521,20 +521,18 @@ class ProcessPlacer:
     def __init__(self, seed: int, host: Host) -> None:
         self.seed, self.host = seed, host
         self.placers: Dict[int, Placer] = {}
-        self.index: Dict[int, List[int]] = {}  # process -> the plan index of each of its actions placed
-        self.count = 0
+        self.count = 0  # actions placed, every process's
 
     def extend(self, actions: Sequence[Action], ahead: Sequence[Action] = ()) -> List[Action]:
         out = list(actions)
         for proc in sorted({a.proc for a in actions}):
             if proc not in self.placers:
-                self.placers[proc], self.index[proc] = Placer(self.seed + proc, self.host), []
+                self.placers[proc] = Placer(self.seed + proc, self.host)
             mine = [i for i, a in enumerate(actions) if a.proc == proc]
-            index = self.index[proc]
-            index += [self.count + i for i in mine]
-            placed = self.placers[proc].extend([actions[i] for i in mine], [a for a in ahead if a.proc == proc])
+            ids = [self.count + i for i in mine]  # `after` counts in the whole plan
+            placed = self.placers[proc].extend([actions[i] for i in mine], [a for a in ahead if a.proc == proc], ids)
             for i, a in zip(mine, placed):
-                out[i] = a if a.after is None else replace(a, after=index[a.after])
+                out[i] = a
         self.count += len(actions)
         return out
 

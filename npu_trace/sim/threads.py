@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from npu_trace.device import hal
 from npu_trace.errors import InputError
@@ -91,45 +91,58 @@ def validate_host(host: Host) -> None:
 
 class Placer:
     """One pass over the sorted plan, in one piece or in consecutive parts (`extend`); see the module docstring
-    for the rules. `after` counts from the first action placed."""
+    for the rules. `after` counts from the first action placed (or is the id `extend` was given for it).
+
+    Its memory is bounded by what is still open, whatever the length of the plan: an operation's last action
+    (with its thread) is kept only while `ahead` still holds actions of that operation, and a task's send
+    only until its interrupt or its operation's end, an allocation until its address is freed. The last free
+    of each address is kept (an allocation may get it again): as many as the heaps' distinct addresses."""
 
     def __init__(self, seed: int, host: Host) -> None:
         validate_host(host)
         self.host = host
         self.rng = random.Random(f"npu-sim-threads:{seed}")
         self.stream_threads: Dict[Tuple[int, int], int] = {}
-        self.threads = bytearray()  # the thread of each action placed (at most 2 + MAX_APP_THREADS)
-        self.sends: Set[int] = set()  # indexes of the halSqTaskSend calls an interrupt may still wait for
-        self.last_in_group: Dict[int, int] = {}
-        self.made_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the devmm_alloc_done handing it out
-        self.freed_at: Dict[Tuple[int, int], int] = {}  # (dev, va) -> index of the halMemFree releasing it
+        self.placed = 0  # actions placed so far
+        self.sends: Dict[int, int] = {}  # id of a halSqTaskSend an interrupt may still wait for -> its group
+        self.last_in_group: Dict[int, Placed] = {}  # operations with actions still to come
+        self.made_at: Dict[Tuple[int, int], Placed] = {}  # (dev, va) -> the devmm_alloc_done handing it out
+        self.freed_at: Dict[Tuple[int, int], Placed] = {}  # (dev, va) -> the halMemFree releasing it
         self.alloc_va: Dict[int, int] = {}  # group of an allocation being placed -> the address it hands out
 
-    def extend(self, actions: Sequence[Action], ahead: Sequence[Action] = ()) -> List[Action]:
-        """The next `actions` of the plan, placed; `ahead`: actions planned after them, among which the
-        devmm_alloc_done of an allocation in `actions` may be (the address it gets decides what it waits for)."""
+    def extend(self, actions: Sequence[Action], ahead: Sequence[Action] = (),
+               ids: Optional[Sequence[int]] = None) -> List[Action]:  # fmt: skip
+        """The next `actions` of the plan, placed; `ahead`: every action planned after them (the devmm_alloc_done
+        of an allocation in `actions` may be among them: the address it gets decides what it waits for; an
+        operation none of them continues is done). `ids`: what `after` calls each of `actions` (default: its
+        index among every action placed)."""
         if not self.host.threaded:
             return list(actions)
         allocs = {a.group for a in actions if a.func == "halMemAlloc"}
         found = {**_alloc_addresses(ahead), **_alloc_addresses(actions)}
         self.alloc_va = {group: va for group, va in found.items() if group in allocs}
-        return [self.place(len(self.threads), a) for a in actions]
+        ids = range(self.placed, self.placed + len(actions)) if ids is None else ids
+        self.placed += len(actions)
+        out = [self.place(i, a) for i, a in zip(ids, actions)]
+        self.forget_done({a.group for a in ahead})
+        return out
+
+    def forget_done(self, still_open: Set[int]) -> None:
+        """The operations with no action ahead are done: nothing will wait for them again."""
+        self.last_in_group = {g: w for g, w in self.last_in_group.items() if g in still_open}
+        self.sends = {i: g for i, g in self.sends.items() if g in still_open}
 
     def place(self, i: int, a: Action) -> Action:
         thread = self.thread(a)
-        self.threads.append(thread)
         after = self.after(i, a, thread)
-        self.remember(i, a)
+        self.remember(i, a, thread)
         away = a.func == "irq_handler_entry" and self.completes(after)
         hop = hal.FUNC_BY_NAME[a.func].hal and self.rng.random() < self.host.hop_share
         return replace(a, thread=thread, after=after, away=away, hop=hop)
 
     def completes(self, after: Optional[int]) -> bool:
         """The interrupt waits for a task's send (it completes that task: it runs away from its CPU)."""
-        if after is None or after not in self.sends:
-            return False
-        self.sends.discard(after)
-        return True
+        return after is not None and self.sends.pop(after, None) is not None
 
     def thread(self, a: Action) -> int:
         if a.func in IRQ_FUNCS:
@@ -148,26 +161,36 @@ class Placer:
 
     def after(self, i: int, a: Action, thread: int) -> Optional[int]:
         waits = [w for w in (self.last_in_group.get(a.group), self.memory_wait(i, a)) if w is not None]
-        waits = [w for w in waits if self.threads[w] != thread]
+        waits = [w for w in waits if w.thread != thread]
         if len(waits) > 1:  # the planner never makes one: a memory call opens its operation
-            raise AssertionError(f"action {i} ({a.func}) would wait for two actions: {waits}")
-        return waits[0] if waits else None
+            raise AssertionError(f"action {i} ({a.func}) would wait for two actions: {[w.id for w in waits]}")
+        return waits[0].id if waits else None
 
-    def memory_wait(self, i: int, a: Action) -> Optional[int]:
+    def memory_wait(self, i: int, a: Action) -> Optional[Placed]:
+        """A free waits for the allocation of its address (forgotten then: the planner frees an allocation
+        once), an allocation for the last free of the address it gets."""
         if a.func == "halMemFree":
-            return self.made_at.get((a.dev, int(a.args[1])))
+            return self.made_at.pop((a.dev, int(a.args[1])), None)
         if a.func == "halMemAlloc" and a.group in self.alloc_va:
             return self.freed_at.get((a.dev, self.alloc_va.pop(a.group)))
         return None
 
-    def remember(self, i: int, a: Action) -> None:
-        self.last_in_group[a.group] = i
+    def remember(self, i: int, a: Action, thread: int) -> None:
+        here = Placed(i, thread)
+        self.last_in_group[a.group] = here
         if a.func == "devmm_alloc_done" and int(a.args[3]) == 0:
-            self.made_at[(a.dev, int(a.args[2]))] = i
+            self.made_at[(a.dev, int(a.args[2]))] = here
         elif a.func == "halMemFree":
-            self.freed_at[(a.dev, int(a.args[1]))] = i
+            self.freed_at[(a.dev, int(a.args[1]))] = here
         elif a.func == "halSqTaskSend":
-            self.sends.add(i)
+            self.sends[i] = a.group
+
+
+class Placed(NamedTuple):
+    """An action placed: what `after` calls it, and its thread."""
+
+    id: int
+    thread: int
 
 
 def _alloc_addresses(actions: Sequence[Action]) -> Dict[int, int]:

@@ -15,18 +15,21 @@ executor's rules (npu_sim.c) with ideal timing:
   a `hop` call changes CPU inside the call: its return fires on another CPU than its entry.
 
 Pure and deterministic: the same actions always give the same times and CPUs. With one CPU nothing moves.
+Memory is bounded whatever the run's length: an action's end and CPU are kept until the planned time has
+passed its end by `KEEP_NS` (an action waiting for it then starts at its own planned time all the same; an
+interrupt runs `away` from a send that returned microseconds before it).
 """
 
 from __future__ import annotations
 
-from array import array
-from typing import NamedTuple, Sequence
+from typing import Dict, NamedTuple, Sequence, Tuple
 
 from npu_trace.device import hal
 from npu_trace.sim.scenarios import Action
 from npu_trace.sim.threads import Host
 
 STEP_NS = 1_000  # a thread's next action, or a waiting thread's wake-up, comes this long after
+KEEP_NS = 1_000_000_000  # an action's end and CPU are kept this long past its end (planned time)
 
 
 class Run(NamedTuple):
@@ -61,25 +64,38 @@ class HostTiming:
         self.moves = len(self.cpus) > 1 and host.threaded
         self.migrate_ns = host.migrate_us * 1000 if self.moves else 0
         self.threads = [_Thread(self.cpus[i % len(self.cpus)], t0_ns - STEP_NS) for i in range(host.threads)]
-        self.ends = array("q")  # each action's end, by plan index
-        self.outs = array("H")  # the CPU each action returned on, by plan index
+        self.done: Dict[int, Tuple[int, int]] = {}  # plan index -> (end, the CPU it returned on), recent ones
+        self.count = 0  # actions run
 
     def run(self, a: Action) -> Run:
         th = self.threads[a.thread]
-        start = max(self.t0_ns + a.t_ns, th.free_ns + STEP_NS)
-        if a.after is not None:
-            start = max(start, self.ends[a.after] + STEP_NS)
+        planned = self.t0_ns + a.t_ns
+        self._forget(planned)
+        start = max(planned, th.free_ns + STEP_NS)
+        waited = self.done.get(a.after) if a.after is not None else None
+        if waited is not None:
+            start = max(start, waited[0] + STEP_NS)
         self._follow(a.thread, th, start)
-        if a.away and a.after is not None and self.moves and th.cpu == self.outs[a.after]:
+        if a.away and waited is not None and self.moves and th.cpu == waited[1]:
             th.cpu = self._next(th.cpu)
         cpu_in = th.cpu
         end = start + a.delay_ns if hal.FUNC_BY_NAME[a.func].hal else start
         if end > start:
             self._inside_call(a, th, cpu_in, end)
         th.free_ns = end
-        self.ends.append(end)
-        self.outs.append(th.cpu)
+        self.done[self.count] = (end, th.cpu)
+        self.count += 1
         return Run(start, end, self.pid + a.thread, cpu_in, th.cpu)
+
+    def _forget(self, planned: int) -> None:
+        """The oldest actions that ended KEEP_NS before `planned` (plan order: later actions are planned no
+        earlier): waiting for one of them no longer changes a start."""
+        done = self.done
+        while done:
+            first = next(iter(done))
+            if done[first][0] + STEP_NS + KEEP_NS > planned:
+                return
+            del done[first]
 
     def _inside_call(self, a: Action, th: _Thread, cpu_in: int, end: int) -> None:
         if a.hop and self.moves:

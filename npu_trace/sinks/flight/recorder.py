@@ -265,7 +265,12 @@ class FlightRecorder:
             comms.update(seg.comms)  # every name known now: the dump's header has them all
         header = session_header(self.session, self.profile, {**self.extra, "comms": comms})
         header["window"] = self._window(incident, segments)
-        writer = RecordingWriter(path, header, mode=self.settings.mode)
+        try:
+            writer = RecordingWriter(path, header, mode=self.settings.mode)
+        except (RecordingError, OSError):  # its header did not fit (a full disk): not even begun
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
         self.dump = _Dump(path, writer, incident, ledger)
         self._write_held(segments, incident.from_ns)
         what = "dumping the last minutes" if first.kind == "manual" else f"{_what(first.kind, first.device)}: dumping"
@@ -309,13 +314,13 @@ class FlightRecorder:
             "ring": self.ring.held(),
         }}  # fmt: skip
         dump.writer.close(totals=totals)
-        self.dump = None
         principal = incident.principal
         directory = os.path.dirname(dump.path)  # where it was opened (set_directory may have moved on since)
         name = dump_name(incident.first.ts_ns, principal.device, principal.kind, self.anchor,
                          [n for n in os.listdir(directory) if n != os.path.basename(dump.path)])
         final = os.path.join(directory, name)
-        os.replace(dump.path, final)
+        os.replace(dump.path, final)  # until it is renamed, a failure removes the .partial (_guard)
+        self.dump = None
         self.written.append(final)
         size = os.path.getsize(final)
         self.on_note(f"flight: wrote {final} ({size} bytes, {dump.write.pages} pages, {dump.write.events} channel "
