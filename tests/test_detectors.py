@@ -240,6 +240,16 @@ def test_without_a_definition_the_reset_detector_is_off() -> None:
 
 
 # ---- memory, timeouts, loss ---------------------------------------------------------------------------
+def test_memory_forgets_threads_that_hold_nothing() -> None:
+    """Thread churn (each of 1,000 threads allocates and frees) leaves no per-thread entry behind."""
+    det = MemoryDetector()
+    for tid in range(1000, 2000):
+        det.feed([NpuEvent(tid * 10, "alloc", 0, "halMemAlloc", tid, 0, {"size": 64, "va": tid}),
+                  NpuEvent(tid * 10 + 1, "free", 0, "halMemFree", tid, 0, {"va": tid})])  # fmt: skip
+    det.feed([E(30_000, "alloc", 0, "halMemAlloc", size=5, va=1)])
+    assert det.pid_bytes == {(0, 7): 5} and det.top_processes(3) == [(0, 7, 5)]
+
+
 def test_memory_live_bytes_failures_and_leaks() -> None:
     det = MemoryDetector()
     evs = [

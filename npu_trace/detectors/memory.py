@@ -173,8 +173,8 @@ class MemoryDetector:
             for f in np.flatnonzero(dev[fails] == device).tolist():  # live bytes just before each failure
                 k = int(np.searchsorted(pos[mine], fails[f], side="left"))
                 fail_at[int(fails[f])].append(base if k == 0 else int(running[k - 1]))
-        for (device, who), total in _sums(d, p, delta).items():
-            self.pid_bytes[(device, who)] = self.pid_bytes.get((device, who), 0) + total
+        for key, total in _sums(d, p, delta).items():
+            self._add_bytes(key, total)
         for f in fails.tolist():
             out.append(self._failure(nb.event(int(rows[f])), fail_at[f][0] if fail_at[f] else None))
         return out
@@ -223,7 +223,16 @@ class MemoryDetector:
             self.watch.changes((ts,), (dev,), (pid,), (delta,))
         self.dev_bytes[dev] = self.dev_bytes.get(dev, 0) + delta
         self.peak[dev] = max(self.peak.get(dev, 0), self.dev_bytes[dev])
-        self.pid_bytes[(dev, pid)] = self.pid_bytes.get((dev, pid), 0) + delta
+        self._add_bytes((dev, pid), delta)
+
+    def _add_bytes(self, key: DevPid, delta: int) -> None:
+        """A thread's live bytes on a device change; a thread holding none is forgotten (every view shows only
+        those that hold some), so the map stays as small as the threads holding memory, whatever the churn."""
+        n = self.pid_bytes.get(key, 0) + delta
+        if n:
+            self.pid_bytes[key] = n
+        else:
+            self.pid_bytes.pop(key, None)
 
     def _failure(self, ev: NpuEvent, live: Optional[int] = None) -> Finding:
         self.counts["failures"] += 1
