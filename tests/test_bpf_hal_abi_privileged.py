@@ -129,4 +129,4 @@ def test_npu_trace_bpf_on_the_real_abi_library(sim_hal: Tuple[str, str], tmp_pat
     assert tracer.returncode == 0, err
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     mine = [r for r in rows if r.get("pid") == tid]
-    check([(r["event"], r) for r in mine])
+    check([(r["event"], r["fields"]) for r in mine])
