@@ -1,11 +1,14 @@
 /* HAL call latency: uprobes on entry store the arguments by tid, uretprobes compute the latency in the kernel
  * and emit one struct hal_call_event (or, with -DAGGREGATE, count it in a log2 histogram per (device, op)).
+ * Two sets of entry programs, one per ABI (npu_trace.bpf.abi chooses, from the library's symbols): hal_* for the
+ * simulator's own (arguments in registers), real_* for libascend_hal.so's (a device in the flag bits, structs
+ * read with bpf_probe_read_user, outputs read at return); both emit the same records, hal_return ends both.
  *
  * Specialisation (-D from npu_trace.bpf.config.BpfConfig):
  *   FILTER_PIDS, FILTER_COMMS, FILTER_DEVS: only these processes, task names, devices (scope.h)
  *   THRESHOLD_NS=<ns>   emit only calls at least this slow (aggregate mode: the histogram counts all)
  *   AGGREGATE           histograms in `hist`; events only above THRESHOLD_NS
- *   MAX_PENDING=<n>     calls in flight (all threads)   RINGBUF_PAGES / USE_PERF_BUFFER: see output.h
+ *   MAX_PENDING=<n>     calls in flight (all threads)   MAX_LIVE_ALLOCS=<n>: addresses remembered for halMemFree   RINGBUF_PAGES / USE_PERF_BUFFER: see output.h
  */
 #include <uapi/linux/ptrace.h>
 #include "npu_trace.h"
@@ -60,50 +63,185 @@ static __always_inline void npu_submit(void *ctx, void *e, u32 size)
 #ifndef THRESHOLD_NS
 #define THRESHOLD_NS 0
 #endif
+#ifndef MAX_LIVE_ALLOCS
+#define MAX_LIVE_ALLOCS 65536
+#endif
 
 BPF_HASH(pending, u32, struct hal_entry, MAX_PENDING);
+/* real ABI: device of each address a traced halMemAlloc handed out, for the halMemFree that names only the
+ * address (least recently used entries give way: such a free reports NPU_DEV_UNKNOWN) */
+BPF_TABLE("lru_hash", u64, u32, alloc_dev, MAX_LIVE_ALLOCS);
 #ifdef AGGREGATE
 BPF_HASH(hist, struct hist_key, u64, 4096);
 #endif
 
-static __always_inline int stash(u16 op, u32 dev, u64 a0, u64 a1, u64 a2)
+static __always_inline int store(struct hal_entry *ent)
 {
-    if (!npu_task_wanted() || !npu_dev_wanted(dev))
+    if (!npu_task_wanted() || !npu_dev_wanted(ent->dev))
         return 0;
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct hal_entry ent = {};
-    ent.ts_ns = bpf_ktime_get_ns();
-    ent.args[0] = a0;
-    ent.args[1] = a1;
-    ent.args[2] = a2;
-    ent.dev = dev;
-    ent.op = op;
-    if (pending.update(&tid, &ent) != 0)
+    ent->ts_ns = bpf_ktime_get_ns();
+    if (pending.update(&tid, ent) != 0)
         npu_count_lost(NPU_LOST_PENDING);
     return 0;
 }
 
+/* ---- the simulator's own ABI (npu_trace/sim/npu_sim.c, marked by the symbol npu_sim_hal_abi) ---- */
 int hal_mem_alloc_entry(struct pt_regs *ctx)
 {
-    return stash(NPU_OP_MEM_ALLOC, (u32)PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 0);
+    struct hal_entry ent = {};
+    ent.op = NPU_OP_MEM_ALLOC;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = PT_REGS_PARM2(ctx); /* size */
+    ent.args[1] = PT_REGS_PARM3(ctx); /* flag */
+    return store(&ent);
 }
 
 int hal_mem_free_entry(struct pt_regs *ctx)
 {
-    return stash(NPU_OP_MEM_FREE, (u32)PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, 0);
+    struct hal_entry ent = {};
+    ent.op = NPU_OP_MEM_FREE;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = PT_REGS_PARM2(ctx); /* va */
+    return store(&ent);
 }
 
 int hal_sq_task_send_entry(struct pt_regs *ctx)
 {
-    return stash(NPU_OP_SQ_TASK_SEND, (u32)PT_REGS_PARM1(ctx), (u32)PT_REGS_PARM2(ctx), (u32)PT_REGS_PARM3(ctx),
-                 (u32)PT_REGS_PARM4(ctx));
+    struct hal_entry ent = {};
+    ent.op = NPU_OP_SQ_TASK_SEND;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = (u32)PT_REGS_PARM2(ctx); /* ts */
+    ent.args[1] = (u32)PT_REGS_PARM3(ctx); /* stream */
+    ent.args[2] = (u32)PT_REGS_PARM4(ctx); /* task */
+    return store(&ent);
 }
 
 int hal_cq_report_recv_entry(struct pt_regs *ctx)
 {
-    /* timeout_ms is an int: sign-extended into the u64 slot, read back as s32 */
-    return stash(NPU_OP_CQ_REPORT_RECV, (u32)PT_REGS_PARM1(ctx), (u32)PT_REGS_PARM2(ctx), (u32)PT_REGS_PARM3(ctx),
-                 (u64)(s64)(s32)PT_REGS_PARM4(ctx));
+    struct hal_entry ent = {};
+    ent.op = NPU_OP_CQ_REPORT_RECV;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = (u32)PT_REGS_PARM2(ctx);              /* ts */
+    ent.args[1] = (u32)PT_REGS_PARM3(ctx);              /* stream */
+    ent.args[2] = (u64)(s64)(s32)PT_REGS_PARM4(ctx);    /* timeout_ms: an int, sign-extended, read back as s32 */
+    return store(&ent);
+}
+
+/* ---- the real HAL's ABI (libascend_hal.so; prototypes and layouts in docs/architecture.md "HAL ABIs") ----
+ * drvError_t halMemAlloc(void **pp, unsigned long long size, unsigned long long flag)   flag bits 0-9: devid
+ * drvError_t halMemFree(void *pp)
+ * drvError_t halSqTaskSend(uint32_t devId, struct halTaskSendInfo *info)
+ * drvError_t halCqReportRecv(uint32_t devId, struct halReportRecvInfo *info)
+ * Offsets for LP64 (x86-64 and aarch64 alike: 4-byte int and enum, 8-byte pointers, natural alignment). */
+#define HAL_FLAG_DEVID_MASK 0x3FFULL /* MEM_DEVID_WIDTH 10 */
+#define TSI_TS_ID 4                  /* struct halTaskSendInfo: type 0, tsId 4, sqId 8, timeout 12, sqe_addr 16, */
+#define TSI_SQ_ID 8                  /*   sqe_num 24, pos 28 (output: the first SQE's position), res[8] 32 */
+#define TSI_SQE_ADDR 16
+#define TSI_SQE_NUM 24
+#define TSI_POS 28
+#define RRI_TS_ID 4                  /* struct halReportRecvInfo: type 0, tsId 4, cqId 8, timeout 12, cqe_addr 16, */
+#define RRI_CQ_ID 8                  /*   cqe_num 24, report_cqe_num 28 (output), stream_id 32, task_id 36, res[8] 40 */
+#define RRI_TIMEOUT 12
+#define RRI_REPORT_CQE_NUM 28
+#define RRI_STREAM_ID 32
+#define RRI_TASK_ID 36
+#define SQE_STREAM_ID 4              /* the STARS SQE header (rtStarsSqeHeader_t): u16 rtStreamId at 4, u16 taskId at 6 */
+#define SQE_TASK_ID 6
+
+static __always_inline u64 user_u64(u64 addr)
+{
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    return v;
+}
+
+static __always_inline u64 user_u32(u64 addr)
+{
+    u32 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    return v;
+}
+
+static __always_inline u64 user_u16(u64 addr)
+{
+    u16 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    return v;
+}
+
+int real_mem_alloc_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 flag = PT_REGS_PARM3(ctx);
+    ent.op = NPU_OP_MEM_ALLOC;
+    ent.dev = (u32)(flag & HAL_FLAG_DEVID_MASK);
+    ent.args[0] = PT_REGS_PARM2(ctx); /* size */
+    ent.args[1] = flag;
+    ent.out_ptr = PT_REGS_PARM1(ctx); /* pp: *pp is the address, known at return */
+    return store(&ent);
+}
+
+int real_mem_free_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 va = PT_REGS_PARM1(ctx);
+    u32 *dev = alloc_dev.lookup(&va);
+    ent.op = NPU_OP_MEM_FREE;
+    ent.dev = dev ? *dev : NPU_DEV_UNKNOWN;
+    ent.args[0] = va;
+    return store(&ent);
+}
+
+int real_sq_task_send_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 info = PT_REGS_PARM2(ctx);
+    u64 sqe = user_u64(info + TSI_SQE_ADDR);
+    ent.op = NPU_OP_SQ_TASK_SEND;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = user_u32(info + TSI_TS_ID);
+    ent.args[1] = sqe ? user_u16(sqe + SQE_STREAM_ID) : 0;
+    ent.args[2] = sqe ? user_u16(sqe + SQE_TASK_ID) : 0;
+    ent.args[3] = user_u32(info + TSI_SQ_ID);
+    ent.args[4] = user_u32(info + TSI_SQE_NUM);
+    ent.out_ptr = info + TSI_POS;
+    return store(&ent);
+}
+
+int real_cq_report_recv_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 info = PT_REGS_PARM2(ctx);
+    ent.op = NPU_OP_CQ_REPORT_RECV;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = user_u32(info + RRI_TS_ID);
+    ent.args[1] = user_u32(info + RRI_STREAM_ID);
+    ent.args[2] = (u64)(s64)(s32)user_u32(info + RRI_TIMEOUT);
+    ent.args[3] = user_u32(info + RRI_TASK_ID);
+    ent.args[4] = user_u32(info + RRI_CQ_ID);
+    ent.out_ptr = info + RRI_REPORT_CQE_NUM;
+    return store(&ent);
+}
+
+/* the real ABI's outputs, written by the call: read once it returned DRV_ERROR_NONE (0) */
+static __always_inline void read_outputs(struct hal_entry *ent, s32 ret)
+{
+    if (ent->op == NPU_OP_MEM_FREE) {
+        if (ret == 0)
+            alloc_dev.delete(&ent->args[0]);
+        return;
+    }
+    if (!ent->out_ptr || ret != 0)
+        return;
+    if (ent->op == NPU_OP_MEM_ALLOC) {
+        u64 va = user_u64(ent->out_ptr);
+        ent->args[2] = va;
+        if (va)
+            alloc_dev.update(&va, &ent->dev);
+    } else {
+        ent->args[5] = user_u32(ent->out_ptr); /* halSqTaskSend: pos; halCqReportRecv: report_cqe_num */
+    }
 }
 
 static __always_inline u16 log2_slot(u64 v)
@@ -141,9 +279,9 @@ static __always_inline int emit(struct pt_regs *ctx, const struct hal_entry *ent
     npu_fill_header(&e->hdr, now, NPU_EV_HAL_CALL);
     e->entry_ts_ns = ent->ts_ns;
     e->latency_ns = now - ent->ts_ns;
-    e->args[0] = ent->args[0];
-    e->args[1] = ent->args[1];
-    e->args[2] = ent->args[2];
+#pragma unroll
+    for (int i = 0; i < NPU_HAL_ARGS; i++)
+        e->args[i] = ent->args[i];
     e->dev = ent->dev;
     e->ret = (s32)PT_REGS_RC(ctx);
     e->op = ent->op;
@@ -162,6 +300,7 @@ int hal_return(struct pt_regs *ctx)
     struct hal_entry ent = *found;
     pending.delete(&tid);
     u64 now = bpf_ktime_get_ns();
+    read_outputs(&ent, (s32)PT_REGS_RC(ctx));
     u64 latency = now - ent.ts_ns;
 #ifdef AGGREGATE
     count_hist(&ent, latency);

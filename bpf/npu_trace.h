@@ -20,6 +20,8 @@
 #define NPU_OP_SQ_TASK_SEND 2
 #define NPU_OP_CQ_REPORT_RECV 3
 #define NPU_OP_COUNT 4
+#define NPU_HAL_ARGS 6            /* values of a HAL call after its device (hal_call_event.args) */
+#define NPU_DEV_UNKNOWN 4294967295 /* a call whose device the API does not carry (real halMemFree of an unseen va) */
 
 #define NPU_IRQ_NAME_LEN 32
 #define NPU_HIST_SLOTS 64
@@ -62,7 +64,8 @@ struct hal_call_event {
     struct npu_event_header hdr;
     __u64 entry_ts_ns;
     __u64 latency_ns; /* hdr.ts_ns - entry_ts_ns */
-    __u64 args[3];    /* the call's arguments after the device, in C order (unused ones 0) */
+    __u64 args[NPU_HAL_ARGS]; /* the values after the device, in the order of npu_trace.bpf.formats.HAL_FIELDS
+                                 (unused ones 0); docs/architecture.md "HAL ABIs" says what each ABI fills */
     __u32 dev;
     __s32 ret;
     __u16 op;         /* NPU_OP_* */
@@ -101,7 +104,8 @@ struct tp_event {
 /* Pending HAL call entry, keyed by tid. */
 struct hal_entry {
     __u64 ts_ns;
-    __u64 args[3];
+    __u64 args[NPU_HAL_ARGS];
+    __u64 out_ptr; /* real ABI: the user address of the call's output, read at return when it succeeded */
     __u32 dev;
     __u16 op;
     __u16 pad0;

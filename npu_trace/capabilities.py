@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
+from npu_trace.bpf import abi as hal_abi
 from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
@@ -326,9 +327,26 @@ def check_hal(host: Host) -> Check:
     found = find_hal(proc=host.path("/proc"), root=host.root)
     stubs = f"; not the toolkit's link stub {found.stubs[0]}" if found.stubs else ""
     if found.files:
-        return Check("HAL library", True, found.describe() + stubs)
+        abis, unreadable = hal_abis(found.paths)
+        detail = found.describe() + stubs + "; " + abis
+        if unreadable:
+            return Check("HAL library", False, detail, "name the real library: --bpf --hal PATH")
+        return Check("HAL library", True, detail)
     return Check("HAL library", False, found.describe() + stubs,
                  "install the Ascend driver package, or name the library: --bpf --hal PATH")  # fmt: skip
+
+
+def hal_abis(paths: Tuple[str, ...]) -> Tuple[str, bool]:
+    """Which ABI --bpf reads each HAL file with (npu_trace.bpf.abi), or why it cannot tell; and whether a file
+    could not be read."""
+    out, unreadable = [], False
+    for path in paths:
+        try:
+            out.append(f"{hal_abi.describe(hal_abi.detect(path))} for {os.path.basename(path)}")
+        except NpuTraceError as exc:
+            out.append(f"ABI unknown: {exc}")
+            unreadable = True
+    return "; ".join(out), unreadable
 
 
 def check_modules(host: Host) -> Check:

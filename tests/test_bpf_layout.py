@@ -139,12 +139,17 @@ def _hdr(ts: int, ev_type: int) -> Tuple[int, ...]:
     return (ts, 100, 101, ev_type, 1, 0)
 
 
+def _hal_record(ts: int, op: int, args: Tuple[int, ...], dev: int, ret: int, latency: int = 1000) -> bytes:
+    padded = (*args, *(0,) * (layout.NPU_HAL_ARGS - len(args)))
+    return layout.HAL_CALL.pack(*_hdr(ts, 1), ts - latency, latency, *padded, dev, ret, op, 0, 0)
+
+
 def test_decode_hal_call() -> None:
-    rec = layout.HAL_CALL.pack(*_hdr(2000, 1), 1000, 1000, 0, 0, 0xFFFFFF9C, 3, -110, 3, 0, 0)
+    rec = _hal_record(2000, 3, (0, 0, 0xFFFFFF9C), 3, -110)
     ev = Decoder().decode(rec)
     assert ev is not None and ev.event == "bpf:halCqReportRecv" and (ev.ts_ns, ev.cpu, ev.pid) == (2000, 1, 101)
-    assert ev.fields() == {"dev": 3, "ts": 0, "stream": 0, "timeout_ms": -100, "ret": -110, "latency_ns": 1000,
-                           "entry_ts_ns": 1000}  # fmt: skip
+    assert ev.fields() == {"dev": 3, "ts": 0, "stream": 0, "timeout_ms": -100, "task": 0, "cq": 0,
+                           "report_cqe_num": 0, "ret": -110, "latency_ns": 1000, "entry_ts_ns": 1000}  # fmt: skip
 
 
 def test_decode_irq_and_malformed() -> None:
@@ -158,7 +163,7 @@ def test_decode_irq_and_malformed() -> None:
 
 def test_mapping_in_sim_profile_normalizes() -> None:
     assert all(get_profile("sim").mapping[k] == v for k, v in BPF_MAPPING.items())
-    free = layout.HAL_CALL.pack(*_hdr(9000, 1), 8000, 1000, 0xABC, 0, 0, 2, 0, 1, 0, 0)
+    free = _hal_record(9000, 1, (0xABC,), 2, 0)
     ev = Decoder().decode(free)
     assert ev is not None
     (npu,) = Normalizer(get_profile("sim").mapping).feed([ev])

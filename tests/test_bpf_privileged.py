@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
+from npu_trace.bpf import abi
 from npu_trace.bpf import source as bpf_source
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource
@@ -318,8 +319,8 @@ def test_no_kprobes_here(no_leak: None, sim_binary: str) -> None:
 def test_attach_failure_detaches_what_was_attached(
     no_leak: None, sim_binary: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bad = dict(bpf_source.ENTRY_FUNCS, halSqTaskSend="no_such_program")
-    monkeypatch.setattr(bpf_source, "ENTRY_FUNCS", bad)
+    bad = dict(abi.ENTRY_FUNCS[abi.SIM], halSqTaskSend="no_such_program")
+    monkeypatch.setitem(abi.ENTRY_FUNCS, abi.SIM, bad)
     src = BpfSource(BpfConfig(binary=sim_binary))
     with pytest.raises(SourceError, match=r"cannot attach uprobe .*halSqTaskSend"):
         src.start()

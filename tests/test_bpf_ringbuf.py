@@ -30,8 +30,9 @@ def bench(ts: int, seq: int, tid: int = 101, cpu: int = 1) -> bytes:
     return layout.BENCH.pack(ts, 100, tid, layout.NPU_EV_BENCH, cpu, 0, seq)
 
 
-def hal(ts: int, op: int, args: Tuple[int, int, int] = (0, 0, 0), dev: int = 0, ret: int = 0) -> bytes:
-    return layout.HAL_CALL.pack(ts + 10, 100, 101, layout.NPU_EV_HAL_CALL, 0, 0, ts, 10, *args, dev, ret, op, 0, 0)
+def hal(ts: int, op: int, args: Tuple[int, ...] = (), dev: int = 0, ret: int = 0) -> bytes:
+    padded = (*args, *(0,) * (layout.NPU_HAL_ARGS - len(args)))
+    return layout.HAL_CALL.pack(ts + 10, 100, 101, layout.NPU_EV_HAL_CALL, 0, 0, ts, 10, *padded, dev, ret, op, 0, 0)
 
 
 def irq(ts: int, name: bytes = b"virtio0-req.0") -> bytes:
@@ -268,9 +269,10 @@ def test_records_wrapping_at_the_end_of_the_data_area(start: int) -> None:
 
 def test_payload_split_by_the_end_of_the_area() -> None:
     ring = Ring(4096, start=4096 - 16)
-    ring.put(hal(5, 0, (0x1000, 0, 0)))  # 8 bytes of header + 8 of payload before the end, the other 72 after
+    record = hal(5, 0, (0x1000, 0, 0))  # 8 bytes of header + 8 of payload before the end, the rest after
+    ring.put(record)
     out, got = ring.consume()
-    assert out == scalar([hal(5, 0, (0x1000, 0, 0))]) and got.pos == 4096 - 16 + 88
+    assert out == scalar([record]) and got.pos == 4096 - 16 + 8 + len(record) == 4096 - 16 + 8 + layout.HAL_CALL.size
 
 
 def test_ring_filled_to_the_last_byte() -> None:

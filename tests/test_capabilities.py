@@ -14,6 +14,7 @@ import pytest
 
 from npu_trace import capabilities as doctor
 from npu_trace.capabilities import Check, Host
+from npu_trace.sim import build
 
 RELEASE = "6.1.0-test"
 ROOT_CAPS = "CapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n"
@@ -71,7 +72,9 @@ def make_ascend_host(root: Path) -> None:
           " 132:  1  IR-PCI-MSIX-0000:81:00.0  2-edge  dma_done_irq\n"
           "  36:  7  PCI-MSIX-0000:00:01.0  1-edge  virtio1-req.0\n")  # fmt: skip
     write(root, "sys/bus/pci/devices/0000:00:01.0/vendor", "0x8086\n")
-    write(root, "usr/local/Ascend/driver/lib64/driver/libascend_hal.so", "")
+    hal = root / "usr/local/Ascend/driver/lib64/driver/libascend_hal.so"
+    hal.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(build.ensure_hal_library(), hal)  # a real-ABI libascend_hal.so (the simulator's)
     (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
     (root / "proc/config.gz").write_bytes(gzip.compress(b"CONFIG_KPROBES=y\n# CONFIG_X is not set\n"))
 
@@ -108,7 +111,18 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
     assert "CONFIG_KPROBES=y" in found["kprobes"].detail
     assert found["tracefs"].detail == f"mounted at {tmp_path}/sys/kernel/tracing"
     hal = f"{tmp_path}/usr/local/Ascend/driver/lib64/driver/libascend_hal.so"
-    assert found["HAL library"].detail == f"{hal} (install path)"
+    assert found["HAL library"].detail == (
+        f"{hal} (install path); real HAL ABI (libascend_hal.so prototypes: device in halMemAlloc's flag, structs "
+        "read in place) for libascend_hal.so"
+    )
+
+
+def test_hal_that_is_no_elf_is_named(tmp_path: Path) -> None:
+    make_ascend_host(tmp_path)
+    write(tmp_path, "usr/local/Ascend/driver/lib64/driver/libascend_hal.so", "")
+    check = by_name(doctor.run_checks(fake_host(tmp_path)))["HAL library"]
+    assert not check.ok and "ABI unknown: cannot read ELF symbols of" in check.detail and "not an ELF" in check.detail
+    assert check.fix == "name the real library: --bpf --hal PATH"
 
 
 def test_empty_host_fails_essentials_with_fixes(tmp_path: Path) -> None:

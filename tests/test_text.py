@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from npu_trace.events import LossLedger, TraceEvent
-from npu_trace.ftrace.format import parse_format
 from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.ftrace.format import parse_format
 from npu_trace.sinks.text import _fields_text, event_dict, format_ndjson, format_text
 from tests.goldens import kernel_dirs, load_formats, load_pages
 

@@ -31,6 +31,7 @@ class BpfConfig:
 
     binary: Optional[str] = None
     more_binaries: Tuple[str, ...] = ()  # further copies of the HAL (a container's own), the same uprobes on each
+    hal_abi: Optional[str] = None  # "real" / "sim" for every file; None: each file's own (npu_trace.bpf.abi)
     hal: bool = True
     hal_symbols: Tuple[str, ...] = HAL_SYMBOLS
     irq: bool = False
@@ -65,6 +66,8 @@ class BpfConfig:
             if not _TRACEPOINT.match(tp):
                 raise UsageError(f"bad tracepoint {tp!r} (system:name)")
         self._check_scope()
+        if self.hal_abi is not None and self.hal_abi not in ("real", "sim"):
+            raise UsageError(f"unknown HAL ABI {self.hal_abi!r} (real or sim)")
         unknown = set(self.hal_symbols) - set(HAL_SYMBOLS)
         if unknown:
             raise UsageError(f"unknown HAL symbols {sorted(unknown)} (known: {', '.join(HAL_SYMBOLS)})")

@@ -44,8 +44,8 @@ def _hal_arg_readers() -> Tuple[Tuple[EventFormat, int, Tuple[bool, ...]], ...]:
     """Per op: (format, number of args after the device, which of them are s32)."""
     out = []
     for fmt in formats.HAL_FORMATS:
-        params = formats.FUNC_BY_NAME[fmt.name].params[1:]
-        out.append((fmt, len(params), tuple(p.type == "s32" for p in params)))
+        params = formats.HAL_FIELDS[fmt.name][1:]
+        out.append((fmt, len(params), tuple(ptype == "s32" for _, ptype in params)))
     return tuple(out)
 
 
@@ -83,6 +83,8 @@ def run_spec(name: str, keep: Tuple[str, ...], build: RunBuilder) -> RunSpec:
     return RunSpec("".join(codes), layout.compile_struct(name).size, values, type_col, build)
 
 
+_HAL_ARGS_COL = 8  # columns of an unpacked hal_call_event: header (6), entry_ts_ns, latency_ns, args...
+_HAL_ARGS_END = _HAL_ARGS_COL + layout.NPU_HAL_ARGS
 _TP_COL = 6 + layout.NPU_TP_VALUES  # columns of an unpacked tp_event: header (6), values, tp, slot, present...
 
 
@@ -166,14 +168,15 @@ class Decoder:
         return [Loss("bpf", -1, "malformed", new)] if new else []
 
     # ---- one record ---------------------------------------------------------------------------------------
-    def _hal_values(self, op: int, a0: int, a1: int, a2: int, dev: int, ret: int, lat: int, entry: int) -> Any:
+    def _hal_values(self, op: int, args: Sequence[int], dev: int, ret: int, lat: int, entry: int) -> Any:
         fmt, nargs, signed = self._hal[op]
-        args = [_s32(v) if s else v for v, s in zip((a0, a1, a2)[:nargs], signed)]
-        return fmt, (dev, *args, ret, lat, entry)
+        values = [_s32(v) if s else v for v, s in zip(args[:nargs], signed)]
+        return fmt, (dev, *values, ret, lat, entry)
 
     def _hal_call(self, v: Tuple[Any, ...]) -> TraceEvent:
-        ts, _pid, tid, _t, cpu, _f, entry, lat, a0, a1, a2, dev, ret, op, _p0, _p1 = v
-        fmt, values = self._hal_values(op, a0, a1, a2, dev, ret, lat, entry)
+        ts, _pid, tid, _t, cpu, _f, entry, lat = v[:_HAL_ARGS_COL]
+        dev, ret, op = v[_HAL_ARGS_END : _HAL_ARGS_END + 3]
+        fmt, values = self._hal_values(op, v[_HAL_ARGS_COL:_HAL_ARGS_END], dev, ret, lat, entry)
         return _new(TraceEvent, (ts, cpu, tid, fmt, values))
 
     def _irq(self, v: Tuple[Any, ...]) -> TraceEvent:
@@ -214,6 +217,8 @@ class Decoder:
 
     def _hal_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
         """Eager where it can fail (an unknown op raises here, before anything is returned)."""
-        ts, tid, _type, cpu, entry, lat, a0, a1, a2, dev, ret, op = cols
-        fmts, values = zip(*map(self._hal_values, op, a0, a1, a2, dev, ret, lat, entry))
+        ts, tid, _type, cpu, entry, lat = cols[:6]
+        dev, ret, op = cols[6 + layout.NPU_HAL_ARGS :]
+        args = zip(*cols[6 : 6 + layout.NPU_HAL_ARGS])
+        fmts, values = zip(*map(self._hal_values, op, args, dev, ret, lat, entry))
         return map(_new, repeat(TraceEvent, run), zip(ts, cpu, tid, fmts, values))

@@ -1,5 +1,6 @@
 """Synthetic `EventFormat`s of the BPF events (built here, no tracefs): one per HAL operation
-(`bpf:halMemAlloc` ...: the call's parameters as in `npu_trace.device.hal`, then `ret`, `latency_ns`,
+(`bpf:halMemAlloc` ...: the fields of `HAL_FIELDS`, the same whichever HAL ABI the call came through (the
+simulator's leaves 0 what its calls do not carry: see `npu_trace.bpf.abi`), then `ret`, `latency_ns`,
 `entry_ts_ns`), `bpf:irq`, `bpf:getpid` (benchmark) and one per tracepoint read by offsets
 (`bpf:trs_chan_sqe` ...: the values its `TpSpec` names, then its string). Their ids sit far above tracefs
 event ids.
@@ -11,13 +12,25 @@ from typing import Dict, Sequence, Tuple
 
 from npu_trace.bpf import layout
 from npu_trace.bpf.tracepoints import TRS_SPECS, TpSpec
-from npu_trace.device.hal import FUNC_BY_NAME
 from npu_trace.ftrace.format import CHAR_ARRAY, INT, EventFormat, Field
 
 SYSTEM = "bpf"
 ID_BASE = 1 << 24
 # NPU_OP_* -> HAL function name
 OPS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
+# Per op: the device, then hal_call_event.args[0..] in this order (bpf/hal_uprobes.bpf.c fills them).
+HAL_FIELDS: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "halMemAlloc": (("dev", "u32"), ("size", "u64"), ("flag", "u64"), ("va", "x64")),
+    "halMemFree": (("dev", "u32"), ("va", "x64")),
+    "halSqTaskSend": (
+        ("dev", "u32"), ("ts", "u32"), ("stream", "u32"), ("task", "u32"), ("sq", "u32"), ("sqe_num", "u32"),
+        ("pos", "u32"),
+    ),
+    "halCqReportRecv": (
+        ("dev", "u32"), ("ts", "u32"), ("stream", "u32"), ("timeout_ms", "s32"), ("task", "u32"), ("cq", "u32"),
+        ("report_cqe_num", "u32"),
+    ),
+}  # fmt: skip
 _SIZES = {"u32": 4, "s32": 4, "x32": 4, "u64": 8, "s64": 8, "x64": 8}
 _CONV = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%llu", "s64": "%lld", "x64": "0x%llx"}
 _COMMON = (Field("common_type", "unsigned short", 0, 2, False, INT),)
@@ -41,8 +54,7 @@ def build_format(ev_id: int, name: str, spec: Spec) -> EventFormat:
 
 
 def hal_spec(op: str) -> Spec:
-    params = tuple((p.name, p.type) for p in FUNC_BY_NAME[op].params)
-    return (*params, ("ret", "s32"), ("latency_ns", "u64"), ("entry_ts_ns", "u64"))
+    return (*HAL_FIELDS[op], ("ret", "s32"), ("latency_ns", "u64"), ("entry_ts_ns", "u64"))
 
 
 def tp_format(spec: TpSpec) -> EventFormat:

@@ -18,6 +18,8 @@ NPU_OP_MEM_FREE = 1
 NPU_OP_SQ_TASK_SEND = 2
 NPU_OP_CQ_REPORT_RECV = 3
 NPU_OP_COUNT = 4
+NPU_HAL_ARGS = 6
+NPU_DEV_UNKNOWN = 4294967295
 
 NPU_IRQ_NAME_LEN = 32
 NPU_HIST_SLOTS = 64
@@ -58,7 +60,7 @@ def _nested(prefix: str, fields: Fields) -> Fields:
 FIELDS: Dict[str, Fields] = {
     "npu_event_header": _HEADER,
     "hal_call_event": (
-        *_nested("hdr", _HEADER), ("entry_ts_ns", "Q"), ("latency_ns", "Q"), ("args", "3Q"), ("dev", "I"),
+        *_nested("hdr", _HEADER), ("entry_ts_ns", "Q"), ("latency_ns", "Q"), ("args", f"{NPU_HAL_ARGS}Q"), ("dev", "I"),
         ("ret", "i"), ("op", "H"), ("pad0", "H"), ("pad1", "I"),
     ),
     "irq_event": (
@@ -70,7 +72,9 @@ FIELDS: Dict[str, Fields] = {
         *_nested("hdr", _HEADER), ("values", f"{NPU_TP_VALUES}Q"), ("tp", "H"), ("slot", "H"), ("present", "B"),
         ("is_signed", "B"), ("pad0", "H"), ("text", f"{NPU_TP_TEXT_LEN}s"),
     ),
-    "hal_entry": (("ts_ns", "Q"), ("args", "3Q"), ("dev", "I"), ("op", "H"), ("pad0", "H")),
+    "hal_entry": (
+        ("ts_ns", "Q"), ("args", f"{NPU_HAL_ARGS}Q"), ("out_ptr", "Q"), ("dev", "I"), ("op", "H"), ("pad0", "H"),
+    ),
     "hist_key": (("dev", "I"), ("op", "H"), ("slot", "H")),
 }  # fmt: skip
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from npu_trace.bpf import layout
+from npu_trace.bpf import abi, layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
 from npu_trace.bpf.files import program_dir
@@ -43,12 +43,6 @@ if TYPE_CHECKING:
 
 KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
 KHEADERS = "/sys/kernel/kheaders.tar.xz"
-ENTRY_FUNCS = {
-    "halMemAlloc": "hal_mem_alloc_entry",
-    "halMemFree": "hal_mem_free_entry",
-    "halSqTaskSend": "hal_sq_task_send_entry",
-    "halCqReportRecv": "hal_cq_report_recv_entry",
-}
 LOST_KINDS = {layout.NPU_LOST_RESERVE: "dropped", layout.NPU_LOST_PENDING: "unpaired"}
 TP_PROGRAM = "trs_tracepoints"
 
@@ -182,6 +176,7 @@ class BpfSource:
         self.events_read = 0
         self.discarded = 0  # ring buffer records the programs discarded (none of ours do; not a loss)
         self.readers: Dict[str, str] = {}  # program -> "mmap" | "bcc callback (<why>)" | "perf buffer"
+        self.hal_abis: Dict[str, str] = {}  # HAL file -> the ABI its uprobes read (npu_trace.bpf.abi)
         self._rings: Dict[str, RingBufReader] = {}  # program -> its mapped ring buffer (the direct reader)
         self._records: List[bytes] = []
         self._callbacks: List[Any] = []  # keep ctypes callbacks alive
@@ -264,10 +259,13 @@ class BpfSource:
         obj = self._load(bcc, "hal_uprobes", self.config.hal_cflags())
         pids = self.config.pids
         pid = pids[0] if len(pids) == 1 else -1  # one process: the uprobes fire only in it (FILTER_PIDS checks too)
+        for binary in binaries:
+            self.hal_abis[binary] = abi.detect(binary, self.config.hal_abi)
         for binary, sym in ((b, s) for b in binaries for s in self.config.hal_symbols):
+            entry = abi.ENTRY_FUNCS[self.hal_abis[binary]][sym]
             try:
                 path, name = binary.encode(), sym.encode()
-                obj.attach_uprobe(name=path, sym=name, fn_name=ENTRY_FUNCS[sym].encode(), pid=pid)
+                obj.attach_uprobe(name=path, sym=name, fn_name=entry.encode(), pid=pid)
                 obj.attach_uretprobe(name=path, sym=name, fn_name=b"hal_return", pid=pid)
             except Exception as exc:  # bcc: plain Exception
                 raise SourceError(f"cannot attach uprobe {binary}:{sym}: {exc}") from None

@@ -27,6 +27,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("bpf", help="measure HAL calls and IRQs in the kernel with eBPF (bcc)", description=__doc__)
     p.add_argument("--hal", "--bpf-binary", metavar="PATH", dest="bpf_binary",
                    help="the HAL library (libascend_hal.so) or a binary with its symbols (default: the simulator)")
+    p.add_argument("--hal-abi", choices=("real", "sim"),
+                   help="read the HAL's arguments so (default: each file's own; docs/hal-abi.md)")  # fmt: skip
     p.add_argument("--no-hal", action="store_true", help="no HAL uprobes")
     p.add_argument("--irq", action="append", default=[], metavar="NAME", help="trace IRQs whose name starts so")
     p.add_argument("--irq-num", action="append", type=int, default=[], metavar="N", help="trace IRQ number N")
@@ -54,7 +56,8 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
         binary = build.ensure_built()
     irq = bool(args.irq or args.irq_num)
     return BpfConfig(
-        binary=binary, hal=not args.no_hal, irq=irq, irq_names=tuple(args.irq), irq_numbers=tuple(args.irq_num),
+        binary=binary, hal_abi=args.hal_abi, hal=not args.no_hal, irq=irq, irq_names=tuple(args.irq),
+        irq_numbers=tuple(args.irq_num),
         kprobes=tuple(args.kprobe), pids=scope.pids, comms=scope.comms, devs=scope.devices,
         threshold_ns=int(args.threshold_us * 1000),
         aggregate=args.aggregate, ringbuf_pages=args.ringbuf_pages, perf_buffer=args.perf_buffer,

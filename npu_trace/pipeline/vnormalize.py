@@ -127,7 +127,9 @@ class NormBlock:
 
     def int_args_of(self, rows: np.ndarray, names: Sequence[str]) -> Optional[List[Tuple[np.ndarray, np.ndarray]]]:
         """int_args of each of `names`, the rows split by their group once; None when one of them is None."""
-        out = [(np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)) for _ in names]
+        out: List[Tuple[np.ndarray, np.ndarray]] = [
+            (np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)) for _ in names
+        ]
         if not len(rows):
             return out
         for g, sel in _split_by(self.group_of[rows]):

@@ -16,6 +16,10 @@ noinline real call sites; HAL calls inject their latency inside the call and ret
     void dms_event_report(u32 dev, u32 event_id, u32 ce_count, u32 uce_count, s32 temp_c)
     void devdrv_reset_step(u32 dev, u32 step, const char *step_name, s32 ret)
 
+The executor also exports `npu_sim_hal_abi()`, the marker by which npu_trace.bpf.abi gives it this ABI. Its
+`-H LIB` mode sends the HAL actions to LIB instead: the simulator's libascend_hal.so (hal_real.c, built by
+`build.ensure_hal_library()`), whose four functions have the real driver's prototypes (docs/hal-abi.md).
+
 Events (group `ascend`): `ascend_<function>` on entry with one field per parameter (names/types in abi.FUNCS),
 and `ascend_<hal>_ret` (field `ret`) for the four HAL calls. Plan/output file formats: see runner.py.
 

@@ -1,6 +1,6 @@
 /* npu-sim: the simulated NPU executor (see npu_trace/sim/__init__.py for the ABI).
  *
- * usage: npu-sim [-m MIGRATE_US] PLAN OUT
+ * usage: npu-sim [-m MIGRATE_US] [-H LIB] PLAN OUT
  * PLAN: one action per line:  t_ns thread after flags func ret delay_ns a0 a1 a2 a3 a4 a5 str
  *   t_ns      earliest start, as an offset from the executor's own start (CLOCK_MONOTONIC)
  *   thread    the executor thread that runs it (0..63; 0 is the main thread). Each thread runs its own actions
@@ -18,6 +18,14 @@
  * -m MIGRATE_US: every MIGRATE_US microseconds the executor moves each thread but thread 0 to another CPU, as a
  *   loaded scheduler does; a thread follows at its next safe point (before an action, and inside a call's
  *   injected latency). 0 (the default): no periodic moves.
+ * -H LIB: the four HAL actions call the real-ABI functions of the shared library LIB (the simulator's
+ *   libascend_hal.so, hal_real.c) instead of this program's own, with the same plan line:
+ *     halMemAlloc     a0 dev, a1 size, a2 flag (dev goes into its bits 0-9), a3 the address *pp receives
+ *     halMemFree      a0 dev (not passed: the real call has none), a1 va
+ *     halSqTaskSend   a0 dev, a1 ts, a2 stream, a3 task (in the STARS SQE header), a4 sq, a5 the pos it reports
+ *     halCqReportRecv a0 dev, a1 ts, a2 stream, a3 timeout, a4 task, a5 cq; ret >= 0: the call returns 0 with
+ *                     report_cqe_num = ret, ret < 0: it returns ret
+ *   The driver-side functions stay this program's own.
  * CPUs: with two or more CPUs in the process's affinity mask and a plan of several threads (or -m, or a flag),
  *   every thread is pinned to one CPU at a time (thread i starts on the (i mod n)-th allowed CPU) and only moves
  *   itself (AWAY, HOP, -m): the CPU it reads with sched_getcpu() is the CPU its probes fire on. Otherwise
@@ -30,6 +38,7 @@
  * All scenario logic lives in Python: this program only waits, calls and timestamps.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,6 +52,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "hal_real.h"
 
 #define EXPORT __attribute__((noinline, used, visibility("default")))
 #define BARRIER() asm volatile("" ::: "memory")
@@ -153,7 +164,12 @@ static __attribute__((noinline)) int32_t hal_work(void) {
     return t_ret;
 }
 
-/* ---- user-space HAL (libascend_hal.so names) ---- */
+/* ---- user-space HAL (libascend_hal.so names, this program's own ABI) ---- */
+/* The marker of this ABI (npu_trace.bpf.abi): a file exporting it gets the simulator's argument layout. */
+EXPORT int npu_sim_hal_abi(void) {
+    return 1;
+}
+
 EXPORT int halMemAlloc(uint32_t dev, uint64_t size, uint64_t flag) {
     BARRIER();
     t_sink = dev + size + flag;
@@ -259,7 +275,83 @@ static int func_id(const char *name) {
     return -1;
 }
 
+/* ---- -H LIB: the real-ABI library ---- */
+struct real_hal {
+    sim_hal_next_fn next;
+    int (*mem_alloc)(void **pp, unsigned long long size, unsigned long long flag);
+    int (*mem_free)(void *pp);
+    int (*sq_task_send)(uint32_t dev, struct sim_task_send_info *info);
+    int (*cq_report_recv)(uint32_t dev, struct sim_report_recv_info *info);
+};
+
+static struct real_hal g_real;
+static int g_use_real;
+
+static int open_real(const char *path) {
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "npu-sim: cannot load %s: %s\n", path, dlerror());
+        return -1;
+    }
+    *(void **)&g_real.next = dlsym(lib, "npu_sim_hal_next");
+    *(void **)&g_real.mem_alloc = dlsym(lib, "halMemAlloc");
+    *(void **)&g_real.mem_free = dlsym(lib, "halMemFree");
+    *(void **)&g_real.sq_task_send = dlsym(lib, "halSqTaskSend");
+    *(void **)&g_real.cq_report_recv = dlsym(lib, "halCqReportRecv");
+    if (!g_real.next || !g_real.mem_alloc || !g_real.mem_free || !g_real.sq_task_send || !g_real.cq_report_recv) {
+        fprintf(stderr, "npu-sim: %s lacks a HAL function or npu_sim_hal_next\n", path);
+        return -1;
+    }
+    g_use_real = 1;
+    return 0;
+}
+
+static int32_t call_real_send(const struct action *x) {
+    uint8_t sqe[SIM_SQE_SIZE] = {0};
+    struct sim_sqe_header hdr = {0};
+    hdr.stream_id = (uint16_t)x->a[2];
+    hdr.task_id = (uint16_t)x->a[3];
+    memcpy(sqe, &hdr, sizeof(hdr));
+    struct sim_task_send_info info = {0};
+    info.ts_id = (uint32_t)x->a[1];
+    info.sq_id = (uint32_t)x->a[4];
+    info.sqe_addr = sqe;
+    info.sqe_num = 1;
+    g_real.next(x->ret, x->delay_ns, x->a[5]);
+    return g_real.sq_task_send((uint32_t)x->a[0], &info);
+}
+
+static int32_t call_real_recv(const struct action *x) {
+    uint8_t cqe[8 * 16] = {0};
+    struct sim_report_recv_info info = {0};
+    info.ts_id = (uint32_t)x->a[1];
+    info.stream_id = (uint32_t)x->a[2];
+    info.timeout = (int32_t)x->a[3];
+    info.task_id = (uint32_t)x->a[4];
+    info.cq_id = (uint32_t)x->a[5];
+    info.cqe_addr = cqe;
+    info.cqe_num = 8;
+    g_real.next(x->ret < 0 ? x->ret : 0, x->delay_ns, x->ret < 0 ? 0 : (uint64_t)x->ret);
+    return g_real.cq_report_recv((uint32_t)x->a[0], &info);
+}
+
+static int32_t call_real(const struct action *x) {
+    void *p = NULL;
+    switch (x->func) {
+    case F_halMemAlloc:
+        g_real.next(x->ret, x->delay_ns, x->a[3]);
+        return g_real.mem_alloc(&p, x->a[1], (x->a[2] & ~SIM_MEM_DEVID_MASK) | (x->a[0] & SIM_MEM_DEVID_MASK));
+    case F_halMemFree:
+        g_real.next(x->ret, x->delay_ns, 0);
+        return g_real.mem_free((void *)(uintptr_t)x->a[1]);
+    case F_halSqTaskSend: return call_real_send(x);
+    default: return call_real_recv(x);
+    }
+}
+
 static int32_t call_hal(struct action *x) {
+    if (g_use_real)
+        return call_real(x);
     t_ret = x->ret;
     t_delay_ns = x->delay_ns;
     t_flags = x->flags;
@@ -537,30 +629,38 @@ static int run_threads(void) {
     return 0;
 }
 
-static int parse_args(int argc, char **argv, const char **plan, const char **out) {
+static int parse_args(int argc, char **argv, const char **plan, const char **out, const char **lib) {
     int i = 1;
-    if (argc == 5 && strcmp(argv[1], "-m") == 0) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long us = strtoull(argv[2], &end, 10);
-        if (errno || end == argv[2] || *end || argv[2][0] == '-' || us > 60000000ULL)
+    while (i + 1 < argc && argv[i][0] == '-' && argv[i][1] != '\0' && argv[i][2] == '\0') {
+        if (argv[i][1] == 'm') {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long us = strtoull(argv[i + 1], &end, 10);
+            if (errno || end == argv[i + 1] || *end || argv[i + 1][0] == '-' || us > 60000000ULL)
+                return -1;
+            g_migrate_ns = us * 1000ULL;
+        } else if (argv[i][1] == 'H') {
+            *lib = argv[i + 1];
+        } else {
             return -1;
-        g_migrate_ns = us * 1000ULL;
-        i = 3;
-    } else if (argc != 3) {
-        return -1;
+        }
+        i += 2;
     }
+    if (argc - i != 2)
+        return -1;
     *plan = argv[i];
     *out = argv[i + 1];
     return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *plan_path, *out_path;
-    if (parse_args(argc, argv, &plan_path, &out_path) != 0) {
-        fprintf(stderr, "usage: npu-sim [-m MIGRATE_US] PLAN OUT  (MIGRATE_US: 0..60000000)\n");
+    const char *plan_path, *out_path, *lib_path = NULL;
+    if (parse_args(argc, argv, &plan_path, &out_path, &lib_path) != 0) {
+        fprintf(stderr, "usage: npu-sim [-m MIGRATE_US] [-H LIB] PLAN OUT  (MIGRATE_US: 0..60000000)\n");
         return 2;
     }
+    if (lib_path && open_real(lib_path) != 0)
+        return 2;
     size_t n = 0;
     g_xs = read_plan(plan_path, &n);
     if (!g_xs) {
