@@ -24,6 +24,7 @@ from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.blocktimeline import block_timeline
 from npu_trace.sinks.flight.live import LiveFlight
 from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 
 S = 1_000_000_000
@@ -42,6 +43,7 @@ def fake_session() -> Tuple[SimpleNamespace, CpuDecoders]:
         formats=fmts, header=page_header, selected=[f.full_name for f in fmts], clock="mono", cpus=CPUS,
         format_texts=texts, header_page_text=header_page, ledger=ledger, update_loss=lambda: None,
         fs=SimpleNamespace(saved_cmdlines=lambda: {PID + t: COMM for t in range(8)}), scope_header=lambda: None,
+        task_snapshot=TaskSnapshot({}, None),
     )  # fmt: skip
     table = build_decoders(fmts, "little", PROFILE.layouts)
     return session, CpuDecoders(page_header, table, "little", ledger)

@@ -307,6 +307,7 @@ def test_saved_cmdlines_parsing() -> None:
 def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
     from npu_trace.events import LossLedger
     from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sources.procs import TaskSnapshot
 
     page_header, formats = load_formats(ROOT)
     saved = {1: "init"}
@@ -314,7 +315,7 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
         formats=formats, header=page_header, selected=[f.full_name for f in formats], clock="mono",
         format_texts={f.full_name: read(os.path.join(ROOT, "events", f.system, f.name, "format")) for f in formats},
         header_page_text=read(os.path.join(ROOT, "header_page")), ledger=LossLedger(), update_loss=lambda: None,
-        fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)),
+        fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)), task_snapshot=TaskSnapshot({}, None),
     )  # fmt: skip
     monkeypatch.setattr(recorder_mod, "proc_comms", lambda: {"1": "init"})
     path = str(tmp_path / "r.npt")
