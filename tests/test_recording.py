@@ -359,7 +359,8 @@ def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, 
     rec.close()
     maps = [snapshot_from_header(RecordingReader(path).header["extra"]) for path in rec.files]
     assert maps == [TaskSnapshot({11: 10}, frozenset({10})), TaskSnapshot({11: 10, 21: 20}, frozenset({10, 20})),
-                    TaskSnapshot({21: 20, 11: 10}, frozenset({10, 20})), TaskSnapshot({21: 20, 11: 30}, None)]  # fmt: skip
+                    TaskSnapshot({21: 20, 11: 10}, frozenset({10, 20})),
+                    TaskSnapshot({21: 20, 11: 30}, None)]  # fmt: skip
 
 
 def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_path: Any) -> None:
