@@ -251,7 +251,8 @@ class TracefsSession:
         """Write the scope's filters and tasks into the instance (before any event is enabled)."""
         if self.scope.empty:
             return
-        formats = [f for f in self.formats if f.full_name in self.selected]
+        # the companions unfiltered: a process a task of another name starts is still known to be one
+        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in self.companions]
         filters = []
         comm_events: List[str] = []
         for event, parts in plan_filters(self.scope, formats, self.dev_fields, self.irq_events).items():
