@@ -61,7 +61,8 @@ class WorkloadSource(LiveSource):
     workload has ended and the buffers are drained."""
 
     def __init__(self, argv: List[str], out: str, buffer_kb: int) -> None:
-        super().__init__(TracefsSession(list(EVENTS), buffer_kb=buffer_kb, tag="benchtui"), PROFILE, label="tasks")
+        session = TracefsSession(list(EVENTS), buffer_kb=buffer_kb, tag="benchtui", companions=())
+        super().__init__(session, PROFILE, label="tasks")
         self.until = self._ended
         self.argv, self.out = argv, out
         self.proc: Optional[subprocess.Popen[bytes]] = None
