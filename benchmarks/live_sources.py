@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 from benchmarks.tasks import EVENTS, PROFILE
 from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
+from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from tui.worker.feed import Sink
@@ -53,6 +54,9 @@ class _Counting:
 
     def announce(self, resource: Dict[str, str]) -> None:
         self.sink.announce(resource)
+
+    def begin(self, tasks: TaskSnapshot) -> None:
+        self.sink.begin(tasks)
 
 
 class WorkloadSource(LiveSource):

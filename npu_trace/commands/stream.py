@@ -106,7 +106,7 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
     lines = list(session.notes)
     if not session.scope.empty:
         lines.append(f"scope: {session.scope.where()}")
-    if session.unmatched and not session.selected:
+    if session.unmatched and not session.chosen():
         lines.append(f"none of the profile's events exists here ({', '.join(session.unmatched)}): "
                      "tracing trace markers and the other channels only")  # fmt: skip
     elif session.unmatched:

@@ -52,7 +52,8 @@ class Analysis:
         self.reset = ResetDetector(profile.reset)
         self.processes = Processes(tasks, processes)  # fed before the detectors that read it (both paths)
         self.memory = MemoryDetector(self.processes)
-        self.accounting = AccountingDetector(self.memory.process_bytes)  # npu-smi against the traced bytes
+        # npu-smi against the traced bytes (of the processes the trace saw start)
+        self.accounting = AccountingDetector(self.memory.process_bytes, self.processes.whole_life)
         self.states = DeviceStateDetector(profile.reset)
         self._timeouts = TimeoutDetector(profile.merge_ns)
         self.block_normalizer = BlockNormalizer(self.normalizer)  # the fast path's, sharing the pairing state

@@ -17,8 +17,10 @@ A thread the map does not know stands for itself. When the processes alive at th
 recording made before they were kept), a thread id that holds memory and is neither a known process nor a
 known thread is counted as unattributed (`unattributed(tids)`: its newtask event was lost, or the recording is
 a later file of a rotation whose thread started and ended in an earlier one), never silently taken for a
-process. An id seen again in a newtask event (the kernel reuses ids) is counted in `reused_ids`: memory its
-earlier task still held is from then on said to be the new task's process.
+process. An id seen again in a newtask event (the kernel reuses ids) for a task of another process is counted
+in `reused_ids`: memory its earlier task still held is from then on said to be the new task's process.
+`whole_life(pid)`: whether the trace saw the process start (its traced bytes are then all it allocated: the
+accounting detector compares only those with npu-smi's).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Processes:
         known, and no thread is counted as unattributed)."""
         self.tasks: Dict[int, int] = {}
         self.known: Optional[Dict[int, None]] = None  # an ordered set (the oldest forgotten first)
+        self.started: Dict[int, None] = {}  # the processes whose start the trace saw (ordered set, bounded)
         self.counts = {"threads_started": 0, "processes_started": 0, "reused_ids": 0, "forgotten": 0}
         self.begin(tasks, processes)
 
@@ -69,6 +72,7 @@ class Processes:
             if (before is not None and before != group) or (before is None and self._is_process(tid)):
                 self.counts["reused_ids"] += 1  # memory its earlier task holds is now said to be `group`'s
             _put(self.tasks, tid, group, self.counts)
+            self.started.pop(tid, None)
             self.counts["threads_started"] += 1
         else:
             if before is not None:
@@ -76,10 +80,17 @@ class Processes:
                 self.counts["reused_ids"] += 1
             if self.known is not None:
                 _put(self.known, tid, None, self.counts)
+            _put(self.started, tid, None, self.counts)
             self.counts["processes_started"] += 1
 
     def _is_process(self, tid: int) -> bool:
         return self.known is not None and tid in self.known
+
+    def whole_life(self, pid: int) -> bool:
+        """Did the trace see everything process `pid` did (it started after tracing began)? A process alive at
+        the start may hold memory it allocated before (its traced bytes are a part of it). True for every
+        process when the processes at the start are not known (as before they were kept)."""
+        return self.known is None or pid in self.started
 
     def unattributed(self, tids: Iterable[int]) -> Optional[List[int]]:
         """The ids among `tids` (of tasks that held memory) neither a known process nor a known thread, sorted;

@@ -320,6 +320,10 @@ class TracefsSession:
         """The processes alive when tracing began (None: not known whole)."""
         return self.task_snapshot.processes
 
+    def chosen(self) -> List[str]:
+        """The events selected by the patterns and the profile (the companions left out)."""
+        return [e for e in self.selected if e not in self.companions]
+
     def traces_new_tasks(self) -> bool:
         """The session traces the tasks started during it (task:task_newtask exists here)."""
         return "task:task_newtask" in self.selected
