@@ -112,7 +112,8 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
     elif session.unmatched:
         lines.append(f"not on this host: {', '.join(session.unmatched)}")
     also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
-    lines.append(f"tracing {len(session.selected)} event types on tracefs instance {session.name} "
+    tasks = " (and task:task_newtask: which process each new thread belongs to)" if session.traces_new_tasks() else ""
+    lines.append(f"tracing {len(session.chosen())} event types{tasks} on tracefs instance {session.name} "
                  f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
     return lines
 
