@@ -156,7 +156,8 @@ def record_both(bench: Bench, binary: str, work: Workload, tag: str, anchor: boo
                    sum(1 + int(hal.FUNC_BY_NAME[a.func].hal) for a in actions))  # fmt: skip
     argv = bench.trace_cmd_record("ascend", got.dat, executor) if got.dat else executor
     env = bench.anchor_env() if got.dat else None
-    session = TracefsSession(["ascend:*"], buffer_kb=bench.args.buffer_kb, tag="benchcheck")
+    # the events trace-cmd records beside it, no more (no task:task_newtask: a handful of the host's clones)
+    session = TracefsSession(["ascend:*"], buffer_kb=bench.args.buffer_kb, tag="benchcheck", companions=())
     err = os.path.join(bench.tmp, f"{tag}.stderr")
     with LiveTrace(session) as source, open(err, "wb") as errors:
         recorder = Recorder(session, got.npt, "sim")

@@ -231,7 +231,8 @@ class Bench:
 
         pid_of = itemgetter(2)  # TraceEvent.pid; a Loss has its `kind` (a str) there, never equal to a pid
         mine = [0]
-        session = TracefsSession(patterns, buffer_kb=self.args.buffer_kb, tag="bench")
+        # the events trace-cmd records on the same workload, no more (no task:task_newtask companion)
+        session = TracefsSession(patterns, buffer_kb=self.args.buffer_kb, tag="bench", companions=())
         with LiveTrace(session) as source:
             timeline = source.timeline()
             decoders = session.decoders

@@ -79,7 +79,7 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = Fal
     args = bench.args
     consumer = analysis_consumer(PROFILE) if analyse else None
     pids: Counter[Any] = Counter()
-    session = TracefsSession(list(EVENTS), buffer_kb=args.buffer_kb, tag="benchlive")
+    session = TracefsSession(list(EVENTS), buffer_kb=args.buffer_kb, tag="benchlive", companions=())
     with LiveTrace(session) as source:
         if objects:
             timeline, decoders = source.timeline(), session.decoders
@@ -238,7 +238,7 @@ def record_workload(bench: Bench, exe: str) -> Tuple[str, int]:
     from npu_trace.sources.tracefs_source import TracefsSession
 
     path = os.path.join(bench.tmp, "tasks.npt")
-    session = TracefsSession(list(EVENTS), buffer_kb=bench.args.buffer_kb, tag="benchrec")
+    session = TracefsSession(list(EVENTS), buffer_kb=bench.args.buffer_kb, tag="benchrec", companions=())
     with LiveTrace(session) as source:
         recorder = Recorder(session, path, PROFILE.name)
         proc = subprocess.Popen(tasks.argv(exe, bench.args.events, bench.args.rate), stdout=subprocess.PIPE)

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 from benchmarks.tasks import EVENTS, PROFILE
 from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
+from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from tui.worker.feed import Sink
@@ -54,6 +55,9 @@ class _Counting:
     def announce(self, resource: Dict[str, str]) -> None:
         self.sink.announce(resource)
 
+    def begin(self, tasks: TaskSnapshot) -> None:
+        self.sink.begin(tasks)
+
 
 class WorkloadSource(LiveSource):
     """The live source of `npu-trace live` on the workload's tracepoints (benchmarks.tasks.PROFILE); it starts
@@ -61,7 +65,8 @@ class WorkloadSource(LiveSource):
     workload has ended and the buffers are drained."""
 
     def __init__(self, argv: List[str], out: str, buffer_kb: int) -> None:
-        super().__init__(TracefsSession(list(EVENTS), buffer_kb=buffer_kb, tag="benchtui"), PROFILE, label="tasks")
+        session = TracefsSession(list(EVENTS), buffer_kb=buffer_kb, tag="benchtui", companions=())
+        super().__init__(session, PROFILE, label="tasks")
         self.until = self._ended
         self.argv, self.out = argv, out
         self.proc: Optional[subprocess.Popen[bytes]] = None

@@ -50,7 +50,7 @@ def record_run(bench: Bench, n: int, rate: float) -> Run:
     bench.rec_count += 1
     path = os.path.join(bench.tmp, f"rec-{bench.rec_count}.npt")
     argv = bench.gen_argv(n, rate)
-    session = TracefsSession([EVENT], buffer_kb=bench.args.buffer_kb, tag="benchrec")
+    session = TracefsSession([EVENT], buffer_kb=bench.args.buffer_kb, tag="benchrec", companions=())
     with LiveTrace(session) as source:
         recorder = Recorder(session, path, "bench")
         t0, c0 = time.monotonic(), cpu_self()

@@ -398,6 +398,15 @@ def check_scoping(fs: Optional[Tracefs]) -> Check:
     return Check("kernel scoping", pids and filters, detail, fix)
 
 
+def check_new_tasks(events: List[str]) -> Check:
+    """Whether a session learns which process a thread started during it belongs to (its newtask event)."""
+    if "task:task_newtask" in events:
+        return Check("threads started later", True, "task:task_newtask: each new thread counted in its process")
+    return Check("threads started later", False, "no task:task_newtask: a thread started during a session counts as "
+                 "its own process (memory per process; `unattributed_threads` in check's summary)",
+                 "a kernel with CONFIG_EVENT_TRACING (task:task_newtask is in every kernel since 3.14)")  # fmt: skip
+
+
 def check_npu_irqs(host: Host) -> Check:
     """The NPU's interrupts the ascend profile traces (by the driver's IRQ names and the Ascend functions'
     msi_irqs), per device."""
@@ -480,6 +489,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_headers(host),
         check_bcc(host),
         check_scoping(fs),
+        check_new_tasks(events),
         check_pci(host),
         check_npu_irqs(host),
         check_npu_smi(host),

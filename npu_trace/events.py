@@ -2,7 +2,8 @@
 
 An `NpuEvent` is what detectors and sinks see, whatever source an event came from: (ts_ns, kind, dev, op,
 pid, cpu, args). `kind` is one of `KINDS` ("fault": a kernel fault block, or the driver saying a device is
-dead or unreachable; "app_error": an application's log naming a driver-level error); `dev` is the NPU's
+dead or unreachable; "app_error": an application's log naming a driver-level error; "task": a task started,
+which says which process a thread belongs to, npu_trace.detectors.processes); `dev` is the NPU's
 device id or None; `op` names the operation within the kind (a HAL function, "task", a timeout kind, "reset"
 ...); `args` holds the event's own values (JSON-able). Raw trace records become NpuEvents in
 `npu_trace.pipeline.normalize`; the other channels (kmsg, uevents, npu-smi, BPF) make them directly.
@@ -41,7 +42,7 @@ class TraceEvent(NamedTuple):
 
 KINDS: Tuple[str, ...] = (
     "call", "irq", "alloc", "free", "alloc_fail", "submit", "complete", "timeout", "reset_step", "ecc",
-    "link", "thermal", "log", "lost", "marker", "fault", "app_error",
+    "link", "thermal", "log", "lost", "marker", "fault", "app_error", "task",
 )  # fmt: skip
 
 

@@ -88,6 +88,24 @@ def test_threads_add_up_to_their_process() -> None:
     assert split["details"]["processes"][0]["traced_mb"] == 600
 
 
+def test_only_a_process_whose_start_the_trace_saw_is_compared_with_its_reported_memory() -> None:
+    """Process 100 was alive when tracing began (or before a flight dump's window): it may hold memory
+    allocated before, which its traced bytes cannot show. Process 200 started during the trace (its newtask
+    event): all it allocated was traced."""
+    start = NpuEvent(0, "task", None, "newtask", 1, 0, {"tid": 200, "comm": "serve", "flags": 0x01200011})
+    events = [start, alloc(1, 100, 0x1000, 1000), alloc(2, 200, 0x2000, 1000)]
+    rows = [(100, "old", 30000), (200, "new", 30000)]
+    analysis = Analysis(PROFILES["sim"], tasks={}, processes=[1, 100])
+    analysis.feed_events(events + poll(10, 61000, rows) + poll(20, 61000, rows))
+    found = of_kind(analysis.finish(), "accounting_mismatch")[-1]
+    assert found["details"]["reason"] == "traced_differs"
+    assert [p["pid"] for p in found["details"]["processes"]] == [200]
+    # without the processes at the start (a recording made before they were kept): both compared, as before
+    report = run(events + poll(10, 61000, rows) + poll(20, 61000, rows))
+    (both,) = [f for f in of_kind(report, "accounting_mismatch") if f["details"]["reason"] == "traced_differs"]
+    assert [p["pid"] for p in both["details"]["processes"]] == [100, 200]
+
+
 def test_a_list_not_read_whole_is_not_added_up() -> None:
     report = run(poll(10, 100, None))
     assert of_kind(report, "accounting_mismatch") == []

@@ -49,7 +49,7 @@ def make_tracefs(root: Path, events: str = "sched:sched_switch\n", uprobes: bool
 
 def make_ascend_host(root: Path) -> None:
     """A host with the real driver loaded, one 910B card, both event sources and the simulator."""
-    make_tracefs(root, events="sched:sched_switch\n" + DRIVER_EVENTS + "ascend:ascend_mem_alloc\n")
+    make_tracefs(root, events="sched:sched_switch\ntask:task_newtask\n" + DRIVER_EVENTS + "ascend:ascend_mem_alloc\n")
     write(root, "sys/kernel/tracing/kprobe_events", "")
     write(root, "proc/self/status", ROOT_CAPS)
     write(
@@ -136,6 +136,7 @@ def test_empty_host_fails_essentials_with_fixes(tmp_path: Path) -> None:
     assert found["uprobe events"].mark == "!!"
     assert found["driver tracepoints"].mark == "!!"
     assert found["simulator"].mark == "--" and found["simulator"].fix == "npu-trace sim load"
+    assert found["threads started later"].mark == "--" and "own process" in found["threads started later"].detail
     assert all(c.fix for c in checks if not c.ok)
 
 

@@ -24,6 +24,7 @@ from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.blocktimeline import block_timeline
 from npu_trace.sinks.flight.live import LiveFlight
 from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header
 from npu_trace.sources.replay_source import ReplaySource
 
 S = 1_000_000_000
@@ -42,6 +43,7 @@ def fake_session() -> Tuple[SimpleNamespace, CpuDecoders]:
         formats=fmts, header=page_header, selected=[f.full_name for f in fmts], clock="mono", cpus=CPUS,
         format_texts=texts, header_page_text=header_page, ledger=ledger, update_loss=lambda: None,
         fs=SimpleNamespace(saved_cmdlines=lambda: {PID + t: COMM for t in range(8)}), scope_header=lambda: None,
+        task_snapshot=TaskSnapshot({}, None),
     )  # fmt: skip
     table = build_decoders(fmts, "little", PROFILE.layouts)
     return session, CpuDecoders(page_header, table, "little", ledger)
@@ -66,11 +68,15 @@ def session_reads() -> Tuple[List[Batch], List[Run]]:
     return fed, plan
 
 
+GONE_THREAD = (5_000_001, 5_000_000)  # a thread the live analysis knows and /proc cannot (ids < 2**22)
+
+
 def fly(directory: str, settings: Dict[str, Any], fed: List[Batch]) -> FlightRecorder:
     """`record --flight`'s sink over the session's reads, then closed as at the session's end."""
     session, decoders = fake_session()
     flight = FlightRecorder(session, FlightSettings(directory=directory, **settings), "sim")  # type: ignore[arg-type]
-    sink = LiveFlight(flight, block_timeline(decoders, PROFILE.layouts, cpus=CPUS), Analysis(PROFILE))
+    analysis = Analysis(PROFILE, tasks=dict([GONE_THREAD]), processes=[GONE_THREAD[1]])
+    sink = LiveFlight(flight, block_timeline(decoders, PROFILE.layouts, cpus=CPUS), analysis)
     for batch in fed:
         sink(batch)
     flight.close()
@@ -98,6 +104,9 @@ def test_one_dump_of_the_incident_with_its_precursors_and_the_whole_sequence(
     (reset,) = [f for f in checked["report"]["findings"] if f["kind"] == "reset_sequence"]
     assert end >= reset["details"]["steps"][-1]["ts_ns"] + 2 * S  # --after past the sequence's last step
     assert checked["report"]["summary"]["memory"]["live_allocations"] > 0  # live at its end: no leak found
+    # the dump's header knows the threads the live analysis knew (over those alive when it was written)
+    tasks = snapshot_from_header(source.header["extra"])
+    assert tasks.threads[GONE_THREAD[0]] == GONE_THREAD[1] and tasks.processes and GONE_THREAD[1] in tasks.processes
 
 
 def fed_kept(fed: List[Batch]) -> List[Batch]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Sequence, Tuple
 import pytest
 
 from npu_trace import sim
+from npu_trace.ci.analyze import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
@@ -97,7 +98,8 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
     names = set()
     for batch in source.batches():
         items = replayed.push(batch)
-        names.update(source.comm(item.pid) for item in items if isinstance(item, TraceEvent))
+        names.update(source.comm(item.pid) for item in items
+                     if isinstance(item, TraceEvent) and item.fmt.system == "ascend")  # fmt: skip
         replay.feed(items, replayed.now)
     # the executor started after the header's /proc snapshot: its name comes from the recorder's comms notes,
     # known before the first chunk holding its events
@@ -105,6 +107,67 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
     live_report, replay_report = live.finish(), replay.finish()
     assert live_report["findings"], "the mixed scenario injects faults: findings expected"
     assert live_report == replay_report
+
+
+def live_bytes_by_process(truth: Dict[str, Any]) -> Dict[Tuple[int, int], int]:
+    """(device, pid) -> the bytes the truth's allocations leave live at the end, each the process's that ran
+    it (the executor process, whichever of its threads made the call)."""
+    live: Dict[Tuple[int, int], Tuple[int, int]] = {}
+    for rec in sorted(truth["actions"], key=lambda r: r["start_ns"]):
+        args = rec["args"]
+        if rec["func"] == "devmm_alloc_done" and args["ret"] == 0:
+            live[(args["dev"], args["va"])] = (args["size"], rec["pid"])
+        elif rec["func"] == "halMemFree" and not rec["ret"]:
+            live.pop((args["dev"], args["va"]), None)
+    out: Dict[Tuple[int, int], int] = {}
+    for (dev, _), (size, pid) in live.items():
+        out[(dev, pid)] = out.get((dev, pid), 0) + size
+    return out
+
+
+def memory_by_process(report: Dict[str, Any]) -> Dict[Tuple[int, int], int]:
+    return {(p["device"], p["pid"]): p["live_bytes"] for p in report["summary"]["memory"]["processes"]}
+
+
+@pytest.mark.privileged
+def test_threads_started_mid_session_are_their_process_live_and_on_replay(sim_loaded: Tracefs, tmp_path: Any) -> None:
+    """The shared-weights executors and their threads start after tracing began, and those threads allocate:
+    the live analysis (the session's map at the start, grown by the trace's newtask events), the replay of
+    the recording and `check`'s fast path give one report, whose memory per process is the truth's, every
+    byte the executor process's (none left to a thread id, none unattributed)."""
+    path = str(tmp_path / "live.npt")
+    profile = PROFILES["sim"]
+    session = TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="thr")
+    with LiveTrace(session) as trace:
+        assert session.traces_new_tasks() and session.processes is not None
+        at_start = set(session.tasks) | set(session.processes)
+        live = Analysis(profile, tasks=session.tasks, processes=session.processes)
+        recorder = Recorder(session, path, "sim")
+        timeline = trace.timeline()
+
+        def both(batch: Batch) -> None:
+            recorder(batch)
+            live.feed(timeline.push(batch), timeline.now)
+
+        run = sim.start_scenario("shared-weights", 5, 1.5, 400, 2, ensure_loaded=False)
+        pump(trace, both, until=lambda: run.poll() is not None)
+        truth = run.wait()
+        recorder.close()
+    threads = {r["tid"] for r in truth["actions"] if r["func"] == "devmm_alloc_done" and r["tid"] != r["pid"]}
+    assert threads and not threads & at_start  # threads started after tracing began made allocations
+    source = ReplaySource(path)
+    replay = Analysis(profile, tasks=source.tasks, processes=source.processes)
+    replayed = source.timeline()
+    for batch in source.batches():
+        replay.feed(replayed.push(batch), replayed.now)
+    live_report = live.finish()
+    assert live_report == replay.finish()
+    checked = analyze(path, progress=False)["analysis"]
+    assert json.dumps(checked, sort_keys=True) == json.dumps(live_report, sort_keys=True)
+    assert memory_by_process(live_report) == {k: n for k, n in live_bytes_by_process(truth).items() if n}
+    memory, processes = live_report["summary"]["memory"], live_report["summary"]["processes"]
+    assert memory["unattributed_threads"] == 0, memory
+    assert processes["processes_started"] >= 3 and processes["threads_started"] >= len(threads)
 
 
 @pytest.mark.privileged
@@ -210,3 +273,5 @@ def test_shared_weights_check_explains_the_failed_allocation_as_the_truth_says(
     (fail,) = [f for f in report["findings"] if f["kind"] == "alloc_fail"]
     assert fail["details"]["pid"] in {t["tid"] for t in truth["actions"] if t["process"] == 1}
     assert [v for v in report["violations"] if v["rule"] == "accounting_mismatch"] == []  # reported only
+    # the executors' threads started after the recording's header: their memory is still their process's
+    assert memory_by_process(report) == {k: n for k, n in live_bytes_by_process(truth).items() if n}

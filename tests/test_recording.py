@@ -307,6 +307,7 @@ def test_saved_cmdlines_parsing() -> None:
 def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
     from npu_trace.events import LossLedger
     from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sources.procs import TaskSnapshot
 
     page_header, formats = load_formats(ROOT)
     saved = {1: "init"}
@@ -314,7 +315,7 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
         formats=formats, header=page_header, selected=[f.full_name for f in formats], clock="mono",
         format_texts={f.full_name: read(os.path.join(ROOT, "events", f.system, f.name, "format")) for f in formats},
         header_page_text=read(os.path.join(ROOT, "header_page")), ledger=LossLedger(), update_loss=lambda: None,
-        fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)),
+        fs=SimpleNamespace(saved_cmdlines=lambda: dict(saved)), task_snapshot=TaskSnapshot({}, None),
     )  # fmt: skip
     monkeypatch.setattr(recorder_mod, "proc_comms", lambda: {"1": "init"})
     path = str(tmp_path / "r.npt")
@@ -331,6 +332,35 @@ def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> No
     _, records = read_all(path)
     notes = [item["comms"] for kind, item in records if kind == "note"]
     assert notes == [{"777": "started-later"}, {"777": "renamed"}]
+
+
+def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, monkeypatch: Any) -> None:
+    """The first file's header holds the session's tasks at the start (the live analysis's map); each later
+    one the tasks alive at its opening over the file before's (a thread gone meanwhile may still have events
+    in the pages read next)."""
+    from npu_trace.events import LossLedger
+    from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header
+
+    page_header, formats = load_formats(ROOT)
+    session = SimpleNamespace(
+        formats=formats, header=page_header, selected=[f.full_name for f in formats], clock="mono",
+        format_texts={f.full_name: read(os.path.join(ROOT, "events", f.system, f.name, "format")) for f in formats},
+        header_page_text=read(os.path.join(ROOT, "header_page")), ledger=LossLedger(), update_loss=lambda: None,
+        fs=SimpleNamespace(saved_cmdlines=dict), task_snapshot=TaskSnapshot({11: 10}, frozenset({10})),
+    )  # fmt: skip
+    now = iter([TaskSnapshot({21: 20}, frozenset({10, 20})), TaskSnapshot({11: 10}, frozenset({10})),
+                TaskSnapshot({11: 30}, None)])  # fmt: skip
+    monkeypatch.setattr(recorder_mod, "task_snapshot", lambda: next(now))
+    rec = recorder_mod.Recorder(session, str(tmp_path / "r.npt"), "test", max_size=1)
+    pages = load_pages(ROOT)
+    for i in range(3):
+        rec(Batch(pages[i : i + 1], []))
+    rec.close()
+    maps = [snapshot_from_header(RecordingReader(path).header["extra"]) for path in rec.files]
+    assert maps == [TaskSnapshot({11: 10}, frozenset({10})), TaskSnapshot({11: 10, 21: 20}, frozenset({10, 20})),
+                    TaskSnapshot({21: 20, 11: 10}, frozenset({10, 20})),
+                    TaskSnapshot({21: 20, 11: 30}, None)]  # fmt: skip
 
 
 def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_path: Any) -> None:

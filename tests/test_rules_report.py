@@ -127,3 +127,13 @@ def test_the_readme_rules_example_is_valid() -> None:
     block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     rules = parse_rules(block)
     assert rules.p99_max_ns == {"halMemAlloc": 2_000_000} and rules.max_counts["spikes"] == -1
+
+
+def test_the_text_report_says_when_threads_holding_memory_belong_to_no_known_process() -> None:
+    report = _report([])
+    assert "no known process" not in render_text(report)
+    report["summary"]["memory"] = {"unattributed_threads": 9, "unattributed": list(range(501, 509))}
+    line = [ln for ln in render_text(report).splitlines() if "no known process" in ln]
+    assert line == ["  note: 9 threads holding device memory belong to no known process (ids 501, 502, 503, 504, "
+                    "505, 506, 507, 508, ...): each counted as its own process (a lost newtask event, or a thread "
+                    "of an earlier file of a rotation)"]  # fmt: skip

@@ -274,6 +274,22 @@ def scoped_session(scope: Scope, listings: List[List[int]]) -> Any:
     return session
 
 
+def test_the_tasks_started_are_traced_unfiltered_by_the_task_name() -> None:
+    """A process a task of another name starts (the shell starting npu-sim) is still known to be a process."""
+    import os
+
+    from npu_trace.ftrace.format import parse_format
+
+    with open(os.path.join(os.path.dirname(__file__), "data", "task", "task_newtask.format")) as f:
+        newtask = parse_format(f.read(), "task")
+    session = scoped_session(Scope(comms=("npu_sim",)), [])
+    session.formats.append(newtask)
+    session.selected.append(newtask.full_name)
+    inst = FakeInstance()
+    session._apply_scope(inst)
+    assert "task:task_newtask" not in inst.filters and "ascend:ascend_halMemAlloc" in inst.filters
+
+
 def test_a_refused_task_name_filter_is_left_to_the_pipeline_and_said() -> None:
     session = scoped_session(Scope(comms=("npu_sim",), devices=(1,)), [])
     inst = FakeInstance()

@@ -61,7 +61,8 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     The fast path (columns: `BlockTimeline` and `Analysis.feed_block`) by default; `reference`: the
     pure-Python path it must equal (one object per event), byte for byte."""
     source = ReplaySource(path)
-    analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks)
+    analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks,
+                        processes=source.processes)  # fmt: skip
     analysis.memory.leaks_at_end = source.window is None  # a flight dump's end is not the processes' end
     source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
     bar = Progress(os.path.getsize(path) if progress else 0)

@@ -166,7 +166,8 @@ class Exporter:
         self.req = request
         self.writer = writer
         self.source = ReplaySource(request.recording)
-        self.analysis = Analysis(profile_for(self.source, request.profile), self.source.scope_filter())
+        self.analysis = Analysis(profile_for(self.source, request.profile), self.source.scope_filter(),
+                                 tasks=self.source.tasks, processes=self.source.processes)  # fmt: skip
         self.source.only = self.analysis.mapped_events()  # unmapped events: counted, not decoded (as check)
         self.watch = _Watch()
         self.analysis.latency.task_watch = self.watch

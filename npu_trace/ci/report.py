@@ -81,6 +81,9 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
     if reading.get("window"):
         lines.append(f"  window: {window_text(reading['window'])}")
+    loose = _unattributed(report)
+    if loose:
+        lines.append(f"  note: {loose}")
     counts: Dict[str, int] = {}
     for f in report["findings"]:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1
@@ -92,6 +95,19 @@ def render_text(report: Mapping[str, Any]) -> str:
     lines.append(f"violations: {len(report['violations'])}")
     lines += [f"  {v['rule']}: {v['message']}" for v in report["violations"]]
     return "\n".join(lines) + "\n"
+
+
+def _unattributed(report: Mapping[str, Any]) -> str:
+    """ "2 threads holding memory belong to no known process (ids 501, 502): ..." when the memory detector
+    counted any (npu_trace.detectors.processes); "" otherwise."""
+    memory = (report.get("summary") or {}).get("memory") or {}
+    n = memory.get("unattributed_threads")
+    if not n:
+        return ""
+    ids = ", ".join(map(str, memory.get("unattributed") or []))
+    more = ", ..." if n > len(memory.get("unattributed") or []) else ""
+    return (f"{n} thread{'s' if n > 1 else ''} holding device memory belong to no known process (ids {ids}{more}): "
+            "each counted as its own process (a lost newtask event, or a thread of an earlier file of a rotation)")
 
 
 def render_junit(report: Mapping[str, Any], rules: Rules) -> str:

@@ -42,7 +42,7 @@ from npu_trace.sinks.exposition import (
     registry_of,
     stale_temporaries,
 )
-from npu_trace.sinks.flight.live import judge_analysis
+from npu_trace.sinks.flight.live import analysis_tasks, judge_analysis
 from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
@@ -141,7 +141,10 @@ class Agent:
             listeners.on_batch = flight
             listeners.on_findings = lambda found, now, analysis: judge_analysis(flight, analysis, found, now)
         info = (("version", __version__), ("profile", self.options.profile_name))
-        self.live = LiveMetrics(source.block_timeline(), Analysis(self.options.profile, scope), self.state,
+        analysis = Analysis(self.options.profile, scope, tasks=session.tasks, processes=session.processes)
+        if self.flight is not None:
+            self.flight.tasks = analysis_tasks(analysis)  # the dumps' headers: the threads it knows
+        self.live = LiveMetrics(source.block_timeline(), analysis, self.state,
                                 rules=self.rules, ledger=session.ledger, update_loss=session.update_loss,
                                 listeners=listeners, figures=self.figures, info=info)  # fmt: skip
         return self.live

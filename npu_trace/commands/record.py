@@ -164,7 +164,8 @@ def run_flight(args: argparse.Namespace, settings: FlightSettings) -> int:
         for name in flight.stale:
             note(f"flight: {settings.directory}/{name}: an unfinished dump of an earlier run (readable to its cut)")
         scope = ScopeFilter(session.scope, CommCache(lambda: saved_comms(session.fs)))
-        sink = LiveFlight(flight, source.block_timeline(), Analysis(options.profile, scope))
+        analysis = Analysis(options.profile, scope, tasks=session.tasks, processes=session.processes)
+        sink = LiveFlight(flight, source.block_timeline(), analysis)
         announce(session, f"flight recorder: the last {settings.seconds:g} s in memory (at most "
                  f"{settings.max_bytes >> 20} MiB), dumps on {','.join(settings.dump_on)} to {settings.directory}",
                  channels)  # fmt: skip

@@ -106,13 +106,14 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
     lines = list(session.notes)
     if not session.scope.empty:
         lines.append(f"scope: {session.scope.where()}")
-    if session.unmatched and not session.selected:
+    if session.unmatched and not session.chosen():
         lines.append(f"none of the profile's events exists here ({', '.join(session.unmatched)}): "
                      "tracing trace markers and the other channels only")  # fmt: skip
     elif session.unmatched:
         lines.append(f"not on this host: {', '.join(session.unmatched)}")
     also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
-    lines.append(f"tracing {len(session.selected)} event types on tracefs instance {session.name} "
+    tasks = " (and task:task_newtask: which process each new thread belongs to)" if session.traces_new_tasks() else ""
+    lines.append(f"tracing {len(session.chosen())} event types{tasks} on tracefs instance {session.name} "
                  f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
     return lines
 

@@ -18,7 +18,9 @@ when its condition begins (it must end before it is said again):
   says, whichever is larger: npu-smi also counts the runtime's own context memory), at two readings of the
   chip in a row: npu-smi takes its numbers somewhere during its run (tens of milliseconds after the reading's
   stamp, later on a loaded host), so allocations made meanwhile are in its numbers and not yet in the trace
-  at the stamp; such a difference is gone at the next reading, a real one is not.
+  at the stamp; such a difference is gone at the next reading, a real one is not. Only a process whose start
+  the trace saw is compared (`whole_life`): one alive when tracing began (or before a flight dump's window)
+  may hold memory allocated before, which its traced bytes cannot show.
 
 The details name the processes (pid, name, memory_mb, traced_mb) and carry the three numbers.
 
@@ -83,8 +85,9 @@ class ChipReading:
 
 
 class AccountingDetector:
-    def __init__(self, process_bytes: ProcessBytes) -> None:
+    def __init__(self, process_bytes: ProcessBytes, whole_life: Callable[[int], bool] = lambda _pid: True) -> None:
         self.process_bytes = process_bytes  # the memory detector's view, at the current place in the trace
+        self.whole_life = whole_life  # the trace saw the process start (npu_trace.detectors.processes)
         self.readings: Dict[ChipKey, ChipReading] = {}
         self.by_device: Dict[int, ChipKey] = {}
         self._rows: Dict[ChipKey, List[ProcessRow]] = {}  # the current poll's rows, before its readings
@@ -154,7 +157,8 @@ class AccountingDetector:
                    "process_sum_mb": proc_sum if r.processes is not None else None,
                    "traced_bytes": traced_bytes, "traced_mb": _mb(traced_bytes)}  # fmt: skip
         twice = r.processes is not None and r.used_mb is not None and proc_sum > r.used_mb + len(rows)
-        differs = [p for p, row in zip(listed, rows) if _differs(row, traced.get((r.device, row.pid), 0))]
+        differs = [p for p, row in zip(listed, rows)
+                   if self.whole_life(row.pid) and _differs(row, traced.get((r.device, row.pid), 0))]  # fmt: skip
         again = bool(differs) and self.differed.get((r.npu, r.chip), False)
         self.differed[(r.npu, r.chip)] = bool(differs)
         out = self._condition(r, "counted_twice", twice, ev, {**numbers, "processes": listed})

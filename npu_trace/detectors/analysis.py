@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import itemgetter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
@@ -38,22 +38,28 @@ class Analysis:
     finish() -> {"findings": [...], "summary": {...}}."""
 
     def __init__(self, profile: Profile, scope: Optional[ScopeFilter] = None,
-                 tasks: Optional[Mapping[int, int]] = None) -> None:  # fmt: skip
+                 tasks: Optional[Mapping[int, int]] = None,
+                 processes: Optional[Iterable[int]] = None) -> None:  # fmt: skip
         """`scope`: the pipeline's part of what the trace was scoped to (npu_trace.pipeline.scope), applied
         around normalization; None or an inactive one: every event is analysed. `tasks`: thread id -> its
-        process (a recording's header `extra.tasks`): what is said per process adds its threads up."""
+        process at the start (a session's `tasks`, a recording's header `extra.tasks`), `processes` the
+        processes then (None: not known): what is said per process adds its threads up, the threads started
+        later told by the trace's own newtask events (npu_trace.detectors.processes)."""
         self.normalizer = Normalizer(profile.mapping)
         self._scope = scope
         # typed, for their read-only views (check, diff, the TUI's collector, exporters)
         self.latency = LatencyDetector(profile.latency)
         self.reset = ResetDetector(profile.reset)
-        self.memory = MemoryDetector(Processes(tasks))
-        self.accounting = AccountingDetector(self.memory.process_bytes)  # npu-smi against the traced bytes
+        self.processes = Processes(tasks, processes)  # fed before the detectors that read it (both paths)
+        self.memory = MemoryDetector(self.processes)
+        # npu-smi against the traced bytes (of the processes the trace saw start)
+        self.accounting = AccountingDetector(self.memory.process_bytes, self.processes.whole_life)
         self.states = DeviceStateDetector(profile.reset)
         self._timeouts = TimeoutDetector(profile.merge_ns)
         self.block_normalizer = BlockNormalizer(self.normalizer)  # the fast path's, sharing the pairing state
         self._last_seen = 0  # the latest stamp of the items fed as blocks
         self.detectors: Dict[str, Detector] = {
+            "processes": self.processes,
             "latency": self.latency,
             "reset": self.reset,
             "memory": self.memory,
@@ -71,6 +77,11 @@ class Analysis:
         self.last_ts: Optional[int] = None
         self.now: Optional[int] = None  # the latest time advance() was told
         self._report: Optional[Dict[str, Any]] = None
+
+    def begin_tasks(self, tasks: Optional[Mapping[int, int]], processes: Optional[Iterable[int]]) -> None:
+        """The tasks alive when tracing began, for an analysis made before its session started (the TUI's
+        worker): as `tasks` and `processes` of __init__, before anything is fed."""
+        self.processes.begin(tasks, processes)
 
     @property
     def scope(self) -> Optional[ScopeFilter]:
@@ -174,9 +185,11 @@ class Analysis:
         for i, ev in enumerate(events):
             if self.accounting.needs_memory(ev):
                 out += self.memory.feed_block(nb, lo, int(rows[i]))
+                self.processes.feed(events[done : i + 1])  # the threads started before the reading, as feed()
                 out += self.accounting.feed(events[done : i + 1])
                 lo, done = int(rows[i]), i + 1
         out += self.memory.feed_block(nb, lo) if lo else self.memory.feed_block(nb)
+        self.processes.feed(events[done:])
         return out + self.accounting.feed(events[done:])
 
     def _feed_rare(self, nb: NormBlock, rows: np.ndarray, events: List[NpuEvent], previous: int) -> List[Finding]:
@@ -188,7 +201,8 @@ class Analysis:
         before = [int(stamps[r - 1]) if r else previous for r in rows.tolist()]
         out = self._timeouts.feed_sparse(events, before, last)
         for detector in self.detectors.values():
-            if detector is not self._timeouts and detector not in (self.latency, self.memory, self.accounting):
+            if detector is not self._timeouts and detector not in (self.latency, self.memory, self.accounting,
+                                                                   self.processes):  # fmt: skip
                 out += detector.feed(events)  # a detector reads no hot kind (see detectors.base)
                 out += detector.advance(last)
         return out

@@ -10,7 +10,8 @@ end: what is live then may be freed after it (the summary still counts it, `live
 Events carry the thread that made them (`pid` is a thread id: npu_trace.detectors.processes). The counting
 keeps live bytes per (device, thread) in `pid_bytes` (on both paths, the hot ones); what is said per process
 (`process_bytes()`, `top_processes()`, the summary's `processes`, leaks) adds a process's threads up through
-`processes`, the thread -> process map a recording's header keeps (a thread it does not know is its own).
+`processes`, the thread -> process map (a thread it does not know is its own; when the processes at the start
+are known, the summary counts such threads that held memory: `unattributed_threads`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class MemoryWatch(Protocol):
 
 
 MAX_LEAK_VAS = 8  # addresses listed per leak finding (the oldest)
+MAX_LISTED = 8  # thread ids listed as unattributed in the summary (the lowest)
 
 
 class MemoryDetector:
@@ -283,7 +285,9 @@ class MemoryDetector:
         ]
         pids = [{"device": _out_dev(d), "pid": p, "live_bytes": n} for (d, p), n in sorted(self.process_bytes().items())
                 if n]  # fmt: skip
-        return {**self.counts, "live_allocations": len(self.live), "devices": devices, "processes": pids}
+        loose = self.processes.unattributed(tid for _, tid in self.pid_bytes)
+        threads = {} if loose is None else {"unattributed_threads": len(loose), "unattributed": loose[:MAX_LISTED]}
+        return {**self.counts, "live_allocations": len(self.live), "devices": devices, "processes": pids, **threads}
 
 
 def _leak(dev: int, pid: int, allocs: List[Tuple[int, int, int]]) -> Finding:

@@ -39,6 +39,9 @@ MAX_DEPTH = 64  # nested entries of one (pid, op)
 
 COMMON_MAPPING: Dict[str, Any] = {
     "ftrace:print": {"kind": "marker", "op": "marker", "dev": "", "args": {"text": "buf"}},
+    # a task started (fired in its parent): the thread -> process map grows (npu_trace.detectors.processes)
+    "task:task_newtask": {"kind": "task", "op": "newtask", "dev": "",
+                          "args": {"tid": "pid", "comm": "comm", "flags": "clone_flags"}},
 }
 
 

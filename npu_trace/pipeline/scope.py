@@ -10,7 +10,7 @@ kernel's filters and task list, what the pipeline matches instead). A recording 
   by the task's name from `comm_of(pid)`, before normalization;
 - `events(events)`, after normalization: an interrupt (kind "irq" with an "irq" arg) gets its device from `irqs`,
   and one that is not the NPU's is left out; with `devices`, an event of another device, or of none, is left
-  out, except the trace's own records (kind "lost", "marker"). An event the kernel already filtered passes again
+  out, except the trace's own records (kind "lost", "marker", "task"). An event the kernel already filtered passes again
   unchanged, so the stage needs to know only what the kernel could not do for the task name.
 What it leaves out is counted in `dropped`, by reason.
 
@@ -29,7 +29,8 @@ from npu_trace.events import NpuEvent, TraceEvent
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.pipeline.normalize import Normalizer
 
-KEEP_KINDS: FrozenSet[str] = frozenset(("lost", "marker"))  # the trace's own records: in every device's scope
+# the trace's own records (and the tasks started, which say which process a thread is): in every device's scope
+KEEP_KINDS: FrozenSet[str] = frozenset(("lost", "marker", "task"))
 IrqTable = Tuple[Tuple[int, Optional[int]], ...]  # (irq, device or None), sorted by irq
 
 

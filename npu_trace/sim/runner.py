@@ -242,6 +242,8 @@ class ScenarioRun:
         self.truth["t0_ns"] = self.t0_ns
         self.truth["t0_bound_ns"] = min((r[0] - a.t_ns for a, r in zip(self.actions, rows)), default=self.t0_ns)
         self.truth["processes"] = [{"index": k, "pid": pid} for k, pid in enumerate(self.pids)]
+        for rec in self.truth["actions"]:  # whose memory it is: the executor process's (`tid` is its thread)
+            rec["pid"] = self.pids[rec["process"]]
         self.truth["shared"] = [{**vars(sh), "pid": self.pids[sh.proc]} for sh in self.shares]
         if self.channels is not None:
             self.truth["channels"] = self.channels.truth()

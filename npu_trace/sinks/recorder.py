@@ -16,7 +16,7 @@ from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
 from npu_trace.sinks.batch_writer import MARK_EVERY_NS, BatchWriter
 from npu_trace.sources.comm import saved_comms
-from npu_trace.sources.procs import thread_groups
+from npu_trace.sources.procs import TaskSnapshot, task_snapshot
 from npu_trace.sources.tracefs_source import TracefsSession
 
 __all__ = ["MARK_EVERY_NS", "Recorder", "new_losses", "numbered", "proc_comms", "session_header"]
@@ -41,11 +41,14 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
     return out
 
 
-def session_header(session: TracefsSession, profile: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+def session_header(session: TracefsSession, profile: str, extra: Dict[str, Any],
+                   tasks: Optional[TaskSnapshot] = None) -> Dict[str, Any]:  # fmt: skip
     """The header of a recording of this started session: its formats, header_page, scope, which process each
-    thread belongs to (trace events name threads: per-process accounting on replay); `extra` as given."""
+    thread belongs to (trace events name threads: per-process accounting on replay; `tasks`, by default the
+    session's tasks when tracing began, the map the live analysis starts from); `extra` as given."""
+    known = session.task_snapshot if tasks is None else tasks
     return build_header(session, profile, session.format_texts, session.header_page_text,
-                        {"tasks": thread_groups(), **extra})  # fmt: skip
+                        {**known.header(), **extra})  # fmt: skip
 
 
 class Recorder:
@@ -83,6 +86,7 @@ class Recorder:
         self._reported: Dict[Tuple[str, str, int], int] = {}
         self._opened_at = 0.0
         self._known_comms: Dict[str, str] = {}
+        self._tasks: Optional[TaskSnapshot] = None  # the task map of the file before (None: the first file)
         self.writer: Optional[RecordingWriter] = None
         self._write: Optional[BatchWriter] = None
         self._open()
@@ -90,7 +94,10 @@ class Recorder:
     def _open(self) -> None:
         path = numbered(self.path, len(self.files) + 1) if self.rotating else self.path
         comms = proc_comms()  # names of the processes alive at the start, for replay's display
-        header = session_header(self.session, self.profile, {**self.extra, "comms": comms})
+        # the first file starts from the session's map; a rotated one from the tasks now over the file before's
+        if self.files:
+            self._tasks = task_snapshot().merged(self._tasks or self.session.task_snapshot)
+        header = session_header(self.session, self.profile, {**self.extra, "comms": comms}, self._tasks)
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,
                                       before_chunk=lambda w: self._note_comms(w), mode=self.mode)  # fmt: skip
         self._write = BatchWriter(self.writer)

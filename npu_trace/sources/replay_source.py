@@ -27,7 +27,7 @@ from npu_trace.pipeline.scope import Scope, ScopeFilter
 from npu_trace.pipeline.timeline import Timeline
 from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
-from npu_trace.sources.procs import tasks_from_header
+from npu_trace.sources.procs import snapshot_from_header
 
 
 class ReplaySource:
@@ -45,7 +45,8 @@ class ReplaySource:
         self.only = only  # decode just these events ("system:name"); the others are counted, not decoded
         self.ledger = LossLedger()
         self.comms: Dict[int, str] = dict(_comms(self.reader.header.get("extra", {})))
-        self.tasks: Dict[int, int] = tasks_from_header(self.reader.header.get("extra"))  # thread -> its process
+        # the tasks when tracing began: thread -> its process, and the processes (None: an older recording's)
+        self.tasks, self.processes = snapshot_from_header(self.reader.header.get("extra"))
         self.scope = Scope.from_header(self.reader.header.get("scope"))  # what was traced (a bad entry: InputError)
         self.channel_events_read = 0  # NpuEvents of the other channels (kmsg, uevents, npu-smi)
         self.pages_read = 0

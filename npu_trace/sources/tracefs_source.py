@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 from dataclasses import replace
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.device.switches import DRIVER_EVENTS
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError, UsageError
@@ -26,13 +26,16 @@ from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
 from npu_trace.pipeline.scope import Applied, Scope
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchReport
-from npu_trace.sources.procs import tasks_of
+from npu_trace.sources.procs import TaskSnapshot, task_snapshot, tasks_of
 from npu_trace.sources.scoping import Part, npu_irqs_in_scope, plan_filters
 
 DEFAULT_BUFFER_KB = 8192
 PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read
 # Written to the buffer without being enabled (trace_marker writes): always decoded, never enabled.
 IMPLICIT_EVENTS = ("ftrace:print",)
+# Traced beside every selection, where the kernel has them: the tasks started during the session (the parent's
+# clone: which process each new thread belongs to, npu_trace.detectors.processes). A handful a second.
+COMPANION_EVENTS = ("task:task_newtask",)
 COPY_MARKERS = "copy_trace_marker"  # instance option (Linux 6.17+)
 STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
 EVENT_FORK = "event-fork"  # instance option: set_event_pid follows the tasks its tasks create
@@ -97,13 +100,16 @@ class TracefsSession:
         list_tasks: Callable[[Iterable[int]], List[int]] = tasks_of,
         switches: Optional[DriverSwitches] = None,
         switch_systems: Sequence[str] = (),
+        companions: Sequence[str] = COMPANION_EVENTS,
+        snapshot: Callable[[], TaskSnapshot] = task_snapshot,
     ) -> None:
         """`scope`: what to trace (npu_trace.pipeline.scope): its processes go to the instance's set_event_pid,
         its task names, devices (`dev_fields`: event -> plain device field) and NPU interrupts (on `irq_events`)
         to per-event filters (npu_trace.sources.scoping); `self.scope` then says where each part was applied.
         `switches`: the driver's trace switches (default: this host's), turned on for the scope's devices when the
         session's events, or `switch_systems` (the BPF channel's driver tracepoints), include the driver's;
-        restored by close()."""
+        restored by close(). `companions`: events traced beside the selection where they exist (not counted as
+        the profile's); `snapshot` reads the tasks alive once tracing is on (`tasks`, `processes`)."""
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
         self.scope = scope or Scope()
@@ -137,6 +143,9 @@ class TracefsSession:
         self.switches = switches or DriverSwitches()
         self.switch_systems = tuple(dict.fromkeys([*driver_systems([*self.patterns, *self.optional]), *switch_systems]))
         self.switch_report = SwitchReport()
+        self.companions = tuple(companions)
+        self._snapshot = snapshot
+        self.task_snapshot = TaskSnapshot({}, None)  # the tasks alive when tracing began (read by start())
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> TracefsSession:
@@ -152,7 +161,9 @@ class TracefsSession:
         if self.switch_systems:
             restored, problems = self.switches.restore_stale()
             self.notes += restored + problems
-        self.selected = self._select(fs.available_events())
+        available = fs.available_events()
+        self.selected = self._select(available)
+        self.selected += [e for e in self.companions if e in available and e not in self.selected]
         self.format_texts: Dict[str, str] = {}
         self.formats = load_formats(fs, [*self.selected, *self._implicit(fs)], self.format_texts)
         self.header_page_text = fs.header_page()
@@ -161,6 +172,7 @@ class TracefsSession:
         try:
             self._configure(self.instance)
             self._turn_on_switches()
+            self.task_snapshot = self._snapshot()  # after tracing_on: a task started later has its newtask event
         except BaseException as exc:
             try:
                 self.close()
@@ -239,7 +251,8 @@ class TracefsSession:
         """Write the scope's filters and tasks into the instance (before any event is enabled)."""
         if self.scope.empty:
             return
-        formats = [f for f in self.formats if f.full_name in self.selected]
+        # the companions unfiltered: a process a task of another name starts is still known to be one
+        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in self.companions]
         filters = []
         comm_events: List[str] = []
         for event, parts in plan_filters(self.scope, formats, self.dev_fields, self.irq_events).items():
@@ -296,6 +309,24 @@ class TracefsSession:
         if not written:
             raise UsageError(f"--pid {', '.join(map(str, self.scope.pids))}: no such process (it has exited)")
         return sorted(written)
+
+    @property
+    def tasks(self) -> Dict[int, int]:
+        """{tid: tgid} of the threads alive when tracing began (Analysis(..., tasks=, processes=))."""
+        return self.task_snapshot.threads
+
+    @property
+    def processes(self) -> Optional[FrozenSet[int]]:
+        """The processes alive when tracing began (None: not known whole)."""
+        return self.task_snapshot.processes
+
+    def chosen(self) -> List[str]:
+        """The events selected by the patterns and the profile (the companions left out)."""
+        return [e for e in self.selected if e not in self.companions]
+
+    def traces_new_tasks(self) -> bool:
+        """The session traces the tasks started during it (task:task_newtask exists here)."""
+        return "task:task_newtask" in self.selected
 
     def scope_header(self) -> Optional[Dict[str, Any]]:
         """The recording header's `scope` entry (None when nothing is scoped)."""

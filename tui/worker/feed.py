@@ -27,6 +27,7 @@ from npu_trace.errors import NpuTraceError
 from npu_trace.events import LossLedger
 from npu_trace.pipeline.blocks import Block
 from npu_trace.process import StopFlag
+from npu_trace.sources.procs import TaskSnapshot
 from tui.messages import INTERVAL_S, ROWS_PER_UPDATE, one_line
 from tui.worker.collector import Collector, fresh_counters
 
@@ -41,6 +42,8 @@ class Sink(Protocol):
     def end(self) -> None: ...
 
     def announce(self, resource: Dict[str, str]) -> None: ...
+
+    def begin(self, tasks: TaskSnapshot) -> None: ...
 
 
 class Source(Protocol):
@@ -189,6 +192,11 @@ class Feed:
 
     def announce(self, resource: Dict[str, str]) -> None:
         self.channel.send(("resource", dict(resource)))
+
+    def begin(self, tasks: TaskSnapshot) -> None:
+        """The tasks alive when the source began tracing (before its first items): the analysis's thread ->
+        process map starts from them (npu_trace.detectors.processes)."""
+        self.collector.analysis.begin_tasks(*tasks)
 
     def _post(self) -> None:
         now = self.clock()

@@ -127,6 +127,7 @@ class LiveSource(BaseSource):
     def run(self, sink: Sink, stop: StopFlag) -> None:
         with LiveTrace(self.session, self.channels) as source:
             self.scope_filter.set_scope(self.session.scope)
+            sink.begin(self.session.task_snapshot)
             if self.session.notes:
                 self.note = self.session.notes[-1]
             fs = self.session.fs

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from npu_trace.pipeline import Batch, empty_batch, pump
 from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
+from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 from tui.worker.feed import Sink
 from tui.worker.sources import IDLE_S, BaseSource
@@ -65,6 +66,7 @@ class ReplayFeedSource(BaseSource):
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: Sink, stop: StopFlag) -> None:
         while not stop.stopped:
+            sink.begin(TaskSnapshot(self.replay.tasks, self.replay.processes))
             pump(self, _through(LiveBlocks(self.replay.block_timeline(), time.monotonic), sink), stop=stop,
                  poll_s=IDLE_S)  # fmt: skip
             if self._back is None:

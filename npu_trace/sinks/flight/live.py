@@ -4,12 +4,12 @@ analyses them (`BlockTimeline` -> `Analysis.feed_block`) and lets the findings d
 `record --flight` runs it; so may any long-running consumer that has no analysis of its own. A consumer that
 has one (the agent: metrics from its own `Analysis`) feeds the `FlightRecorder` itself instead: every raw
 batch to `flight(batch)`, and after each `analysis.feed_block(...)` call `judge_analysis(flight, analysis,
-found, now)`.
+found, now)`; `flight.tasks = analysis_tasks(analysis)` gives the dumps the analysis's thread -> process map.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
@@ -17,6 +17,7 @@ from npu_trace.pipeline.batch import Batch
 from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.sinks.flight.incidents import OpenReset
 from npu_trace.sinks.flight.recorder import FlightRecorder
+from npu_trace.sources.procs import TaskSnapshot
 
 ANALYSE_EVERY_NS = 100_000_000  # the analysis takes the timeline's released items this often (trace time)
 ANALYSE_ROWS = 1 << 16  # ... or once this many are waiting
@@ -25,6 +26,11 @@ ANALYSE_ROWS = 1 << 16  # ... or once this many are waiting
 def open_resets(analysis: Analysis) -> List[OpenReset]:
     """The analysis's reset sequences still open: (device, first step's time, last step's time)."""
     return [(s.dev, s.first_ts, s.steps[-1][1] if s.steps else s.first_ts) for s in analysis.reset.open_sequences()]
+
+
+def analysis_tasks(analysis: Analysis) -> Callable[[], TaskSnapshot]:
+    """The thread -> process map `analysis` holds, when asked (a FlightRecorder's `tasks`: its dumps' headers)."""
+    return lambda: TaskSnapshot(analysis.processes.threads(), analysis.processes.processes())
 
 
 def judge_analysis(flight: FlightRecorder, analysis: Analysis, found: Sequence[Finding], now: Optional[int]) -> None:
@@ -44,6 +50,7 @@ class LiveFlight:
         self.flight = flight
         self.blocks = blocks
         self.analysis = analysis
+        flight.tasks = analysis_tasks(analysis)
         self._taken_ns: Optional[int] = None
 
     def __call__(self, batch: Batch) -> None:

@@ -11,7 +11,9 @@ streams to disk, and a crash leaves a readable (truncated) `.partial`.
 
 A dump carries what a replay needs: the session's header (formats, header_page, scope, channels), a `window`
 entry saying it is a window and what triggered it, the process names known at its start (and notes of those
-seen later), every read's mark, the channel events of its window and the loss counters' growth over it.
+seen later), which process each thread known at its start belongs to (`tasks`: the live analysis's map, over
+the tasks alive then; the threads started later have their newtask events in the window), every read's mark,
+the channel events of its window and the loss counters' growth over it.
 
 Using it from a long-running service (the agent's `--spool DIR`):
 
@@ -65,6 +67,7 @@ from npu_trace.sinks.flight.incidents import (
 from npu_trace.sinks.flight.ring import FlightRing, Segment, window_batches
 from npu_trace.sinks.recorder import new_losses, proc_comms, session_header
 from npu_trace.sources.comm import saved_comms
+from npu_trace.sources.procs import TaskSnapshot, task_snapshot
 from npu_trace.sources.tracefs_source import TracefsSession
 
 S = 1_000_000_000
@@ -161,6 +164,9 @@ class FlightRecorder:
         while len(self._known) > MAX_KNOWN_COMMS:
             self._known.popitem(last=False)
         self.ring.base_comms.update(self._known)
+        # the thread -> process map the live analysis holds now (set by whoever runs it: `analysis_tasks`);
+        # without one, the session's map at the start: a dump's header has it over the tasks alive then
+        self.tasks: Callable[[], TaskSnapshot] = lambda: session.task_snapshot
 
     # ---- the pump's side --------------------------------------------------------------------------------
     def __call__(self, batch: Batch) -> None:
@@ -263,7 +269,8 @@ class FlightRecorder:
         segments, comms, ledger = self.ring.since(incident.from_ns)
         for seg in segments:
             comms.update(seg.comms)  # every name known now: the dump's header has them all
-        header = session_header(self.session, self.profile, {**self.extra, "comms": comms})
+        tasks = task_snapshot().merged(self.tasks())  # threads started before the window, ended or not
+        header = session_header(self.session, self.profile, {**self.extra, "comms": comms}, tasks)
         header["window"] = self._window(incident, segments)
         try:
             writer = RecordingWriter(path, header, mode=self.settings.mode)
