@@ -134,6 +134,7 @@ class Request:
     devices: Optional[FrozenSet[int]] = None
     profile: Optional[str] = None
     progress: bool = True
+    reference: bool = False  # the reference writers and drawing (an object per packet and per event): same bytes
 
 
 class _Watch:
@@ -374,10 +375,14 @@ def export(request: Request) -> Dict[str, Any]:
     try:
         binary = request.fmt == "perfetto"
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.sinks.perfetto import PerfettoWriter
+        from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
 
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
-            writer: TraceWriter = PerfettoWriter(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            writer: TraceWriter
+            if binary:
+                writer = (ProtoPerfettoWriter if request.reference else PerfettoWriter)(stream)  # type: ignore[arg-type]
+            else:
+                writer = ChromeJsonWriter(stream)  # type: ignore[arg-type]
             summary = Exporter(request, writer).run()
         _permissions(tmp, request.recording)
         os.replace(tmp, out)
