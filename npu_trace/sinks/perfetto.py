@@ -33,6 +33,7 @@ from npu_trace.sinks.tracks import COUNTER, GROUP, Track, Value, tally
 SEQUENCE = 1  # the trusted_packet_sequence_id of every packet
 FLUSH_PACKETS = 4096  # packets built before they are written
 MAX_DEPTH = 8  # nested arguments deeper than this are written as text
+SEEN_VALUES = 1 << 16  # annotations of int and str values kept for the next event that has the same (pid, ret...)
 # the recording header's trace clock (tracefs trace_clock names) -> Perfetto's builtin clock
 CLOCKS = {"mono": pb.BUILTIN_CLOCK_MONOTONIC, "mono_raw": pb.BUILTIN_CLOCK_MONOTONIC_RAW,
           "boot": pb.BUILTIN_CLOCK_BOOTTIME}  # fmt: skip
@@ -176,6 +177,7 @@ class PerfettoWriter:
         self.keys: Dict[str, bytes] = {}  # argument name -> its DebugAnnotation.name_iid field
         self.uuids: Dict[int, bytes] = {}  # track uuid -> its track_uuid field
         self.ends: Dict[int, bytes] = {}  # track uuid -> a slice end's track_event field
+        self.seen: Dict[Tuple[Any, Any], Tuple[type, bytes]] = {}  # (argument, int or str value) -> annotation
 
     # ---- the file's start and the tracks: messages ---------------------------------------------------------
     def header(self, info: Mapping[str, Any]) -> None:
@@ -276,8 +278,15 @@ class PerfettoWriter:
             new.append(_interned(_EVENT_NAME, iid, name))
         parts = []
         new_keys: List[bytes] = []
-        keys = self.keys
+        keys, seen = self.keys, self.seen
         for key, value in args.items():
+            cls = value.__class__
+            plain = key.__class__ is str and (cls is int or cls is str)
+            if plain:  # the same argument with the same value: its annotation again
+                got = seen.get((key, value))
+                if got is not None and got[0] is cls:
+                    parts.append(got[1])
+                    continue
             key = key if key.__class__ is str else str(key)
             kid = keys.get(key)
             if kid is None:
@@ -285,7 +294,12 @@ class PerfettoWriter:
                 kid = keys[key] = _KEY_IID + varint(iid)
                 new_keys.append(_interned(_KEY_NAME, iid, key))
             annotation = kid + value_bytes(value)
-            parts.append(_ANNOTATION + varint(len(annotation)) + annotation)
+            annotation = _ANNOTATION + varint(len(annotation)) + annotation
+            parts.append(annotation)
+            if plain:
+                if len(seen) >= SEEN_VALUES:
+                    seen.clear()
+                seen[(key, value)] = (cls, annotation)
         if new or new_keys:  # InternedData: event_names (2) before debug_annotation_names (3)
             data = b"".join(new + new_keys)
             return b"".join(parts), name_iid, _INTERNED + varint(len(data)) + data
