@@ -13,13 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from npu_trace.ci.analyze import analyze
-from npu_trace.ci.export import Request, export, parse_time
+from npu_trace.ci.export import Request, export, parse_time, row_events
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal
@@ -32,6 +33,7 @@ from npu_trace.pipeline.blocks import records_of
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import Action, plan
 from npu_trace.sim.synth import formats, synth_events, truth_expectations
+from npu_trace.sinks.chrome_json import _dumps, _name, _plain
 from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
 from npu_trace.sinks.timeline import Lane, LanePacker
 from npu_trace.sinks.tracks import COUNTER, GROUP, SLICES, Track
@@ -504,3 +506,31 @@ def test_the_wire_format_by_hand_is_protobufs_own(args: Dict[Any, Any], name: st
         out.append((stream.getvalue(), w.close()))
     assert out[0] == out[1]
     pb.Trace().ParseFromString(out[0][0])
+
+
+def test_events_made_a_format_at_a_time_are_the_normalized_blocks_own() -> None:
+    """row_events (the export's batched materialization) gives NormBlock.event's event for every row: paired
+    returns whose entry is in the block or before it, unpaired returns, every other kind."""
+    events = synth_events(plan("mixed", 4, 0.5, 2000, 2))
+    analysis = Analysis(PROFILES["sim"])
+    paired = 0
+    for i in range(0, len(events), 997):
+        nb = analysis.normalize_block(records_of(events[i : i + 997], PLANS))
+        analysis.feed_normalized(nb)
+        rows = np.arange(len(nb))
+        assert row_events(nb, rows) == [nb.event(r) for r in rows.tolist()]
+        assert row_events(nb, rows[::-3]) == [nb.event(r) for r in rows[::-3].tolist()]
+        paired += int(nb.paired.sum())
+    assert paired > 300
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_chrome_json_text_is_json_dumps(value: Any) -> None:
+    try:
+        want = json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except (ValueError, TypeError):
+        want = json.dumps(_plain(value), separators=(",", ":"), default=str, allow_nan=False)
+    assert _dumps(value) == want
+    if isinstance(value, str):
+        assert _name(value) == want

@@ -30,7 +30,7 @@ from npu_trace.ci.analyze import Progress, blocks_of, profile_for
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
-from npu_trace.events import NpuEvent
+from npu_trace.events import NpuEvent, TraceEvent
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
@@ -234,13 +234,14 @@ class Exporter:
     def _draw_block(self, nb: NormBlock) -> None:
         mapper = self.mapper
         assert mapper is not None
-        for r in _drawn_rows(nb).tolist():
-            mapper.event(nb.event(r))
+        events_of = _reference_events if self.req.reference else row_events
+        for ev in events_of(nb, _drawn_rows(nb)):
+            mapper.event(ev)
         matched: np.ndarray = np.zeros(len(nb), dtype=bool)
         for rows, submitted in self.watch.task_rows:
             matched[rows] = True
-            for r, s in zip(rows.tolist(), submitted.tolist()):
-                mapper.task(nb.event(r), s)
+            for ev, s in zip(events_of(nb, rows), submitted.tolist()):
+                mapper.task(ev, s)
         for r in np.flatnonzero((nb.kind == _COMPLETE) & ~matched).tolist():
             mapper.unmatched_complete(nb.event(r))
         self._draw_memory()
@@ -346,6 +347,66 @@ def _drawn_rows(nb: NormBlock) -> np.ndarray:
     if got is not None:
         keep[calls[~got[1]]] = False
     return np.flatnonzero(keep)
+
+
+def _reference_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
+    return [nb.event(r) for r in rows.tolist()]
+
+
+def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
+    """[nb.event(r) for r in rows], the rows of planned formats made a format at a time (their records
+    decoded and shaped by the reference's own decoder and plan, the pairing's latency and entry arguments
+    merged as NormBlock.event merges them), the others by NormBlock.event."""
+    out: List[Any] = [None] * len(rows)
+    if not len(rows):
+        return out
+    block, shape = nb.block, nb.norm.normalizer._planned_shape
+    entry_pos = nb.entry_pos[rows]
+    inside = entry_pos >= 0
+    entries = entry_pos[inside]
+    plain = nb.group_of[entries] >= 0
+    plain[plain] = ~nb.paired[entries[plain]]
+    entry_at = {int(e): None for e in entries[plain].tolist()}  # entries in the block: their events too
+    need = np.concatenate([rows, np.array(list(entry_at), dtype=np.int64)]) if entry_at else rows
+    made: Dict[int, NpuEvent] = {}
+    planned = nb.group_of[need] >= 0
+    for g, sel in _split_by(nb.group_of[need[planned]]):
+        group = nb.groups[g]
+        table, plan = group.table, group.plan
+        fmt, decode, bufs = table.plan.fmt, table.plan.decoder.decode, table.bufs
+        members = need[planned][sel]
+        refs = block.ref[members]
+        for r, t, c, b, o, n in zip(members.tolist(), block.ts[members].tolist(), block.cpu[members].tolist(),
+                                    table.buf[refs].tolist(), table.offset[refs].tolist(),
+                                    table.length[refs].tolist()):  # fmt: skip
+            pid, values = decode(bufs[b], o, n)
+            made[r] = shape(TraceEvent(t, c, pid, fmt, values), plan)
+    paired, latency, entry_ts, dev = nb.paired, nb.latency, nb.entry_ts, nb.dev
+    for k, r in enumerate(rows.tolist()):
+        ev = made.get(r)
+        if ev is None or nb.shaped.get(r) is not None:
+            out[k] = nb.event(r)
+        elif paired[r]:
+            pos = int(entry_pos[k])
+            entry = made[pos] if pos in entry_at else None
+            if pos >= 0 and entry is None:
+                out[k] = nb.event(r)
+                continue
+            args = {**(entry.args if entry is not None else nb.entry_args[r]), **ev.args,
+                    "latency_ns": int(latency[r]), "entry_ts_ns": int(entry_ts[r])}  # fmt: skip
+            d = int(dev[r])
+            out[k] = ev._replace(dev=None if d < 0 else d, args=args)
+        else:
+            out[k] = ev
+    return out
+
+
+def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+    """(group, the positions of its members) for each group present, in group order."""
+    order = np.argsort(groups, kind="stable")
+    values = groups[order]
+    cuts = np.flatnonzero(np.diff(values)) + 1
+    return [(int(values[a]), order[a:b]) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(values)])]
 
 
 def _ints(values: Ints) -> List[int]:
