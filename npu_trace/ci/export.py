@@ -47,6 +47,7 @@ _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
 _CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
 _COMPLETE = KIND_CODE["complete"]
+_new = tuple.__new__  # a NamedTuple made from its fields' tuple (what NpuEvent._replace does, without the call)
 
 
 # ---- arguments --------------------------------------------------------------------------------------------
@@ -381,21 +382,21 @@ def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
                                     table.length[refs].tolist()):  # fmt: skip
             pid, values = decode(bufs[b], o, n)
             made[r] = shape(TraceEvent(t, c, pid, fmt, values), plan)
-    paired, latency, entry_ts, dev = nb.paired, nb.latency, nb.entry_ts, nb.dev
-    for k, r in enumerate(rows.tolist()):
+    shaped = nb.shaped
+    columns = (rows.tolist(), nb.paired[rows].tolist(), entry_pos.tolist(), nb.latency[rows].tolist(),
+               nb.entry_ts[rows].tolist(), nb.dev[rows].tolist())  # fmt: skip
+    for k, (r, paired, pos, latency, entry_ts, d) in enumerate(zip(*columns)):
         ev = made.get(r)
-        if ev is None or nb.shaped.get(r) is not None:
+        if ev is None or (shaped and r in shaped):
             out[k] = nb.event(r)
-        elif paired[r]:
-            pos = int(entry_pos[k])
+        elif paired:
             entry = made[pos] if pos in entry_at else None
             if pos >= 0 and entry is None:
                 out[k] = nb.event(r)
                 continue
-            args = {**(entry.args if entry is not None else nb.entry_args[r]), **ev.args,
-                    "latency_ns": int(latency[r]), "entry_ts_ns": int(entry_ts[r])}  # fmt: skip
-            d = int(dev[r])
-            out[k] = ev._replace(dev=None if d < 0 else d, args=args)
+            args = {**(entry.args if entry is not None else nb.entry_args[r]), **ev.args, "latency_ns": latency,
+                    "entry_ts_ns": entry_ts}  # fmt: skip
+            out[k] = _new(NpuEvent, (ev.ts_ns, ev.kind, None if d < 0 else d, ev.op, ev.pid, ev.cpu, args))
         else:
             out[k] = ev
     return out

@@ -86,20 +86,21 @@ def describe(desc: pb.TrackDescriptor, track: Track) -> None:
 
 # ---- the wire format of the hot packets ---------------------------------------------------------------------
 _SMALL = [bytes((i,)) for i in range(128)]
+_LOW14 = [bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14)]  # two groups, more to follow
 _DOUBLE = struct.Struct("<d").pack
 _FIXED64 = struct.Struct("<Q").pack
 
 
 def varint(value: int) -> bytes:
-    """An unsigned varint (protobuf's base-128, least significant group first)."""
+    """An unsigned varint (protobuf's base-128, least significant group first): 14 bits at a time from a
+    table, the last one or two groups by hand."""
     if value < 0x80:
+        if value < 0:
+            raise ValueError(f"Value out of range: {value}")  # as protobuf says it of an unsigned field
         return _SMALL[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    return _LOW14[value & 0x3FFF] + varint(value >> 14)
 
 
 def signed(value: int) -> bytes:
