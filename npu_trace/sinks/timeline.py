@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 CALL_KINDS = frozenset(("call", "submit", "free", "timeout"))  # a return paired with its entry carries latency_ns
 MAX_ROOTS = 256  # slices a lane remembers to check the nesting of the next (see Lane)
 MAX_OPEN_IRQS = 16  # handler entries of one interrupt line waiting for their exit
-_HIDDEN_ARGS = frozenset(("latency_ns", "entry_ts_ns", "duration_ns", "edge"))
+_HIDDEN_ARGS = ("latency_ns", "entry_ts_ns", "duration_ns", "edge")
 _HEALTH = (("temp_c", "temperature", "°C"), ("hbm_temp_c", "HBM temperature", "°C"),
            ("ce_count", "ECC correctable", "count"), ("uce_count", "ECC uncorrectable", "count"),
            ("width", "PCIe link width", "lanes"))  # fmt: skip
@@ -314,7 +314,10 @@ class TimelineMapper:
         if span is None:
             return
         dev = ev.dev
-        track = self._packer(("calls", dev), lambda lane: self._calls_track(dev, lane)).place(*span)
+        packer = self.packers.get(("calls", dev))
+        if packer is None:
+            packer = self._packer(("calls", dev), lambda lane: self._calls_track(dev, lane))
+        track = packer.place(span[0], span[1])
         flows: Tuple[int, ...] = ()
         if ev.kind == "submit" and "stream" in ev.args:
             flows = (_task_flow(dev, ev.args["stream"], ev.args.get("task"), end),)
@@ -484,7 +487,10 @@ class TimelineMapper:
 
     def _plain_args(self, ev: NpuEvent, clipped: bool = False) -> Dict[str, Any]:
         """The event's arguments as shown: its own values, who ran it (pid, task name, CPU)."""
-        out = {k: v for k, v in ev.args.items() if k not in _HIDDEN_ARGS}
+        out = dict(ev.args)
+        for k in _HIDDEN_ARGS:
+            if k in out:
+                del out[k]
         if ev.pid >= 0:
             out["pid"], out["comm"] = ev.pid, self.comm_of(ev.pid)
         if ev.cpu >= 0:
@@ -503,10 +509,12 @@ class TimelineMapper:
 
     def _span(self, begin: int, end: int) -> Optional[Tuple[int, int]]:
         """[begin, end] cut to the window (None: outside it)."""
-        if end < self.lo or begin >= self.hi or end < begin:
+        lo, hi = self.lo, self.hi
+        if end < lo or begin >= hi or end < begin:
             return None
-        span = (max(begin, self.lo), min(end, self.hi))
-        self._inside(span[0])
+        span = (begin if begin > lo else lo, end if end < hi else hi)
+        if not self.opened:
+            self._inside(span[0])
         return span
 
     def _open(self, ts: int) -> None:
