@@ -489,8 +489,7 @@ class TimelineMapper:
         """The event's arguments as shown: its own values, who ran it (pid, task name, CPU)."""
         out = dict(ev.args)
         for k in _HIDDEN_ARGS:
-            if k in out:
-                del out[k]
+            out.pop(k, None)
         if ev.pid >= 0:
             out["pid"], out["comm"] = ev.pid, self.comm_of(ev.pid)
         if ev.cpu >= 0:
