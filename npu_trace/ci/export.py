@@ -31,6 +31,8 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent, TraceEvent
+from npu_trace.ftrace.decode import RecordDecoder
+from npu_trace.ftrace.format import INT
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
@@ -377,6 +379,8 @@ def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
         fmt, decode, bufs = table.plan.fmt, table.plan.decoder.decode, table.bufs
         members = need[planned][sel]
         refs = block.ref[members]
+        if _from_columns(made, block, table, plan, members, refs):
+            continue
         for r, t, c, b, o, n in zip(members.tolist(), block.ts[members].tolist(), block.cpu[members].tolist(),
                                     table.buf[refs].tolist(), table.offset[refs].tolist(),
                                     table.length[refs].tolist()):  # fmt: skip
@@ -400,6 +404,44 @@ def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
         else:
             out[k] = ev
     return out
+
+
+def _from_columns(made: Dict[int, NpuEvent], block: Block, table: Any, plan: Any, rows: np.ndarray,
+                  refs: np.ndarray) -> bool:  # fmt: skip
+    """The events of `rows` (one planned format) made from its columns, as Normalizer._planned_shape makes
+    them from the decoded record, when every value the plan reads is an integer column the decoder reads
+    as it is (no fixup): False (nothing made) otherwise."""
+    kind, op, dev_at, arg_at, const, _, kind_if = plan
+    decoder = table.plan.decoder
+    if type(decoder) is not RecordDecoder or (len(refs) and int(table.length[refs].min()) < decoder.size):
+        return False
+    fields, fixed = table.plan.fmt.fields, {i for i, _ in decoder.fixups}
+    used = [i for _, i in arg_at] + ([dev_at] if dev_at >= 0 else []) + [at for at, _, _, _ in kind_if]
+    if any(fields[i].kind != INT or fields[i].name not in table.plan.fields or i in fixed for i in used):
+        return False
+    cols = table.cols[refs]
+    names = [name for name, _ in arg_at]
+    values = [cols[fields[i].name].tolist() for _, i in arg_at]
+    devs = cols[fields[dev_at].name].tolist() if dev_at >= 0 else [None] * len(rows)
+    kinds = [kind] * len(rows)
+    if kind_if:  # the reference's test on each row's value (integers: never None), the first that holds
+        undecided = list(range(len(rows)))
+        for at, cmp, value, other in kind_if:
+            col = cols[fields[at].name].tolist()
+            left = []
+            for k in undecided:
+                if cmp(col[k], value):
+                    kinds[k] = other
+                else:
+                    left.append(k)
+            undecided = left
+    for r, t, c, pid, d, kd, *vals in zip(rows.tolist(), block.ts[rows].tolist(), block.cpu[rows].tolist(),
+                                          block.pid[rows].tolist(), devs, kinds, *values):  # fmt: skip
+        args = dict(zip(names, vals))
+        if const:
+            args.update(const)
+        made[r] = _new(NpuEvent, (t, kd, d, op, pid, c, args))
+    return True
 
 
 def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
