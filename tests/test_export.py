@@ -534,3 +534,24 @@ def test_chrome_json_text_is_json_dumps(value: Any) -> None:
     assert _dumps(value) == want
     if isinstance(value, str):
         assert _name(value) == want
+
+
+def test_annotations_kept_for_equal_values_of_other_types_are_not_reused() -> None:
+    """1, True and 1.0 are equal dict keys: each is written as its own type, after the others were kept."""
+    out = []
+    for cls in (PerfettoWriter, ProtoPerfettoWriter):
+        stream = io.BytesIO()
+        w = cls(stream)
+        w.header({"clock": "boot"})
+        track = Track(5, "events", SLICES)
+        w.track(track)
+        for args in ({"x": 1}, {"x": True}, {"x": 1.0}, {"x": "1"}, {1: 1}, {True: 1}, {"x": 1}, {"x": "é" * 40}):
+            w.instant(track, 10, "i", args)
+        w.close()
+        out.append(stream.getvalue())
+    assert out[0] == out[1]
+    d = pb.Trace.FromString(out[0])
+    events = [p.track_event for p in d.packet if p.HasField("track_event")]
+    values = [a.WhichOneof("value") for e in events for a in e.debug_annotations]
+    assert values == ["int_value", "bool_value", "double_value", "string_value", "int_value", "int_value", "int_value",
+                      "string_value"]  # fmt: skip

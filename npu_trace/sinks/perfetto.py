@@ -34,6 +34,7 @@ SEQUENCE = 1  # the trusted_packet_sequence_id of every packet
 FLUSH_PACKETS = 4096  # packets built before they are written
 MAX_DEPTH = 8  # nested arguments deeper than this are written as text
 SEEN_VALUES = 1 << 16  # annotations of int and str values kept for the next event that has the same (pid, ret...)
+SEEN_BYTES = 64  # ... when they are this short at most (a long text is seldom seen again: memory stays bounded)
 # the recording header's trace clock (tracefs trace_clock names) -> Perfetto's builtin clock
 CLOCKS = {"mono": pb.BUILTIN_CLOCK_MONOTONIC, "mono_raw": pb.BUILTIN_CLOCK_MONOTONIC_RAW,
           "boot": pb.BUILTIN_CLOCK_BOOTTIME}  # fmt: skip
@@ -297,7 +298,7 @@ class PerfettoWriter:
             annotation = kid + value_bytes(value)
             annotation = _ANNOTATION + varint(len(annotation)) + annotation
             parts.append(annotation)
-            if plain:
+            if plain and len(annotation) <= SEEN_BYTES:
                 if len(seen) >= SEEN_VALUES:
                     seen.clear()
                 seen[(key, value)] = (cls, annotation)
