@@ -177,6 +177,7 @@ class TimelineMapper:
         self.dev_live: Dict[int, int] = {}
         self.pid_live: Dict[Tuple[int, int], int] = {}
         self.mem_carried: Set[int] = set()  # devices whose live memory at the window's start was drawn
+        self.mem_tracks: Dict[Tuple[int, int], Tuple[str, Track, Track]] = {}  # (dev, pid) -> comm, its counters
         self.first_seen: Dict[int, int] = {}  # device -> its first event (its state is "ok" from there)
         self.states: Dict[int, Tuple[str, int, str]] = {}  # device -> (state, since, why)
         self.lost = 0
@@ -249,8 +250,15 @@ class TimelineMapper:
             mine = self.pid_live[(d, p)] = self.pid_live.get((d, p), 0) + n
             if d < 0 or not self._wanted(d) or not self._inside(t):
                 continue
-            self.w.counter(self._live_track(d), t, live)
-            self.w.counter(self._process_track(d, p), t, mine)
+            comm = self.comm_of(p)
+            kept = self.mem_tracks.get((d, p))
+            if kept is None or kept[0] != comm:  # its tracks found (made when new) in the order they are drawn
+                self.w.counter(self._live_track(d), t, live)
+                self.w.counter(self._process_track(d, p), t, mine)
+                self.mem_tracks[(d, p)] = (comm, self._live_track(d), self._process_track(d, p))
+            else:
+                self.w.counter(kept[1], t, live)
+                self.w.counter(kept[2], t, mine)
 
     def _carry_memory(self, dev: int) -> None:
         """The device's live bytes (and its processes') when the window opens, drawn at its start (nothing:
