@@ -2,10 +2,13 @@
 
 The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
 `Analysis` normalizes and analyses each block, and `TimelineMapper` (npu_trace.sinks.timeline) draws what the
-analysis made of it: the normalized events (materialized only for the rows drawn), the tasks the latency
+analysis made of it: the normalized events (materialized only for the rows drawn, a format at a time:
+`row_events`, from the block's columns where the format's values are integers), the tasks the latency
 detector paired and the memory detector's changes (told through their watches), the findings and the
 device-state transitions. A recording with a scope takes the per-event path, as `check` does. Memory stays
 bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time, the writers stream.
+`Request.reference` draws every row through `NormBlock.event` and writes Perfetto through protobuf messages
+(`ProtoPerfettoWriter`): the same bytes, slower (tests/test_export.py holds them equal).
 
 The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
 timestamps as `stream` and `replay` print them (`@1012.500000000`), or wall-clock times with a zone
