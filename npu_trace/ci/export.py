@@ -43,7 +43,8 @@ from npu_trace.sinks.timeline import TimelineMapper
 from npu_trace.sinks.tracks import TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
-EXPORT_ROWS = 1 << 16  # rows analysed and drawn at a time
+EXPORT_ROWS = 1 << 16  # rows analysed at a time
+DRAW_ROWS = 1 << 12  # rows whose events are made at a time to be drawn (memory: a few thousand events)
 FORMATS = ("perfetto", "chrome-json")
 EXTENSIONS = {".pftrace": "perfetto", ".perfetto-trace": "perfetto", ".json": "chrome-json"}
 NS = 1_000_000_000
@@ -241,13 +242,16 @@ class Exporter:
         mapper = self.mapper
         assert mapper is not None
         events_of = _reference_events if self.req.reference else row_events
-        for ev in events_of(nb, _drawn_rows(nb)):
-            mapper.event(ev)
+        drawn = _drawn_rows(nb)
+        for at in range(0, len(drawn), DRAW_ROWS):
+            for ev in events_of(nb, drawn[at : at + DRAW_ROWS]):
+                mapper.event(ev)
         matched: np.ndarray = np.zeros(len(nb), dtype=bool)
         for rows, submitted in self.watch.task_rows:
             matched[rows] = True
-            for ev, s in zip(events_of(nb, rows), submitted.tolist()):
-                mapper.task(ev, s)
+            for at in range(0, len(rows), DRAW_ROWS):
+                for ev, s in zip(events_of(nb, rows[at : at + DRAW_ROWS]), submitted[at : at + DRAW_ROWS].tolist()):
+                    mapper.task(ev, s)
         for r in np.flatnonzero((nb.kind == _COMPLETE) & ~matched).tolist():
             mapper.unmatched_complete(nb.event(r))
         self._draw_memory()

@@ -33,7 +33,7 @@ from npu_trace.sinks.tracks import COUNTER, GROUP, Track, Value, tally
 SEQUENCE = 1  # the trusted_packet_sequence_id of every packet
 FLUSH_PACKETS = 4096  # packets built before they are written
 MAX_DEPTH = 8  # nested arguments deeper than this are written as text
-SEEN_VALUES = 1 << 16  # annotations of int and str values kept for the next event that has the same (pid, ret...)
+SEEN_VALUES = 1 << 14  # annotations of int and str values kept for the next event that has the same (pid, ret...)
 SEEN_BYTES = 64  # ... when they are this short at most (a long text is seldom seen again: memory stays bounded)
 # the recording header's trace clock (tracefs trace_clock names) -> Perfetto's builtin clock
 CLOCKS = {"mono": pb.BUILTIN_CLOCK_MONOTONIC, "mono_raw": pb.BUILTIN_CLOCK_MONOTONIC_RAW,

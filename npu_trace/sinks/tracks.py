@@ -44,7 +44,7 @@ def flow_id(*key: Any) -> int:
         return _hash("flow", key) or 1
 
 
-@functools.lru_cache(maxsize=1 << 16, typed=True)
+@functools.lru_cache(maxsize=1 << 12, typed=True)
 def _kept_flow_id(*key: Any) -> int:
     return _hash("flow", key) or 1
 
