@@ -6,17 +6,21 @@ sorted by timestamp, ties in file order): held against the scenario's ground tru
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from npu_trace.ci.analyze import analyze
-from npu_trace.ci.export import Request, export, parse_time
+from npu_trace.ci.export import Request, export, parse_time, row_events
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal
@@ -29,8 +33,10 @@ from npu_trace.pipeline.blocks import records_of
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import Action, plan
 from npu_trace.sim.synth import formats, synth_events, truth_expectations
+from npu_trace.sinks.chrome_json import _dumps, _name, _plain
+from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
 from npu_trace.sinks.timeline import Lane, LanePacker
-from npu_trace.sinks.tracks import SLICES, Track
+from npu_trace.sinks.tracks import COUNTER, GROUP, SLICES, Track
 from test_timeline import HEADER, reads, spread, synth_header
 
 LOST = 7  # events the lossy recording says were lost
@@ -288,7 +294,9 @@ def test_the_clock_is_declared_monotonic_with_the_wall_clock_anchor(ecc: Any) ->
     anchor = ReplaySource(rec).header["clock_anchor"]
     assert d.clock is not None and d.clock.primary_trace_clock == pb.BUILTIN_CLOCK_MONOTONIC
     assert {c.clock_id: c.timestamp for c in d.clock.clocks} == {
-        pb.BUILTIN_CLOCK_MONOTONIC: anchor["mono_ns"], pb.BUILTIN_CLOCK_REALTIME: anchor["realtime_ns"]}
+        pb.BUILTIN_CLOCK_MONOTONIC: anchor["mono_ns"],
+        pb.BUILTIN_CLOCK_REALTIME: anchor["realtime_ns"],
+    }
 
 
 def test_no_loss_instant_when_nothing_was_lost(ecc: Any) -> None:
@@ -439,3 +447,111 @@ def test_a_lane_takes_a_slice_only_where_it_nests() -> None:
     assert not lane.fits(10, 30)  # the same begin: it would open first and close first
     packer = LanePacker(lambda i: Track(100 + i, f"calls {i}", SLICES))
     assert [packer.place(b, e).uuid for b, e in [(0, 10), (5, 12), (11, 13), (0, 20)]] == [100, 101, 100, 101]
+
+
+# ---- the writers against their references -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, seed, loss, window",
+    [("ecc-reset", 3, False, None), ("steady", 5, True, None), ("ecc-reset", 3, False, ("0.2", "0.6", {0}))],
+)
+def test_the_fast_export_writes_the_references_bytes(tmp_path: Any, name: str, seed: int, loss: bool,
+                                                     window: Optional[Tuple[str, str, Any]]) -> None:  # fmt: skip
+    """PerfettoWriter (the wire format by hand) and the columnar drawing write, byte for byte, what the
+    reference writes (every packet a protobuf message, every event an object)."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, name, seed, loss=loss)
+    kw: Dict[str, Any] = {}
+    if window is not None:
+        kw = {"start": parse_time(window[0], "--from"), "stop": parse_time(window[1], "--to"),
+              "devices": frozenset(window[2])}  # fmt: skip
+    for out in ("out.pftrace", "out.json"):
+        fast, ref = (
+            exported(tmp_path, rec, "fast-" + out, **kw),
+            exported(tmp_path, rec, "ref-" + out, reference=True, **kw),
+        )
+        assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes()
+        assert {**fast, "out": None} == {**ref, "out": None}
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text() | st.binary(max_size=4)
+    | st.sampled_from(["\udcff", "é", "", "%s"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3) | st.integers(0, 3), inner,
+                                                                max_size=3),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=4) | st.integers(0, 5), _VALUES, max_size=5), st.text(max_size=6),
+       st.integers(0, (1 << 64) - 1), st.lists(st.integers(1, (1 << 63) - 1), max_size=2),
+       st.integers(-(1 << 65), 1 << 65) | st.floats())  # fmt: skip
+def test_the_wire_format_by_hand_is_protobufs_own(args: Dict[Any, Any], name: str, ts: int, flows: List[int],
+                                                  value: Any) -> None:  # fmt: skip
+    """Every kind of packet PerfettoWriter writes by hand, for any arguments, is the bytes of the message
+    ProtoPerfettoWriter builds (and what perfetto_trace_pb2 decodes)."""
+    out = []
+    for cls in (PerfettoWriter, ProtoPerfettoWriter):
+        stream = io.BytesIO()
+        w = cls(stream)
+        w.header({"clock": "mono", "mono_ns": 5, "realtime_ns": 7})
+        group, track = Track(3, "NPU 0", GROUP, rank=-1), Track(1 << 62, "calls", SLICES, 3, 10, top=3)
+        counters = Track(9, "live bytes", COUNTER, 3, 2, "bytes", 3)
+        for t in (group, track, counters):
+            w.track(t)
+        w.begin(track, ts, name, args, flows, flows[:1])
+        w.instant(track, ts, name + "!", args, flows)
+        w.end(track, ts)
+        w.counter(counters, ts, value)
+        out.append((stream.getvalue(), w.close()))
+    assert out[0] == out[1]
+    pb.Trace().ParseFromString(out[0][0])
+
+
+def test_events_made_a_format_at_a_time_are_the_normalized_blocks_own() -> None:
+    """row_events (the export's batched materialization) gives NormBlock.event's event for every row: paired
+    returns whose entry is in the block or before it, unpaired returns, every other kind."""
+    events = synth_events(plan("mixed", 4, 0.5, 2000, 2))
+    analysis = Analysis(PROFILES["sim"])
+    paired = 0
+    for i in range(0, len(events), 997):
+        nb = analysis.normalize_block(records_of(events[i : i + 997], PLANS))
+        analysis.feed_normalized(nb)
+        rows = np.arange(len(nb))
+        assert row_events(nb, rows) == [nb.event(r) for r in rows.tolist()]
+        assert row_events(nb, rows[::-3]) == [nb.event(r) for r in rows[::-3].tolist()]
+        paired += int(nb.paired.sum())
+    assert paired > 300
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_chrome_json_text_is_json_dumps(value: Any) -> None:
+    try:
+        want = json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except (ValueError, TypeError):
+        want = json.dumps(_plain(value), separators=(",", ":"), default=str, allow_nan=False)
+    assert _dumps(value) == want
+    if isinstance(value, str):
+        assert _name(value) == want
+
+
+def test_annotations_kept_for_equal_values_of_other_types_are_not_reused() -> None:
+    """1, True and 1.0 are equal dict keys: each is written as its own type, after the others were kept."""
+    out = []
+    for cls in (PerfettoWriter, ProtoPerfettoWriter):
+        stream = io.BytesIO()
+        w = cls(stream)
+        w.header({"clock": "boot"})
+        track = Track(5, "events", SLICES)
+        w.track(track)
+        for args in ({"x": 1}, {"x": True}, {"x": 1.0}, {"x": "1"}, {1: 1}, {True: 1}, {"x": 1}, {"x": "é" * 40}):
+            w.instant(track, 10, "i", args)
+        w.close()
+        out.append(stream.getvalue())
+    assert out[0] == out[1]
+    d = pb.Trace.FromString(out[0])
+    events = [p.track_event for p in d.packet if p.HasField("track_event")]
+    values = [a.WhichOneof("value") for e in events for a in e.debug_annotations]
+    assert values == ["int_value", "bool_value", "double_value", "string_value", "int_value", "int_value", "int_value",
+                      "string_value"]  # fmt: skip

@@ -2,10 +2,13 @@
 
 The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
 `Analysis` normalizes and analyses each block, and `TimelineMapper` (npu_trace.sinks.timeline) draws what the
-analysis made of it: the normalized events (materialized only for the rows drawn), the tasks the latency
+analysis made of it: the normalized events (materialized only for the rows drawn, a format at a time:
+`row_events`, from the block's columns where the format's values are integers), the tasks the latency
 detector paired and the memory detector's changes (told through their watches), the findings and the
 device-state transitions. A recording with a scope takes the per-event path, as `check` does. Memory stays
 bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time, the writers stream.
+`Request.reference` draws every row through `NormBlock.event` and writes Perfetto through protobuf messages
+(`ProtoPerfettoWriter`): the same bytes, slower (tests/test_export.py holds them equal).
 
 The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
 timestamps as `stream` and `replay` print them (`@1012.500000000`), or wall-clock times with a zone
@@ -30,7 +33,9 @@ from npu_trace.ci.analyze import Progress, blocks_of, profile_for
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
-from npu_trace.events import NpuEvent
+from npu_trace.events import NpuEvent, TraceEvent
+from npu_trace.ftrace.decode import RecordDecoder
+from npu_trace.ftrace.format import INT
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
@@ -38,7 +43,8 @@ from npu_trace.sinks.timeline import TimelineMapper
 from npu_trace.sinks.tracks import TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
-EXPORT_ROWS = 1 << 16  # rows analysed and drawn at a time
+EXPORT_ROWS = 1 << 16  # rows analysed at a time
+DRAW_ROWS = 1 << 12  # rows whose events are made at a time to be drawn (memory: a few thousand events)
 FORMATS = ("perfetto", "chrome-json")
 EXTENSIONS = {".pftrace": "perfetto", ".perfetto-trace": "perfetto", ".json": "chrome-json"}
 NS = 1_000_000_000
@@ -47,6 +53,7 @@ _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
 _CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
 _COMPLETE = KIND_CODE["complete"]
+_new = tuple.__new__  # a NamedTuple made from its fields' tuple (what NpuEvent._replace does, without the call)
 
 
 # ---- arguments --------------------------------------------------------------------------------------------
@@ -134,6 +141,7 @@ class Request:
     devices: Optional[FrozenSet[int]] = None
     profile: Optional[str] = None
     progress: bool = True
+    reference: bool = False  # the reference writers and drawing (an object per packet and per event): same bytes
 
 
 class _Watch:
@@ -234,13 +242,17 @@ class Exporter:
     def _draw_block(self, nb: NormBlock) -> None:
         mapper = self.mapper
         assert mapper is not None
-        for r in _drawn_rows(nb).tolist():
-            mapper.event(nb.event(r))
+        events_of = _reference_events if self.req.reference else row_events
+        drawn = _drawn_rows(nb)
+        for at in range(0, len(drawn), DRAW_ROWS):
+            for ev in events_of(nb, drawn[at : at + DRAW_ROWS]):
+                mapper.event(ev)
         matched: np.ndarray = np.zeros(len(nb), dtype=bool)
         for rows, submitted in self.watch.task_rows:
             matched[rows] = True
-            for r, s in zip(rows.tolist(), submitted.tolist()):
-                mapper.task(nb.event(r), s)
+            for at in range(0, len(rows), DRAW_ROWS):
+                for ev, s in zip(events_of(nb, rows[at : at + DRAW_ROWS]), submitted[at : at + DRAW_ROWS].tolist()):
+                    mapper.task(ev, s)
         for r in np.flatnonzero((nb.kind == _COMPLETE) & ~matched).tolist():
             mapper.unmatched_complete(nb.event(r))
         self._draw_memory()
@@ -348,6 +360,106 @@ def _drawn_rows(nb: NormBlock) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
+def _reference_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
+    return [nb.event(r) for r in rows.tolist()]
+
+
+def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
+    """[nb.event(r) for r in rows], the rows of planned formats made a format at a time (their records
+    decoded and shaped by the reference's own decoder and plan, the pairing's latency and entry arguments
+    merged as NormBlock.event merges them), the others by NormBlock.event."""
+    out: List[Any] = [None] * len(rows)
+    if not len(rows):
+        return out
+    block, shape = nb.block, nb.norm.normalizer._planned_shape
+    entry_pos = nb.entry_pos[rows]
+    inside = entry_pos >= 0
+    entries = entry_pos[inside]
+    plain = nb.group_of[entries] >= 0
+    plain[plain] = ~nb.paired[entries[plain]]
+    entry_at = {int(e): None for e in entries[plain].tolist()}  # entries in the block: their events too
+    need = np.concatenate([rows, np.array(list(entry_at), dtype=np.int64)]) if entry_at else rows
+    made: Dict[int, NpuEvent] = {}
+    planned = nb.group_of[need] >= 0
+    for g, sel in _split_by(nb.group_of[need[planned]]):
+        group = nb.groups[g]
+        table, plan = group.table, group.plan
+        fmt, decode, bufs = table.plan.fmt, table.plan.decoder.decode, table.bufs
+        members = need[planned][sel]
+        refs = block.ref[members]
+        if _from_columns(made, block, table, plan, members, refs):
+            continue
+        for r, t, c, b, o, n in zip(members.tolist(), block.ts[members].tolist(), block.cpu[members].tolist(),
+                                    table.buf[refs].tolist(), table.offset[refs].tolist(),
+                                    table.length[refs].tolist()):  # fmt: skip
+            pid, values = decode(bufs[b], o, n)
+            made[r] = shape(TraceEvent(t, c, pid, fmt, values), plan)
+    shaped = nb.shaped
+    columns = (rows.tolist(), nb.paired[rows].tolist(), entry_pos.tolist(), nb.latency[rows].tolist(),
+               nb.entry_ts[rows].tolist(), nb.dev[rows].tolist())  # fmt: skip
+    for k, (r, paired, pos, latency, entry_ts, d) in enumerate(zip(*columns)):
+        ev = made.get(r)
+        if ev is None or (shaped and r in shaped):
+            out[k] = nb.event(r)
+        elif paired:
+            entry = made[pos] if pos in entry_at else None
+            if pos >= 0 and entry is None:
+                out[k] = nb.event(r)
+                continue
+            args = {**(entry.args if entry is not None else nb.entry_args[r]), **ev.args, "latency_ns": latency,
+                    "entry_ts_ns": entry_ts}  # fmt: skip
+            out[k] = _new(NpuEvent, (ev.ts_ns, ev.kind, None if d < 0 else d, ev.op, ev.pid, ev.cpu, args))
+        else:
+            out[k] = ev
+    return out
+
+
+def _from_columns(made: Dict[int, NpuEvent], block: Block, table: Any, plan: Any, rows: np.ndarray,
+                  refs: np.ndarray) -> bool:  # fmt: skip
+    """The events of `rows` (one planned format) made from its columns, as Normalizer._planned_shape makes
+    them from the decoded record, when every value the plan reads is an integer column the decoder reads
+    as it is (no fixup): False (nothing made) otherwise."""
+    kind, op, dev_at, arg_at, const, _, kind_if = plan
+    decoder = table.plan.decoder
+    if type(decoder) is not RecordDecoder or (len(refs) and int(table.length[refs].min()) < decoder.size):
+        return False
+    fields, fixed = table.plan.fmt.fields, {i for i, _ in decoder.fixups}
+    used = [i for _, i in arg_at] + ([dev_at] if dev_at >= 0 else []) + [at for at, _, _, _ in kind_if]
+    if any(fields[i].kind != INT or fields[i].name not in table.plan.fields or i in fixed for i in used):
+        return False
+    cols = table.cols[refs]
+    names = [name for name, _ in arg_at]
+    values = [cols[fields[i].name].tolist() for _, i in arg_at]
+    devs = cols[fields[dev_at].name].tolist() if dev_at >= 0 else [None] * len(rows)
+    kinds = [kind] * len(rows)
+    if kind_if:  # the reference's test on each row's value (integers: never None), the first that holds
+        undecided = list(range(len(rows)))
+        for at, cmp, value, other in kind_if:
+            col = cols[fields[at].name].tolist()
+            left = []
+            for k in undecided:
+                if cmp(col[k], value):
+                    kinds[k] = other
+                else:
+                    left.append(k)
+            undecided = left
+    for r, t, c, pid, d, kd, *vals in zip(rows.tolist(), block.ts[rows].tolist(), block.cpu[rows].tolist(),
+                                          block.pid[rows].tolist(), devs, kinds, *values):  # fmt: skip
+        args = dict(zip(names, vals))
+        if const:
+            args.update(const)
+        made[r] = _new(NpuEvent, (t, kd, d, op, pid, c, args))
+    return True
+
+
+def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
+    """(group, the positions of its members) for each group present, in group order."""
+    order = np.argsort(groups, kind="stable")
+    values = groups[order]
+    cuts = np.flatnonzero(np.diff(values)) + 1
+    return [(int(values[a]), order[a:b]) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(values)])]
+
+
 def _ints(values: Ints) -> List[int]:
     return values.tolist() if isinstance(values, np.ndarray) else [int(v) for v in values]
 
@@ -375,10 +487,14 @@ def export(request: Request) -> Dict[str, Any]:
     try:
         binary = request.fmt == "perfetto"
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.sinks.perfetto import PerfettoWriter
+        from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
 
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
-            writer: TraceWriter = PerfettoWriter(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            writer: TraceWriter
+            if binary:
+                writer = (ProtoPerfettoWriter if request.reference else PerfettoWriter)(stream)  # type: ignore[arg-type]
+            else:
+                writer = ChromeJsonWriter(stream)  # type: ignore[arg-type]
             summary = Exporter(request, writer).run()
         _permissions(tmp, request.recording)
         os.replace(tmp, out)

@@ -31,12 +31,33 @@ def micros(ts_ns: int) -> str:
     return f"{sign}{ts_ns // 1000}.{ts_ns % 1000:03d}"
 
 
+# json.dumps(value, separators=(",", ":"), default=str, allow_nan=False), its encoder made once (json.dumps
+# makes one per call when given options: the same text)
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode
+NAMES_KEPT = 1 << 12  # the JSON text of names seen (event and track names repeat)
+
+
 def _dumps(value: Any) -> str:
     """Compact JSON, ASCII only (json escapes the rest); what JSON has no form for (NaN, odd keys) as text."""
+    if value.__class__ is int:
+        return int.__repr__(value)  # what json writes for an int
     try:
-        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+        return _ENCODE(value)
     except (ValueError, TypeError):
-        return json.dumps(_plain(value), separators=(",", ":"), default=str, allow_nan=False)
+        return _ENCODE(_plain(value))
+
+
+_NAMES: Dict[str, str] = {}
+
+
+def _name(name: str) -> str:
+    """_dumps of a name, kept."""
+    text = _NAMES.get(name)
+    if text is None:
+        if len(_NAMES) >= NAMES_KEPT:
+            _NAMES.clear()
+        text = _NAMES[name] = _dumps(name)
+    return text
 
 
 def _plain(value: Any) -> Any:
@@ -95,7 +116,7 @@ class ChromeJsonWriter:
         begun, name, args, flow_out, flow_in = self.open[track.uuid].pop()
         pid, tid, _ = self.where[track.uuid]
         at = f'"ts":{micros(begun)},"pid":{pid},"tid":{tid}'
-        self._event(f'{{"ph":"X","name":{_dumps(name)},{at},"dur":{micros(ts - begun)},"args":{_dumps(args)}}}')
+        self._event(f'{{"ph":"X","name":{_name(name)},{at},"dur":{micros(ts - begun)},"args":{_dumps(args)}}}')
         self.counts["slices"] += 1
         for fid in flow_out:
             self._event(f'{{"ph":"s","name":"submit","cat":"flow","id":{fid & FLOW_MASK},{at}}}')
@@ -106,14 +127,14 @@ class ChromeJsonWriter:
     def instant(self, track: Track, ts: int, name: str, args: Mapping[str, Any], flow_out: Sequence[int] = ()) -> None:
         pid, tid, _ = self.where[track.uuid]
         at = f'"ts":{micros(ts)},"pid":{pid},"tid":{tid}'
-        self._event(f'{{"ph":"i","s":"t","name":{_dumps(name)},{at},"args":{_dumps(args)}}}')
+        self._event(f'{{"ph":"i","s":"t","name":{_name(name)},{at},"args":{_dumps(args)}}}')
         for fid in flow_out:  # bound to the instant (a slice of no duration where the flow leaves)
             self._event(f'{{"ph":"s","name":"trigger","cat":"flow","id":{fid & FLOW_MASK},{at}}}')
         self.counts["instants"] += 1
 
     def counter(self, track: Track, ts: int, value: Value) -> None:
         pid, _, shown = self.where[track.uuid]
-        self._event(f'{{"ph":"C","name":{_dumps(shown)},"ts":{micros(ts)},"pid":{pid},"args":{{"value":{_dumps(value)}}}}}')
+        self._event(f'{{"ph":"C","name":{_name(shown)},"ts":{micros(ts)},"pid":{pid},"args":{{"value":{_dumps(value)}}}}}')
         self.counts["counters"] += 1
 
     def close(self) -> Dict[str, int]:

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 CALL_KINDS = frozenset(("call", "submit", "free", "timeout"))  # a return paired with its entry carries latency_ns
 MAX_ROOTS = 256  # slices a lane remembers to check the nesting of the next (see Lane)
 MAX_OPEN_IRQS = 16  # handler entries of one interrupt line waiting for their exit
-_HIDDEN_ARGS = frozenset(("latency_ns", "entry_ts_ns", "duration_ns", "edge"))
+_HIDDEN_ARGS = ("latency_ns", "entry_ts_ns", "duration_ns", "edge")
 _HEALTH = (("temp_c", "temperature", "°C"), ("hbm_temp_c", "HBM temperature", "°C"),
            ("ce_count", "ECC correctable", "count"), ("uce_count", "ECC uncorrectable", "count"),
            ("width", "PCIe link width", "lanes"))  # fmt: skip
@@ -177,6 +177,7 @@ class TimelineMapper:
         self.dev_live: Dict[int, int] = {}
         self.pid_live: Dict[Tuple[int, int], int] = {}
         self.mem_carried: Set[int] = set()  # devices whose live memory at the window's start was drawn
+        self.mem_tracks: Dict[Tuple[int, int], Tuple[str, Track, Track]] = {}  # (dev, pid) -> comm, its counters
         self.first_seen: Dict[int, int] = {}  # device -> its first event (its state is "ok" from there)
         self.states: Dict[int, Tuple[str, int, str]] = {}  # device -> (state, since, why)
         self.lost = 0
@@ -249,8 +250,15 @@ class TimelineMapper:
             mine = self.pid_live[(d, p)] = self.pid_live.get((d, p), 0) + n
             if d < 0 or not self._wanted(d) or not self._inside(t):
                 continue
-            self.w.counter(self._live_track(d), t, live)
-            self.w.counter(self._process_track(d, p), t, mine)
+            comm = self.comm_of(p)
+            kept = self.mem_tracks.get((d, p))
+            if kept is None or kept[0] != comm:  # its tracks found (made when new) in the order they are drawn
+                self.w.counter(self._live_track(d), t, live)
+                self.w.counter(self._process_track(d, p), t, mine)
+                self.mem_tracks[(d, p)] = (comm, self._live_track(d), self._process_track(d, p))
+            else:
+                self.w.counter(kept[1], t, live)
+                self.w.counter(kept[2], t, mine)
 
     def _carry_memory(self, dev: int) -> None:
         """The device's live bytes (and its processes') when the window opens, drawn at its start (nothing:
@@ -314,7 +322,10 @@ class TimelineMapper:
         if span is None:
             return
         dev = ev.dev
-        track = self._packer(("calls", dev), lambda lane: self._calls_track(dev, lane)).place(*span)
+        packer = self.packers.get(("calls", dev))
+        if packer is None:
+            packer = self._packer(("calls", dev), lambda lane: self._calls_track(dev, lane))
+        track = packer.place(span[0], span[1])
         flows: Tuple[int, ...] = ()
         if ev.kind == "submit" and "stream" in ev.args:
             flows = (_task_flow(dev, ev.args["stream"], ev.args.get("task"), end),)
@@ -484,7 +495,9 @@ class TimelineMapper:
 
     def _plain_args(self, ev: NpuEvent, clipped: bool = False) -> Dict[str, Any]:
         """The event's arguments as shown: its own values, who ran it (pid, task name, CPU)."""
-        out = {k: v for k, v in ev.args.items() if k not in _HIDDEN_ARGS}
+        out = dict(ev.args)
+        for k in _HIDDEN_ARGS:
+            out.pop(k, None)
         if ev.pid >= 0:
             out["pid"], out["comm"] = ev.pid, self.comm_of(ev.pid)
         if ev.cpu >= 0:
@@ -503,10 +516,12 @@ class TimelineMapper:
 
     def _span(self, begin: int, end: int) -> Optional[Tuple[int, int]]:
         """[begin, end] cut to the window (None: outside it)."""
-        if end < self.lo or begin >= self.hi or end < begin:
+        lo, hi = self.lo, self.hi
+        if end < lo or begin >= hi or end < begin:
             return None
-        span = (max(begin, self.lo), min(end, self.hi))
-        self._inside(span[0])
+        span = (begin if begin > lo else lo, end if end < hi else hi)
+        if not self.opened:
+            self._inside(span[0])
         return span
 
     def _open(self, ts: int) -> None:

@@ -12,6 +12,7 @@ follows its `begin` before any other event of that track, or after its nested sl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
@@ -35,7 +36,16 @@ def track_uuid(*key: Any) -> int:
 
 
 def flow_id(*key: Any) -> int:
-    """A stable 63-bit id for a flow key (a task's submit, a reset's trigger)."""
+    """A stable 63-bit id for a flow key (a task's submit, a reset's trigger). Both ends of a flow compute it:
+    the latest are kept (keys told apart by their parts' types too: True is not 1)."""
+    try:
+        return _kept_flow_id(*key)
+    except TypeError:  # a part that cannot be a dict key
+        return _hash("flow", key) or 1
+
+
+@functools.lru_cache(maxsize=1 << 12, typed=True)
+def _kept_flow_id(*key: Any) -> int:
     return _hash("flow", key) or 1
 
 
