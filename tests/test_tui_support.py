@@ -184,12 +184,12 @@ def fault_events() -> List[Any]:
     timeout on NPU 1 two seconds later (it explains the application's error best: npu_trace.detectors.links)."""
     from npu_trace.events import NpuEvent
 
-    app = NpuEvent(S, "app_error", 1, "heartbeat_lost", 389, -1,
-                   {"source": "app_log", "results": [507010], "text": "EL0001", "time_resolution_ns": 1000})  # fmt: skip
-    lockup = NpuEvent(S + 5, "fault", None, "kernel_fault", 0, 1,
-                      {"fault": "soft_lockup", "cpu": 1, "comm": "kworker/1:0", "driver_functions": ["trs_chan_irq_proc"],
-                       "functions": ["trs_chan_irq_proc [asdrv_trsbase]"], "text": "BUG", "lines": 2,
-                       "end_ts_ns": S + 10, "source": "kmsg"})  # fmt: skip
+    said = {"source": "app_log", "results": [507010], "text": "EL0001", "time_resolution_ns": 1000}
+    app = NpuEvent(S, "app_error", 1, "heartbeat_lost", 389, -1, said)
+    block = {"fault": "soft_lockup", "cpu": 1, "comm": "kworker/1:0", "driver_functions": ["trs_chan_irq_proc"],
+             "functions": ["trs_chan_irq_proc [asdrv_trsbase]"], "text": "BUG", "lines": 2, "end_ts_ns": S + 10,
+             "source": "kmsg"}  # fmt: skip
+    lockup = NpuEvent(S + 5, "fault", None, "kernel_fault", 0, 1, block)
     timeout = NpuEvent(3 * S, "timeout", 1, "heartbeat", -1, -1, {"source": "kmsg"})
     return [app, lockup, timeout]
 
