@@ -3,6 +3,7 @@ SIGHUP flag and a service log journald reads."""
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import signal
@@ -55,6 +56,8 @@ def prepare_process() -> StopFlag:
     """For a CLI process about to trace: SIGINT/SIGTERM/SIGHUP end the session cleanly, GC tuned for throughput."""
     stop = StopFlag()
     stop.install()
+    # `kill -USR1 PID` writes every thread's stack to stderr: where a session that does not end is waiting
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     tune_gc()
     return stop
 

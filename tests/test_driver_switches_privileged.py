@@ -58,7 +58,16 @@ def test_a_stopped_stream_puts_the_switches_back(tmp_path: Path, sig: int) -> No
     run, _ = start_stream(env)
     assert set(values(proc_root).values()) == {"1\n"}
     run.send_signal(sig)
-    _, err = run.communicate(timeout=60)
+    try:
+        _, err = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # where it waits: its threads' stacks (SIGUSR1), then it is killed
+        run.send_signal(signal.SIGUSR1)
+        try:
+            _, err = run.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            _, err = run.communicate()
+        raise AssertionError(f"stream did not end within 60 s of signal {sig}:\n{err}") from None
     assert run.returncode == 0 and "loss:" in err
     assert values(proc_root) == LAYOUT and not state.exists()
 
