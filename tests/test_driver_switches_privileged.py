@@ -32,8 +32,11 @@ def host_env(tmp_path: Path) -> Tuple[Path, SwitchState, Dict[str, str]]:
 def start_stream(env: Dict[str, str]) -> Tuple[subprocess.Popen, List[str]]:
     """`stream --profile ascend` (the uevent channel keeps it running on a host without the driver's events),
     read until it traces."""
+    # SIGHUP as a terminal's session has it: a run under nohup (SIGHUP ignored, which a stream keeps ignoring on
+    # purpose) would otherwise hand the ignored disposition down, and the SIGHUP case could not end the stream
     proc = subprocess.Popen([*CLI, "stream", "--profile", "ascend", "--channels", "uevent"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # fmt: skip
     assert proc.stderr is not None
     said: List[str] = []
     while not said or "tracing" not in said[-1]:

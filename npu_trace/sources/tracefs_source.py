@@ -385,7 +385,7 @@ class TracefsSession:
         unpack_commit = struct.Struct(order + ("Q" if h.commit_size == 8 else "I")).unpack_from
         caught: List[int] = []
         for cpu, fd in self._fds.items():
-            short = empty = 0
+            short = 0
             while True:
                 page = self._read_page(cpu, fd)
                 if not page:
@@ -393,12 +393,7 @@ class TracefsSession:
                     break
                 self.pages_read += 1
                 yield cpu, page
-                commit = unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK if len(page) >= h.data_offset else 0
-                empty = empty + 1 if not commit else 0
-                if drain and empty > 1:  # a drain that reads pages holding nothing, twice: nothing is left
-                    caught.append(cpu)
-                    break
-                if commit < partial:
+                if len(page) < h.data_offset or unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK < partial:
                     short += 1
                     if short > 1 and not drain:
                         break
