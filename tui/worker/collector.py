@@ -520,7 +520,7 @@ def select_rows(flt: LogFilter, nb: NormBlock, comm_of: Callable[[int], str]) ->
     if flt.dev is not None:
         keep &= nb.dev == flt.dev
     if flt.kinds:
-        keep &= np.isin(nb.kind, [KIND_CODE[k] for k in flt.kinds if k in KIND_CODE])
+        keep &= kind_in(nb.kind, [KIND_CODE[k] for k in flt.kinds if k in KIND_CODE])
     pids = nb.block.pid
     if flt.pid is not None:
         keep &= pids == flt.pid
