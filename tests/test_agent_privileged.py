@@ -7,6 +7,7 @@ hanging."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -275,23 +276,40 @@ def test_an_unwritable_textfile_is_said_once_and_loses_no_metric(sim_loaded: Tra
     assert (sample(final, "npu_trace_agent_textfile_errors_total") or 0) >= 1
 
 
+def fill(path: Any) -> int:
+    """Write `path` until its file system says ENOSPC (tmpfs: every page taken, not one byte more fits).
+    Its size."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(b"\0" * 4096) or 0
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return written
+
+
 @pytest.mark.privileged
 def test_a_full_spool_disk_is_said_and_loses_no_metric(sim_loaded: Tracefs, tmp_path: Any) -> None:
-    """The spool on a 64 KiB tmpfs: the reset's dump cannot be written; that is said, counted, and the
-    reset is counted all the same, and nothing is left in the spool (no unfinished .partial)."""
+    """The spool on a small tmpfs that the test fills itself once the agent is up (not a size that a dump
+    might or might not exceed): the reset's dump cannot be written; that is said, counted, and the reset is
+    counted all the same, and nothing of the agent's is left in the spool (no unfinished .partial)."""
     spool = tmp_path / "spool"
     spool.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(spool)], check=True)
     agent: Optional[Agent] = None
     try:
         agent = Agent(tmp_path, "--channels", "kmsg,uevent", "--spool", str(spool), "--flight", "30")
+        filler = fill(spool / "filler")
         sim.run_scenario("ecc-reset", 4, 3.0, 200, 1, ensure_loaded=False, channels=SideChannels(npu_smi=False))
         wait_for(lambda: agent.line("failed (disk full)"), "the failed dump to be said")
         reset = 'npu_trace_findings_total{id="0",kind="reset_sequence"} 1.0'
         wait_for(lambda: reset in agent.metrics(), "the reset counted")  # its dump failed at its first step
         assert (agent.value("npu_trace_agent_spool_errors_total") or 0) >= 1
         assert agent.stop() == 0
-        assert os.listdir(spool) == []  # no dump passed for whole, no unfinished .partial left holding it full
+        # no dump passed for whole, no unfinished .partial left holding it full; the filler untouched
+        assert os.listdir(spool) == ["filler"] and os.path.getsize(spool / "filler") == filler
     finally:
         if agent is not None and agent.proc.poll() is None:
             agent.stop()
