@@ -16,9 +16,24 @@ from goldens import kernel_dirs
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
-def run_cli(args: List[str], env: Optional[Dict[str, str]] = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+class Ran(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    pid: int
+
+
+def run_cli(args: List[str], env: Optional[Dict[str, str]] = None, **kw: Any) -> Ran:
+    """The CLI run to its end; `pid`: its process id (what its tracefs instances are named after)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env, timeout=120, **kw)
+    child = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                             **kw)  # fmt: skip
+    try:
+        out, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise
+    ran = Ran(child.args, child.returncode, out, err)
+    ran.pid = child.pid
+    return ran
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
@@ -31,9 +46,12 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
         assert word in lines[0], lines[0]
 
 
-def our_instances() -> List[str]:
+def instances_of(pid: int) -> List[str]:
+    """The tracefs instances named after process `pid` (`npu-trace-PID`, `npu-trace-PID-TAG`): a test looks
+    only at what its own process made (other sessions on the host may come and go meanwhile)."""
     root = "/sys/kernel/tracing/instances"
-    return [n for n in os.listdir(root) if n.startswith("npu-trace-")] if os.path.isdir(root) else []
+    names = os.listdir(root) if os.path.isdir(root) else []
+    return [n for n in names if n == f"npu-trace-{pid}" or n.startswith(f"npu-trace-{pid}-")]
 
 
 @pytest.mark.parametrize(
@@ -58,14 +76,9 @@ def test_bad_scope_values_are_one_line_before_anything_starts(command: str, scop
     """--pid, --comm and --device (--dev) are checked on every command that has them, before the kernel (no
     instance left) and before the TUI starts."""
     extra = ["-o", "/nonexistent/x.npt"] if command == "record" else []
-    env = {**os.environ, "NPU_TRACE_TRACEFS": "/nonexistent-tracefs"}
-    child = subprocess.Popen([*CLI, command, *extra, *scope], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)  # fmt: skip
-    out, err = child.communicate(timeout=120)
-    assert_one_line_error(subprocess.CompletedProcess(child.args, child.returncode, out, err), 2, words)
-    # an instance is named after the process that made it: none of this one's is left (other sessions on the
-    # host may come and go meanwhile)
-    assert not [n for n in our_instances() if n == f"npu-trace-{child.pid}" or n.startswith(f"npu-trace-{child.pid}-")]
+    proc = run_cli([command, *extra, *scope], env={"NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})
+    assert_one_line_error(proc, 2, words)
+    assert instances_of(proc.pid) == []
 
 
 def test_tracefs_absent_exits_3(tmp_path: Any) -> None:
@@ -115,23 +128,20 @@ def test_unknown_glob_in_a_fake_tracefs_exits_2(tmp_path: Any) -> None:
 
 @pytest.mark.privileged
 def test_unknown_event_glob_on_the_real_kernel_exits_2_and_leaves_nothing() -> None:
-    before = our_instances()
     proc = run_cli(["stream", "--events", "ascend_nosuch_*", "--duration", "1"])
     assert_one_line_error(proc, 2, "ascend_nosuch_*")
-    assert our_instances() == before
+    assert instances_of(proc.pid) == []
 
 
 @pytest.mark.privileged
 def test_missing_privilege_exits_3_and_leaves_nothing() -> None:
-    before = our_instances()
-
     def drop() -> None:
         os.setgid(65534)
         os.setuid(65534)
 
     proc = run_cli(["stream", "--events", "irq:*", "--duration", "1"], preexec_fn=drop, cwd="/")
     assert_one_line_error(proc, 3, "root")
-    assert our_instances() == before
+    assert instances_of(proc.pid) == []
 
 
 @pytest.mark.privileged
