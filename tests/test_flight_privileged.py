@@ -1,5 +1,5 @@
-"""For real, with the simulator: `record --flight` through a minute of steady load (the ring rolls over), then
-the ecc-reset scenario with its side channels (kmsg lines, uevents, fake npu-smi). Exactly one dump, holding
+"""For real, with the simulator: `record --flight` through steady load longer than the ring holds (it rolls
+over), then the ecc-reset scenario with its side channels (kmsg lines, uevents, fake npu-smi). Exactly one dump, holding
 the precursors and the whole sequence; `check` on it finds the reset and nothing the scenario did not inject;
 `replay` reads it; and the recorder leaves no tracefs instance behind."""
 
@@ -22,11 +22,17 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import fake_smi
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.synth import truth_expectations
+from npu_trace.sinks.flight.recorder import LAG_SLACK_NS
 from npu_trace.sources.replay_source import ReplaySource
 
 CLI = [sys.executable, "-m", "npu_trace"]
 S = 1_000_000_000
-FLIGHT_S = 30  # shorter than the minute of steady load before the incident: the ring has rolled over
+# The ring holds FLIGHT_S + LAG_SLACK_NS; the steady load before the incident is longer (it has rolled over);
+# the incident's first trigger (the scenario's first timeout, at about half of ECC_S) is less than FLIGHT_S
+# after the scenario's start (the dump holds the precursors from before it began).
+FLIGHT_S = 8
+ECC_S = 10.0
+STEADY_S = FLIGHT_S + LAG_SLACK_NS / S + 4
 
 
 def wait_until(what: str, cond: Any, timeout: float, proc: subprocess.Popen[str]) -> None:
@@ -39,7 +45,7 @@ def wait_until(what: str, cond: Any, timeout: float, proc: subprocess.Popen[str]
 
 
 @pytest.mark.privileged
-def test_flight_recorder_dumps_the_ecc_reset_incident_after_a_minute_of_steady_load(
+def test_flight_recorder_dumps_the_ecc_reset_incident_after_the_ring_rolled_over(
     sim_loaded: Tracefs, tmp_path: Any
 ) -> None:
     side = SideChannels(npu_smi_dir=str(tmp_path / "bin"))
@@ -58,8 +64,8 @@ def test_flight_recorder_dumps_the_ecc_reset_incident_after_a_minute_of_steady_l
         while "flight recorder: the last" not in (line := rec.stderr.readline()):
             assert line, "".join(lines) + rec.stderr.read()
             lines.append(line)
-        sim.run_scenario("steady", 11, 60.0, 400, 2, ensure_loaded=False, channels=side)
-        truth = sim.run_scenario("ecc-reset", 12, 20.0, 400, 2, ensure_loaded=False, channels=side)
+        sim.run_scenario("steady", 11, STEADY_S, 400, 2, ensure_loaded=False, channels=side)
+        truth = sim.run_scenario("ecc-reset", 12, ECC_S, 400, 2, ensure_loaded=False, channels=side)
         wait_until("finished dump", lambda: any(n.endswith(".npt") for n in os.listdir(dumps)), 60, rec)
         partial_left = [n for n in os.listdir(dumps) if n.endswith(".partial")]
     finally:
