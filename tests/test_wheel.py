@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +26,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Set
 
 import pytest
 
@@ -136,6 +137,13 @@ def installed_without_compiler() -> Iterator[Installed]:
     yield from install(CC="false")
 
 
+def package_data() -> Set[str]:
+    """Every file of the package that is not Python code (the simulator's C sources and headers, the demo
+    recording, type stubs...), as git tracks them, less the page walker's C source (built, not shipped)."""
+    listed = run(["git", "ls-files", "npu_trace", "tui"], cwd=ROOT).stdout.split()
+    return {n for n in listed if not n.endswith(".py") and n != "npu_trace/ftrace/_walk.c"}
+
+
 def checkout_packages() -> List[str]:
     found = [p.parent.relative_to(ROOT) for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("__init__.py")]
     return sorted([".".join(p.parts) for p in found] + ["npu_trace.bpf_programs"])
@@ -155,8 +163,7 @@ def test_the_wheel_holds_the_code_the_programs_the_simulator_and_the_demo(instal
         assert not {f"npu_trace/bpf_programs/{n}" for n in programs} - names
         assert {n: whl.read(f"npu_trace/bpf_programs/{n}") for n in programs} == programs
     code = {p.relative_to(ROOT).as_posix() for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("*.py")}
-    data = {"npu_trace/sim/npu_sim.c", "npu_trace/data/demo.npt", "npu_trace/py.typed", "npu_trace/ftrace/_walk.pyi"}
-    assert code | data <= names
+    assert code | package_data() <= names
     assert not {n for n in names if n.split("/")[0] in ("bpf", "tests", "benchmarks", "scripts")}
     compiled = [n for n in names if n.startswith("npu_trace/ftrace/_walk.") and n.endswith(".so")]
     assert len(compiled) == 1 and not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
@@ -222,3 +229,53 @@ def test_installed_bpf_compiles_and_attaches_from_its_package_data(installed: In
     proc = run([installed.bin("npu-trace"), "bpf", "--no-hal", "--irq", "virtio", "--duration", "1"],
                cwd=installed.run_dir)  # fmt: skip
     assert "BPF programs attached" in proc.stderr and "BPF events" in proc.stderr
+
+
+def expectations_of(truth_path: Path) -> Dict[str, Any]:
+    from npu_trace.sim.synth import truth_expectations
+
+    return truth_expectations(json.loads(truth_path.read_text()))
+
+
+@pytest.mark.privileged
+def test_installed_commands_trace_the_simulator_end_to_end(installed: Installed) -> None:
+    """From the installed wheel alone (its cwd outside the checkout): `sim load`, `sim run`, `bpf`, `demo
+    --headless`, `record` while `sim run` runs a scenario, `check` (exactly what the scenario injected),
+    `export` to Perfetto and Chrome JSON, and `sim unload` when it loaded the simulator."""
+    from npu_trace import sim
+    from npu_trace.ftrace.tracefs import Tracefs
+    from test_detectors_truth import check_against_truth
+
+    npu = installed.bin("npu-trace")
+    here = installed.run_dir
+    was_loaded = sim.is_loaded(Tracefs.find())
+    run([npu, "sim", "load"], cwd=here)
+    try:
+        run([npu, "sim", "run", "--scenario", "steady", "--duration", "1", "--no-load"], cwd=here)
+        bpf = run([npu, "bpf", "--duration", "2"], cwd=here)
+        assert "BPF programs attached" in bpf.stderr, bpf.stderr
+        demo = run([npu, "demo", "--headless", "--rounds", "1", "--scenario", "spikes", "--duration", "2"], cwd=here)
+        assert "ascend:ascend_halMemAlloc" in demo.stdout, demo.stderr[-2000:]
+        recording = here / "run.npt"
+        rec = subprocess.Popen([npu, "record", "-o", str(recording), "-e", "ascend:*"], cwd=here,
+                               env=clean_env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+        assert rec.stderr is not None
+        try:
+            line = rec.stderr.readline()
+            assert "recording to" in line, line
+            run([npu, "sim", "run", "--scenario", "ecc-reset", "--seed", "5", "--duration", "1", "--rate", "400",
+                 "--devices", "2", "--truth", "truth.json", "--no-load"], cwd=here)  # fmt: skip
+        finally:
+            rec.send_signal(signal.SIGINT)
+            _, err = rec.communicate(timeout=TIMEOUT_S)
+        assert rec.returncode == 0 and "loss: none" in err, err
+        checked = run([npu, "check", str(recording), "--json", "report.json", "--quiet"], cwd=here, check=False)
+        assert checked.returncode in (0, 1), checked.stderr
+        check_against_truth(json.loads((here / "report.json").read_text()), expectations_of(here / "truth.json"))
+        for out in ("run.pftrace", "run.json"):
+            run([npu, "export", str(recording), "-o", out], cwd=here)
+            assert (here / out).stat().st_size > 1000
+        assert json.loads((here / "run.json").read_text())
+    finally:
+        if not was_loaded:
+            run([npu, "sim", "unload"], cwd=here)
