@@ -6,18 +6,26 @@ With NPU_TRACE_REQUIRE_PRIVILEGED=1 (set by .ci/run) a skipped privileged test b
 the skip reason: CI must exercise the real kernel paths, not skip them silently.
 Skip inside the test or a fixture (pytest.skip), not at module level: a module-level skip happens at
 collection, before any test exists to fail.
+
+Parallel runs (pytest-xdist, `scripts/test` runs `--dist loadgroup`): the tests that touch host-global state
+are one group, `HOST_GROUP`, which xdist runs on one worker, one test after another, as a serial run would:
+the privileged ones (tracefs, the simulator's uprobe events, /dev/kmsg, uevents, mounts) and those marked
+`host` (they run the simulator's executor unprivileged: while another test has its uprobes registered, its
+calls would land in that test's trace). The rest (pure logic on captured bytes, files in their own temporary
+directories) run beside them on the other workers.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Generator
+from typing import Any, Generator, List
 
 import pytest
 
 pytest_plugins = ["pytester"]
 
 REQUIRE_ENV = "NPU_TRACE_REQUIRE_PRIVILEGED"
+HOST_GROUP = "host"  # the xdist group of the tests that share the host's kernel state
 
 
 def require_privileged() -> bool:
@@ -29,6 +37,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "privileged: needs root and a real kernel feature; skipped outside CI, a failure in CI",
     )
+    config.addinivalue_line("markers", "host: shares host state with the privileged tests (run in their group)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Every privileged or `host` test in HOST_GROUP: under xdist's loadgroup they run serially on one worker."""
+    for item in items:
+        if item.get_closest_marker("privileged") or item.get_closest_marker("host"):
+            item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

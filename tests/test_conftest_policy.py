@@ -72,3 +72,45 @@ def test_privileged_test_without_root_fails_when_required(
     monkeypatch.setenv("NPU_TRACE_REQUIRE_PRIVILEGED", "1")
     result = _run(pytester, monkeypatch, euid=1000)
     result.assert_outcomes(passed=1, skipped=1, errors=3)
+
+
+GROUPED_TESTS = """
+import os
+import pytest
+
+def record(name):
+    with open(os.environ["WHERE_FILE"], "a") as f:
+        f.write(name + " " + os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+
+@pytest.mark.privileged
+@pytest.mark.parametrize("n", range(6))
+def test_priv(n):
+    record(f"priv{n}")
+
+@pytest.mark.host
+@pytest.mark.parametrize("n", range(3))
+def test_host(n):
+    record(f"host{n}")
+
+@pytest.mark.parametrize("n", range(12))
+def test_plain(n):
+    record(f"plain{n}")
+"""
+
+
+def test_host_state_tests_run_on_one_worker_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`-n 3 --dist loadgroup` (scripts/test): every privileged and `host` test on one worker, one after another."""
+    monkeypatch.delenv("NPU_TRACE_REQUIRE_PRIVILEGED", raising=False)
+    where = tmp_path / "where.txt"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grouped=GROUPED_TESTS)
+    # a subprocess (xdist's workers are processes): root or not, the privileged tests run or skip on one worker
+    result = pytester.runpytest_subprocess("-n", "3", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                                           "-p", "no:textual-snapshot", "-p", "no:asyncio")  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    ran = dict(line.split() for line in where.read_text().splitlines())
+    shared = {w for name, w in ran.items() if name.startswith(("priv", "host"))}
+    assert len(shared) == 1 and len(ran) == (6 if os.geteuid() == 0 else 0) + 3 + 12, ran

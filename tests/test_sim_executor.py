@@ -19,6 +19,10 @@ from npu_trace.sim import build
 from npu_trace.sim.threads import HOST_LIKE, IRQ_THREAD, Host
 from test_cli_errors import assert_one_line_error, run_cli
 
+# runs the simulator's executor: while a privileged test has its uprobes registered, these calls would land in
+# that test's trace (tests/conftest.py: the host group)
+pytestmark = pytest.mark.host
+
 Truth = Dict[str, Any]
 
 

@@ -18,6 +18,10 @@ from npu_trace.sim import build, channels
 from npu_trace.sim.runner import start
 from npu_trace.sim.scenarios import plan
 
+# runs the simulator's executor: while a privileged test has its uprobes registered, these calls would land in
+# that test's trace (tests/conftest.py: the host group)
+pytestmark = pytest.mark.host
+
 MS = 1_000_000
 
 
