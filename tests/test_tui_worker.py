@@ -14,6 +14,7 @@ import time
 from typing import Any, List
 
 import pytest
+from textual.command import CommandInput, CommandList, CommandPalette
 
 from npu_trace.pipeline.normalize import Normalizer
 from test_tui_support import (
@@ -34,17 +35,31 @@ from tui.ui.widgets.spikes import SpikesPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 40)
+GATHER = CommandPalette._GATHER_COMMANDS_GROUP  # the palette's search worker
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 async def palette(pilot: Any, title: str) -> None:
-    """Run a command from the command palette by typing its title."""
+    """Run a command from the command palette: its title typed at once (one search, not one per key), Enter
+    once the palette has finished searching and highlights that command (the search is asynchronous: waited
+    for, never slept through), then the palette closed."""
+    app = pilot.app
     await pilot.press("ctrl+p")
-    await pilot.pause(0.1)
-    await pilot.press(*title)
-    await pilot.pause(0.3)  # the palette searches asynchronously
+    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+    found = app.screen
+    found.query_one(CommandInput).value = title
+    commands = found.query_one(CommandList)
+
+    def highlighted() -> bool:
+        searching = any(w.group == GATHER and w.is_running for w in app.workers)
+        at = commands.highlighted
+        if searching or at is None:
+            return False
+        return bool(commands.get_option_at_index(at).prompt.plain.split("\n")[0] == title)
+
+    await wait_for(pilot, highlighted)
     await pilot.press("enter")
-    await pilot.pause(0.1)
+    await wait_for(pilot, lambda: app.screen is not found)
 
 
 def status(app: Any) -> str:
