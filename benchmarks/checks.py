@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from benchmarks.common import ANCHOR_INSTANCE, BenchError, log, median
@@ -186,19 +186,19 @@ def _reap(proc: subprocess.Popen[bytes], bench: Bench, name: str, err: str) -> N
             raise BenchError(f"{name} exited with {proc.returncode}: {f.read()[-800:]}")
 
 
-def detector_heavy(bench: Bench, repeat: int, anchor: bool) -> Dict[str, Any]:
+def detector_heavy(bench: Bench, repeat: int, anchor: bool, work: Workload = HEAVY) -> Dict[str, Any]:
     from npu_trace import sim
     from npu_trace.ftrace.tracefs import Tracefs
 
     fs = Tracefs(bench.root)
     loaded = sim.load(fs)
     try:
-        full = record_both(bench, loaded.binary, HEAVY, "heavy", anchor)
+        full = record_both(bench, loaded.binary, work, "heavy", anchor)
         empty = record_both(bench, loaded.binary, EMPTY, "heavy-empty", anchor)
     finally:
         if loaded.changed:
             sim.unload(fs)  # registered here: leave uprobe_events as found
-    out: Dict[str, Any] = {"workload": HEAVY.describe(), "expected_events": full.expected}
+    out: Dict[str, Any] = {"workload": work.describe(), "expected_events": full.expected}
     out["trace_cmd_lost"] = full.tc_lost
     npu_full, npu_empty = npu_check(full.npt, repeat), npu_check(empty.npt, repeat)
     out["npu_check"] = dict(per_event(npu_full, npu_empty), read=npu_full["events"], total=npu_full["total"],
@@ -235,11 +235,12 @@ def generated(bench: Bench, repeat: int, events: float, path: Optional[str]) -> 
 def check_figures(args: Any, bench: Bench) -> Dict[str, Any]:
     """Both figures, printed as tables with the ratios and targets; the JSON part."""
     out: Dict[str, Any] = {"repeat": args.repeat}
+    work = replace(HEAVY, duration_s=args.heavy_duration)
     log("")
-    log(f"check: detector-heavy workload ({HEAVY.describe()}, host-like) recorded by npu-trace"
+    log(f"check: detector-heavy workload ({work.describe()}, host-like) recorded by npu-trace"
         f"{' and trace-cmd at once' if not args.no_anchor else ''}; each tool in a child process, median of "
         f"{args.repeat}, start-up (a nearly empty recording: {EMPTY.describe()}) subtracted")  # fmt: skip
-    heavy = out["detector_heavy"] = detector_heavy(bench, args.repeat, not args.no_anchor)
+    heavy = out["detector_heavy"] = detector_heavy(bench, args.repeat, not args.no_anchor, work)
     rows = [("tool", "events read", "counted", "wall s", "start-up s", "events/s", "CPU ns/event", "peak RSS MiB")]
     rows.append(_row("npu-trace check", heavy["npu_check"]))
     if "trace_cmd_report" in heavy:

@@ -34,7 +34,7 @@ import time
 from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from benchmarks.checks import check_figures
+from benchmarks.checks import HEAVY, check_figures
 from benchmarks.common import (
     ANCHOR,
     ANCHOR_INSTANCE,
@@ -591,9 +591,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--gen-events", type=float, default=2e6,
                    help="check figures: events of the generated recording (0: none; the RSS target is for 1e7)")
     p.add_argument("--gen-file", metavar="NPT", help="check figures: this generated recording (and its .truth.json)")
+    p.add_argument("--heavy-duration", type=float, default=HEAVY.duration_s, metavar="S",
+                   help=f"check figures: seconds of the detector-heavy workload (default {HEAVY.duration_s:g})")
     args = p.parse_args(argv)
-    if args.events <= 0 or args.repeat <= 0 or args.buffer_kb <= 0:
-        p.error("--events, --repeat and --buffer-kb must be positive")
+    if args.events <= 0 or args.repeat <= 0 or args.buffer_kb <= 0 or args.heavy_duration <= 0:
+        p.error("--events, --repeat, --buffer-kb and --heavy-duration must be positive")
     args.rate_steps = sorted((float(x) for x in args.rates.split(",") if x.strip()), reverse=True)
     return args
 
