@@ -45,6 +45,18 @@ def test_it_reads_only_new_lines_then_follows_rotation_and_truncation(tmp_path: 
     src.close()
 
 
+def test_the_last_read_ends_the_report_still_open(tmp_path: Any) -> None:
+    """A report the application wrote last, read at the session's end before its file was quiet for QUIET_S:
+    the final read ends it (it was lost with the session)."""
+    path = tmp_path / "plog.log"
+    path.write_text("")
+    with Channels([], app_logs=[str(path)]) as ch:
+        wall = time.time_ns()
+        path.write_text(HB.format(t=stamp(wall), d=1) + HB.format(t=stamp(wall), d=2))
+        assert [e.dev for e in ch.read()] == [1]  # the second report waits for its end
+        assert [e.dev for e in ch.read(final=True)] == [2]
+
+
 def test_a_missing_file_is_followed_once_it_appears(tmp_path: Any) -> None:
     path = tmp_path / "later.log"
     notes: list = []

@@ -15,9 +15,10 @@ wall clock since the open (NTP) — the events carry the first two. A report wit
 is read (`time: "receipt"`).
 
 A report ends at the next report's first line; one the application stopped after is ended when its file has
-been quiet for `QUIET_S`. The watermark (no event stamped earlier can still come) is the read's start less
-`LAG_NS`: CANN's logger and the frameworks flush their files late; a line older than that arrives too late
-for the ordered merge and is counted there as lost ("late").
+been quiet for `QUIET_S`, or by the session's last read (`read(final=True)`), which ends every open report.
+The watermark (no event stamped earlier can still come) is the read's start less `LAG_NS`: CANN's logger and
+the frameworks flush their files late; a line older than that arrives too late for the ordered merge and is
+counted there as lost ("late").
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ class AppLogSource:
         for f in self.follows:
             f.close()
 
-    def read(self) -> List[NpuEvent]:
+    def read(self, final: bool = False) -> List[NpuEvent]:
+        """The errors of the new lines; `final`: the session's last read, every open report ended."""
         started = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         out: List[NpuEvent] = []
         for f in self.follows:
@@ -130,7 +132,8 @@ class AppLogSource:
             self.stats["lines"] += len(lines)
             for line in lines:
                 errors += f.parser.feed(line)
-            if not lines and f.parser.block is not None and time.monotonic() - f.last_line >= QUIET_S:
+            quiet = not lines and time.monotonic() - f.last_line >= QUIET_S
+            if f.parser.block is not None and (final or quiet):
                 errors += f.parser.flush()
             out += [self.event(err, f.path, started) for err in errors]
         self.stats["errors"] += len(out)

@@ -173,7 +173,7 @@ class Channels:
         if self.uevent is not None:
             out += self.uevent.read()
         if self.app_log is not None:
-            out += self.app_log.read()
+            out += self.app_log.read(final)
         if self.bpf is not None:
             out += self._read_bpf(started)
         if self.health is not None:
