@@ -18,6 +18,7 @@ from npu_trace.events import NpuEvent
 from npu_trace.sources import channels as channels_mod
 from npu_trace.sources.channels import Channels, parse_channels
 from npu_trace.sources.replay_source import ReplaySource
+from smi_support import now_ns, wait_for_polls
 
 CLI = [sys.executable, "-m", "npu_trace"]
 TAG = f"npt-ch-{os.getpid() % 100000}"
@@ -142,7 +143,8 @@ def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: A
     try:
         truth = sim.run_scenario("ecc-reset", 3, 3.0, 300, 1, str(tmp_path / "truth.json"), ensure_loaded=False,
                                  channels=side)  # fmt: skip
-        time.sleep(1.0)  # the last polls and uevents
+        wait_for_polls(str(tmp_path / "bin"), now_ns())  # a whole poll of the final state (kmsg and uevents:
+        # the recorder's last read)
     finally:
         rec.send_signal(signal.SIGINT)
         _, err = rec.communicate(timeout=60)

@@ -165,6 +165,17 @@ def test_installed_script_answers_with_the_state(tmp_path: Path) -> None:
     assert [(c.npu, c.health) for c in parse_info(info)] == [(0, "OK")]
 
 
+def test_each_answer_is_recorded_and_whole_polls_counted(tmp_path: Path) -> None:
+    script = _install(tmp_path, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert fake_smi.polls_since(str(tmp_path), before) == 0
+    poll = [[script, "info"], [script, "info", "-t", "ecc", "-i", "0", "-c", "0"]]  # a poll: the table, then queries
+    for argv in poll + poll[:1]:
+        subprocess.run(argv, capture_output=True, timeout=30, check=True)
+    assert fake_smi.polls_since(str(tmp_path), before) == 1  # the first is whole: the next one began
+    assert fake_smi.polls_since(str(tmp_path), time.clock_gettime_ns(time.CLOCK_MONOTONIC)) == 0
+
+
 def test_installed_script_without_state_fails_clearly(tmp_path: Path) -> None:
     script = fake_smi.install(str(tmp_path))
     proc = subprocess.run([script, "info"], capture_output=True, text=True, timeout=30)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any, Dict, Sequence, Tuple
 
 import pytest
@@ -25,6 +24,7 @@ from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
+from smi_support import now_ns, wait_for_polls
 from test_detectors_truth import check_against_truth
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -251,7 +251,7 @@ def test_shared_weights_check_explains_the_failed_allocation_as_the_truth_says(
         channels = sim.SideChannels(kmsg=False, uevents=False, npu_smi_dir=str(smi_dir))
         truth = sim.run_scenario("shared-weights", 5, 2.0, 400, 2, str(tmp_path / "truth.json"),
                                  ensure_loaded=False, channels=channels)  # fmt: skip
-        time.sleep(0.3)  # a few more polls of the final state
+        wait_for_polls(str(smi_dir), now_ns(), 2)  # whole polls of the final state
     finally:
         rec.send_signal(signal.SIGINT)
         _, err = rec.communicate(timeout=60)

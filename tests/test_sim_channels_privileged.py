@@ -24,6 +24,7 @@ from npu_trace.sim.channels import UEVENT_PATH, bdf_of
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.npusmi_source import HealthSource
 from npu_trace.sources.uevent_source import UeventSource
+from smi_support import now_ns, wait_for_polls
 
 UEVENT_STEP = {"unbind": "unbind", "remove": "remove", "bus_remove": "bus_remove", "rescan": "rescan",
                "probe": "probe", "half_probe_finish": "half_probe_finish"}  # fmt: skip
@@ -49,7 +50,7 @@ def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
                 kmsg += ks.read()
                 uevents += us.read()
                 time.sleep(0.02)
-            time.sleep(0.5)  # the last records and at least one more npu-smi poll (the final state)
+            wait_for_polls(str(smi_dir), now_ns())  # a whole npu-smi poll of the final state
             kmsg += ks.read()
             uevents += us.read()
         finally:

@@ -8,7 +8,9 @@ them), with values that follow a scenario's own state over time.
     npu-smi.json  the state: t0 (the executor's start on CLOCK_MONOTONIC), the device count, and the steps
                   (offset_ns from t0, device, the full readings from then on)
 The script reads the state on every call and answers for "now" (CLOCK_MONOTONIC): before the first step of a
-device its baseline, after the run its final state. A later run overwrites the state.
+device its baseline, after the run its final state. A later run overwrites the state. Each call that answered
+appends the time it answered for (CLOCK_MONOTONIC ns) and its arguments to `npu-smi.calls` beside the state
+(`polls_since`), so a test waits for a poll of the final state instead of sleeping for one.
 
 The readings (`schedule`) follow the planned actions: each `dms_event_report` (an ECC event) sets the HBM
 single/double-bit counts, the chip and HBM temperature (the event's temp_c) and the health (correctable:
@@ -37,6 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 SCRIPT_NAME = "npu-smi"
 STATE_NAME = "npu-smi.json"
+CALLS_NAME = "npu-smi.calls"
 STATE_VERSION = 2
 MEMORY_STEP_NS = 10_000_000
 MIB = 1 << 20
@@ -364,7 +367,26 @@ def main(argv: Sequence[str], state_path: Optional[str] = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         sys.stderr.write(f"npu-smi (simulated NPU): no usable state in {path} ({exc}): run `npu-trace sim run`\n")
         return 1
-    rc, out, err = render(argv, state, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    rc, out, err = render(argv, state, now)
     sys.stdout.write(out)
     sys.stderr.write(err)
+    sys.stdout.flush()
+    try:  # one short line in append mode: whole even with calls at once
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), CALLS_NAME), "a") as f:
+            f.write(f"{now} {' '.join(argv)}\n")
+    except OSError:
+        pass  # a read-only directory: the answer stands, only the record of it is missing
     return rc
+
+
+def polls_since(directory: str, since_ns: int) -> int:
+    """How many whole health polls (npu_trace.sources.npusmi_source: `npu-smi info`, then its `-t` queries) the
+    npu-smi in `directory` answered, begun at or after `since_ns`: a poll is whole once the next one began."""
+    try:
+        with open(os.path.join(directory, CALLS_NAME)) as f:
+            rows = [line.split(" ", 1) for line in f]
+    except OSError:
+        return 0
+    starts = sum(1 for row in rows if len(row) == 2 and row[1].strip() == "info" and int(row[0]) >= since_ns)
+    return max(starts - 1, 0)
