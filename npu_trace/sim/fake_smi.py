@@ -40,6 +40,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 SCRIPT_NAME = "npu-smi"
 STATE_NAME = "npu-smi.json"
 CALLS_NAME = "npu-smi.calls"
+CALLS_MAX = 1 << 20  # bytes of the call record (about 25,000 calls) before it starts again
 STATE_VERSION = 2
 MEMORY_STEP_NS = 10_000_000
 MIB = 1 << 20
@@ -374,6 +375,8 @@ def main(argv: Sequence[str], state_path: Optional[str] = None) -> int:
     sys.stdout.flush()
     try:  # one short line in append mode: whole even with calls at once
         with open(os.path.join(os.path.dirname(os.path.abspath(path)), CALLS_NAME), "a") as f:
+            if f.tell() > CALLS_MAX:  # a demo polled for days: the record stays bounded (started again)
+                f.truncate(0)
             f.write(f"{now} {' '.join(argv)}\n")
     except OSError:
         pass  # a read-only directory: the answer stands, only the record of it is missing
