@@ -125,7 +125,7 @@ def test_hanging_npu_smi_is_a_rate_limited_note_never_a_stall(tmp_path: Path) ->
     t = time.monotonic()
     first = src.poll()
     second = src.poll()
-    assert time.monotonic() - t < 3
+    assert time.monotonic() - t < 10  # the timeout (0.3 s) ended it, not npu-smi's 30 s; the second: no call
     assert [e.args["note"] for e in first] == ["npu-smi info: timeout"] and second == []
 
 
@@ -133,8 +133,8 @@ def test_garbage_and_endless_npu_smi(tmp_path: Path) -> None:
     src = HealthSource(timeout_s=2, npu_smi=fake_npu_smi(tmp_path, "head -c 5000 /dev/urandom\n"), pci_root="/x")
     assert [e.args["note"] for e in src.poll()] == ["npu-smi info: no device table in its output"]
     t = time.monotonic()
-    status, text = run_bounded([fake_npu_smi(tmp_path, "exec yes garbage\n")], 5.0, limit=100_000)
-    assert status == "too_long" and len(text) <= 100_000 and time.monotonic() - t < 3
+    status, text = run_bounded([fake_npu_smi(tmp_path, "exec yes garbage\n")], 60.0, limit=100_000)
+    assert status == "too_long" and len(text) <= 100_000 and time.monotonic() - t < 30  # the limit, not the timeout
 
 
 def test_background_thread_never_blocks_read(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_background_thread_never_blocks_read(tmp_path: Path) -> None:
     with src:
         t = time.monotonic()
         assert src.read() == []
-        assert time.monotonic() - t < 0.1
+        assert time.monotonic() - t < 2.5  # a read that waited on the hanging poll would wait out its 5 s timeout
 
 
 def make_pci(root: Path, bdf: str, vendor: str, speed: str, width: str, mx: str = "16.0 GT/s PCIe") -> Path:
