@@ -30,13 +30,28 @@ from test_detectors_truth import check_against_truth
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
+def read_until(proc: subprocess.Popen[str], words: str) -> str:
+    """The process's stderr up to the line saying `words` (it failing before: the test fails with what it said)."""
+    assert proc.stderr is not None
+    said = ""
+    while words not in said:
+        line = proc.stderr.readline()
+        assert line, f"exited before saying {words!r}: {said}"
+        said += line
+    return said
+
+
 def record_scenario(
-    path: str, scenario: str, seed: int, truth_path: str, options: Sequence[str] = ("-e", "ascend:*")
+    path: str, scenario: str, seed: int, truth_path: str, options: Sequence[str] = ("-e", "ascend:*"),
+    scoped: bool = True,
 ) -> Dict[str, Any]:
-    rec = subprocess.Popen([*CLI, "record", "-o", path, *options], stderr=subprocess.PIPE, text=True)
-    assert rec.stderr is not None
-    line = rec.stderr.readline()
-    assert "recording to" in line, line + rec.stderr.read()
+    """`record` of the scenario's executor alone (`scoped`): scoped to this process and the tasks it starts
+    while traced (the executor), so that no other simulator on the host (another session's, a developer's demo)
+    lands in the trace the truth is compared with."""
+    own = ["--pid", str(os.getpid())] if scoped else []
+    rec = subprocess.Popen([*CLI, "record", "-o", path, *options, *own], stderr=subprocess.PIPE, text=True)
+    said = read_until(rec, "recording to")
+    assert ("scope: pid" in said) == scoped, said
     try:
         truth = sim.run_scenario(scenario, seed, 1.0, 400, 2, truth_path, ensure_loaded=False)
     finally:
@@ -210,7 +225,9 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     """`record --bpf`: the HAL calls come from the BPF channel (paired in the kernel), not from the ftrace
     uprobes it replaces, and check still reports exactly the injected faults."""
     path, report_path = str(tmp_path / "bpf.npt"), str(tmp_path / "report.json")
-    truth = record_scenario(path, scenario, 7, str(tmp_path / "truth.json"), ("--bpf",))
+    # not scoped: the BPF programs' --pid filter takes the process's own threads, not the tasks it starts (the
+    # executor, a child of this process); the host group keeps other simulators away meanwhile
+    truth = record_scenario(path, scenario, 7, str(tmp_path / "truth.json"), ("--bpf",), scoped=False)
     source = ReplaySource(path)
     assert not [e for e in source.header["events"] if e.startswith("ascend:ascend_hal")]
     assert source.header["extra"]["channels"]["bpf"]["hal"] is True

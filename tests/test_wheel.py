@@ -239,30 +239,30 @@ def expectations_of(truth_path: Path) -> Dict[str, Any]:
 
 @pytest.mark.privileged
 def test_installed_commands_trace_the_simulator_end_to_end(installed: Installed) -> None:
-    """From the installed wheel alone (its cwd outside the checkout): `sim load`, `sim run`, `bpf`, `demo
-    --headless`, `record` while `sim run` runs a scenario, `check` (exactly what the scenario injected),
+    """From the installed wheel alone (its cwd outside the checkout): `sim load`, `bpf`, `demo --headless`,
+    `record` while `sim run` runs a scenario, `check` (exactly what the scenario injected),
     `export` to Perfetto and Chrome JSON, and `sim unload` when it loaded the simulator."""
     from npu_trace import sim
     from npu_trace.ftrace.tracefs import Tracefs
     from test_detectors_truth import check_against_truth
+    from test_record_check_e2e import read_until
 
     npu = installed.bin("npu-trace")
     here = installed.run_dir
     was_loaded = sim.is_loaded(Tracefs.find())
     run([npu, "sim", "load"], cwd=here)
     try:
-        run([npu, "sim", "run", "--scenario", "steady", "--duration", "1", "--no-load"], cwd=here)
         bpf = run([npu, "bpf", "--duration", "2"], cwd=here)
         assert "BPF programs attached" in bpf.stderr, bpf.stderr
         demo = run([npu, "demo", "--headless", "--rounds", "1", "--scenario", "spikes", "--duration", "2"], cwd=here)
         assert "ascend:ascend_halMemAlloc" in demo.stdout, demo.stderr[-2000:]
         recording = here / "run.npt"
-        rec = subprocess.Popen([npu, "record", "-o", str(recording), "-e", "ascend:*"], cwd=here,
-                               env=clean_env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
-        assert rec.stderr is not None
+        # scoped to this process and what it starts (the scenario's `sim run`): no other simulator on the host
+        # lands in the trace the truth is compared with
+        rec = subprocess.Popen([npu, "record", "-o", str(recording), "-e", "ascend:*", "--pid", str(os.getpid())],
+                               cwd=here, env=clean_env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
-            line = rec.stderr.readline()
-            assert "recording to" in line, line
+            read_until(rec, "recording to")
             run([npu, "sim", "run", "--scenario", "ecc-reset", "--seed", "5", "--duration", "1", "--rate", "400",
                  "--devices", "2", "--truth", "truth.json", "--no-load"], cwd=here)  # fmt: skip
         finally:
