@@ -36,6 +36,7 @@ from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import HupFlag, ServiceLog, pid_alive, prepare_process
 from npu_trace.sinks.agent import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.exposition import (
+    EndpointCollector,
     MetricsServer,
     TextfileWriter,
     check_textfile_path,
@@ -119,6 +120,8 @@ class Agent:
         self.figures = AgentFigures({"start_time_seconds": time.time()})
         self.registry = registry_of([SnapshotCollector(self.state), ProcessCollector(registry=None)])
         self.server = MetricsServer(settings.metrics_addr, self.registry) if settings.metrics_addr else None
+        if self.server is not None:  # what the endpoint dropped (slow or too many clients), by reason
+            self.registry.register(EndpointCollector(self.server))
         self.textfile = TextfileWriter(settings.textfile, self.registry, log.warning) if settings.textfile else None
         self.live: Optional[LiveMetrics] = None
         self.flight: Optional[FlightRecorder] = None

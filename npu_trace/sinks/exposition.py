@@ -1,12 +1,25 @@
 """Where the agent's metrics go: an HTTP endpoint for Prometheus, and files for node-exporter's textfile collector.
 
-`MetricsServer` serves `/metrics` (Prometheus text format, or OpenMetrics when asked; gzip when accepted) from
-its own threads: a scrape renders the latest snapshot and never waits on the tracing thread, nor the tracing
-on it. It is read-only: GET and HEAD only (anything else: 405), `/metrics` and a small index at `/` (anything
-else: 404). Each connection has a socket timeout (a client that sends nothing, or reads nothing, is dropped
-after `CLIENT_TIMEOUT_S`) and at most `MAX_CLIENTS` are served at once (more are closed at once): a slow or
-malformed client costs a thread for a few seconds, not the tracing. It binds where it is told; the agent's
-default is 127.0.0.1.
+`MetricsServer` serves `/metrics` (Prometheus text format, or OpenMetrics when the Accept header asks for it;
+gzip when Accept-Encoding allows it) and a small index at `/`; anything else is 404, a method other than GET
+and HEAD 405, a malformed request 400, a request head over `MAX_HEAD_BYTES` (or `MAX_HEADER_LINES` lines)
+431. A scrape renders the latest snapshot and never waits on the tracing thread, nor the tracing on it. It
+binds where it is told (IPv4, `[::1]`, port 0: a port the kernel chooses); the agent's default is 127.0.0.1.
+
+One thread runs the endpoint: a `selectors` loop that accepts, reads and writes without blocking, parses the
+request head itself and answers with `Connection: close` (one request per connection). A client that holds a
+connection costs a socket and a few bytes, never a thread, and cannot hold it for long (`Clients`):
+- deadlines are totals, not idle timeouts: the request head must be whole `REQUEST_DEADLINE_S` after the
+  connection was accepted, and the answer taken by the client `RESPONSE_DEADLINE_S` after the request was;
+  a client trickling a byte a second is dropped at its deadline all the same;
+- at most `MAX_PER_PEER` connections per client address and `MAX_CLIENTS` in all; a newcomer is never refused:
+  when a limit is reached, the oldest connection (of that address, for the per-address limit) that has not
+  sent a whole request is dropped to make room (one being answered only when every one is), so a scraper
+  that sends its request at once is served however many clients trickle;
+- each round serves the connections that are readable before it accepts (at most `ACCEPTS_PER_ROUND`), and a
+  new connection is read as soon as it is accepted (its request is often there already).
+What was dropped is counted by reason (`DROP_REASONS`; `EndpointCollector`:
+`npu_trace_agent_endpoint_dropped_total{reason}`).
 
 `TextfileWriter` writes the same exposition atomically (a temporary file in the same directory, then a
 rename: node-exporter never reads half a file), mode 0644. A write that fails is said once, with the reason,
@@ -17,22 +30,42 @@ them all. `stale_temporaries` finds the temporary files a killed agent left.
 from __future__ import annotations
 
 import contextlib
+import errno
+import gzip
 import os
 import re
+import selectors
 import socket
+import struct
 import threading
-from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable, List, Optional, Tuple
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, Hashable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
 
 from npu_trace.errors import UsageError
 
-CLIENT_TIMEOUT_S = 10.0
-MAX_CLIENTS = 16
+REQUEST_DEADLINE_S = 5.0  # accepted -> the request head whole
+RESPONSE_DEADLINE_S = 10.0  # the request whole -> the answer taken (Prometheus's default scrape timeout)
+MAX_CLIENTS = 64  # connections held at once, in all
+MAX_PER_PEER = 16  # ... from one client address
+MAX_HEAD_BYTES = 16384  # request line and headers
+MAX_HEADER_LINES = 100
+ACCEPTS_PER_ROUND = 16  # at most MAX_PER_PEER: one accepted behind tricklers outlives its round (read in the next)
+BACKLOG = 128
+ACCEPT_PAUSE_S = 0.1  # out of file descriptors: accepting pauses this long
+DRAIN_BYTES = 65536  # read (and ignored) after an answer, so that closing sends no reset over it
+DROP_REASONS = ("request_deadline", "response_deadline", "peer_limit", "client_limit")
 INDEX = b"<html><head><title>npu-trace agent</title></head><body><a href=\"/metrics\">metrics</a></body></html>\n"
 Note = Callable[[str], None]
+K = TypeVar("K", bound=Hashable)
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 
 
 def parse_addr(text: str) -> Tuple[str, int]:
@@ -45,101 +78,425 @@ def parse_addr(text: str) -> Tuple[str, int]:
     return host, port
 
 
-class _Handler(WSGIRequestHandler):
-    timeout = CLIENT_TIMEOUT_S  # StreamRequestHandler: the connection's socket timeout
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Requests are not logged (a scrape every few seconds would flood the journal)."""
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        self.refused = 0
-        super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away or timed out: nothing to say (the base class prints a traceback)."""
+# ---- who holds the endpoint, and whom to drop (pure: the caller says what time it is) -------------------------
+@dataclass
+class _Held:
+    peer: str
+    deadline: float
 
 
-class _IPv6Server(_Server):
-    address_family = socket.AF_INET6
+class Clients(Generic[K]):
+    """The connections held, each `reading` (its request not yet whole) or `answering`, with its deadline.
+
+    `admit` takes a newcomer and says whom to close to make room, `answered` starts a connection's answer
+    deadline, `expired` says whom to close now, `remove` forgets one closed for any other reason. Every
+    connection this class tells the caller to close is counted in `dropped` by reason (DROP_REASONS)."""
+
+    def __init__(self, max_clients: int = MAX_CLIENTS, max_per_peer: int = MAX_PER_PEER,
+                 request_deadline_s: float = REQUEST_DEADLINE_S,
+                 response_deadline_s: float = RESPONSE_DEADLINE_S) -> None:  # fmt: skip
+        if max_clients < 1 or max_per_peer < 1:
+            raise ValueError("the endpoint's limits must allow at least one connection")
+        self.max_clients = max_clients
+        self.max_per_peer = max_per_peer
+        self.request_deadline_s = request_deadline_s
+        self.response_deadline_s = response_deadline_s
+        self.dropped: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)  # keys fixed: read from other threads
+        self._reading: OrderedDict[K, _Held] = OrderedDict()  # oldest first
+        self._answering: OrderedDict[K, _Held] = OrderedDict()
+        self._per_peer: Dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._reading) + len(self._answering)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._reading or key in self._answering
+
+    def reading(self, key: K) -> bool:
+        return key in self._reading
+
+    def admit(self, key: K, peer: str, now: float) -> List[K]:
+        """`key` is held from `now` (its request due by now + request_deadline_s); the connections to close to
+        make room for it: the oldest not yet answered of its peer, then of all, when a limit is reached."""
+        out = []
+        if self._per_peer.get(peer, 0) >= self.max_per_peer:
+            out.append(self._drop(self._oldest(peer), "peer_limit"))
+        if len(self) >= self.max_clients:
+            out.append(self._drop(self._oldest(None), "client_limit"))
+        self._reading[key] = _Held(peer, now + self.request_deadline_s)
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
+        return out
+
+    def answered(self, key: K, now: float) -> None:
+        """`key`'s request is whole: its answer is due to be taken by now + response_deadline_s."""
+        held = self._reading.pop(key)
+        held.deadline = now + self.response_deadline_s
+        self._answering[key] = held
+
+    def expired(self, now: float) -> List[K]:
+        """The connections whose deadline has come (forgotten, counted)."""
+        late = [(k, "request_deadline") for k, h in self._reading.items() if h.deadline <= now]
+        late += [(k, "response_deadline") for k, h in self._answering.items() if h.deadline <= now]
+        return [self._drop(k, why) for k, why in late]
+
+    def next_deadline(self) -> Optional[float]:
+        deadlines = [h.deadline for h in self._reading.values()] + [h.deadline for h in self._answering.values()]
+        return min(deadlines) if deadlines else None
+
+    def remove(self, key: K) -> None:
+        """`key` was closed for another reason (answered, gone): forgotten, not counted."""
+        held = self._reading.pop(key, None) or self._answering.pop(key, None)
+        if held is not None:
+            left = self._per_peer[held.peer] - 1
+            if left:
+                self._per_peer[held.peer] = left
+            else:
+                del self._per_peer[held.peer]
+
+    def connections(self) -> List[K]:
+        return [*self._reading, *self._answering]
+
+    def _oldest(self, peer: Optional[str]) -> K:
+        """The oldest connection still reading its request (of `peer`, when given); else the oldest answering."""
+        for held in (self._reading, self._answering):
+            for key, h in held.items():
+                if peer is None or h.peer == peer:
+                    return key
+        raise AssertionError("a limit was reached with nothing held")  # the limits are at least 1
+
+    def _drop(self, key: K, why: str) -> K:
+        self.remove(key)
+        self.dropped[why] += 1
+        return key
 
 
-def _app(registry: CollectorRegistry) -> Callable[..., Any]:
-    metrics = make_wsgi_app(registry)
+# ---- HTTP: the request head, the answers --------------------------------------------------------------------
+class BadRequest(Exception):
+    def __init__(self, status: str, why: str) -> None:
+        super().__init__(why)
+        self.status = status
+        self.why = why
 
-    def app(environ: Any, start_response: Any) -> Any:
-        method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
-        if method not in ("GET", "HEAD"):
-            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
-            return [b"read-only: GET /metrics\n"]
-        if path == "/metrics":
-            environ["REQUEST_METHOD"] = "GET"  # HEAD: the same headers; the server sends no body
-            return metrics(environ, start_response)
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [INDEX]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: GET /metrics\n"]
 
-    return app
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names; repeated ones joined with ", "
+
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_VERSION = re.compile(r"^HTTP/(\d)\.(\d)$")
+
+
+def head_end(buf: bytes, start: int = 0) -> int:
+    """Where the request head in `buf` ends (after its empty line), searching from `start`; -1: not yet."""
+    m = _HEAD_END.search(buf, max(0, start))
+    return m.end() if m else -1
+
+
+def parse_head(head: bytes) -> Request:
+    """The request line and headers (a BadRequest with the status to answer when they are not acceptable)."""
+    text = head.decode("latin-1")
+    lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    while lines and not lines[0]:  # empty lines before the request line are ignored (RFC 9112 2.2)
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    if not lines:
+        raise BadRequest("400 Bad Request", "no request line")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]):
+        raise BadRequest("400 Bad Request", "bad request line (expected: METHOD /path HTTP/1.1)")
+    method, target, version = parts
+    v = _VERSION.match(version)
+    if v is None:
+        raise BadRequest("400 Bad Request", "bad protocol version")
+    if v.group(1) != "1":
+        raise BadRequest("505 HTTP Version Not Supported", "HTTP/1.x only")
+    if len(lines) - 1 > MAX_HEADER_LINES:
+        raise BadRequest("431 Request Header Fields Too Large", f"more than {MAX_HEADER_LINES} header lines")
+    headers: Dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.match(name):  # also a folded line (leading white space): refused (RFC 9112 5.2)
+            raise BadRequest("400 Bad Request", "bad header line")
+        key, value = name.lower(), value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if target.startswith("/"):
+        path, _, query = target.partition("?")
+    elif target.lower().startswith(("http://", "https://")):
+        split = urlsplit(target)
+        path, query = split.path or "/", split.query
+    else:
+        raise BadRequest("400 Bad Request", "bad request target")
+    return Request(method, path, query, headers)
+
+
+def response(status: str, headers: Iterable[Tuple[str, str]], body: bytes, send_body: bool = True) -> bytes:
+    """A whole HTTP/1.1 answer, Content-Length set, the connection closed after it (HEAD: no body)."""
+    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers), f"Content-Length: {len(body)}",
+             "Connection: close"]  # fmt: skip
+    return "\r\n".join([*lines, "", ""]).encode("latin-1") + (body if send_body else b"")
+
+
+def _text(status: str, body: str, extra: Iterable[Tuple[str, str]] = (), send_body: bool = True) -> bytes:
+    return response(status, [("Content-Type", "text/plain; charset=utf-8"), *extra], body.encode(), send_body)
+
+
+def answer(registry: CollectorRegistry, request: Request) -> bytes:
+    """The answer to a parsed request (the metrics rendered now, in the format the client accepts)."""
+    head_only = request.method == "HEAD"
+    if request.method not in ("GET", "HEAD"):
+        return _text("405 Method Not Allowed", "read-only: GET /metrics\n", [("Allow", "GET, HEAD")])
+    if request.path == "/metrics":
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        params = parse_qs(request.query)
+        source: Collector = registry.restricted_registry(params["name[]"]) if "name[]" in params else registry
+        body = bytes(encoder(source))
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(request.headers.get("accept-encoding", "")):
+            body = gzip.compress(body)
+            headers.append(("Content-Encoding", "gzip"))
+        return response("200 OK", headers, body, not head_only)
+    if request.path == "/":
+        return response("200 OK", [("Content-Type", "text/html; charset=utf-8")], INDEX, not head_only)
+    return _text("404 Not Found", "not found: GET /metrics\n", send_body=not head_only)
+
+
+def answer_head(registry: CollectorRegistry, head: bytes) -> bytes:
+    """The answer to a whole request head, whatever it holds (an error rendering: 500, said to the client)."""
+    try:
+        request = parse_head(head)
+    except BadRequest as exc:
+        return _text(exc.status, f"{exc.why}\n")
+    try:
+        return answer(registry, request)
+    except Exception as exc:  # a collector that fails: this scrape fails, the endpoint goes on
+        return _text("500 Internal Server Error", f"the metrics could not be rendered: {type(exc).__name__}\n")
+
+
+# ---- the endpoint --------------------------------------------------------------------------------------------
+class _Conn:
+    __slots__ = ("inbuf", "out", "peer", "sock")
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.inbuf = bytearray()
+        self.out: Optional[memoryview] = None  # the answer still to send
 
 
 class MetricsServer:
-    """The /metrics endpoint on its own threads. `start()` binds (a UsageError naming the address when it
-    cannot), `close()` stops it and waits for its thread."""
+    """The /metrics endpoint on its own thread. `start()` binds (a UsageError naming the address when it
+    cannot), `close()` stops it and waits for its thread. The limits and deadlines are the module's
+    constants unless given (tests give shorter ones)."""
 
-    def __init__(self, addr: str, registry: CollectorRegistry) -> None:
+    def __init__(self, addr: str, registry: CollectorRegistry, *, max_clients: int = MAX_CLIENTS,
+                 max_per_peer: int = MAX_PER_PEER, request_deadline_s: float = REQUEST_DEADLINE_S,
+                 response_deadline_s: float = RESPONSE_DEADLINE_S) -> None:  # fmt: skip
         self.host, self.port = parse_addr(addr)
         self.registry = registry
-        self._server: Optional[_Server] = None
+        self.clients: Clients[_Conn] = Clients(max_clients, max_per_peer, request_deadline_s, response_deadline_s)
+        self.served = 0  # answers sent whole
+        self._listener: Optional[socket.socket] = None
+        self._selector: Optional[selectors.BaseSelector] = None
+        self._wake: Optional[Tuple[socket.socket, socket.socket]] = None
         self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self._accept_paused_until: Optional[float] = None
 
     @property
     def address(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    def start(self) -> None:
-        cls = _IPv6Server if ":" in self.host else _Server
-        try:
-            server = make_server(self.host, self.port, _app(self.registry), server_class=cls, handler_class=_Handler)
-        except OSError as exc:
-            raise UsageError(f"--metrics-addr {self.address}: cannot listen there ({exc.strerror or exc})") from None
-        self.port = server.server_port  # port 0: the one the kernel chose
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="npu-trace-metrics", daemon=True)
-        self._thread.start()
+    @property
+    def dropped(self) -> Mapping[str, int]:
+        """Connections dropped, by reason (DROP_REASONS)."""
+        return self.clients.dropped
 
     @property
-    def refused(self) -> int:
-        return self._server.refused if self._server is not None else 0
+    def held(self) -> int:
+        """Connections held now."""
+        return len(self.clients)
+
+    def start(self) -> None:
+        listener = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, self.port))
+            listener.listen(BACKLOG)
+        except OSError as exc:
+            listener.close()
+            raise UsageError(f"--metrics-addr {self.address}: cannot listen there ({exc.strerror or exc})") from None
+        listener.setblocking(False)
+        self.port = listener.getsockname()[1]  # port 0: the one the kernel chose
+        self._listener = listener
+        self._wake = socket.socketpair()
+        self._wake[0].setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, "listener")
+        self._selector.register(self._wake[0], selectors.EVENT_READ, "wake")
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="npu-trace-metrics", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping = True
+        assert self._wake is not None
+        with contextlib.suppress(OSError):
+            self._wake[1].send(b"x")
+        thread.join()
+
+    # ---- the loop (its thread only) -----------------------------------------------------------------------
+    def _serve(self) -> None:
+        assert self._selector is not None
+        try:
+            while not self._stopping:
+                events = self._selector.select(self._timeout(time.monotonic()))
+                now = time.monotonic()
+                accept = False
+                for key, mask in events:
+                    if key.data == "listener":
+                        accept = True
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            key.fileobj.recv(64)  # type: ignore[union-attr]
+                    elif key.data in self.clients:  # not closed earlier in this round
+                        self._ready(key.data, mask, now)
+                for conn in self.clients.expired(now):
+                    self._close(conn, abort=True)
+                self._resume_accepting(now)
+                if accept:
+                    self._accept(now)
+        finally:
+            self._shut()
+
+    def _timeout(self, now: float) -> Optional[float]:
+        due = [t for t in (self.clients.next_deadline(), self._accept_paused_until) if t is not None]
+        return max(0.0, min(due) - now) if due else None
+
+    def _ready(self, conn: _Conn, mask: int, now: float) -> None:
+        if mask & selectors.EVENT_READ and self.clients.reading(conn):
+            self._read(conn, now)
+        elif mask & selectors.EVENT_WRITE:
+            self._write(conn)
+
+    def _accept(self, now: float) -> None:
+        assert self._listener is not None and self._selector is not None
+        for _ in range(ACCEPTS_PER_ROUND):
+            try:
+                sock, addr = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._selector.unregister(self._listener)  # it stays readable: pause rather than spin
+                    self._accept_paused_until = now + ACCEPT_PAUSE_S
+                    return
+                continue  # that one went away (ECONNABORTED, ...)
+            sock.setblocking(False)
+            conn = _Conn(sock, str(addr[0]))
+            for victim in self.clients.admit(conn, conn.peer, now):
+                self._close(victim, abort=True)
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._read(conn, now)  # the request is often there already
+
+    def _resume_accepting(self, now: float) -> None:
+        if self._accept_paused_until is not None and now >= self._accept_paused_until:
+            assert self._listener is not None and self._selector is not None
+            self._accept_paused_until = None
+            self._selector.register(self._listener, selectors.EVENT_READ, "listener")
+
+    def _read(self, conn: _Conn, now: float) -> None:
+        try:
+            data = conn.sock.recv(MAX_HEAD_BYTES + 1 - len(conn.inbuf))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client went away
+            self._close(conn)
+            return
+        seen = len(conn.inbuf)
+        conn.inbuf += data
+        end = head_end(conn.inbuf, seen - 3)
+        if end < 0 and len(conn.inbuf) <= MAX_HEAD_BYTES:
+            return  # more to come (by the deadline)
+        if end < 0 or end > MAX_HEAD_BYTES:
+            out = _text("431 Request Header Fields Too Large", f"the request head is over {MAX_HEAD_BYTES} bytes\n")
+        else:
+            out = answer_head(self.registry, bytes(conn.inbuf[:end]))
+        conn.inbuf = bytearray()
+        self.clients.answered(conn, now)
+        conn.out = memoryview(out)
+        assert self._selector is not None
+        self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        assert conn.out is not None
+        try:
+            while conn.out:
+                conn.out = conn.out[conn.sock.send(conn.out) :]
+        except (BlockingIOError, InterruptedError):
+            return  # the rest when the client takes it (by the deadline)
+        except OSError:
+            self._close(conn)
+            return
+        self.served += 1
+        self._finish(conn)
+
+    def _finish(self, conn: _Conn) -> None:
+        """The answer is sent: what the client sent beyond its request head read (a close over unread bytes
+        would send a reset, which can destroy the answer before the client reads it), then closed."""
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+            conn.sock.recv(DRAIN_BYTES)
+        self._close(conn)
+
+    def _close(self, conn: _Conn, abort: bool = False) -> None:
+        """`abort`: a dropped connection, reset at once (nothing it has not taken is kept for it in the kernel)."""
+        self.clients.remove(conn)
+        assert self._selector is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        if abort:
+            with contextlib.suppress(OSError):
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        conn.sock.close()
+
+    def _shut(self) -> None:
+        for conn in self.clients.connections():
+            self._close(conn)
+        assert self._selector is not None and self._listener is not None and self._wake is not None
+        self._selector.close()
+        self._listener.close()
+        for s in self._wake:
+            s.close()
+
+
+class EndpointCollector(Collector):
+    """The endpoint's own figures: connections dropped, by reason (every reason present from the start)."""
+
+    def __init__(self, server: MetricsServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        c = CounterMetricFamily("npu_trace_agent_endpoint_dropped", "Connections to the metrics endpoint dropped: "
+                                "request_deadline (the request not whole in time), response_deadline (the answer "
+                                "not taken in time), peer_limit, client_limit (the oldest not answered, to make "
+                                "room for a newcomer)", labels=("reason",))  # fmt: skip
+        dropped = self.server.dropped
+        for reason in DROP_REASONS:
+            c.add_metric((reason,), dropped.get(reason, 0))
+        yield c
 
 
 # ---- node-exporter's textfile collector ----------------------------------------------------------------------
