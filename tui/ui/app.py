@@ -9,15 +9,16 @@ log filter, markers, recording, replay controls) is a request answered asynchron
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import signal
 import time
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple, Type
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
@@ -26,6 +27,7 @@ from npu_trace.device.profiles import Profile
 from tui.fmt import row_detail, safe, stamp
 from tui.messages import ROWS_PER_UPDATE, Counters, FeedUpdate, LogWindow, SourceSpec
 from tui.ui.client import FeedClient
+from tui.ui.terminal import QUIT_GRACE_S, QuitSignals, TerminalDriver
 from tui.ui.widgets.eventlog import EventLog
 from tui.ui.widgets.lanes import Lanes
 from tui.ui.widgets.memory import MemoryPanel
@@ -54,7 +56,6 @@ CSS = """
 
 
 SCREENSHOT_S = 8.0
-QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class FeedMessage(Message):
@@ -104,12 +105,13 @@ class NpuTraceApp(App[None]):
         interval: float = 0.1,
         rows: int = ROWS_PER_UPDATE,
         quiet: bool = False,
-        signals: bool = False,
+        signals: Optional[QuitSignals] = None,
     ) -> None:
-        """`quiet`: the worker writes nothing to the terminal. `signals`: SIGINT, SIGTERM and SIGHUP quit as q does
-        (the worker closes its source, the terminal is restored); both for the CLI."""
+        """`quiet`: the worker writes nothing to the terminal. `signals` (installed by the caller): SIGINT,
+        SIGTERM and SIGHUP quit at once (the worker is told to stop and closes its source; the terminal is
+        restored if it is still there); both for the CLI. A terminal that is gone quits the same way."""
         super().__init__()
-        self.handle_signals = signals
+        self.signals = signals
         self.source = source
         self.feed = FeedClient(source, profile, self._deliver, interval=interval, rows=rows, quiet=quiet)
         self.record_dir = record_dir
@@ -126,6 +128,17 @@ class NpuTraceApp(App[None]):
         self.source_paused = False
         self.recording = False
         self.dumps: List[str] = []  # the flight recorder's dumps written with d
+        self.terminal_gone = ""  # why the terminal was lost (gone, or given up on while quitting)
+        self._ui_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._quitting = False
+
+    def get_driver_class(self) -> Type[Driver]:
+        """Textual's driver for this platform, but on a terminal: TerminalDriver (a terminal that is gone ends
+        the app, and never holds the UI); a driver named by TEXTUAL_DRIVER is kept."""
+        driver = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver
+
+        return TerminalDriver if driver is LinuxDriver else driver
 
     def _deliver(self, payload: Tuple[Any, ...]) -> None:
         self.post_message(FeedMessage(payload))
@@ -158,11 +171,10 @@ class NpuTraceApp(App[None]):
         self.ops_view = main.query_one(OpsTable)
         self.views = (main.query_one(Lanes), main.query_one(MemoryPanel), main.query_one(StatusBar))
         self._show_status()
-        self.call_after_refresh(self.feed.start)  # every view is mounted before the first update
-        if self.handle_signals:
-            loop = asyncio.get_running_loop()
-            for sig in QUIT_SIGNALS:
-                loop.add_signal_handler(sig, self.call_later, self.action_quit)
+        self._ui_loop = asyncio.get_running_loop()
+        if self.signals is not None:  # a signal that came before: the app quits before the worker starts
+            self.signals.attach(lambda _signum: self.quit_soon())
+        self.call_after_refresh(self._start_feed)  # every view is mounted before the first update
         if self.screenshot_path:
             self.set_timer(SCREENSHOT_S, self._save_demo_screenshot)
 
@@ -170,8 +182,40 @@ class NpuTraceApp(App[None]):
         path = self.screenshot_path or "npu-trace.svg"
         self.save_screenshot(os.path.basename(path), os.path.dirname(path) or ".")
 
+    def _start_feed(self) -> None:
+        if not self._quitting:
+            self.feed.start()
+
     async def on_unmount(self) -> None:
         await asyncio.to_thread(self.feed.close)
+
+    # ---- quitting on its own -------------------------------------------------------------------
+    def quit_soon(self) -> None:
+        """Quit as soon as the event loop runs: from a signal handler or any thread (it only schedules). A
+        terminal that takes no output is given up on shortly: it cannot hold the UI thread."""
+        driver = self._driver
+        if isinstance(driver, TerminalDriver):
+            driver.give_up_after(QUIT_GRACE_S)
+        loop = self._ui_loop
+        if loop is None:  # not mounted yet: on_mount attaches the signals, which then say it
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the app has ended, its caller cleans up
+            loop.call_soon_threadsafe(self._quit_now)
+
+    def terminal_lost(self, why: str) -> None:
+        """The driver's word (from its writer thread): the terminal hung up, refused a write or a read, or
+        took no output once quitting."""
+        self.terminal_gone = self.terminal_gone or why
+        self.quit_soon()
+
+    def _quit_now(self) -> None:
+        """The worker is told to stop now, and the app exits without waiting for it (its unmount does, and
+        so does the CLI, which then removes what a killed worker left)."""
+        if self._quitting:
+            return
+        self._quitting = True
+        self.feed.stop_soon()
+        self.exit()
 
     # ---- from the worker -----------------------------------------------------------------------
     def on_feed_message(self, message: FeedMessage) -> None:

@@ -60,6 +60,7 @@ class FeedClient:
         self._next_id = 0
         self._early: List[bytes] = []  # sent before the worker was started: they go first
         self._closing = False
+        self._terminated = False  # stop_soon sent SIGTERM: a worker it killed while it started is no error
 
     def start(self) -> None:
         with self._close_lock:
@@ -164,7 +165,8 @@ class FeedClient:
                 process.wait()
             self.exitcode = process.returncode
         if not self.said_bye:
-            self.error = self.error or f"worker exited unexpectedly ({_exit_text(self.exitcode)})"
+            if not (self._terminated and self.exitcode == -signal.SIGTERM and not self.resource):
+                self.error = self.error or f"worker exited unexpectedly ({_exit_text(self.exitcode)})"
             self._cleanup()
         if self._conn is not None:
             self._conn.close()
@@ -201,6 +203,20 @@ class FeedClient:
             process.kill()
 
     # ---- stopping ------------------------------------------------------------------------------
+    def stop_soon(self) -> None:
+        """Tell the worker to stop without waiting for it (close() waits); a start() still to come starts
+        nothing. Never blocks (close() may be holding its lock, waiting, on another thread). SIGTERM too: a
+        worker still starting stops before it runs its source (and one that has not set its handlers yet
+        dies of it, having made nothing), rather than after it has set its source up."""
+        self._closing = True
+        process = self._process
+        if process is None:
+            return
+        self._send(("stop",))
+        if process.poll() is None and not self.done.is_set():
+            self._terminated = True
+            process.terminate()
+
     def close(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop the worker and wait for it (it closes its source first); SIGTERM, then SIGKILL, if it does not
         stop in time. Idempotent, from any thread."""

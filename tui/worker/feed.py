@@ -125,7 +125,8 @@ class Feed:
         """Run the source to its end (or stop), then keep answering the UI until it says stop. A source's
         failure is reported (one line, in the counters) and the UI keeps what it has."""
         try:
-            self.source.run(self, self.stop)
+            if not self.stop.stopped:  # stopped before it began (SIGTERM while the worker started): not run
+                self.source.run(self, self.stop)
         except NpuTraceError as exc:
             self.error = one_line(exc)
         except Exception as exc:  # a bug in a source: say it in the UI; the source cleaned up as it unwound

@@ -14,8 +14,9 @@ Protocol (pickled tuples over a duplex pipe):
                 | ("bye",)   (the source is closed: its kernel resources are released)
   and, made by FeedClient when the worker has exited: ("gone", error or "").
 
-Exit paths: q / ctrl+q (stop, the worker closes the source, says bye); the UI process dying (the worker
-reads end-of-file and stops; SIGINT/SIGTERM/SIGHUP stop it the same way); the worker failing (the source is
+Exit paths: q / ctrl+q (stop, the worker closes the source, says bye); the UI quitting on a signal or a lost
+terminal (stop and SIGTERM: a worker still starting runs no source); the UI process dying (the worker reads
+end-of-file and stops; SIGINT/SIGTERM/SIGHUP stop it the same way); the worker failing (the source is
 unwound and closed, the error is sent as one line); the worker killed (the UI sees end-of-file without bye
 and removes the tracefs instance the worker announced).
 """
@@ -76,6 +77,8 @@ def worker_main(fd: int) -> None:
     channel = PipeChannel(conn, stop)
     try:
         spec, profile, interval, rows = pickle.loads(conn.recv_bytes())
+        if stop.stopped:  # told to stop while it started (the UI quit): nothing is built
+            return
         tune_gc()
         feed = Feed(spec.build(), profile, channel, stop, interval=interval, rows_per_update=rows)
         feed.run()
