@@ -90,9 +90,10 @@ class EventFormat:
         return hash((self.id, self.system, self.name))
 
 
-def parse_field(line: str) -> Optional[Field]:
+def parse_field(line: str, check: bool = True) -> Optional[Field]:
     """One `field:` line -> Field, or None when the line is not a field line. A FormatError (its `field` set)
-    for a declaration that cannot be parsed or whose size contradicts its C type (see `check_field`)."""
+    for a declaration that cannot be parsed or (`check`) whose size contradicts its C type (`check_field`;
+    header_page's lines are not checked: its `int overwrite` is one byte, a flag inside the commit word)."""
     m = _FIELD_RE.match(line)
     if not m:
         return None
@@ -104,7 +105,8 @@ def parse_field(line: str) -> Optional[Field]:
         raise FormatError(f"field {name!r}: signed:{signed_text} (0 or 1)", field=name)
     signed = signed_text == "1"
     field = _parse_decl(decl, offset, size, signed)
-    check_field(field, decl)
+    if check:
+        check_field(field, decl)
     return field
 
 
