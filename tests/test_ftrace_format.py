@@ -74,10 +74,12 @@ def test_malformed_format_is_a_format_error(text: str) -> None:
 def test_overlapping_fields_are_refused_by_the_decoder() -> None:
     text = (
         "name: x\nID: 3\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
         "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n"
         "\tfield:u64 a;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:u32 b;\toffset:12;\tsize:4;\tsigned:0;\n"
     )
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"field 'b' .* overlaps field 'a'"):
         make_decoder(parse_format(text, "sys"))
 
 
