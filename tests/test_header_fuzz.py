@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import json
 import os
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -141,6 +142,7 @@ SCOPE = {"pid": [4242], "comm": ["npu-sim"], "device": [1], "irqs": {"130": 0, "
 WINDOW = {"trigger": {"kind": "timeout", "ts_ns": 1}, "start_ns": 0}
 _FIELD_NAME = re.compile(r"(field:[^;]*?)([A-Za-z_]\w*)(\s*(?:\[[^\]]*\])?;)")
 _NUMBER = re.compile(r"((?:offset|size|signed|ID):\s*)(-?\d+)")
+_SIZED = re.compile(r"^(\s*field:).*?([A-Za-z_]\w*)(?:\[[^\]]*\])?;(\s*offset:\d+;\s*size:(\d+);.*)$")
 _TYPE = re.compile(r"(field:)([^;]*?)(\s*[A-Za-z_]\w*\s*(?:\[[^\]]*\])?;)")
 
 
@@ -150,8 +152,9 @@ def mutated_text(draw: Callable[..., Any], text: str) -> str:
     moved or resized, its name or ID changed, a character changed, or the text cut."""
     lines = text.split("\n")
     fields = [i for i, line in enumerate(lines) if "field:" in line]
-    op = draw(st.sampled_from(["drop", "double", "swap", "insert", "rename", "number", "type", "name", "char", "cut"]))
-    if op in ("drop", "double", "rename", "type") and fields:
+    op = draw(st.sampled_from(["drop", "double", "swap", "insert", "rename", "number", "type", "array", "name", "char",
+                               "cut"]))  # fmt: skip
+    if op in ("drop", "double", "rename", "type", "array") and fields:
         i = draw(st.sampled_from(fields))
         if op == "drop":
             del lines[i]
@@ -159,6 +162,13 @@ def mutated_text(draw: Callable[..., Any], text: str) -> str:
             lines.insert(i, lines[i])
         elif op == "rename":
             lines[i] = _FIELD_NAME.sub(lambda m: m.group(1) + draw(NAMES) + m.group(3), lines[i], count=1)
+        elif op == "array":  # the same bytes as a string, an array or a struct (where a rule wants an integer)
+            m = _SIZED.match(lines[i])
+            if m:
+                name, n = m.group(2), int(m.group(4))
+                decl = draw(st.sampled_from([f"char {name}[{n}]", f"u8 {name}[{n}]", f"struct foo {name}",
+                                             f"__data_loc char[] {name}"]))  # fmt: skip
+                lines[i] = m.group(1) + decl + ";" + m.group(3)
         else:
             lines[i] = _TYPE.sub(lambda m: m.group(1) + draw(TYPES) + m.group(3), lines[i], count=1)
     elif op == "swap" and len(lines) > 1:
@@ -384,3 +394,40 @@ def test_a_bad_header_page_is_refused_in_one_line(demo: Dict[str, Any]) -> None:
     error, code = judge(demo, header, "good", reference=False)
     assert code == 2 and error is not None and "header_page" in error and "'commit'" in error, error
 
+
+
+@pytest.mark.parametrize("event, field, decl", [
+    ("ascend_trs_logic_cq_enque", "stream", "u8 stream[4]"),  # a task id as a list
+    ("ascend_halSqTaskSend", "task", "__rel_loc u8[] task"),
+    ("ascend_irq_handler_entry", "irq", "u8 irq[4]"),
+    ("ascend_devdrv_reset_step", "dev", "char dev[4]"),  # a device as a string
+    ("ascend_devmm_alloc_done", "ret", "struct foo ret"),  # a kind_if field without a column
+    ("ascend_devmm_alloc_done", "size", "char size[8]"),
+    ("ascend_dms_event_report", "uce_count", "u8 uce_count[4]"),
+])  # fmt: skip
+def test_a_field_of_another_type_than_its_rule_expects(demo: Dict[str, Any], event: str, field: str,
+                                                       decl: str) -> None:  # fmt: skip
+    """A format that is valid, but whose field the profile reads as an integer is a string, an array or a struct
+    (a damaged header under a correct checksum, or an unusual kernel): check (both paths, the same report) and
+    export read it, never crash."""
+    header = copy.deepcopy(demo["header"])
+    (entry,) = [e for e in header["formats"] if e["name"] == event]
+    entry["text"] = re.sub(rf"field:[^;]*\b{field};", f"field:{decl};", entry["text"], count=1)
+    assert decl in entry["text"]
+    path = os.path.join(demo["dir"], "typed.npt")
+    with open(path, "wb") as f:
+        f.write(encode(header, "good") + demo["records"])
+    assert read_everything(path) is None
+    reports = []
+    for extra in ([], ["--reference"]):
+        out = os.path.join(demo["dir"], "typed.json")
+        code, err = run_check(path, "--json", out, *extra)
+        assert code in (0, 1), err
+        with open(out, encoding="utf-8") as f:
+            report = json.load(f)
+        reports.append({k: v for k, v in report.items() if k not in ("timing", "reading")})
+    assert reports[0] == reports[1]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(["export", "-q", "-o", os.path.join(demo["dir"], "typed.pftrace"), path])
+    assert code in (0, 1), err.getvalue()
