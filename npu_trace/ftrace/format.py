@@ -222,9 +222,9 @@ def check_format(fmt: EventFormat) -> None:
     def bad(what: str, field: Optional[str] = None) -> FormatError:
         return FormatError(f"format {event}: {what}", event=event, field=field)
 
-    if not _NAME_RE.match(fmt.name):
+    if not _NAME_RE.fullmatch(fmt.name):
         raise bad(f"event name {fmt.name!r} is not one the kernel gives")
-    if fmt.system and not _NAME_RE.match(fmt.system):
+    if fmt.system and not _NAME_RE.fullmatch(fmt.system):
         raise bad(f"system name {fmt.system!r} is not one the kernel gives")
     if not 0 < fmt.id <= MAX_EVENT_ID:
         raise bad(f"event ID {fmt.id} outside [1, {MAX_EVENT_ID}] (common_type is a u16)")
