@@ -270,7 +270,7 @@ def test_the_demo_reads_and_new_files_carry_a_checksum(demo: Dict[str, Any]) -> 
     assert reader.header == demo["header"]  # the checksum is the reader's, not the header's
 
 
-@fuzz(60)
+@fuzz(100)
 @given(data=st.data(), checksum=st.sampled_from(["good", "good", "good", "none", "bad"]), reference=st.booleans())
 def test_a_mutated_header_is_read_or_refused_in_one_line(demo: Dict[str, Any], data: Any, checksum: str,
                                                          reference: bool) -> None:  # fmt: skip
@@ -282,7 +282,7 @@ def test_a_mutated_header_is_read_or_refused_in_one_line(demo: Dict[str, Any], d
     judge(demo, header, checksum, reference)
 
 
-@fuzz(60)
+@fuzz(100)
 @given(data=st.data(), reference=st.booleans())
 def test_a_mutated_format_text_is_read_or_refused_in_one_line(demo: Dict[str, Any], data: Any, reference: bool) -> None:
     """The format texts alone (the validation past a correct checksum): one to three mutations each."""
