@@ -29,7 +29,13 @@ class DecodeError(InputError):
 
 
 class FormatError(DecodeError):
-    """A tracefs `format` or `header_page` text that cannot be parsed."""
+    """A tracefs `format` or `header_page` text that cannot be parsed, or that describes a record no kernel
+    writes (damaged). `event`: the format ("system:name") when known, `field`: the field at fault, if one."""
+
+    def __init__(self, message: str, event: Optional[str] = None, field: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.event = event
+        self.field = field
 
 
 class RecordingError(InputError):

@@ -137,7 +137,9 @@ def test_the_byte_bound_holds_less_than_asked_and_the_dump_says_so(tmp_path: Any
     flight.judge([], now + 2 * S)
     path = the_one_dump(directory)
     assert path.endswith("-dev1-timeout.npt") and flight.written == [path]
-    window = ReplaySource(path).header["window"]
+    replay = ReplaySource(path)
+    assert replay.reader.checksum is not None  # a dump's header carries its checksum, as every file's
+    window = replay.header["window"]
     assert window["requested_from_ns"] == now - S - 600 * S
     assert window["held_from_ns"] > now - 3 * S  # about the last MiB: two seconds or so
     assert window["ring"]["evicted"]["early_segments"] > 0  # the byte bound, not the 600 s, let them go

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+from typing import Optional
 
 import pytest
 
@@ -74,10 +76,12 @@ def test_malformed_format_is_a_format_error(text: str) -> None:
 def test_overlapping_fields_are_refused_by_the_decoder() -> None:
     text = (
         "name: x\nID: 3\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
         "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n"
         "\tfield:u64 a;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:u32 b;\toffset:12;\tsize:4;\tsigned:0;\n"
     )
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"field 'b' .* overlaps field 'a'"):
         make_decoder(parse_format(text, "sys"))
 
 
@@ -123,3 +127,57 @@ def test_every_format_of_the_running_kernel_parses_and_compiles() -> None:
         except FormatError as exc:
             failures.append(f"{path}: {exc}")
     assert not failures, failures[:5]
+
+
+GOOD = (
+    "name: x\nID: 3\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+    "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+    "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+    "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+    "\tfield:u32 dev;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:char comm[16];\toffset:12;\tsize:16;\tsigned:0;\n"
+    "\tfield:__data_loc char[] name;\toffset:28;\tsize:4;\tsigned:0;\n"
+    "\tfield:char buf[];\toffset:32;\tsize:0;\tsigned:0;\n"
+    '\nprint fmt: "dev=%u", REC->dev\n'
+)
+
+
+@pytest.mark.parametrize("old, new, field, why", [
+    ("int common_pid;\toffset:4", "int common_pjd;\toffset:4", "common_pid", "is missing"),
+    ("common_pid;\toffset:4", "common_pid;\toffset:6", "common_pid", "at offset 6, size 4 (the kernel's: offset 4"),
+    ("common_flags;\toffset:2;\tsize:1", "common_flags;\toffset:2;\tsize:0", "common_flags", "size 0"),
+    ("u32 dev;\toffset:8", "u32 dev;\toffset:10", "comm", "overlaps field 'dev'"),
+    ("u32 dev;\toffset:8;\tsize:4", "u32 dev;\toffset:8;\tsize:3", "dev", "size 3 for a u32"),
+    ("size:4;\tsigned:0;\n\tfield:char comm", "size:4;\tsigned:1;\n\tfield:char comm", "dev", "u32 marked signed"),
+    ("size:4;\tsigned:0;\n\tfield:char comm", "size:4;\tsigned:2;\n\tfield:char comm", "dev", "signed:2"),
+    ("u32 dev;\toffset:8", "u32 comm;\toffset:8", "comm", "appears twice"),
+    ("comm[16];\toffset:12;\tsize:16", "comm[16];\toffset:12;\tsize:17", "comm", "size 17 for char comm[16]"),
+    ("name;\toffset:28;\tsize:4", "name;\toffset:28;\tsize:8", "name", "locator of size 8"),
+    ("buf[];\toffset:32;\tsize:0;\tsigned:0;", "buf[];\toffset:32;\tsize:0;\tsigned:0;\n\tfield:u32 late;\toffset:32;"
+     "\tsize:4;\tsigned:0;", "buf", "a flexible array must be the last field"),
+    ("buf[];\toffset:32", "buf[];\toffset:20", "buf", "overlaps field 'comm'"),
+    ("u32 dev;\toffset:8", "u32 dev;\toffset:65535", "dev", "past 65536 bytes"),
+    ("ID: 3", "ID: 0", None, "event ID 0 outside [1, 65535]"),
+    ("ID: 3", "ID: 70000", None, "event ID 70000 outside"),
+    ("name: x", "name: x y", None, "event name 'x y'"),
+    ("\tfield:u32 dev", "\tfielt:u32 dev", None, "unexpected line 'fielt:u32 dev"),
+])  # fmt: skip
+def test_a_format_no_kernel_writes_is_damaged_naming_the_field(old: str, new: str, field: Optional[str],
+                                                               why: str) -> None:  # fmt: skip
+    assert old in GOOD
+    parse_format(GOOD, "sys")
+    with pytest.raises(FormatError) as info:
+        parse_format(GOOD.replace(old, new, 1), "sys")
+    assert why in str(info.value) and str(info.value).startswith(f"format {info.value.event}: "), str(info.value)
+    assert info.value.field == field and str(info.value.event).startswith("sys:x")
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("commit;\toffset:8", "commit;\toffset:9", "field 'commit' at offset 9"),
+    ("data;\toffset:16", "data;\toffset:24", "field 'data' at offset 24"),
+    ("size:4080", "size:2000000", "pages of at most"),
+])  # fmt: skip
+def test_a_header_page_no_kernel_writes_is_damaged(old: str, new: str, why: str) -> None:
+    text = read(os.path.join(kernel_dirs()[0], "header_page"))
+    assert old in text
+    with pytest.raises(FormatError, match=re.escape(why)):
+        parse_header_page(text.replace(old, new, 1))

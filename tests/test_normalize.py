@@ -102,6 +102,8 @@ def test_timeouts_resets_ecc_irqs() -> None:
 def test_loss_marker_and_unmapped_events() -> None:
     other = parse_format(
         "name: sched_foo\nID: 9\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
         "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\tfield:int x;\toffset:8;\tsize:4;\tsigned:1;\n",
         "sched",
     )

@@ -358,6 +358,7 @@ def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, 
         rec(Batch(pages[i : i + 1], []))
     rec.close()
     maps = [snapshot_from_header(RecordingReader(path).header["extra"]) for path in rec.files]
+    assert all(RecordingReader(path).checksum for path in rec.files)  # each rotated file's header: its checksum
     assert maps == [TaskSnapshot({11: 10}, frozenset({10})), TaskSnapshot({11: 10, 21: 20}, frozenset({10, 20})),
                     TaskSnapshot({21: 20, 11: 10}, frozenset({10, 20})),
                     TaskSnapshot({21: 20, 11: 30}, None)]  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import zstandard
 
+from npu_trace.recording import RecordingReader
 from test_import_privileged import check, event_kinds, resets, same_findings
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "tracedat")
@@ -33,9 +34,39 @@ def test_a_tracedat_recorded_by_trace_cmd_gives_npu_traces_findings(tmp_path: An
     proc = subprocess.run([*CLI, "import", tracedat(version, tmp_path), "-o", imported], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert RecordingReader(imported).checksum is not None  # an import's header carries its checksum
     mine, theirs = check(own, str(tmp_path / "own.json")), check(imported, str(tmp_path / "imp.json"))
     assert theirs["reading"]["lost"] == 0 and mine["reading"]["lost"] == 0
     assert theirs["reading"]["events"] == mine["reading"]["events"] > 0
     assert theirs["reading"]["kernel"] == mine["reading"]["kernel"]
     assert event_kinds(own) == event_kinds(imported)
     assert resets(mine) and same_findings(theirs["findings"], mine["findings"])
+
+
+@pytest.mark.parametrize("damage", ["common_pid", "offset", "ID"])
+def test_a_damaged_format_in_a_tracedat_is_refused_in_one_line_naming_it(tmp_path: Any, damage: str) -> None:
+    """A bit flipped in an event format of a trace.dat (no checksum there: the check of the formats tells it):
+    exit 2, one line naming the format and what is wrong, no recording written."""
+    with open(tracedat("6", tmp_path), "rb") as f:
+        blob = bytearray(f.read())
+    start = blob.find(b"name: ascend_halMemAlloc\n")
+    name = blob[start + 6 : blob.find(b"\n", start)].decode()
+    if damage == "common_pid":
+        at = blob.find(b"common_pid", start) + len("common_p")
+        blob[at] ^= 0x01  # common_pid -> common_phd
+        want = f"format of ascend:{name}: field 'common_pid' is missing"
+    elif damage == "offset":
+        at = blob.find(b"offset:4;", start) + len("offset:")
+        blob[at] ^= 0x02  # the offset of common_pid, 4 -> 6
+        want = f"format of ascend:{name}: field 'common_pid' at offset 6"
+    else:
+        at = blob.find(b"ID: ", start) + len("ID: ")
+        blob[at] ^= 0x40  # a digit turned into a letter
+        want = f"format of ascend:{name}: bad event ID line"
+    bad, out = str(tmp_path / "bad.dat"), str(tmp_path / "bad.npt")
+    with open(bad, "wb") as f:
+        f.write(bytes(blob))
+    proc = subprocess.run([*CLI, "import", bad, "-o", out], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "damaged trace.dat" in proc.stderr and want in proc.stderr, proc.stderr
+    assert not os.path.exists(out)

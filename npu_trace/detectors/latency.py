@@ -247,8 +247,8 @@ class LatencyDetector:
         got_rows, got_lat, got_start = [], [], []
         ts, pid, dev, kind = nb.block.ts.tolist(), nb.block.pid.tolist(), nb.dev.tolist(), nb.kind.tolist()
         for r, stream, task in zip(rows.tolist(), streams, tasks):
-            key = (None if dev[r] < 0 else dev[r], None if stream is MISSING else stream,
-                   None if task is MISSING else task)  # fmt: skip
+            key = (None if dev[r] < 0 else dev[r], None if stream is MISSING else _hashable(stream),
+                   None if task is MISSING else _hashable(task))  # fmt: skip
             if kind[r] == submit:
                 self._open_task(key, ts[r], pid[r])
                 continue
@@ -282,7 +282,7 @@ class LatencyDetector:
 
     # ---- tasks --------------------------------------------------------------------------------------
     def _submit(self, ev: NpuEvent) -> None:
-        self._open_task((ev.dev, ev.args.get("stream"), ev.args.get("task")), ev.ts_ns, ev.pid)
+        self._open_task(_task_key(ev), ev.ts_ns, ev.pid)
 
     def _open_task(self, key: Tuple[Optional[int], Any, Any], ts: int, pid: int) -> None:
         self.tasks.pop(key, None)  # a reused id re-opens at the end (insertion order = age)
@@ -292,7 +292,7 @@ class LatencyDetector:
         self.tasks[key] = (ts, pid)
 
     def _complete(self, ev: NpuEvent, out: List[Finding]) -> None:
-        opened = self.tasks.pop((ev.dev, ev.args.get("stream"), ev.args.get("task")), None)
+        opened = self.tasks.pop(_task_key(ev), None)
         if opened is None:
             self.counters["unmatched_completes"] += 1
             return
@@ -481,3 +481,13 @@ def _medians(seq: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
 
 def _key_order(key: Key) -> Tuple[int, str]:
     return (-1 if key[0] is None else key[0], key[1])
+
+
+def _task_key(ev: NpuEvent) -> Tuple[Optional[int], Any, Any]:
+    return ev.dev, _hashable(ev.args.get("stream")), _hashable(ev.args.get("task"))
+
+
+def _hashable(value: Any) -> Any:
+    """A task id as a key: itself, or its text when it is a list or a map (an array or struct field where the
+    profile expects an integer: a damaged or unusual format)."""
+    return repr(value) if isinstance(value, (list, dict)) else value

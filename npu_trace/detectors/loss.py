@@ -21,7 +21,8 @@ class LossDetector:
         for ev in events:
             if ev.kind == "lost":
                 source = str(ev.args.get("source", ""))
-                self.ledger.add(Loss(source, ev.cpu, ev.op, int(ev.args.get("lost", 0)), ev.ts_ns))
+                lost = ev.args.get("lost", 0)
+                self.ledger.add(Loss(source, ev.cpu, ev.op, int(lost) if isinstance(lost, int) else 0, ev.ts_ns))
                 self.first_ts.setdefault((source, ev.op, ev.cpu), ev.ts_ns)
         return []
 

@@ -196,7 +196,7 @@ class MemoryDetector:
         self.live.update(zip(keys, zip(size[r].tolist(), pid[r].tolist(), ts[r].tolist())))
 
     def _alloc(self, ev: NpuEvent) -> None:
-        self._alloc_at(_dev(ev), int(ev.args.get("va", 0)), int(ev.args.get("size", 0)), ev.pid, ev.ts_ns)
+        self._alloc_at(_dev(ev), _int(ev.args.get("va")) or 0, _int(ev.args.get("size")) or 0, ev.pid, ev.ts_ns)
 
     def _alloc_at(self, dev: int, va: int, size: int, pid: int, ts: int) -> None:
         if (dev, va) in self.live:
@@ -207,7 +207,7 @@ class MemoryDetector:
         self.counts["allocs"] += 1
 
     def _free(self, ev: NpuEvent) -> None:
-        self._free_at(_dev(ev), int(ev.args.get("va", 0)), ev.ts_ns)
+        self._free_at(_dev(ev), _int(ev.args.get("va")) or 0, ev.ts_ns)
 
     def _free_at(self, dev: int, va: int, ts: int) -> None:
         if (dev, va) not in self.live:

@@ -149,7 +149,8 @@ class ResetDetector:
         if ev.kind == "timeout" and not self._told_before(hist, ev):
             hist.timeouts.append((ev.ts_ns, ev.op, str(ev.args.get("source", "ftrace"))))
         if ev.kind == "ecc" and isinstance(ev.args.get("ce_count"), int):
-            hist.ecc.append((ev.ts_ns, int(ev.args["ce_count"]), int(ev.args.get("uce_count", 0))))
+            uce = ev.args.get("uce_count", 0)
+            hist.ecc.append((ev.ts_ns, int(ev.args["ce_count"]), int(uce) if isinstance(uce, int) else 0))
         if ev.kind in ("ecc", "thermal") and isinstance(ev.args.get("temp_c"), int):
             hist.temps.append((ev.ts_ns, int(ev.args["temp_c"])))
         if any(ev.kind == k and (o is None or ev.op == o) for k, o in self.triggers):

@@ -71,7 +71,7 @@ class RecordDecoder:
     def __init__(self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None):
         self.fmt = fmt
         end = "<" if byteorder == "little" else ">"
-        pid = fmt.field("common_pid")
+        pid = _pid_field(fmt)
         codes = [_int_code(pid)]
         pos = pid.offset + pid.size
         fixups: List[Tuple[int, Fixup]] = []
@@ -103,6 +103,20 @@ class RecordDecoder:
         return vals[0], tuple(out)
 
 
+def _pid_field(fmt: EventFormat) -> Field:
+    """common_pid, where the kernel puts it (payload bytes 4..8: the decoders read the fields from there); a format
+    parsed from text is checked to have it (`npu_trace.ftrace.format.check_format`), one made in code may not."""
+    try:
+        pid = fmt.field("common_pid")
+    except KeyError:
+        where = fmt.full_name
+        raise FormatError(f"format {where}: field 'common_pid' is missing", where, "common_pid") from None
+    if (pid.offset, pid.size) != (4, 4):
+        raise FormatError(f"format {fmt.full_name}: field 'common_pid' at offset {pid.offset}, size {pid.size} "
+                          "(the kernel's: offset 4, size 4)", fmt.full_name, "common_pid")  # fmt: skip
+    return pid
+
+
 def _int_code(field: Field) -> str:
     try:
         return _INT_CODES[(field.size, field.signed)]
@@ -117,7 +131,7 @@ def _field_code(field: Field, end: str, layouts: StructLayouts) -> Tuple[str, Op
     if kind == CHAR_ARRAY:
         return f"{field.size}s", lambda raw, rec: _c_string(raw)
     if kind == ARRAY:
-        elem = _INT_CODES[(field.elem_size, field.signed)]
+        elem = _int_code(Field(field.name, field.type, field.offset, field.elem_size, field.signed, INT))
         return f"{field.size}s", _array_fixup(end + f"{field.count}{elem}")
     if kind in (DATA_LOC, REL_LOC):
         return "I", _dynamic_fixup(field, end)

@@ -90,26 +90,44 @@ class EventFormat:
         return hash((self.id, self.system, self.name))
 
 
-def parse_field(line: str) -> Optional[Field]:
-    """One `field:` line -> Field, or None when the line is not a field line."""
+def parse_field(line: str, check: bool = True) -> Optional[Field]:
+    """One `field:` line -> Field, or None when the line is not a field line. A FormatError (its `field` set)
+    for a declaration that cannot be parsed or (`check`) whose size contradicts its C type (`check_field`;
+    header_page's lines are not checked: its `int overwrite` is one byte, a flag inside the commit word)."""
     m = _FIELD_RE.match(line)
     if not m:
         return None
     decl = " ".join(m.group("decl").split())
     offset, size = int(m.group("offset")), int(m.group("size"))
-    signed = m.group("signed") == "1"
+    signed_text = m.group("signed")
+    if signed_text not in (None, "0", "1"):
+        name = _decl_name(decl)
+        raise FormatError(f"field {name!r}: signed:{signed_text} (0 or 1)", field=name)
+    signed = signed_text == "1"
+    field = _parse_decl(decl, offset, size, signed)
+    if check:
+        check_field(field, decl)
+    return field
+
+
+def _decl_name(decl: str) -> str:
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?$", decl)
+    return m.group(1) if m else decl
+
+
+def _parse_decl(decl: str, offset: int, size: int, signed: bool) -> Field:
     for prefix, kind in (("__data_loc ", DATA_LOC), ("__rel_loc ", REL_LOC)):
         if decl.startswith(prefix):
             am = _DYN_RE.match(decl[len(prefix) :])
             if not am:
-                raise FormatError(f"cannot parse dynamic field declaration {decl!r}")
+                raise FormatError(f"cannot parse dynamic field declaration {decl!r}", field=_decl_name(decl))
             return Field(am.group("name"), am.group("type").strip(), offset, size, signed, kind)
     am = _ARRAY_RE.match(decl)
     if am:
         return _array_field(am, offset, size, signed, decl)
     pm = _PLAIN_RE.match(decl)
     if not pm:
-        raise FormatError(f"cannot parse field declaration {decl!r}")
+        raise FormatError(f"cannot parse field declaration {decl!r}", field=_decl_name(decl))
     ctype = pm.group("type").strip()
     kind = INT if size in (1, 2, 4, 8) and not ctype.startswith("struct ") else BYTES
     if ctype.startswith("struct ") and "*" in ctype:
@@ -121,13 +139,15 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     ctype, name, count_text = am.group("type").strip(), am.group("name"), am.group("count").strip()
     if not count_text:
         if size != 0:
-            raise FormatError(f"flexible array with a size: {decl!r}")
+            raise FormatError(f"flexible array with a size: {decl!r}", field=name)
         return Field(name, ctype, offset, 0, signed, TAIL)
     try:
         count = int(count_text, 0)
     except ValueError:  # a symbolic length (TASK_COMM_LEN): the element type gives it
         elem = _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
         count = size // elem if elem and size % elem == 0 else 0
+    else:
+        _check_array_size(name, ctype, count, size)
     probe = Field(name, ctype, offset, size, signed, ARRAY, count or 1)
     if probe.is_string:
         return Field(name, ctype, offset, size, signed, CHAR_ARRAY, count or size)
@@ -136,38 +156,156 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     return Field(name, ctype, offset, size, signed, BYTES)
 
 
+# ---- what the kernel writes: a format that says otherwise is damaged ------------------------------------------
+# struct trace_entry (include/linux/trace_events.h), the same on every kernel since 2.6.28: (offset, size)
+TRACE_ENTRY = (("common_type", 0, 2), ("common_flags", 2, 1), ("common_preempt_count", 3, 1), ("common_pid", 4, 4))
+MAX_RECORD_FIXED = 1 << 16  # no event's fixed part reaches this (a __data_loc offset is 16 bits)
+MAX_EVENT_ID = (1 << 16) - 1  # common_type is a u16; ids start at 1
+MAX_PAGE = 1 << 20  # a ring-buffer page (subbuffer): 1 MiB at most on any kernel
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}$")  # event and system names (tracefs directories)
+# an integer type's size in a format is at least the type's own (syscall arguments are printed widened to a long)
+_LONG_TYPES = {"long", "unsigned long", "long int", "unsigned long int", "size_t", "ssize_t"}
+_UNSIGNED_TYPES = {t for t in _ELEM_SIZES if t.startswith(("u", "__u", "unsigned"))} | {"bool", "size_t"}
+
+
+def _min_size(ctype: str) -> int:
+    """The smallest size a field of this integer C type has in a format (0: a type not known here)."""
+    base = ctype.replace("const ", "").replace("volatile ", "").strip()
+    if "*" in base:
+        return 4
+    if base in _LONG_TYPES:
+        return 4  # a 32-bit kernel's long
+    return _ELEM_SIZES.get(base, 0)
+
+
+def _check_array_size(name: str, ctype: str, count: int, size: int) -> None:
+    elem = _min_size(ctype) if "*" not in ctype else 0
+    base = ctype.replace("const ", "").strip()
+    if base in ("char", "signed char", "unsigned char"):
+        elem = 1
+    if not elem or count < 0:
+        return
+    sizes = {count * elem, count * 8} if base in _LONG_TYPES else {count * elem}
+    if size not in sizes:
+        want = " or ".join(str(s) for s in sorted(sizes))
+        raise FormatError(f"field {name!r}: size {size} for {ctype} {name}[{count}] ({want} bytes)", field=name)
+
+
+def check_field(field: Field, decl: str = "") -> None:
+    """A field's size and signedness against its C type and kind (`decl`: its declaration, as written), as
+    the kernel prints them."""
+    name, size, kind = field.name, field.size, field.kind
+    where = f"field {name!r}"
+    base = field.type.replace("const ", "").replace("volatile ", "").strip()
+    if kind in (DATA_LOC, REL_LOC) and size != 4:
+        raise FormatError(f"{where}: a {kind} locator of size {size} (4 bytes)", field=name)
+    if kind in (INT, BYTES) and "[" not in decl:
+        low = _min_size(field.type)
+        if kind == BYTES and (low or size == 0):
+            raise FormatError(f"{where}: size {size} for a {field.type}", field=name)
+        if kind == INT and size < low:
+            raise FormatError(f"{where}: size {size} for a {field.type} (at least {low})", field=name)
+        if "*" in field.type and size not in (4, 8):
+            raise FormatError(f"{where}: a pointer of size {size}", field=name)
+    if field.signed and "*" not in base and base in _UNSIGNED_TYPES:
+        raise FormatError(f"{where}: an unsigned {field.type} marked signed", field=name)
+
+
+def check_format(fmt: EventFormat) -> None:
+    """An event format as the kernel writes it, else a FormatError naming it (and its field): the id (1 ..
+    65535), the names, the common fields of struct trace_entry where the kernel puts them, each field inside
+    the record (offset + size within 64 KiB), no two fields overlapping or named alike, a flexible array last.
+    `parse_format` calls it: every format parsed from text (tracefs, a recording's header, a trace.dat) is one
+    whose records every decoder (PageDecoder, the page walkers, the columns) can read."""
+    event = fmt.full_name
+
+    def bad(what: str, field: Optional[str] = None) -> FormatError:
+        return FormatError(f"format {event}: {what}", event=event, field=field)
+
+    if not _NAME_RE.fullmatch(fmt.name):
+        raise bad(f"event name {fmt.name!r} is not one the kernel gives")
+    if fmt.system and not _NAME_RE.fullmatch(fmt.system):
+        raise bad(f"system name {fmt.system!r} is not one the kernel gives")
+    if not 0 < fmt.id <= MAX_EVENT_ID:
+        raise bad(f"event ID {fmt.id} outside [1, {MAX_EVENT_ID}] (common_type is a u16)")
+    every = fmt.common + fmt.fields
+    seen: Dict[str, Field] = {}
+    for f in every:
+        if f.name in seen:
+            raise bad(f"field {f.name!r} appears twice", f.name)
+        seen[f.name] = f
+        if f.offset < 0 or f.size < 0 or f.offset + f.size > MAX_RECORD_FIXED:
+            raise bad(f"field {f.name!r}: offset {f.offset} + size {f.size} past {MAX_RECORD_FIXED} bytes", f.name)
+    for name, offset, size in TRACE_ENTRY:
+        common = seen.get(name)
+        if common is None:
+            raise bad(f"field {name!r} is missing (every record starts with the kernel's struct trace_entry)", name)
+        if (common.offset, common.size) != (offset, size):
+            raise bad(f"field {name!r} at offset {common.offset}, size {common.size} (the kernel's: offset {offset}, "
+                      f"size {size})", name)  # fmt: skip
+    ordered = sorted(every, key=lambda f: (f.offset, f.size))
+    for prev, f in zip(ordered, ordered[1:]):
+        if prev.offset + prev.size > f.offset:
+            raise bad(f"field {f.name!r} (offset {f.offset}, size {f.size}) overlaps field {prev.name!r} "
+                      f"(offset {prev.offset}, size {prev.size})", f.name)  # fmt: skip
+    tails = [f for f in every if f.kind == TAIL]
+    end = max((f.offset + f.size for f in every if f.kind != TAIL), default=0)
+    for f in tails:
+        if len(tails) > 1 or f is not fmt.fields[-1] or f.offset < end:
+            raise bad(f"field {f.name!r}: a flexible array must be the last field", f.name)
+
+
 def parse_format(text: str, system: Optional[str] = None) -> EventFormat:
-    """A whole `format` file -> EventFormat. `system` is the directory the file came from."""
+    """A whole `format` file -> EventFormat. `system` is the directory the file came from. A FormatError
+    (naming the format and the field) for a text that cannot be parsed or that no kernel writes
+    (`check_format`)."""
     name: Optional[str] = None
     ev_id: Optional[int] = None
     common: List[Field] = []
     fields: List[Field] = []
     print_fmt = ""
-    in_format = False
+    in_format = in_print = False
+
+    def bad(what: str, field: Optional[str] = None) -> FormatError:
+        event = f"{system or ''}:{name if name is not None else '?'}"
+        return FormatError(f"format {event}: {what}", event=event, field=field)
+
     for raw in text.splitlines():
         line = raw.strip()
+        if in_print or not line:
+            continue  # the print fmt may go on over several lines
         if line.startswith("name:"):
+            if name is not None:
+                raise bad("a second name: line")
             name = line[5:].strip()
         elif line.startswith("ID:"):
+            if ev_id is not None:
+                raise bad("a second ID: line")
             try:
                 ev_id = int(line[3:].strip())
-            except ValueError as exc:
-                raise FormatError(f"bad event ID line {line!r}") from exc
-        elif line.startswith("format:"):
+            except ValueError:
+                raise bad(f"bad event ID line {line!r}") from None
+        elif line.startswith("format:") and not in_format:
             in_format = True
         elif line.startswith("print fmt:"):
             print_fmt = line[len("print fmt:") :].strip()
+            in_print = True
         elif in_format and line.startswith("field:"):
-            f = parse_field(line)
+            try:
+                f = parse_field(line)
+            except FormatError as exc:
+                raise bad(str(exc), exc.field) from None
             if f is None:
-                raise FormatError(f"malformed field line {line!r}")
+                raise bad(f"malformed field line {line!r}", _decl_name(line[6:].split(";")[0]))
             (common if f.name.startswith("common_") else fields).append(f)
+        else:
+            raise bad(f"unexpected line {line[:60]!r}")
     if name is None or ev_id is None:
-        raise FormatError("format text has no name: or ID: line")
-    if not any(f.name == "common_type" for f in common):
-        raise FormatError(f"format of {name!r} has no common_type field")
+        raise bad("format text has no name: or ID: line")
     fields.sort(key=lambda f: f.offset)
-    return EventFormat(ev_id, system or "", name, tuple(common), tuple(fields), print_fmt)
+    fmt = EventFormat(ev_id, system or "", name, tuple(common), tuple(fields), print_fmt)
+    check_format(fmt)
+    return fmt
 
 
 @dataclass(frozen=True)
@@ -199,6 +337,12 @@ def parse_header_page(text: str) -> PageHeader:
         raise FormatError(f"header_page lacks field {exc.args[0]!r}") from exc
     if ts[1] != 8 or commit[1] not in (4, 8):
         raise FormatError(f"unexpected header_page layout (timestamp size {ts[1]}, commit size {commit[1]})")
+    # struct buffer_data_page (kernel/trace/ring_buffer.c): u64 time_stamp, local_t commit, then the data
+    for name, (offset, _), want in (("timestamp", ts, 0), ("commit", commit, 8), ("data", data, 8 + commit[1])):
+        if offset != want:
+            raise FormatError(f"header_page: field {name!r} at offset {offset} (the kernel's: {want})", field=name)
+    if not 0 < data[1] <= MAX_PAGE - data[0]:
+        raise FormatError(f"header_page: data of {data[1]} bytes (pages of at most {MAX_PAGE} bytes)", field="data")
     return PageHeader(ts[0], ts[1], commit[0], commit[1], data[0], data[1])
 
 

@@ -123,7 +123,7 @@ def layout_of(header_page: str, header_event: str, format_text: str) -> Layout:
     common, char_signed = common_fields(format_text)
     if not common:
         raise FormatError("format: no common fields")
-    data = [parse_field(line) for line in header_page.splitlines()]
+    data = [parse_field(line, check=False) for line in header_page.splitlines()]
     data_signed = next((f.signed for f in data if f is not None and f.name == "data"), False)
     return Layout(page.page_size, page.commit_size, parse_header_event(header_event), common,
                   data_signed if char_signed is None else char_signed)  # fmt: skip

@@ -13,9 +13,11 @@ flyrecord section's offset, the instance name, its trace clock, page size and pe
 option (id 0) holds the offset of the next options section. A compressed flyrecord holds, per CPU, a chunk count
 and chunks (compressed size, raw size, data).
 
-Every offset and size is checked against the file; a file that is not one, or is cut or corrupt, is a one-line
-`InputError`. The data of each CPU is cut into pages of `page_size`; an empty page (no committed bytes) is
-skipped. The instance read is the one with events (the first such, by name order: "" is the top instance).
+Every offset and size is checked against the file, and every event format it carries (but ftrace's own) is
+checked as the kernel writes them (`npu_trace.ftrace.format.check_format`); a file that is not one, or is cut or
+corrupt, or a format that is damaged, is a one-line `InputError` (the format's name and field in it). The data
+of each CPU is cut into pages of `page_size`; an empty page (no committed bytes) is skipped. The instance read is
+the one with events (the first such, by name order: "" is the top instance).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
-from npu_trace.errors import InputError
+from npu_trace.errors import FormatError, InputError
+from npu_trace.ftrace.format import parse_format
 
 MAGIC = b"\x17\x08Dtracing"
 MAX_SECTION = 256 << 20  # a metadata section larger than this is refused
@@ -174,6 +177,7 @@ def parse(blob: bytes, path: str = "trace.dat") -> TraceDat:
         (_v6 if td.version == 6 else _v7)(r, td)
     except (struct.error, UnicodeDecodeError, zlib.error, ValueError) as exc:
         raise r.fail(str(exc)) from None
+    _check_formats(r, td)
     return td
 
 
@@ -207,10 +211,31 @@ def _count(r: _Reader) -> int:
 
 
 def _add_format(td: TraceDat, system: str, blob: bytes) -> None:
+    """Keep a format text: every one of an event system (checked by `_check_formats`), ftrace's own when it has
+    a name and an ID (they describe no record of the pages imported)."""
     text = blob.decode("utf-8", "replace")
     name = _NAME.search(text)
-    if name and _ID.search(text):
-        td.formats.append({"system": system, "name": name.group(1), "text": text})
+    if system != "ftrace" or (name and _ID.search(text)):
+        td.formats.append({"system": system, "name": name.group(1) if name else "?", "text": text})
+
+
+def _check_formats(r: _Reader, td: TraceDat) -> None:
+    """Every format the import writes into a recording (`used_formats`) parsed and checked as the kernel writes
+    them (`npu_trace.ftrace.format.check_format`), their ids and names distinct: a damaged one is an InputError
+    naming it and its field."""
+    ids: Dict[int, str] = {}
+    for entry in td.used_formats():
+        where = f"{entry['system']}:{entry['name']}"
+        try:
+            fmt = parse_format(entry["text"], entry["system"])
+        except FormatError as exc:
+            why, prefix = str(exc), f"format {exc.event}: "
+            raise InputError(f"{r.path}: damaged trace.dat: format of {where}: {why.removeprefix(prefix)}") from None
+        if fmt.id in ids or fmt.full_name in ids.values():
+            other = ids.get(fmt.id, fmt.full_name)
+            raise InputError(f"{r.path}: damaged trace.dat: format of {where}: its event ID {fmt.id} or its name "
+                             f"is also that of {other}")  # fmt: skip
+        ids[fmt.id] = fmt.full_name
 
 
 # ---- v6 ------------------------------------------------------------------------------------------------------
@@ -317,7 +342,10 @@ def _inflate(r: _Reader, td: TraceDat, blob: bytes, raw: int) -> bytes:
     else:
         import zstandard
 
-        out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw)
+        try:
+            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw)
+        except zstandard.ZstdError as exc:
+            raise r.fail(f"corrupt zstd data ({exc})") from None
     if len(out) != raw:
         raise r.fail(f"a chunk of {len(out)} bytes, {raw} declared")
     return out

@@ -11,7 +11,9 @@
               the struct field a.
     args      {arg name: field path}; absent: every field except the device field and "__*" probe fields
     set       constant args to add ({"edge": "entry"})
-    kind_if   [[field, "==" | "!=" | "<" | ">", value, kind], ...]: the first that holds changes the kind
+    kind_if   [[field, "==" | "!=" | "<" | ">", value, kind], ...]: the first that holds changes the kind (value
+              an integer; a condition holds only when the field is one: never on a string, array or struct
+              field, as a damaged or unusual format may give)
     match     {field: value}: the rule applies only when every field equals its value
     pair      "entry" | "return": call pairing (below)
 
@@ -75,7 +77,7 @@ def compile_rule(spec: Mapping[str, Any]) -> Rule:
     if unknown or spec.get("kind") not in KINDS:
         raise UsageError(f"bad mapping rule {dict(spec)!r}: unknown keys {sorted(unknown)} or kind")
     for cond in spec.get("kind_if", ()):
-        if len(cond) != 4 or cond[1] not in _CMP or cond[3] not in KINDS:
+        if len(cond) != 4 or cond[1] not in _CMP or cond[3] not in KINDS or not _is_int(cond[2]):
             raise UsageError(f"bad kind_if condition {cond!r}")
     if spec.get("pair", "") not in ("", "entry", "return"):
         raise UsageError(f"bad pair {spec['pair']!r} (entry or return)")
@@ -123,9 +125,13 @@ def _kind(rule: Rule, fields: Mapping[str, Any]) -> str:
         return rule.kind
     for name, cmp, value, kind in rule.kind_if:
         got = field_value(fields, name)
-        if got is not None and _CMP[cmp](got, value):
+        if _is_int(got) and _CMP[cmp](got, value):
             return kind
     return rule.kind
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _op(rule: Rule, fields: Mapping[str, Any], default: str) -> str:
@@ -287,7 +293,7 @@ class Normalizer:
         values = ev.values
         for at, cmp, value, other in kind_if:
             got = values[at]
-            if got is not None and cmp(got, value):
+            if got.__class__ is int and cmp(got, value):  # an integer field (the kernel's never give a bool)
                 kind = other
                 break
         args = {name: values[i] for name, i in arg_at}

@@ -286,13 +286,15 @@ class BlockNormalizer:
         undecided: np.ndarray = np.ones(len(rows), dtype=bool)
         fields = table.plan.fmt.fields
         for at, cmp, value, other in kind_if:
+            if fields[at].kind != "int" or fields[at].name not in table.plan.fields:
+                continue  # a string, array or struct field (a damaged or unusual format): never holds
             col = table.cols[fields[at].name]
             hit = undecided & np.asarray(cmp(col, value), dtype=bool)
             kinds[hit] = KIND_CODE[other]
             undecided &= ~hit
         nb.kind[rows] = kinds
         nb.op[rows] = self.op_code(op)
-        if dev_at >= 0 and fields[dev_at].name in table.plan.fields:
+        if dev_at >= 0 and fields[dev_at].kind == "int" and fields[dev_at].name in table.plan.fields:
             nb.dev[rows] = table.cols[fields[dev_at].name].astype(np.int64)
         nb.role[rows] = _ROLE[pair]
 

@@ -6,6 +6,7 @@ Every length the reader accepts is bounded here, so a hostile file costs at most
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from functools import lru_cache
@@ -164,6 +165,47 @@ def check_preamble(blob: bytes) -> int:
         supported = ", ".join(str(s) for s in SUPPORTED_SCHEMAS)
         raise RecordingError(f"recording schema version {schema} is not supported by this build (reads: {supported})")
     return int(schema)
+
+
+# ---- the header's checksum ------------------------------------------------------------------------------------
+# The header map's last entry, "checksum": "crc32:" and 8 hex digits, the CRC-32 (zlib.crc32) of the preamble
+# and the header map as stored, those 8 digits counted as "00000000". Files written before it have none.
+CHECKSUM_KEY = "checksum"
+_CHECKSUM_RE = re.compile(r"^crc32:[0-9a-f]{8}$")
+_CHECKSUM_ZERO = b"00000000"
+
+
+def pack_header(header: Dict[str, Any]) -> bytes:
+    """The preamble and the header map (any "checksum" it holds replaced), its checksum last: the file's first
+    bytes."""
+    body = {k: v for k, v in header.items() if k != CHECKSUM_KEY}
+    body[CHECKSUM_KEY] = "crc32:" + _CHECKSUM_ZERO.decode()
+    blob = PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(body, use_bin_type=True)
+    return blob[:-8] + b"%08x" % zlib.crc32(blob)
+
+
+def verify_header_checksum(preamble: bytes, raw: bytes, header: Dict[str, Any]) -> Optional[str]:
+    """The header's checksum ("crc32:..."), verified over the bytes it was read from (`preamble`, then `raw`: the
+    header map as stored); None for a header written without one. A RecordingError "header damaged" when the
+    stored and computed checksums differ: a flipped bit or a changed byte, which an unusual kernel never makes."""
+    where = "recording header damaged"
+    keys = list(header)
+    last = keys[-1] if keys else None
+    value = header.get(last) if isinstance(last, str) else None
+    if CHECKSUM_KEY not in header:
+        if isinstance(value, str) and _CHECKSUM_RE.match(value) and raw.endswith(msgpack.packb(value)):
+            raise RecordingError(f"{where} (checksum {value} under the key {last!r}, not {CHECKSUM_KEY!r})")
+        return None  # written before headers had a checksum
+    stored = header[CHECKSUM_KEY]
+    if not isinstance(stored, str) or not _CHECKSUM_RE.match(stored):
+        raise RecordingError(f"{where} (checksum {str(stored)[:40]!r} is not crc32: and 8 hex digits)")
+    if last != CHECKSUM_KEY or not raw.endswith(msgpack.packb(stored)):
+        raise RecordingError(f"{where} (checksum {stored} is not the header's last entry)")
+    computed = zlib.crc32(preamble + raw[:-8] + _CHECKSUM_ZERO)
+    if computed != int(stored[6:], 16):
+        raise RecordingError(f"{where} (checksum {stored} stored, crc32:{computed:08x} computed): "
+                             "a flipped bit or a changed byte")  # fmt: skip
+    return stored
 
 
 def validate_header(header: Any) -> Dict[str, Any]:

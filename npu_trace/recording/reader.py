@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import msgpack
 
 from npu_trace.errors import FormatError, RecordingError
 from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts, build_decoders
-from npu_trace.ftrace.format import PageHeader, parse_format, parse_header_page
+from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.recording.format import (
+    CHECKSUM_KEY,
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     PREAMBLE,
@@ -31,6 +32,7 @@ from npu_trace.recording.format import (
     record_type,
     validate_header,
     validate_trailer,
+    verify_header_checksum,
 )
 
 Record = Tuple[str, Any]  # ("chunk", Chunk) | ("loss", Loss) | ("note", dict) | ("events", [NpuEvent])
@@ -49,8 +51,18 @@ class RecordingReader:
         self.chunks_read = 0
         self._offset = 0
         with self._open() as f:
-            self.schema = check_preamble(f.read(PREAMBLE.size))
-            self.header, self.data_offset = _read_header(f, os.fstat(f.fileno()).st_size)
+            preamble = f.read(PREAMBLE.size)
+            self.schema = check_preamble(preamble)
+            header, self.data_offset = _read_header(f, os.fstat(f.fileno()).st_size)
+            f.seek(PREAMBLE.size)
+            raw = f.read(self.data_offset - PREAMBLE.size)
+        # "crc32:<hex>": the header's checksum, verified (None: written before headers had one); not in `header`
+        self.checksum = verify_header_checksum(preamble, raw, header) if isinstance(header, dict) else None
+        if isinstance(header, dict):
+            header.pop(CHECKSUM_KEY, None)
+        self.header = validate_header(header)
+        # the page layout and every event format the header carries, each checked to be one the kernel writes
+        self.page_header, self.formats = header_formats(self.header)
 
     def _open(self) -> IO[bytes]:
         try:
@@ -153,34 +165,54 @@ def _read_header(f: IO[bytes], size: int) -> Tuple[Dict[str, Any], int]:
         raise fail("recording header", f"larger than {MAX_HEADER_BYTES} bytes") from None
     except _UNPACK_ERRORS as exc:
         raise fail("recording header", f"not valid msgpack ({exc})") from None
-    return validate_header(header), PREAMBLE.size + unpacker.tell()
+    return header, PREAMBLE.size + unpacker.tell()
 
 
 # ---- decoding ----------------------------------------------------------------------------------
-def open_decoder(
-    reader: RecordingReader, layouts: Optional[StructLayouts] = None
-) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
-    """The page layout and record decoders described by the recording's own format texts."""
-    header = reader.header
+def header_formats(header: Dict[str, Any]) -> Tuple[PageHeader, List[EventFormat]]:
+    """The page layout and the event formats of a (type-checked) header, each checked to be what the kernel
+    writes (`npu_trace.ftrace.format.check_format`), their ids and names distinct, each text naming the event
+    its entry names: a RecordingError naming the format and the field otherwise."""
     try:
         page_header = parse_header_page(header["header_page"])
     except FormatError as exc:
         raise RecordingError(f"recording header: header_page: {exc}") from None
-    formats = []
+    formats: List[EventFormat] = []
+    ids: Dict[int, str] = {}
+    names: Set[str] = set()
     for entry in header["formats"]:
-        formats.append(_parse_entry(entry))
+        fmt = _parse_entry(entry)
+        if fmt.id in ids:
+            raise RecordingError(f"recording header: format of {fmt.full_name}: event ID {fmt.id} is also that of "
+                                 f"{ids[fmt.id]}")  # fmt: skip
+        if fmt.full_name in names:
+            raise RecordingError(f"recording header: format of {fmt.full_name} appears twice")
+        ids[fmt.id] = fmt.full_name
+        names.add(fmt.full_name)
+        formats.append(fmt)
+    return page_header, formats
+
+
+def open_decoder(
+    reader: RecordingReader, layouts: Optional[StructLayouts] = None
+) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
+    """The page layout and record decoders described by the recording's own format texts."""
     try:
-        return page_header, build_decoders(formats, reader.byteorder, layouts)
+        return reader.page_header, build_decoders(reader.formats, reader.byteorder, layouts)
     except (FormatError, struct.error, ValueError) as exc:
         raise RecordingError(f"recording header: cannot build decoders: {exc}") from None
 
 
-def _parse_entry(entry: Dict[str, str]) -> Any:
+def _parse_entry(entry: Dict[str, str]) -> EventFormat:
     name = f"{entry['system']}:{entry['name']}"
     try:
-        return parse_format(entry["text"], entry["system"])
+        fmt = parse_format(entry["text"], entry["system"])
     except FormatError as exc:
-        raise RecordingError(f"recording header: format of {name}: {exc}") from None
+        why, prefix = str(exc), f"format {exc.event}: "  # said once: the entry's name
+        raise RecordingError(f"recording header: format of {name}: {why.removeprefix(prefix)}") from None
+    if fmt.name != entry["name"]:
+        raise RecordingError(f"recording header: format of {name}: its text names the event {fmt.name!r}")
+    return fmt
 
 
 def iter_events(

@@ -22,17 +22,18 @@ from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger, NpuEvent
 from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.format import (
+    CHECKSUM_KEY,
     CODECS,
     MAGIC,
     MAX_CHUNK_RAW,
     MAX_EVENT_ROWS,
     MAX_PAGE_BYTES,
     MAX_PAGES_PER_CHUNK,
-    PREAMBLE,
     SCHEMA_VERSION,
     event_losses,
     events_record,
     loss_record,
+    pack_header,
     pack_mark,
     validate_header,
 )
@@ -146,6 +147,7 @@ class RecordingWriter:
         if not 0 < chunk_bytes <= MAX_CHUNK_RAW - MAX_PAGE_BYTES:
             raise RecordingError(f"chunk_bytes {chunk_bytes} outside (0, {MAX_CHUNK_RAW - MAX_PAGE_BYTES}]")
         header = dict(header_fields, magic=MAGIC.decode(), schema=SCHEMA_VERSION, compression=compression)
+        header.pop(CHECKSUM_KEY, None)  # a header copied from another file: its checksum is made anew
         validate_header(header)
         self.path = path
         self.compression = compression
@@ -166,7 +168,7 @@ class RecordingWriter:
         self._pages = self._bytes_raw = self._bytes_written = self._events = 0
         self._fd: Optional[int] = _open_excl(path, overwrite, mode)
         try:
-            self._write(PREAMBLE.pack(MAGIC, SCHEMA_VERSION) + msgpack.packb(header, use_bin_type=True))
+            self._write(pack_header(header))  # the preamble, then the header map, its checksum last
         except RecordingError:  # no writer to close comes back: its descriptor is closed here
             os.close(self._fd)
             self._fd = None

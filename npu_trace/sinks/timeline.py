@@ -352,7 +352,7 @@ class TimelineMapper:
         self._instant(self._stream_first(ev.dev, stream), ev.ts_ns, f"submit {ev.op}", self._plain_args(ev), flows)
 
     def _irq(self, ev: NpuEvent) -> None:
-        args, key = ev.args, (ev.dev, ev.args.get("irq"))
+        args, key = ev.args, (ev.dev, _hashable(ev.args.get("irq")))
         edge = args.get("edge")
         if isinstance(args.get("name"), str):
             self.irq_names.setdefault(key, args["name"])
@@ -579,6 +579,7 @@ class TimelineMapper:
                            self._device(dev), rank)  # fmt: skip
 
     def _stream_first(self, dev: Optional[int], stream: Any) -> Track:
+        stream = _hashable(stream)
         return self._packer(("stream", dev, stream), lambda lane: self._stream_track(dev, stream, lane)).first()
 
     def _irq_track(self, key: Tuple[Optional[int], Any], lane: int) -> Track:
@@ -624,6 +625,12 @@ def _gts(speed: Any) -> Optional[float]:
         return float(str(speed).split()[0])
     except (ValueError, IndexError):
         return None
+
+
+def _hashable(value: Any) -> Any:
+    """A stream or interrupt number as a key: itself, or its text when it is a list or a map (an array or struct
+    field where the profile expects an integer: a damaged or unusual format)."""
+    return repr(value) if isinstance(value, (list, dict)) else value
 
 
 def _task_flow(dev: Optional[int], stream: Any, task: Any, submitted: int) -> int:

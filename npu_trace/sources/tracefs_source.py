@@ -71,8 +71,9 @@ def load_formats(fs: Tracefs, events: Sequence[str], texts: Optional[Dict[str, s
         text = fs.event_format(system, name)
         try:
             formats.append(parse_format(text, system))
-        except FormatError as exc:
-            raise FormatError(f"format of {event}: {exc}") from exc
+        except FormatError as exc:  # said once: the event asked for
+            why = str(exc).removeprefix(f"format {exc.event}: ")
+            raise FormatError(f"format of {event}: {why}", exc.event, exc.field) from exc
         if texts is not None:
             texts[event] = text
     return formats
