@@ -31,7 +31,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RECORDING = os.path.join(ROOT, "npu_trace", "data", "demo.npt")
 TRACEFS_INSTANCES = "/sys/kernel/tracing/instances"
 BOUND_S = 2.0  # the issue's: from the event to nothing left
 LIMIT_S = 20.0  # how long the test keeps looking (a failure then says how long it stayed, or that it did)
@@ -290,15 +289,25 @@ def check_exit(tui: Tui, moment: str) -> None:
         assert code == 0, f"exit {code}; the terminal showed {tui.screen_tail()}"
 
 
-def replay() -> Tui:
-    """The shipped recording at half its pace: on a busy host it still plays when the UI, starved for a few
-    seconds, first shows its position (at its own pace such a UI once showed the replay only after it ended)."""
-    return Tui(["replay", RECORDING, "--speed", "0.5"])
+@pytest.fixture(scope="module")
+def long_recording(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A recording that plays for a minute from its first second (generated: the steady scenario, 100 calls/s):
+    however long a busy host starves the UI, it is still playing when the UI first shows its position (the
+    shipped demo.npt plays for a few seconds, its events from 2 s in: a starved UI once showed it only ended)."""
+    from benchmarks.gen_recording import Spec, generate
+
+    path = str(tmp_path_factory.mktemp("replay") / "steady-60s.npt")
+    generate(path, Spec(scenario="steady", duration_s=60.0, rate=100.0, devices=1))
+    return path
+
+
+def replay(recording: str) -> Tui:
+    return Tui(["replay", recording])
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
-def test_replay_exits_when_its_terminal_is_closed(moment: str) -> None:
-    tui = replay()
+def test_replay_exits_when_its_terminal_is_closed(moment: str, long_recording: str) -> None:
+    tui = replay(long_recording)
     try:
         reach(tui, moment)
         at = time.monotonic()
@@ -311,8 +320,8 @@ def test_replay_exits_when_its_terminal_is_closed(moment: str) -> None:
 
 @pytest.mark.parametrize("moment", ("early", "start-up", "mid-run"))
 @pytest.mark.parametrize("sig", (signal.SIGHUP, signal.SIGTERM), ids=("SIGHUP", "SIGTERM"))
-def test_replay_exits_on_a_signal(sig: int, moment: str) -> None:
-    tui = replay()
+def test_replay_exits_on_a_signal(sig: int, moment: str, long_recording: str) -> None:
+    tui = replay(long_recording)
     try:
         reach(tui, moment)
         at = time.monotonic()
@@ -325,10 +334,10 @@ def test_replay_exits_on_a_signal(sig: int, moment: str) -> None:
         tui.clean_up()
 
 
-def test_replay_exits_on_sigterm_when_its_terminal_takes_no_output() -> None:
+def test_replay_exits_on_sigterm_when_its_terminal_takes_no_output(long_recording: str) -> None:
     """A dropped ssh link that is not closed yet: the terminal is there but its output stops (its writes
     block). The UI, its drawing blocked, still ends on SIGTERM."""
-    tui = replay()
+    tui = replay(long_recording)
     fd = -1
     try:
         reach(tui, "mid-run")
