@@ -47,9 +47,11 @@ def record_scenario(
 ) -> Dict[str, Any]:
     """`record` of the scenario's executor alone (`scoped`): scoped to this process and the tasks it starts
     while traced (the executor), so that no other simulator on the host (another session's, a developer's demo)
-    lands in the trace the truth is compared with."""
+    lands in the trace the truth is compared with; no kernel log, uevent or health channel (the executor alone
+    writes none: what they would bring is another program's lines, as /dev/kmsg is the host's)."""
     own = ["--pid", str(os.getpid())] if scoped else []
-    rec = subprocess.Popen([*CLI, "record", "-o", path, *options, *own], stderr=subprocess.PIPE, text=True)
+    argv = [*CLI, "record", "-o", path, *options, "--channels", "none", *own]
+    rec = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     said = read_until(rec, "recording to")
     assert ("scope: pid" in said) == scoped, said
     try:
