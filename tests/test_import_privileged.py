@@ -19,20 +19,15 @@ import pytest
 from npu_trace import sim
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim.channels import SideChannels
+from proc_support import read_until
 
 CLI = [sys.executable, "-m", "npu_trace"]
 
 
 def start_record(path: str, *options: str) -> subprocess.Popen[str]:
     rec = subprocess.Popen([*CLI, "record", "-o", path, *options], stderr=subprocess.PIPE, text=True)
-    assert rec.stderr is not None
-    lines = []
-    while True:  # notes first (a channel that cannot run here), then the line saying it records
-        line = rec.stderr.readline()
-        lines.append(line)
-        assert line, "".join(lines) + rec.stderr.read()
-        if "recording to" in line:
-            return rec
+    read_until(rec, "recording to")
+    return rec
 
 
 def stop(proc: subprocess.Popen[str]) -> str:

@@ -24,21 +24,11 @@ from npu_trace.sinks.recorder import Recorder
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
+from proc_support import read_until
 from smi_support import now_ns, wait_for_polls
 from test_detectors_truth import check_against_truth
 
 CLI = [sys.executable, "-m", "npu_trace"]
-
-
-def read_until(proc: subprocess.Popen[str], words: str) -> str:
-    """The process's stderr up to the line saying `words` (it failing before: the test fails with what it said)."""
-    assert proc.stderr is not None
-    said = ""
-    while words not in said:
-        line = proc.stderr.readline()
-        assert line, f"exited before saying {words!r}: {said}"
-        said += line
-    return said
 
 
 def record_scenario(

@@ -24,6 +24,7 @@ from npu_trace.sim import build, runner
 from npu_trace.sim.threads import HOST_LIKE
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.options import TraceOptions
+from proc_support import read_until
 
 CLI = [sys.executable, "-m", "npu_trace"]
 SLACK_NS = 1000
@@ -44,14 +45,7 @@ def start(command: str, *extra: str) -> Tuple[subprocess.Popen[str], str]:
     tail = ["--format", "ndjson"] if command == "stream" else []
     proc = subprocess.Popen([*CLI, command, *tail, "--channels", "none", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stderr is not None
-    said = ""
-    while "Ctrl-C stops" not in said:
-        line = proc.stderr.readline()
-        if not line:
-            pytest.fail(said + proc.stderr.read())
-        said += line
-    return proc, said
+    return proc, read_until(proc, "Ctrl-C stops")
 
 
 def stop(proc: subprocess.Popen[str]) -> Tuple[List[Dict[str, Any]], str]:

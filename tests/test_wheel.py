@@ -244,8 +244,8 @@ def test_installed_commands_trace_the_simulator_end_to_end(installed: Installed)
     `export` to Perfetto and Chrome JSON, and `sim unload` when it loaded the simulator."""
     from npu_trace import sim
     from npu_trace.ftrace.tracefs import Tracefs
+    from proc_support import read_until
     from test_detectors_truth import check_against_truth
-    from test_record_check_e2e import read_until
 
     npu = installed.bin("npu-trace")
     here = installed.run_dir
@@ -257,10 +257,10 @@ def test_installed_commands_trace_the_simulator_end_to_end(installed: Installed)
         demo = run([npu, "demo", "--headless", "--rounds", "1", "--scenario", "spikes", "--duration", "2"], cwd=here)
         assert "ascend:ascend_halMemAlloc" in demo.stdout, demo.stderr[-2000:]
         recording = here / "run.npt"
-        # scoped to this process and what it starts (the scenario's `sim run`): no other simulator on the host
-        # lands in the trace the truth is compared with
-        rec = subprocess.Popen([npu, "record", "-o", str(recording), "-e", "ascend:*", "--pid", str(os.getpid())],
-                               cwd=here, env=clean_env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+        # scoped to this process and what it starts (the scenario's `sim run`), no kernel log channel (the host's):
+        # no other simulator or driver line on the host lands in the trace the truth is compared with
+        argv = [npu, "record", "-o", str(recording), "-e", "ascend:*", "--channels", "none", "--pid", str(os.getpid())]
+        rec = subprocess.Popen(argv, cwd=here, env=clean_env(), stderr=subprocess.PIPE, text=True)
         try:
             read_until(rec, "recording to")
             run([npu, "sim", "run", "--scenario", "ecc-reset", "--seed", "5", "--duration", "1", "--rate", "400",
