@@ -177,8 +177,8 @@ def test_a_trickler_is_dropped_at_the_request_deadline_however_it_trickles() -> 
     srv = MetricsServer("127.0.0.1:0", registry_of([SnapshotCollector(state_with(1))]), request_deadline_s=deadline)
     srv.start()
     try:
+        t0 = time.monotonic()  # before the connect: the server's clock for this client starts after it
         with raw(srv) as s:
-            t0 = time.monotonic()
             s.sendall(b"GET /metrics HTTP/1.1\r\n")
             lines = 0
             while not is_closed(s) and lines < 200:  # 20 s at most: 20 deadlines
@@ -217,8 +217,8 @@ def test_a_client_that_does_not_take_its_answer_is_dropped_at_the_response_deadl
         s.settimeout(30)
         with s:
             s.connect(("127.0.0.1", srv.port))
+            t0 = time.monotonic()  # before the request is sent: its answer's deadline starts after it
             s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-            t0 = time.monotonic()
             wait_for(lambda: srv.dropped["response_deadline"] == 1, "the slow reader dropped")
             assert time.monotonic() - t0 >= 1.0
             got = 0
