@@ -210,6 +210,9 @@ def _text_summary(name: str, stats: Dict[str, Any], output: str, clock: str) -> 
     absent = [f"{e['format']}: {', '.join(e['not_in_text'])}" for e in names.values() if e.get("not_in_text")]
     if absent:
         out.append(f"npu-trace: fields not in the text, recorded as 0: {'; '.join(absent)}")
+    if stats["truncated_events"]:
+        cut = ", ".join(f"line {n} ({b} bytes)" for n, b in stats["truncated"][:3])
+        out.append(f"npu-trace: {stats['truncated_events']} events' text longer than a record holds, cut: {cut}")
     if stats["other"]:
         shown = "; ".join(f"line {n}: {t!r}" for n, t in stats["other_examples"][:3])
         out.append(f"npu-trace: {stats['other']} lines read as neither event nor header, e.g. {shown}")

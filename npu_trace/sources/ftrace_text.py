@@ -194,19 +194,22 @@ def read_ftrace_text(lines: Sequence[str], catalog: Catalog, header: PageHeader)
     by_name: DefaultDict[str, List[Event]] = defaultdict(list)
     for ev in reader.events:
         by_name[ev.line.name].append(ev)
-    build = _Build(catalog.size + 1)
+    build = _Build(catalog.size + 1, header)
     for name, events in by_name.items():
         build.add(name, events, choose(events, catalog))
     stats = _stats(reader, build, len(lines))
-    return TextImport(build.formats, build.texts, build.pages(header), _losses(reader), _comms(reader.events),
+    return TextImport(build.formats, build.texts, build.pages(), _losses(reader), _comms(reader.events),
                       _tasks(reader.events), stats)  # fmt: skip
 
 
 class _Build:
     """The records of every event, by CPU, and the formats they use."""
 
-    def __init__(self, next_id: int) -> None:
+    def __init__(self, next_id: int, header: PageHeader) -> None:
         self.next_id = next_id
+        self.encoder = PageEncoder(header)
+        self.room = header.data_size - 64  # the longest record a page holds, less its headers
+        self.truncated: List[List[Any]] = []  # [line, bytes cut] of the texts too long for a record
         self.formats: List[EventFormat] = []
         self.texts: List[Dict[str, str]] = []
         self.text_formats: Dict[str, EventFormat] = {}
@@ -222,15 +225,23 @@ class _Build:
             if absent:
                 entry["not_in_text"] = absent
         for ev, reading in zip(events, choice.readings):
-            if reading is not None and choice.fmt is not None:
+            if reading is not None and choice.fmt is not None and self._fits(ev, choice.fmt, reading.values):
                 self._row(ev, choice.fmt, reading.values)
             else:
+                entry["fields"] -= reading is not None
+                entry["text"] += reading is not None
                 self._text_row(ev)
         self.names[name or "(no name)"] = entry
 
     def _use(self, fmt: EventFormat, text: str) -> None:
         self.formats.append(fmt)
         self.texts.append({"system": fmt.system, "name": fmt.name, "text": text})
+
+    def _fits(self, ev: Event, fmt: EventFormat, values: Tuple[Any, ...]) -> bool:
+        """A record of these values fits in a page (checked only for long ones: a text of 4 KiB can)."""
+        if sum(len(v) for v in values if isinstance(v, (str, bytes))) < self.room // 2:
+            return True
+        return len(self.encoder.records.payload(fmt, ev.line.pid, values)) <= self.room
 
     def _row(self, ev: Event, fmt: EventFormat, values: Tuple[Any, ...]) -> None:
         line = ev.line
@@ -242,6 +253,10 @@ class _Build:
         known = room and _NAME.fullmatch(name) is not None
         fmt = self._text_format(name if known else "event")
         text = ev.text if known else (f"{name}: {ev.text}" if name else ev.text)
+        raw = text.encode("utf-8", "surrogatepass")
+        if len(raw) > self.room:
+            self.truncated.append([ev.number, len(raw) - self.room])
+            text = raw[: self.room].decode("utf-8", "ignore")
         self._row(ev, fmt, (text,))
 
     def _text_format(self, name: str) -> EventFormat:
@@ -253,8 +268,8 @@ class _Build:
             self._use(fmt, text)
         return fmt
 
-    def pages(self, header: PageHeader) -> List[Tuple[int, bytes]]:
-        encoder = PageEncoder(header)
+    def pages(self) -> List[Tuple[int, bytes]]:
+        encoder = self.encoder
         tagged = []
         for cpu, rows in self.rows.items():
             rows.sort(key=lambda r: (r[0], r[1]))
@@ -300,6 +315,7 @@ def _stats(reader: _Reader, build: _Build, lines: int) -> Dict[str, Any]:
         "as_text": sum(n["text"] for n in build.names.values()), "names": build.names,
         "time": "counts" if any(t.counts for t in times) else "seconds", "cpus_said": reader.cpus_said,
         "resolution_ns": 10 ** (9 - max((t.digits for t in times), default=9)) if times else 0,
+        "truncated": build.truncated[:MAX_EXAMPLES], "truncated_events": len(build.truncated),
     }  # fmt: skip
 
 
