@@ -331,3 +331,14 @@ def test_long_and_repetitive_lines_are_read_without_backtracking_forever() -> No
              "  a-1 [000] 1.5: sched_switch: " + "a:1 [1] S ==> " * 500, "x" * 70_000]  # fmt: skip
     got = read_ftrace_text(lines, CATALOG, HEADER)
     assert got.stats["lines"] == 5 and got.stats["truncated_events"] == 2  # the 36 KB and 7 KB texts, cut to a record
+
+
+def test_this_boot_places_seconds_and_refuses_raw_counts(tmp_path: Any, capsys: Any) -> None:
+    text = tmp_path / "t.txt"
+    text.write_text("  a-1 [000] ..... 1.000001: x: y\n")
+    rec = str(tmp_path / "a.npt")
+    assert main(["import", str(text), "--this-boot", "-o", rec]) == 0
+    assert RecordingReader(rec).header["extra"]["import"]["anchor"]["source"] == "this-boot"
+    text.write_text("  a-1 [000] ..... 1234: x: y\n")
+    assert main(["import", str(text), "--this-boot", "-o", str(tmp_path / "b.npt")]) == 2
+    assert "raw counts" in capsys.readouterr().err

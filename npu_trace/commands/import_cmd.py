@@ -174,7 +174,7 @@ def _import_ftrace_text(args: argparse.Namespace, lines: List[str], tz: Any, boo
     got = ftrace_text.read_ftrace_text(lines, _catalog(args.formats), parse_header_page(importer.TEXT_HEADER_PAGE))
     if not got.stats["events"]:
         raise InputError(ftrace_text.nothing_read(args.input, lines))
-    anchor = importer.Anchor(0, boot, 0, "boot-time") if boot is not None else None
+    anchor = _text_anchor(got.stats["time"], boot, args.this_boot)
     events: List[NpuEvent] = []
     apps = _app_events(args, tz, anchor, events)
     used = [f"{f.system}:{f.name}" for f in got.formats]
@@ -228,6 +228,19 @@ def _text_time(stats: Dict[str, Any], clock: str) -> str:
     if stats["time"] == "counts":
         return "raw counts of the trace clock, kept as they are (clock: counter)"
     return f"seconds as printed, {stats['resolution_ns'] / 1000:g} µs resolution (clock: {clock})"
+
+
+def _text_anchor(time: str, boot: Optional[int], this_boot: bool) -> Optional[importer.Anchor]:
+    """The wall clock of ftrace text's times: --boot-time, or --this-boot (times in seconds of this boot's
+    clock: the trace clocks local, global, mono and boot count from it)."""
+    if boot is not None:
+        return importer.Anchor(0, boot, 0, "boot-time")
+    if not this_boot:
+        return None
+    if time == "counts":
+        raise UsageError("--this-boot: the text's times are raw counts of its trace clock, not this boot's seconds")
+    now = importer.clock_anchor()
+    return importer.Anchor(now["mono_ns"], now["realtime_ns"], 1_000_000, "this-boot")
 
 
 def _catalog(source: Optional[str]) -> ftrace_text.Catalog:
