@@ -342,3 +342,17 @@ def test_this_boot_places_seconds_and_refuses_raw_counts(tmp_path: Any, capsys: 
     text.write_text("  a-1 [000] ..... 1234: x: y\n")
     assert main(["import", str(text), "--this-boot", "-o", str(tmp_path / "b.npt")]) == 2
     assert "raw counts" in capsys.readouterr().err
+
+
+def test_a_format_of_the_source_that_no_kernel_writes_is_said_and_its_events_kept_as_text(tmp_path: Any,
+                                                                                           capsys: Any) -> None:
+    events = tmp_path / "events" / "my" / "my_event"
+    events.mkdir(parents=True)
+    (events / "format").write_text("name: my_event\nID: 7\nformat:\n\tfield:int x;\toffset:0;\tsize:4;\tsigned:1;\n"
+                                   'print fmt: "x=%d", REC->x\n')  # fmt: skip
+    text = tmp_path / "t.txt"
+    text.write_text("  a-1 [000] ..... 1.000001: my_event: x=1\n")
+    assert main(["import", str(text), "--formats", str(tmp_path / "events"), "-o", str(tmp_path / "a.npt")]) == 0
+    err = capsys.readouterr().err
+    assert "1 formats not used (their events kept as text): format my:my_event: field 'common_" in err
+    assert "1 as text: my_event 1" in err

@@ -210,6 +210,9 @@ def _text_summary(name: str, stats: Dict[str, Any], output: str, clock: str) -> 
     absent = [f"{e['format']}: {', '.join(e['not_in_text'])}" for e in names.values() if e.get("not_in_text")]
     if absent:
         out.append(f"npu-trace: fields not in the text, recorded as 0: {'; '.join(absent)}")
+    if stats["formats_refused"]:
+        out.append(f"npu-trace: {len(stats['formats_refused'])} formats not used (their events kept as text): "
+                   f"{'; '.join(stats['formats_refused'][:3])}")  # fmt: skip
     if stats["truncated_events"]:
         cut = ", ".join(f"line {n} ({b} bytes)" for n, b in stats["truncated"][:3])
         out.append(f"npu-trace: {stats['truncated_events']} events' text longer than a record holds, cut: {cut}")

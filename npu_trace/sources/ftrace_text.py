@@ -198,6 +198,7 @@ def read_ftrace_text(lines: Sequence[str], catalog: Catalog, header: PageHeader)
     for name, events in by_name.items():
         build.add(name, events, choose(events, catalog))
     stats = _stats(reader, build, len(lines))
+    stats["formats_refused"] = catalog.refused
     return TextImport(build.formats, build.texts, build.pages(), _losses(reader), _comms(reader.events),
                       _tasks(reader.events), stats)  # fmt: skip
 
