@@ -20,9 +20,9 @@ collective that timed out (HCCL's EI0002 notify wait timeout, EI0006 getting a s
 stopped), stream synchronize timeout (507046), memory allocation failure (EL0004,
 `halMemAlloc`/`halMemCreate`/`rtMalloc` failed, 207001), device open failure (507033, 107001, `halDeviceOpen`),
 device absent (EL0001, `NPU is not available`), or another driver return code (`drvRetCode`). Its device is the
-first the text names (`device_id=1`, `Device[1]`, `open device 0`, `Device:0`, ...), else the last one its process named (then
-`device_inferred`). The ids are the application's (logical) ones: inside a container they may differ from the
-driver's `dev_id`.
+first the text names (`device_id=1`, `Device[1]`, `open device 0`, `Device:0`, ...), else the last one its
+process named (then `device_inferred`). The ids are the application's (logical) ones: inside a container they
+may differ from the driver's `dev_id`.
 
 Times are the writer's wall clock in local time (`tz`, default this host's), with the resolution of the form
 (µs for CANN, ms or s for the frameworks); a form without a year (vLLM's `03-25 06:14:02`) takes the year of the
