@@ -33,6 +33,7 @@ from npu_trace.sim.runner import ScenarioRun, write_truth
 
 READY_TIMEOUT_S = 60.0  # a recorder must say it traces within this (8 of them start at once on 2 CPUs)
 STOP_TIMEOUT_S = 60.0
+BUFFER_KB = 512  # per CPU and host: a simulated host makes a few hundred events a second
 
 
 def add_parser(sub: Any, add_host_options: Any) -> None:
@@ -76,7 +77,7 @@ class _Recorder:
             json.dump(host.identity.to_json(), f)
         self.log = os.path.join(work, f"{host.name}.log")
         argv = [sys.executable, "-m", "npu_trace", "record", "-o", out, "--profile", "sim", "--channels", "none",
-                "--app-log", self.app_log, "--sim-host", ident, "--pid", str(pid)]  # fmt: skip
+                "--app-log", self.app_log, "--sim-host", ident, "--pid", str(pid), "--buffer-kb", str(BUFFER_KB)]  # fmt: skip
         with open(self.log, "w") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         self.rusage: Optional[Any] = None
