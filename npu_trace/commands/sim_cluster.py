@@ -77,7 +77,8 @@ class _Recorder:
             json.dump(host.identity.to_json(), f)
         self.log = os.path.join(work, f"{host.name}.log")
         argv = [sys.executable, "-m", "npu_trace", "record", "-o", out, "--profile", "sim", "--channels", "none",
-                "--app-log", self.app_log, "--sim-host", ident, "--pid", str(pid), "--buffer-kb", str(BUFFER_KB)]  # fmt: skip
+                "--app-log", self.app_log, "--sim-host", ident, "--pid", str(pid),
+                "--buffer-kb", str(BUFFER_KB)]  # fmt: skip
         with open(self.log, "w") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         self.rusage: Optional[Any] = None
