@@ -70,7 +70,9 @@ _FUSED = re.compile(
     r"(?<=\S)\s{0,8}(?=\[?(?:ERR[O0]R|WARNING|EVENT)\] [A-Z]{2,31}\(\d|E[A-Z0-9]\d{4}: \[PID: |\[PID: \d)"
 )
 
-# framework prefixes: vLLM's process tag and logger, loguru, Python logging, docker compose
+# framework prefixes: torch.distributed's rank on every line of a rank's output, vLLM's process tag and logger,
+# loguru, Python logging, docker compose
+_RANK_TAG = re.compile(r"^\[rank\d{1,6}\]: ?")
 _PROC_TAG = re.compile(r"\((?P<name>[\w.\-]{1,64}) pid=(?P<pid>\d{1,10})\) ")
 _VLLM = re.compile(r"(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) (?P<m>\d\d)-(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)"
                    r"(?:\.\d{1,6})? \[[^\]]{1,128}\] ")  # fmt: skip
@@ -171,7 +173,7 @@ class AppLogParser:
         self.line_no += 1
         self.stats["lines"] += 1
         out: List[AppError] = []
-        for piece in split_fused(raw[:MAX_LINE].rstrip("\r\n")):
+        for piece in split_fused(_RANK_TAG.sub("", raw[:MAX_LINE].rstrip("\r\n"), count=1)):
             out += self._line(self.read(piece))
         return out
 
