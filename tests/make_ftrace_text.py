@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import zstandard
 
@@ -49,10 +49,10 @@ def _save(path: str, data: bytes) -> None:
         f.write(zstandard.ZstdCompressor(level=19).compress(data))
 
 
-def _workload(session: object) -> None:
+def _workload(session: Any) -> None:
     from npu_trace import sim
 
-    instance = session.instance  # type: ignore[attr-defined]
+    instance = session.instance
     for i in range(5):
         instance.write_marker(f"marker {i}: phase {'warm' if i < 2 else 'run'}\n")
         subprocess.run(["true"], check=True)  # a fork, its wakeup and switches
@@ -60,12 +60,12 @@ def _workload(session: object) -> None:
     instance.write_marker("marker end\n")
 
 
-def _formats(session: object, fs: object, dest: str) -> None:
-    for fmt in session.formats:  # type: ignore[attr-defined]
+def _formats(session: Any, fs: Any, dest: str) -> None:
+    for fmt in session.formats:
         d = os.path.join(dest, "events", fmt.system, fmt.name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "format"), "w") as f:
-            f.write(fs.event_format(fmt.system, fmt.name))  # type: ignore[attr-defined]
+            f.write(fs.event_format(fmt.system, fmt.name))
 
 
 def _pages(dat: str, dest: str, formats: bool = False) -> None:
