@@ -34,6 +34,7 @@ from npu_trace.ftrace.printk import Unformattable, bprint
 from npu_trace.ftrace.symbols import Symbols, sym_name, sym_offset
 
 Body = Callable[[Mapping[str, Any]], str]
+MAX_FRAMES_KEPT = 1 << 16  # frame texts kept by address (a few MiB)
 _FAILURES = (Unformattable, TypeError, ValueError, KeyError, OverflowError, struct.error)
 
 
@@ -117,14 +118,20 @@ def _bprint(fmt: EventFormat, kt: KernelText) -> Body:
 
 def _kernel_stack(fmt: EventFormat, kt: KernelText) -> Body:
     ones = (1 << (8 * (fmt.field("caller").elem_size or 8))) - 1
+    shown: Dict[int, str] = {}  # a frame's text by address: stacks repeat their frames
+
+    def frame(addr: int) -> str:
+        text = shown.get(addr)
+        if text is None:
+            if len(shown) >= MAX_FRAMES_KEPT:
+                shown.clear()
+            text = shown[addr] = " => " + sym_offset(kt.symbols, addr)
+        return text
 
     def body(v: Mapping[str, Any]) -> str:
-        frames = []
-        for addr in v["caller"]:
-            if addr == ones:
-                break
-            frames.append(" => " + sym_offset(kt.symbols, addr))
-        return "<stack trace>" + "".join(frames)
+        words = v["caller"]
+        end = words.index(ones) if ones in words else len(words)
+        return "<stack trace>" + "".join(map(frame, words[:end]))
 
     return body
 

@@ -11,12 +11,10 @@ writer, `npu_trace.sources.host_symbols`): an address resolves only inside one o
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from typing import FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
 MAX_KALLSYMS_BYTES = 64 << 20  # a kallsyms text larger than this is refused (big distro kernels: ~20 MiB)
-_LINE = re.compile(r"^([0-9a-fA-F]{1,16}) ([A-Za-z?]) (\S{1,512})(?:\t\[(\S{1,256})\])?\s*$")
 
 
 class Symbol(NamedTuple):
@@ -34,10 +32,17 @@ def parse_lines(text: str) -> List[Tuple[int, str, str]]:
     `address type name [module]` are skipped."""
     out = []
     for line in text.splitlines():
-        m = _LINE.match(line)
-        if m is None or m.group(2) in "aA" or m.group(3).startswith("$"):
+        parts = line.split()
+        if not 3 <= len(parts) <= 4 or len(parts[1]) != 1 or parts[1] in "aA" or parts[2][:1] == "$":
             continue
-        out.append((int(m.group(1), 16), m.group(3), m.group(4) or ""))
+        module = parts[3] if len(parts) == 4 else "[]"
+        if len(parts[0]) > 16 or len(parts[2]) > 512 or module[:1] != "[" or module[-1:] != "]":
+            continue
+        try:
+            addr = int(parts[0], 16)
+        except ValueError:
+            continue
+        out.append((addr, parts[2], module[1:-1]))
     return out
 
 

@@ -286,7 +286,9 @@ def kallsyms_text(entry: Dict[str, Any]) -> Tuple[str, Optional[List[str]]]:
     if only is not None:
         if len(only) > MAX_KALLSYMS_ONLY:
             raise fail(where, f"cut to {len(only)} functions (at most {MAX_KALLSYMS_ONLY})")
-        _validate_strings(only, "kallsyms only")
+        for name in only:
+            if not isinstance(name, str):
+                raise fail(where, f"field 'only' holds {type(name).__name__} {name!r}, not a function's name")
     return raw.decode("utf-8", "replace"), only
 
 
