@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
-MAX_KALLSYMS_BYTES = 64 << 20  # a kallsyms text larger than this is refused (big distro kernels: ~20 MiB)
+MAX_KALLSYMS_BYTES = 32 << 20  # a kallsyms text larger than this is refused (distro kernels: 10-20 MiB)
 
 
 class Symbol(NamedTuple):
