@@ -89,13 +89,14 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        printer.kernel = session.kernel_text()
         timeline = source.timeline()
         cycle = ScenarioCycle(cycle_plan(args), sim.start_scenario, side, on_start=lambda text: note(f"demo: {text}"))
         try:
             pump(source, printing(timeline, printer), stop=stop, until=cycle.poll)
         finally:
             cycle.terminate()
-    print_summary(session, timeline.events, channels)
+    print_summary(session, timeline.events, channels, unformatted=printer.unformatted)
     print(f"npu-trace: demo: {cycle.index} scenario run(s)", file=sys.stderr)
     return 0
 

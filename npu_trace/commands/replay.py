@@ -38,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
         return tui_entry("run_replay")(args)
     speed = None if args.max else (args.speed or 1.0)
     source = ReplaySource(args.file, speed=speed)
-    printer = StreamPrinter(sys.stdout, args.format, source.comm)
+    printer = StreamPrinter(sys.stdout, args.format, source.comm, source.reader.kernel_text())
     stop = prepare_process()
     pump(source, printing(source.timeline(), printer, replay_scope(source)), stop=stop)
-    print_replay_summary(source)
+    print_replay_summary(source, printer.unformatted)
     return 0
 
 
@@ -52,9 +52,16 @@ def replay_scope(source: ReplaySource) -> Optional[RawScope]:
     return RawScope(scope, profile.mapping) if scope.active and profile is not None else None
 
 
-def print_replay_summary(source: ReplaySource) -> None:
+def print_replay_summary(source: ReplaySource, unformatted: int = 0) -> None:
     reader = source.reader
     cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
     more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
-    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages{more}; "
-          f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip
+    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages{more}"
+          f"{unformatted_summary(unformatted)}; {source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip
+
+
+def unformatted_summary(unformatted: int) -> str:
+    """ ", 3 of them shown by their fields (their text could not be made)" for a summary line; "" for none."""
+    if not unformatted:
+        return ""
+    return f", {unformatted} of them shown by their fields (their text could not be made: npu_trace.ftrace.special)"

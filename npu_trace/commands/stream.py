@@ -57,6 +57,9 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the HAL library (libascend_hal.so) or a binary with its symbols, for --bpf (default: the "
                    "one running processes map, seen through /proc/PID/root for containers, else the driver's "
                    "install path; for the sim profile: the simulator)")  # fmt: skip
+    p.add_argument("--stacktrace", action="store_true",
+                   help="a kernel stack after each event (the private instance's stacktrace option; shown as "
+                   "ftrace:kernel_stack, its frames by name: the recording keeps the kernel's symbols)")  # fmt: skip
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -115,13 +118,19 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
     tasks = " (and task:task_newtask: which process each new thread belongs to)" if session.traces_new_tasks() else ""
     lines.append(f"tracing {len(session.chosen())} event types{tasks} on tracefs instance {session.name} "
                  f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
+    if session.instance is not None and session.fs is not None:
+        also_top = f" (or to {session.fs.path('trace_marker')}: copied here)" if session.copies_markers else ""
+        lines.append(f"trace markers: a line written to {session.marker_path}{also_top} is shown as ftrace:print "
+                     "(echo 'text' > that file)")  # fmt: skip
     return lines
 
 
 def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None,
-                  scope: Optional[ScopeFilter] = None) -> None:  # fmt: skip
+                  scope: Optional[ScopeFilter] = None, unformatted: int = 0) -> None:  # fmt: skip
     err = sys.stderr
     extra = f", {session.malformed} malformed" if session.malformed else ""
+    if unformatted:
+        extra += f", {unformatted} shown by their fields (their text could not be made)"
     more = channel_summary(channels)
     print(
         f"npu-trace: {printed} events from {len(session.selected)} event types{extra}{more}{scope_summary(scope)}; "
@@ -183,8 +192,9 @@ def run(args: argparse.Namespace) -> int:
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        printer.kernel = session.kernel_text()
         keep = scope_keeper(session, options.profile.mapping, printer.comm_of)
         timeline = source.timeline()
         pump(source, printing(timeline, printer, keep), duration=options.duration, stop=stop)
-    print_summary(session, timeline.events, channels, keep.filter if keep is not None else None)
+    print_summary(session, timeline.events, channels, keep.filter if keep is not None else None, printer.unformatted)
     return 0

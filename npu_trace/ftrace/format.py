@@ -33,7 +33,7 @@ CHAR_ARRAY = "char_array"  # char name[N]: a NUL-terminated string inside the re
 ARRAY = "array"  # type name[N] of integers
 DATA_LOC = "data_loc"  # __data_loc type[] name: u32 (len << 16 | offset from record start)
 REL_LOC = "rel_loc"  # __rel_loc type[] name: u32 (len << 16 | offset from the end of this field)
-TAIL = "tail"  # char name[] of size 0: the rest of the record (ftrace:print buf)
+TAIL = "tail"  # type name[] of size 0: the rest of the record (ftrace:print buf, ftrace:bprint's words)
 BYTES = "bytes"  # anything else (struct-typed fields, odd sizes): raw bytes, expanded by a struct layout
 
 
@@ -46,9 +46,12 @@ class Field:
     signed: bool
     kind: str
     count: int = 1  # elements, for ARRAY
+    elem: int = 0  # a flexible array's (TAIL) element size: 0 for characters (a string)
 
     @property
     def elem_size(self) -> int:
+        if self.kind == TAIL:
+            return self.elem
         return self.size // self.count if self.count else self.size
 
     @property
@@ -129,6 +132,8 @@ def _parse_decl(decl: str, offset: int, size: int, signed: bool) -> Field:
     if not pm:
         raise FormatError(f"cannot parse field declaration {decl!r}", field=_decl_name(decl))
     ctype = pm.group("type").strip()
+    if size == 0:  # `char buf; size:0`: a flexible array as kernels before 4.x declare it (no brackets)
+        return _tail(pm.group("name"), ctype, offset, signed)
     kind = INT if size in (1, 2, 4, 8) and not ctype.startswith("struct ") else BYTES
     if ctype.startswith("struct ") and "*" in ctype:
         kind = INT  # a pointer to a struct is an address
@@ -140,7 +145,7 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     if not count_text:
         if size != 0:
             raise FormatError(f"flexible array with a size: {decl!r}", field=name)
-        return Field(name, ctype, offset, 0, signed, TAIL)
+        return _tail(name, ctype, offset, signed)
     try:
         count = int(count_text, 0)
     except ValueError:  # a symbolic length (TASK_COMM_LEN): the element type gives it
@@ -154,6 +159,12 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     if count > 0 and size % count == 0 and size // count in (1, 2, 4, 8) and not ctype.startswith("struct "):
         return Field(name, ctype, offset, size, signed, ARRAY, count)
     return Field(name, ctype, offset, size, signed, BYTES)
+
+
+def _tail(name: str, ctype: str, offset: int, signed: bool) -> Field:
+    """A flexible array: characters (a string) or integers of their type's size."""
+    text = ctype.replace("const ", "").strip() in ("char", "signed char", "unsigned char")
+    return Field(name, ctype, offset, 0, signed, TAIL, elem=0 if text else _ELEM_SIZES.get(ctype.strip(), 8))
 
 
 # ---- what the kernel writes: a format that says otherwise is damaged ------------------------------------------
@@ -303,9 +314,29 @@ def parse_format(text: str, system: Optional[str] = None) -> EventFormat:
     if name is None or ev_id is None:
         raise bad("format text has no name: or ID: line")
     fields.sort(key=lambda f: f.offset)
-    fmt = EventFormat(ev_id, system or "", name, tuple(common), tuple(fields), print_fmt)
+    fmt = EventFormat(ev_id, system or "", name, tuple(common), _as_written(fields, system, name), print_fmt)
     check_format(fmt)
     return fmt
+
+
+STACK_EVENTS = ("ftrace:kernel_stack", "ftrace:user_stack")
+_LONGS = ("long", "unsigned long")
+
+
+def _as_written(fields: List[Field], system: Optional[str], name: str) -> Tuple[Field, ...]:
+    """The fields as the kernel writes the records. ftrace's stack events declare `unsigned long caller[8]`
+    but hold `size` words since 5.2 (fewer or more than 8; at least 8 before, the rest zero or all ones): their
+    `caller` is the rest of the record (a TAIL of words). A flexible array of `long`s has the format's `long`
+    size (4 on a 32-bit kernel)."""
+    longs = [f.size for f in fields if f.kind == INT and f.type.replace("const ", "").strip() in _LONGS]
+    out = []
+    for f in fields:
+        if f.kind == ARRAY and f is fields[-1] and f.name == "caller" and f"{system}:{name}" in STACK_EVENTS:
+            f = Field(f.name, f.type, f.offset, 0, f.signed, TAIL, elem=f.elem_size)
+        elif f.kind == TAIL and longs and f.type.replace("const ", "").strip() in _LONGS:
+            f = Field(f.name, f.type, f.offset, 0, f.signed, TAIL, elem=longs[0])
+        out.append(f)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class TraceOptions:
     comms: Tuple[str, ...] = ()  # task names
     devices: Tuple[int, ...] = ()  # NPU device ids
     app_logs: Tuple[str, ...] = ()  # application logs followed by the app_log channel (npu_trace.sources.applog_source)
+    stacktrace: bool = False  # the instance's stacktrace option: a kernel stack (ftrace:kernel_stack) after each event
 
     def __post_init__(self) -> None:
         if self.duration is not None and self.duration <= 0:
@@ -121,6 +122,7 @@ class TraceOptions:
             comms=_unique(getattr(args, "comm", None) or ()),
             devices=_unique(getattr(args, "device", None) or ()),
             app_logs=_unique(getattr(args, "app_log", None) or ()),
+            stacktrace=bool(getattr(args, "stacktrace", False)),
         )
 
     # ---- what they describe --------------------------------------------------------------------
@@ -163,6 +165,7 @@ class TraceOptions:
             irq_events=self.irq_events(),
             # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
             switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
+            stacktrace=self.stacktrace,
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:
