@@ -150,3 +150,13 @@ def test_the_text_output_carries_the_messages_and_the_stack_symbols(replayed: Di
 
 def test_the_import_keeps_the_files_own_tables(replayed: Dict[str, Any]) -> None:
     assert "with its kallsyms and its printk formats" in replayed["import"], replayed["import"]
+
+
+@pytest.mark.parametrize("name", ["lisa-rtapp.dat.zst", "trappy-trace.dat.zst"])
+def test_every_format_a_real_kernel_wrote_is_kept(name: str, tmp_path: Any) -> None:
+    """What real kernels wrote reads, each field apart, none left out: LISA's `regmap:regcache_sync` (two fields
+    `type`), trappy's `sys_enter_io_submit` (two `nr`) and `task_rename` (`char oldcomm[32]` of size 16)."""
+    dat = tmp_path / "trace.dat"
+    dat.write_bytes(unzstd(os.path.join(DATA, name)))
+    td = tracedat.read(str(dat))
+    assert td.left_out == [] and len(td.used_formats()) == len(td.formats) > 400, td.left_out

@@ -7,7 +7,7 @@ table into a struct-based record decoder.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -149,10 +149,12 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     try:
         count = int(count_text, 0)
     except ValueError:  # a symbolic length (TASK_COMM_LEN): the element type gives it
-        elem = _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
+        count = 0
+    if not count or not _array_size_agrees(ctype, count, size):
+        # the size is the layout the records have; a declared length it contradicts is what the kernel's source
+        # said (real kernels write `char oldcomm[32]; size:16`): the length is the one the size gives
+        elem = 1 if _is_char(ctype) else _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
         count = size // elem if elem and size % elem == 0 else 0
-    else:
-        _check_array_size(name, ctype, count, size)
     probe = Field(name, ctype, offset, size, signed, ARRAY, count or 1)
     if probe.is_string:
         return Field(name, ctype, offset, size, signed, CHAR_ARRAY, count or size)
@@ -189,17 +191,17 @@ def _min_size(ctype: str) -> int:
     return _ELEM_SIZES.get(base, 0)
 
 
-def _check_array_size(name: str, ctype: str, count: int, size: int) -> None:
-    elem = _min_size(ctype) if "*" not in ctype else 0
-    base = ctype.replace("const ", "").strip()
-    if base in ("char", "signed char", "unsigned char"):
-        elem = 1
+def _is_char(ctype: str) -> bool:
+    return ctype.replace("const ", "").strip() in ("char", "signed char", "unsigned char")
+
+
+def _array_size_agrees(ctype: str, count: int, size: int) -> bool:
+    """`size` is what `ctype name[count]` takes (a long: 4 or 8 bytes; a type of unknown size: anything)."""
+    elem = 1 if _is_char(ctype) else (_min_size(ctype) if "*" not in ctype else 0)
     if not elem or count < 0:
-        return
-    sizes = {count * elem, count * 8} if base in _LONG_TYPES else {count * elem}
-    if size not in sizes:
-        want = " or ".join(str(s) for s in sorted(sizes))
-        raise FormatError(f"field {name!r}: size {size} for {ctype} {name}[{count}] ({want} bytes)", field=name)
+        return True
+    base = ctype.replace("const ", "").strip()
+    return size in ({count * elem, count * 8} if base in _LONG_TYPES else {count * elem})
 
 
 def check_field(field: Field, decl: str = "") -> None:
@@ -308,7 +310,7 @@ def parse_format(text: str, system: Optional[str] = None) -> EventFormat:
                 raise bad(str(exc), exc.field) from None
             if f is None:
                 raise bad(f"malformed field line {line!r}", _decl_name(line[6:].split(";")[0]))
-            (common if f.name.startswith("common_") else fields).append(f)
+            (common if f.name.startswith("common_") else fields).append(_distinct(f, common + fields))
         else:
             raise bad(f"unexpected line {line[:60]!r}")
     if name is None or ev_id is None:
@@ -317,6 +319,19 @@ def parse_format(text: str, system: Optional[str] = None) -> EventFormat:
     fmt = EventFormat(ev_id, system or "", name, tuple(common), _as_written(fields, system, name), print_fmt)
     check_format(fmt)
     return fmt
+
+
+def _distinct(f: Field, before: List[Field]) -> Field:
+    """A field named as one before it becomes `name_2` (`name_3`...): real kernels write such formats (a
+    syscall argument named like the syscall number: `sys_enter_io_submit`'s `nr` twice; `regmap:regcache_sync`'s
+    `type` twice), and each field keeps its value, under a name of its own."""
+    names = {g.name for g in before}
+    if f.name not in names:
+        return f
+    k = 2
+    while f"{f.name}_{k}" in names:
+        k += 1
+    return replace(f, name=f"{f.name}_{k}")
 
 
 STACK_EVENTS = ("ftrace:kernel_stack", "ftrace:user_stack")
