@@ -229,8 +229,8 @@ def _add_format(td: TraceDat, system: str, blob: bytes) -> None:
 def _check_formats(r: _Reader, td: TraceDat) -> None:
     """Every format the import writes into a recording (`used_formats`) parsed and checked as the kernel writes
     them (`npu_trace.ftrace.format.check_format`), their ids and names distinct: a damaged one is an InputError
-    naming it and its field. A format that fails the check, of an event no record of the pages is of (a real
-    kernel's oddity: 4.x regmap:regcache_sync names two fields `type`), is left out and said (`left_out`)."""
+    naming it and its field. A format that fails the check, of an event no record of the pages is of, is left
+    out and said (`left_out`)."""
     ids: Dict[int, str] = {}
     present = _present_ids(r, td)
     kept = []
