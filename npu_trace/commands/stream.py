@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, List, Mapping, Optional
 
+from npu_trace.device.chips import CHIPS
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
 from npu_trace.process import prepare_process
@@ -57,6 +58,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the HAL library (libascend_hal.so) or a binary with its symbols, for --bpf (default: the "
                    "one running processes map, seen through /proc/PID/root for containers, else the driver's "
                    "install path; for the sim profile: the simulator)")  # fmt: skip
+    add_chip_option(p)
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -65,6 +67,14 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help=f"ring buffer per CPU (default {DEFAULT_BUFFER_KB})",
     )
     add_scope_options(p)
+
+
+def add_chip_option(p: argparse.ArgumentParser) -> None:
+    """--chip: the chip whose task layout the real HAL's task calls are read with (npu_trace.device.chips)."""
+    p.add_argument("--chip", choices=(*CHIPS, "unknown"),
+                   help="the NPU chip, for where the HAL's task calls carry their stream and task ids (default: "
+                   "found from the NPU's PCI device id, else npu-smi's model; unknown: those fields left "
+                   "empty)")  # fmt: skip
 
 
 def add_scope_options(p: argparse.ArgumentParser) -> None:
