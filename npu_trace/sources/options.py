@@ -162,7 +162,7 @@ class TraceOptions:
             fs=fs,
             buffer_kb=self.buffer_kb,
             layouts=profile.layouts,
-            allow_none=bool(self.channel_names()) and not self.events and not profile.require_events,
+            allow_none=(bool(self.channel_names()) or self.bpf) and not self.events and not profile.require_events,
             exclude=profile.bpf_replaces if self.bpf and not self.events else (),
             scope=self.scope(irqs),
             dev_fields=kernel_dev_fields(profile.mapping),
