@@ -154,8 +154,8 @@ def check_shared_weights(report: Dict[str, Any], truth: Truth) -> None:
     start, end = truth["start_ns"], truth["end_ns"] + 10**9
     mine = [f for f in report["findings"] if start <= f["ts_ns"] <= end]
     (twice,) = [f for f in mine if f["kind"] == "accounting_mismatch" and f["details"]["reason"] == "counted_twice"]
-    want = exp["counted_twice"][0]
-    assert (twice["details"]["used_mb"], twice["details"]["process_sum_mb"]) == (want["used_mb"], want["process_sum_mb"])
+    want, d = exp["counted_twice"][0], twice["details"]
+    assert (d["used_mb"], d["process_sum_mb"]) == (want["used_mb"], want["process_sum_mb"])
     explained = [(f["device"], f["details"]["explanation"], f["details"]["size"]) for f in mine
                  if f["kind"] == "alloc_fail_explained"]  # fmt: skip
     assert explained == exp["explained"] == [(0, "fragmentation", 4 << 30)]

@@ -191,8 +191,8 @@ class AccountingDetector:
         explanation = _explain(size, free, largest, traced, r.total_mb * MIB)
         self.counts["explained"] += 1
         details = {
-            "explanation": explanation, "size": size,
-            "basis": "npu-smi and trace" if free is None and largest is None else "driver", "npu_smi_free_bytes": smi_free, "npu_smi_used_mb": r.used_mb,
+            "explanation": explanation, "size": size, "npu_smi_free_bytes": smi_free, "npu_smi_used_mb": r.used_mb,
+            "basis": "npu-smi and trace" if free is None and largest is None else "driver",
             "total_mb": r.total_mb, "reading_ts_ns": r.ts_ns, "free_bytes": free, "largest_free": largest,
             "traced_bytes": traced, "npu": r.npu, "chip": r.chip,
             "overstated_bytes": smi_free - free if explanation == "accounting" and free is not None else None,
