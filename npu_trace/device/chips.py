@@ -86,21 +86,24 @@ def chip_of_pci(vendor: str, device: str) -> Optional[str]:
         return None
 
 
-_B = re.compile(r"^910B(\d|$)")
+_B = re.compile(r"^910B\d")  # 910B1..910B4, 910B2C: a bare "910B" is also an old 910's bin: not told
+_OLD_910 = re.compile(r"^910(Pro|Premium)?[AB]$")  # the first 910's boards: 910A, 910ProA, 910ProB, 910PremiumA
 
 
-def chip_of_model(name: str) -> Optional[str]:
-    """The chip of a model name as npu-smi prints it ("910B3", "310P3", "910ProB", "Ascend910_9392"), None
-    when it is none of these. 910B's names are "910B" and a digit; "910ProB" and "910PremiumA" are the 910."""
-    model = name.strip().removeprefix("Ascend")
+def chip_of_model(name: str, phy_id_column: bool = False) -> Optional[str]:
+    """The chip of a model name as npu-smi prints it, None when it cannot be told: "910B3", "910B2C" (910B);
+    "310P3", "310Pvir02" (310P, whole or a vNPU of it); "910ProB", "910PremiumA" (910); "Ascend910" in a table
+    with the `Chip Phy-ID` column, which only the A3 box prints (910_93). Field samples in
+    tests/data/npusmi/field."""
+    model = name.strip()
     if _B.match(model):
         return "910B"
-    if model.startswith(("910_93", "910C")):
-        return "910_93"
     if model.startswith("310P"):
         return "310P"
-    if model.startswith("910"):
+    if _OLD_910.match(model) and model != "910B":
         return "910"
+    if model == "Ascend910" and phy_id_column:
+        return "910_93"
     return None
 
 
@@ -135,10 +138,13 @@ def from_pci(functions: Iterable[PciFunction]) -> ChipFinding:
     return ChipFinding(chips, f"PCI {', '.join(seen[:2])}{' ...' if len(seen) > 2 else ''}" if chips else "no PCI id")
 
 
-def from_models(names: Sequence[str]) -> ChipFinding:
-    chips = tuple(dict.fromkeys(c for c in map(chip_of_model, names) if c is not None))
-    shown = ", ".join(dict.fromkeys(names))
-    return ChipFinding(chips, f"npu-smi model {shown}" if chips else f"npu-smi model {shown or 'none'} unknown")
+def from_models(rows: Sequence[Tuple[str, bool]]) -> ChipFinding:
+    """From npu-smi's chip rows: (model name, whether the table has the Chip Phy-ID column)."""
+    chips = tuple(dict.fromkeys(c for c in (chip_of_model(n, p) for n, p in rows) if c is not None))
+    shown = ", ".join(dict.fromkeys(n for n, _ in rows))
+    if not chips:
+        return ChipFinding((), f"npu-smi model {shown} unknown" if shown else "npu-smi listed no chip")
+    return ChipFinding(chips, f"npu-smi model {shown}")
 
 
 def named(chip: str) -> ChipFinding:

@@ -26,4 +26,4 @@ def find_chip(npu_smi: str = "npu-smi", pci_root: str = PCI_ROOT) -> chips.ChipF
     status, out = run_bounded([npu_smi, "info"], NPU_SMI_TIMEOUT_S)
     if status != "ok":
         return chips.ChipFinding((), f"no NPU PCI id; {npu_smi} info: {status}")
-    return chips.from_models([c.name for c in parse_info(out)])
+    return chips.from_models([(c.name, c.phy_id is not None) for c in parse_info(out)])
