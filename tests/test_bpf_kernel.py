@@ -74,3 +74,15 @@ def test_the_task_layout_goes_into_the_hal_flags_only() -> None:
     assert not [f for f in BpfConfig(task_layout="ts").tracepoint_cflags() if f.startswith("-DTASK_")]
     with pytest.raises(UsageError, match="unknown task layout 'v3'"):
         BpfConfig(task_layout="v3")
+
+
+def test_npu_trace_bpf_compat_and_chip_reach_the_configuration() -> None:
+    from npu_trace.cli import build_parser
+    from npu_trace.commands.bpf import config_from_args
+
+    args = build_parser().parse_args(["bpf", "--hal", "/opt/libascend_hal.so", "--compat", "4.19", "--chip", "910"])
+    cfg = config_from_args(args)
+    assert (cfg.compat, cfg.task_layout, cfg.binary) == ("4.19", "ts", "/opt/libascend_hal.so")
+    bad = build_parser().parse_args(["bpf", "--hal", "/opt/libascend_hal.so", "--compat", "old"])
+    with pytest.raises(UsageError, match="not a kernel release"):
+        config_from_args(bad)
