@@ -93,13 +93,14 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    """The real-ABI library first: a file that is not the simulator's refuses it before anything changed."""
+    if args.hal_abi == "real":
+        lib = install_hal()
+        print(f"real-ABI HAL {'installed' if lib.changed else 'already installed'}: {lib.path}", file=sys.stderr)
     loaded = sim.load(Tracefs.find())
     state = "loaded" if loaded.changed else "already loaded"
     n = len(loaded.definitions)
     print(f"simulated NPU {state}: {n} uprobe events on {loaded.binary}", file=sys.stderr)
-    if args.hal_abi == "real":
-        lib = install_hal()
-        print(f"real-ABI HAL {'installed' if lib.changed else 'already installed'}: {lib.path}", file=sys.stderr)
     return 0
 
 
