@@ -192,9 +192,12 @@ class ScenarioRun:
         host: Host = HOST_LIKE,
         shares: Sequence[Share] = (),
         processes: int = 1,
+        hold: bool = False,
         hal_lib: Optional[str] = None,
     ) -> None:
-        """hal_lib: send the HAL calls through this real-ABI library (`npu-sim -H`), tasks as STARS SQEs."""
+        """`hold`: the executors are started and wait for their plans until `go()` (a tracer started meanwhile,
+        scoped to their `pids`, sees them from their first action). `hal_lib`: send the HAL calls through this
+        real-ABI library (`npu-sim -H`), tasks as STARS SQEs."""
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.shares = list(shares)
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
@@ -216,14 +219,24 @@ class ScenarioRun:
             self.pid, self.pids = self.proc.pid, [p.pid for p in self.procs]
             locals_ = [{g: j for j, g in enumerate(index)} for index in self.index]  # built once per process
             outs = alloc_addresses(actions) if hal_lib else {}
-            lines = [[plan_line(actions[i], local, outs.get(i)) for i in index]
-                     for index, local in zip(self.index, locals_)]  # fmt: skip
-            self.t0_ns = hand_over_plans(self.procs, self.plans, lines)
+            self._lines = [[plan_line(actions[i], local, outs.get(i)) for i in index]
+                           for index, local in zip(self.index, locals_)]  # fmt: skip
         except BaseException:
             self.terminate()
             raise
-        if channels is not None:
-            channels.start(self.t0_ns, self.pid, self.pids)
+        self.t0_ns = 0
+        if not hold:
+            self.go()
+
+    def go(self) -> None:
+        """Hand the plans over (the executors start) and start the side channels on their clock."""
+        try:
+            self.t0_ns = hand_over_plans(self.procs, self.plans, self._lines)
+        except BaseException:
+            self.terminate()
+            raise
+        if self.channels is not None:
+            self.channels.start(self.t0_ns, self.pid, self.pids)
 
     def poll(self) -> Optional[int]:
         codes = [p.poll() for p in self.procs]
@@ -370,7 +383,7 @@ def start(
         "hal_abi": "real" if hal_lib else "sim",
         **({"hal": hal_lib} if hal_lib else {}),
     }
-    return ScenarioRun(meta, actions, path, truth_path, channels, host, shares, processes, hal_lib)
+    return ScenarioRun(meta, actions, path, truth_path, channels, host, shares, processes, hal_lib=hal_lib)
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:
