@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     printer = StreamPrinter(sys.stdout, args.format, CommCache(dict))
     with BpfSource(config) as bpf:
         stop = prepare_process()  # after the checks: an error leaves the process as it was
-        note(f"BPF variant: {bpf.variant.describe() if bpf.variant else '?'}")
-        print("npu-trace: BPF programs attached; Ctrl-C stops", file=sys.stderr, flush=True)
+        variant = f" ({bpf.variant.describe()})" if bpf.variant else ""
+        print(f"npu-trace: BPF programs attached{variant}; Ctrl-C stops", file=sys.stderr, flush=True)
         source = BpfStream(bpf, READ_BYTES)
         timeline = Timeline(None, ledger=source.ledger)
         counted = Counted(printing(timeline, printer))
