@@ -142,7 +142,7 @@ def test_forced_old_variants_report_every_scenario_as_the_default(bcc_here: None
         assert [sources[v].readers["hal_uprobes"] for v in VARIANTS] == ["mmap", "perf buffer", "perf buffer"]
         assert [sources[v].variant.name for v in VARIANTS[1:]] == ["legacy (4.x)"] * 2  # type: ignore[union-attr]
         for name in sim.SCENARIOS:
-            truth = sim.run_scenario(name, 11, 0.5, 300, 2, ensure_loaded=False, hal_lib=lib)
+            truth = sim.run_scenario(name, 11, 0.3, 300, 2, ensure_loaded=False, hal_lib=lib)
             tids = {a["tid"] for a in truth["actions"]}
             got = {v: calls_of(sources[v], truth["processes"], tids) for v in VARIANTS}
             hal = [a for a in truth["actions"] if a["func"].startswith("hal")]

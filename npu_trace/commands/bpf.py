@@ -5,8 +5,9 @@ latency histograms on stderr."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource, BpfStream
@@ -65,8 +66,16 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
         kprobes=tuple(args.kprobe), pids=scope.pids, comms=scope.comms, devs=scope.devices,
         threshold_ns=int(args.threshold_us * 1000),
         aggregate=args.aggregate, ringbuf_pages=args.ringbuf_pages, perf_buffer=args.perf_buffer,
-        compat=args.compat, task_layout=scope.task_layout(note) if args.bpf_binary is not None else "unknown",
+        compat=args.compat, task_layout=task_layout(scope, args.bpf_binary),
     )  # fmt: skip
+
+
+def task_layout(scope: TraceOptions, library: Optional[str]) -> str:
+    """The chip's task layout for --hal's library (said when it is there); the simulator's executor (no --hal)
+    takes its ids in registers."""
+    if library is None:
+        return "unknown"
+    return scope.task_layout(note if os.path.isfile(library) else None)
 
 
 def run(args: argparse.Namespace) -> int:

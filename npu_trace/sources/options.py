@@ -18,6 +18,7 @@ on each), `hal_found` says how they were found.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
@@ -191,7 +192,8 @@ class TraceOptions:
             raise UsageError("--bpf with the sim profile: the simulator's binary is not known (give --bpf-binary)")
         if self.hal_found and on_note is not None:
             on_note(f"HAL: {self.hal_found}" + ("" if binary else ": no HAL uprobes (--hal PATH names it)"))
-        layout = self.task_layout(on_note) if binary is not None else "unknown"
+        # said only for a library that is there (a missing one is the one error said)
+        layout = self.task_layout(on_note if os.path.isfile(binary) else None) if binary is not None else "unknown"
         return BpfConfig(binary=binary, more_binaries=self.hal_more, hal=binary is not None, task_layout=layout,
                          irq=bool(profile.bpf_irq_prefixes),
                          irq_names=profile.bpf_irq_prefixes, tracepoints=present_tracepoints(profile.bpf_tracepoints,
