@@ -148,7 +148,9 @@ def test_hal_without_bpf_is_a_usage_error() -> None:
 
 
 def test_bpf_task_layout_from_chip_said_once_and_a_bad_chip_refused(tmp_path: Path) -> None:
-    options = TraceOptions.from_args(args(bpf_binary="/opt/libascend_hal.so", chip="310P"))
+    lib = tmp_path / "libascend_hal.so"
+    lib.write_bytes(b"\x7fELF")  # said only for a library that is there
+    options = TraceOptions.from_args(args(bpf_binary=str(lib), chip="310P"))
     notes: List[str] = []
     config = options.bpf_config(notes.append)
     assert config is not None and config.task_layout == "ts"
@@ -158,6 +160,9 @@ def test_bpf_task_layout_from_chip_said_once_and_a_bad_chip_refused(tmp_path: Pa
     ]
     with pytest.raises(UsageError, match="unknown chip '950'"):
         TraceOptions(profile_name="ascend", chip="950")
+    missing = TraceOptions.from_args(args(bpf_binary=str(tmp_path / "gone.so"), chip="310P"))
+    notes.clear()
+    assert missing.bpf_config(notes.append) is not None and not [n for n in notes if "task layout" in n]
 
 
 def test_bpf_alone_is_a_channel_when_no_driver_event_exists() -> None:
