@@ -374,9 +374,11 @@ def test_compile_check_compiles_here_and_names_a_compile_failure() -> None:
     """What `doctor` reports: bcc compiles the HAL program here; a broken program is one clear error."""
     from pathlib import Path
 
+    from npu_trace.bpf import kernel
     from npu_trace.bpf.source import compile_check
 
-    assert compile_check() == f"compiled hal_uprobes.bpf.c from {ROOT / 'bpf'}"  # editable: the checkout's own
+    variant = kernel.detect(os.uname().release).name  # the one this kernel loads
+    assert compile_check() == f"compiled hal_uprobes.bpf.c ({variant}) from {ROOT / 'bpf'}"  # editable: the checkout's
     broken = Path(__file__).parent / "data" / "bpf_broken"
     with pytest.raises(SourceError, match=r"bcc cannot compile hal_uprobes\.bpf\.c"):
         compile_check(broken)

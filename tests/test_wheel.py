@@ -223,9 +223,12 @@ def test_installed_bpf_compiles_and_attaches_from_its_package_data(installed: In
         import bcc  # noqa: F401
     except ImportError:
         pytest.skip("bcc not importable")
+    from npu_trace.bpf import kernel
+
     programs = installed.site / "npu_trace" / "bpf_programs"
     compiled = run([installed.bin("python"), "-c", COMPILE], cwd=installed.run_dir).stdout.strip()
-    assert compiled == f"compiled hal_uprobes.bpf.c from {programs}"
+    variant = kernel.detect(os.uname().release).name  # the variant this kernel loads
+    assert compiled == f"compiled hal_uprobes.bpf.c ({variant}) from {programs}"
     proc = run([installed.bin("npu-trace"), "bpf", "--no-hal", "--irq", "virtio", "--duration", "1"],
                cwd=installed.run_dir)  # fmt: skip
     assert "BPF programs attached" in proc.stderr and "BPF events" in proc.stderr

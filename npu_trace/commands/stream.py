@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, List, Mapping, Optional
 
+from npu_trace.device.chips import CHIPS
 from npu_trace.pipeline import Batch, Sink, Timeline, pump
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
 from npu_trace.process import prepare_process
@@ -60,6 +61,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stacktrace", action="store_true",
                    help="a kernel stack after each event (the private instance's stacktrace option; shown as "
                    "ftrace:kernel_stack, its frames by name: the recording keeps the kernel's symbols)")  # fmt: skip
+    add_chip_option(p)
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -68,6 +70,14 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help=f"ring buffer per CPU (default {DEFAULT_BUFFER_KB})",
     )
     add_scope_options(p)
+
+
+def add_chip_option(p: argparse.ArgumentParser) -> None:
+    """--chip: the chip whose task layout the real HAL's task calls are read with (npu_trace.device.chips)."""
+    p.add_argument("--chip", choices=(*CHIPS, "unknown"),
+                   help="the NPU chip, for where the HAL's task calls carry their stream and task ids (default: "
+                   "found from the NPU's PCI device id, else npu-smi's model; unknown: those fields left "
+                   "empty)")  # fmt: skip
 
 
 def add_scope_options(p: argparse.ArgumentParser) -> None:
