@@ -25,6 +25,7 @@ from npu_trace.bpf.config import BpfConfig
 from npu_trace.device.irqs import NpuIrq
 from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import UsageError
+from npu_trace.ftrace.context import HOST_CONTEXT
 from npu_trace.ftrace.filters import check_comm
 from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline.scope import Scope, irq_table
@@ -56,6 +57,7 @@ class TraceOptions:
     comms: Tuple[str, ...] = ()  # task names
     devices: Tuple[int, ...] = ()  # NPU device ids
     app_logs: Tuple[str, ...] = ()  # application logs followed by the app_log channel (npu_trace.sources.applog_source)
+    host_context: bool = False  # the host's scheduler and interrupt events beside (npu_trace.ftrace.context)
 
     def __post_init__(self) -> None:
         if self.duration is not None and self.duration <= 0:
@@ -121,6 +123,7 @@ class TraceOptions:
             comms=_unique(getattr(args, "comm", None) or ()),
             devices=_unique(getattr(args, "device", None) or ()),
             app_logs=_unique(getattr(args, "app_log", None) or ()),
+            host_context=bool(getattr(args, "host_context", False)),
         )
 
     # ---- what they describe --------------------------------------------------------------------
@@ -163,6 +166,7 @@ class TraceOptions:
             irq_events=self.irq_events(),
             # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
             switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
+            context=HOST_CONTEXT if self.host_context else (),
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:
