@@ -497,7 +497,10 @@ def test_the_export_writes_the_references_bytes_whatever_the_blocks(tmp_path: An
     _same_bytes(tmp_path, rec)
 
 
-@pytest.mark.parametrize("path", ["npu_trace/data/demo.npt", "tests/data/tracedat/own.npt", "tests/data/hostctx/sim-ecc-reset.npt"])
+GOLDEN = ["npu_trace/data/demo.npt", "tests/data/tracedat/own.npt", "tests/data/hostctx/sim-ecc-reset.npt"]
+
+
+@pytest.mark.parametrize("path", GOLDEN)
 def test_the_export_writes_the_references_bytes_on_the_golden_recordings(tmp_path: Any, path: str) -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     _same_bytes(tmp_path, os.path.join(root, path))
