@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
-from npu_trace.sinks.parts import MIN, Part, _int_arg, _keep, _track_codes
+from npu_trace.sinks.parts import MIN, Part, _int_arg, _keep, place
 from npu_trace.sinks.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
 from npu_trace.sinks.pieces import INT as INT_ARG
 from npu_trace.sinks.rowargs import ArgSet, args_of, merge, put
@@ -48,19 +48,17 @@ class Calls(Part):
 
     def draw(self, lo: int, hi: int) -> None:
         self.opened(self.b[lo:hi])
-        track: np.ndarray = np.zeros(hi - lo, dtype=np.int64)
         dev = self.dev[lo:hi]
         groups, first = factorize([dev])
-        for d, at in zip(dev[first].tolist(), split(groups, len(first))):
-            track[at] = self._lanes(d, self.b[lo:hi][at], self.e[lo:hi][at])
+        packers = [self._packer(d) for d in dev[first].tolist()]
+        track = place(self.o, packers, groups, self.b[lo:hi], self.e[lo:hi])
         self.pieces.add(self.keys[lo:hi], SLICE, track, self.b[lo:hi], self.name[lo:hi], self.layout_[lo:hi],
                         list(self.vals[:, lo:hi]), self.e[lo:hi], flow_out=self.flow[lo:hi])  # fmt: skip
         self.m.counts["calls"] += hi - lo
 
-    def _lanes(self, d: int, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    def _packer(self, d: int) -> Any:
         m, dev = self.m, None if d < 0 else d
-        packer = m._packer(("calls", dev), lambda lane: m._calls_track(dev, lane))
-        return _track_codes(self.o, packer, packer.place_many(begin, end))
+        return m._packer(("calls", dev), lambda lane: m._calls_track(dev, lane))
 
 
 class Submits(Part):
@@ -173,14 +171,13 @@ class Tasks(Part):
 
     def draw(self, lo: int, hi: int) -> None:
         self.opened(self.b[lo:hi])
-        track: np.ndarray = np.zeros(hi - lo, dtype=np.int64)
         line = [self.dev[lo:hi], self.stream[lo:hi]]
         groups, first = factorize(line)
-        for g, at in enumerate(split(groups, len(first))):
-            d, s = (int(c[first[g]]) for c in line)
+        packers = []
+        for d, s in zip(line[0][first].tolist(), line[1][first].tolist()):
             dev, stream = None if d < 0 else d, None if s == _MIN else s
-            packer = self.m._packer(("stream", dev, stream), _stream_lanes(self.m, dev, stream))
-            track[at] = _track_codes(self.o, packer, packer.place_many(self.b[lo:hi][at], self.e[lo:hi][at]))
+            packers.append(self.m._packer(("stream", dev, stream), _stream_lanes(self.m, dev, stream)))
+        track = place(self.o, packers, groups, self.b[lo:hi], self.e[lo:hi])
         self.pieces.add(self.keys[lo:hi], SLICE, track, self.b[lo:hi], self.name, self.layout_[lo:hi],
                         list(self.vals[:, lo:hi]), self.e[lo:hi], flow_in=self.flow[lo:hi])  # fmt: skip
         self.m.counts["tasks"] += hi - lo

@@ -9,8 +9,8 @@ import numpy as np
 
 from npu_trace.pipeline.order import stable_order
 from npu_trace.pipeline.vnormalize import NormBlock
-from npu_trace.sinks.parts import Part, _int_arg, _track_codes
-from npu_trace.sinks.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present, split
+from npu_trace.sinks.parts import Part, _int_arg, place
+from npu_trace.sinks.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
 from npu_trace.sinks.pieces import INT as INT_ARG
 from npu_trace.sinks.rowargs import ArgSet, args_of, as_dicts, merge, put
 from npu_trace.sinks.timeline import MAX_OPEN_IRQS, _hashable
@@ -128,15 +128,13 @@ class Irqs(Part):
 
     def draw(self, lo: int, hi: int) -> None:
         self.opened(self.b[lo:hi])
-        track: np.ndarray = np.zeros(hi - lo, dtype=np.int64)
-        names: np.ndarray = np.zeros(hi - lo, dtype=np.int64)
         lines = self.line[lo:hi]
         groups, first = factorize([lines])
-        for code, at in zip(lines[first].tolist(), split(groups, len(first))):
-            key = self._line_keys[code]
-            packer = self.m._packer(("irq", *key), _irq_lanes(self.m, key))
-            track[at] = _track_codes(self.o, packer, packer.place_many(self.b[lo:hi][at], self.e[lo:hi][at]))
-            names[at] = self.o.d.names.code(self.m.irq_names.get(key, "irq"))
+        keys = [self._line_keys[code] for code in lines[first].tolist()]
+        packers = [self.m._packer(("irq", *key), _irq_lanes(self.m, key)) for key in keys]
+        track = place(self.o, packers, groups, self.b[lo:hi], self.e[lo:hi])
+        line_names = [self.o.d.names.code(self.m.irq_names.get(key, "irq")) for key in keys]
+        names = np.array(line_names, dtype=np.int64)[groups]
         self.pieces.add(self.keys[lo:hi], SLICE, track, self.b[lo:hi], names, self.layout_[lo:hi],
                         list(self.vals[:, lo:hi]), self.e[lo:hi])  # fmt: skip
         self.m.counts["irqs"] += hi - lo

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.pipeline.order import stable_order
 from npu_trace.sinks.pieces import INT as INT_ARG
 from npu_trace.sinks.pieces import Pieces
 from npu_trace.sinks.rowargs import ArgSet
@@ -91,6 +92,37 @@ def _keep(n: int, *bad: np.ndarray) -> np.ndarray:
     for b in bad:
         ok[b] = False
     return ok
+
+
+def place(owner: BlockDrawing, packers: Sequence[LanePacker], group: np.ndarray, begins: np.ndarray,
+          ends: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The track code of each slice placed on its group's lanes (`group`: a number into `packers`; within a
+    group the slices in key order, their ends in order): what LanePacker.place() gives each in turn. A slice
+    that begins at or after the end of the one before it in its group (and of every lane of its group, for the
+    first) fits the first lane: a group all of those is added to it at once; the others, slice by slice."""
+    order = stable_order(group)
+    g, b, e = group[order], begins[order], ends[order]
+    head = np.ones(len(g), dtype=bool)
+    head[1:] = g[1:] != g[:-1]
+    before = np.empty(len(g), dtype=np.int64)
+    before[1:] = e[:-1]
+    starts = np.flatnonzero(head)
+    tops = [max((lane.last_end for lane in packers[k].lanes), default=None) for k in g[starts].tolist()]
+    before[starts] = [MIN if t is None else t for t in tops]
+    simple = b >= before
+    simple[starts] = simple[starts] & np.array([t is not None for t in tops], dtype=bool)
+    codes: np.ndarray = np.empty(len(g), dtype=np.int64)
+    bounds = np.append(starts, len(g)).tolist()
+    for lo, hi in zip(bounds, bounds[1:]):
+        packer = packers[int(g[lo])]
+        if simple[lo:hi].all():
+            packer.lanes[0].add_run(b[lo:hi], e[lo:hi])
+            codes[lo:hi] = owner.track_code(packer.lanes[0].track)
+        else:
+            codes[lo:hi] = _track_codes(owner, packer, packer.place_many(b[lo:hi], e[lo:hi]))
+    out: np.ndarray = np.empty(len(g), dtype=np.int64)
+    out[order] = codes
+    return out
 
 
 def _track_codes(owner: BlockDrawing, packer: LanePacker, lanes: np.ndarray) -> np.ndarray:

@@ -42,6 +42,7 @@ device's state, handlers entered) is carried into it, and slices that cross its 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -107,37 +108,42 @@ class Lane:
 
     def __init__(self, track: Track) -> None:
         self.track = track
-        self.begins: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.ends: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.begins: List[int] = []
+        self.ends: List[int] = []
         self.floor = -(1 << 63)
         self.last_end = -(1 << 63)
 
     @property
     def roots(self) -> List[Tuple[int, int]]:
-        return list(zip(self.begins.tolist(), self.ends.tolist()))
+        return list(zip(self.begins, self.ends))
 
     def fits(self, begin: int, end: int) -> bool:
         if end < self.last_end or begin < self.floor:
             return False
-        after = int(np.searchsorted(self.ends, begin, side="right"))  # the roots ending after `begin` follow
-        return after == len(self.ends) or int(self.begins[after]) > begin
+        after = bisect_right(self.ends, begin)  # the roots ending after `begin` follow
+        return after == len(self.ends) or self.begins[after] > begin
 
     def add(self, begin: int, end: int) -> None:
-        keep = int(np.searchsorted(self.ends, begin, side="right"))  # the others are nested in the new slice
-        self._keep(np.append(self.begins[:keep], begin), np.append(self.ends[:keep], end))
+        keep = bisect_right(self.ends, begin)  # the others are nested in the new slice
+        del self.begins[keep:], self.ends[keep:]
+        self.begins.append(begin)
+        self.ends.append(end)
+        self._forget(end)
 
     def add_run(self, begins: np.ndarray, ends: np.ndarray) -> None:
         """add() of slices each beginning at or after the end of every root and of the slice before it (none
-        nests another): all appended, the oldest forgotten past MAX_ROOTS."""
-        self._keep(np.concatenate([self.begins, begins[-MAX_ROOTS - 1 :]]),
-                   np.concatenate([self.ends, ends[-MAX_ROOTS - 1 :]]))  # fmt: skip
+        nests another): all appended (the last MAX_ROOTS + 1 of them say all that is kept)."""
+        self.begins += begins[-MAX_ROOTS - 1 :].tolist()
+        self.ends += ends[-MAX_ROOTS - 1 :].tolist()
+        self._forget(int(ends[-1]))
 
-    def _keep(self, begins: np.ndarray, ends: np.ndarray) -> None:
-        if len(ends) > MAX_ROOTS:
-            self.floor = int(ends[-MAX_ROOTS - 1])
-            begins, ends = begins[-MAX_ROOTS:], ends[-MAX_ROOTS:]
-        self.begins, self.ends = begins, ends
-        self.last_end = int(ends[-1])
+    def _forget(self, last_end: int) -> None:
+        """The roots past MAX_ROOTS forgotten, the floor at the end of the last of them."""
+        extra = len(self.ends) - MAX_ROOTS
+        if extra > 0:
+            self.floor = self.ends[extra - 1]
+            del self.begins[:extra], self.ends[:extra]
+        self.last_end = last_end
 
 
 class LanePacker:
