@@ -147,11 +147,19 @@ class ChromeJsonWriter:
             self._columns = ChromeJsonPieces(self)
         self._columns.write(p, lo, hi, drawn)
 
-    def put(self, text: str) -> None:
-        """Lines made elsewhere (each with its separator), after those written so far."""
+    def put(self, data: Any) -> None:
+        """Lines made elsewhere (each with its separator; ASCII bytes or text), after those written so far:
+        bytes go to the text stream's binary buffer when it has one (no decoding and encoding again)."""
         self._flush()
-        self.out.write(text)
-        self.counts["bytes"] += len(text)
+        raw = getattr(self.out, "buffer", None)
+        if isinstance(data, str):
+            self.out.write(data)
+        elif raw is not None:
+            self.out.flush()
+            raw.write(data)
+        else:
+            self.out.write(bytes(data).decode("ascii"))
+        self.counts["bytes"] += len(data)
 
     def close(self) -> Dict[str, int]:
         self._raw("\n]}\n")

@@ -80,7 +80,7 @@ class ChromeJsonPieces:
             self._prog = program(self.templates)
         tables = (tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts))
         size = assemble(*self._prog, which, cols, tuple(self.consts.items), tables, self.buffer)
-        self.w.put(self.buffer[:size].decode("ascii"))
+        self.w.put(memoryview(self.buffer)[:size])
         self._count(p, lo, hi)
 
     def _grow(self, drawn: Any) -> None:

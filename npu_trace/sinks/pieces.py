@@ -111,13 +111,18 @@ class Pieces:
         if not parts:
             return self
         width = max(p.shape[1] for p in parts)
-        rows: np.ndarray = np.zeros((sum(len(p) for p in parts), width), dtype=np.int64)
+        order = np.argsort(np.concatenate([p[:, KEY] for p in parts]), kind="stable")
+        where: np.ndarray = np.empty(len(order), dtype=np.int64)
+        where[order] = np.arange(len(order))
+        rows: np.ndarray = np.empty((len(order), width), dtype=np.int64)
         at = 0
-        for p in parts:
-            rows[at : at + len(p), : p.shape[1]] = p
+        for p in parts:  # each part's rows straight to their place in key order
+            mine = where[at : at + len(p)]
+            rows[mine, : p.shape[1]] = p
+            if p.shape[1] < width:
+                rows[mine, p.shape[1] :] = 0
             at += len(p)
-        order = np.argsort(rows[:, KEY], kind="stable")
-        self.rows = rows[order] if len(order) and (np.diff(order) != 1).any() else rows
+        self.rows = rows
         return self
 
 
