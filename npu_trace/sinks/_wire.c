@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
     Piece *items;
     Py_ssize_t len;
+    uint8_t *arena; /* the entries' bytes, each followed by PAD zero bytes */
 } Table;
 
 static size_t varint_at(uint8_t *at, uint64_t v)
@@ -89,14 +90,15 @@ static uint64_t magnitude(int64_t v)
 }
 
 /* A few bytes copied (constants and table entries are mostly a handful of bytes: no call for them). */
+/* A constant or a table entry copied: a short one as 16 bytes at once (each lies in an arena with PAD bytes
+ * after it, and the output has PAD bytes of room past every row's bound). */
+#define PAD 16
 static inline size_t copy(uint8_t *to, const uint8_t *from, size_t len)
 {
-    if (len > 16) {
+    if (len <= PAD)
+        memcpy(to, from, PAD);
+    else
         memcpy(to, from, len);
-        return len;
-    }
-    for (size_t k = 0; k < len; k++)
-        to[k] = from[k];
     return len;
 }
 
@@ -165,7 +167,7 @@ typedef struct {
     const int32_t *prog, *starts, *which;
     const int64_t *cols;
     Py_ssize_t n, ncols, ntemplates;
-    Piece *consts;
+    Table consts;
     Table *tables;
     size_t *bound; /* per template: the most bytes a row can take */
 } Job;
@@ -183,7 +185,7 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
         int op = *w++;
         switch (op) {
         case OP_CONST: {
-            Piece c = j->consts[*w++];
+            Piece c = j->consts.items[*w++];
             pos += copy(buf + pos, c.p, (size_t)c.len);
             break;
         }
@@ -214,7 +216,7 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
             break;
         }
         case OP_FRAMED: {
-            Piece tag = j->consts[w[0]], body = j->consts[w[1]];
+            Piece tag = j->consts.items[w[0]], body = j->consts.items[w[1]];
             uint64_t v = (uint64_t)row_values[w[2]];
             w += 3;
             pos += copy(buf + pos, tag.p, (size_t)tag.len);
@@ -271,9 +273,9 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
         if (op == OP_SKIPZ && w[1] < 0)
             return 0;
         if (op == OP_CONST)
-            bound += (size_t)j->consts[w[0]].len;
+            bound += (size_t)j->consts.items[w[0]].len;
         else if (op == OP_FRAMED)
-            bound += (size_t)(j->consts[w[0]].len + j->consts[w[1]].len) + 32;
+            bound += (size_t)(j->consts.items[w[0]].len + j->consts.items[w[1]].len) + 32;
         else if (op == OP_TABLE)
             bound += (size_t)longest(j->tables[w[1]]);
         else if (op != OP_END && op != OP_SKIPZ)
@@ -284,26 +286,36 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
     return 1;
 }
 
-static int pieces_of(PyObject *tuple, Piece **out, Py_ssize_t *len)
+/* A tuple of bytes as pieces in an arena of their own (`t`): each entry's bytes, then PAD zero bytes. */
+static int pieces_of(PyObject *tuple, Table *t)
 {
+    size_t size = 0;
     if (!PyTuple_Check(tuple)) {
         PyErr_SetString(PyExc_TypeError, "consts and table entries must be tuples of bytes");
         return 0;
     }
-    *len = PyTuple_GET_SIZE(tuple);
-    *out = PyMem_Calloc((size_t)(*len ? *len : 1), sizeof(Piece));
-    if (*out == NULL) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    for (Py_ssize_t k = 0; k < *len; k++) {
+    t->len = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t k = 0; k < t->len; k++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, k);
         if (!PyBytes_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "consts and table entries must be tuples of bytes");
             return 0;
         }
-        (*out)[k].p = (const uint8_t *)PyBytes_AS_STRING(item);
-        (*out)[k].len = PyBytes_GET_SIZE(item);
+        size += (size_t)PyBytes_GET_SIZE(item) + PAD;
+    }
+    t->items = PyMem_Calloc((size_t)(t->len ? t->len : 1), sizeof(Piece));
+    t->arena = PyMem_Calloc(size ? size : 1, 1);
+    if (t->items == NULL || t->arena == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    for (Py_ssize_t k = 0, at = 0; k < t->len; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        Py_ssize_t n = PyBytes_GET_SIZE(item);
+        memcpy(t->arena + at, PyBytes_AS_STRING(item), (size_t)n);
+        t->items[k].p = t->arena + at;
+        t->items[k].len = n;
+        at += n + PAD;
     }
     return 1;
 }
@@ -342,6 +354,7 @@ static PyObject *run(Job *j, PyObject *out)
     int failed = 0;
     for (Py_ssize_t i = 0; i < j->n; i++)
         need += j->bound[j->which[i]];
+    need += PAD; /* a short copy writes PAD bytes */
     if ((Py_ssize_t)need > PyByteArray_GET_SIZE(out) && PyByteArray_Resize(out, (Py_ssize_t)need) < 0)
         return NULL;
     uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out);
@@ -365,8 +378,9 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*y*nOOY", &prog, &starts, &which, &cols, &j.ncols, &consts, &tables, &out))
         return NULL;
     j.prog = prog.buf, j.starts = starts.buf, j.which = which.buf, j.cols = cols.buf;
-    if (!check_sizes(&prog, &starts, &which, &cols, &j) || !pieces_of(consts, &j.consts, &nconsts))
+    if (!check_sizes(&prog, &starts, &which, &cols, &j) || !pieces_of(consts, &j.consts))
         goto out;
+    nconsts = j.consts.len;
     if (!PyTuple_Check(tables)) {
         PyErr_SetString(PyExc_TypeError, "tables must be a tuple of tuples of bytes");
         goto out;
@@ -378,7 +392,7 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
         goto out;
     }
     for (; done < ntables; done++) {
-        if (!pieces_of(PyTuple_GET_ITEM(tables, done), &j.tables[done].items, &j.tables[done].len)) {
+        if (!pieces_of(PyTuple_GET_ITEM(tables, done), &j.tables[done])) {
             done++;
             goto out;
         }
@@ -398,10 +412,13 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
     }
     result = run(&j, out);
 out:
-    for (Py_ssize_t k = 0; j.tables && k < done; k++)
+    for (Py_ssize_t k = 0; j.tables && k < done; k++) {
         PyMem_Free(j.tables[k].items);
+        PyMem_Free(j.tables[k].arena);
+    }
     PyMem_Free(j.tables);
-    PyMem_Free(j.consts);
+    PyMem_Free(j.consts.items);
+    PyMem_Free(j.consts.arena);
     PyMem_Free(j.bound);
     PyBuffer_Release(&prog);
     PyBuffer_Release(&starts);
