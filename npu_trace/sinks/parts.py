@@ -102,9 +102,9 @@ def place(owner: BlockDrawing, packers: Sequence[LanePacker], group: np.ndarray,
     first) fits the first lane: a group all of those is added to it at once; the others, slice by slice."""
     order = stable_order(group)
     g, b, e = group[order], begins[order], ends[order]
-    head = np.ones(len(g), dtype=bool)
+    head: np.ndarray = np.ones(len(g), dtype=bool)
     head[1:] = g[1:] != g[:-1]
-    before = np.empty(len(g), dtype=np.int64)
+    before: np.ndarray = np.empty(len(g), dtype=np.int64)
     before[1:] = e[:-1]
     starts = np.flatnonzero(head)
     tops = [max((lane.last_end for lane in packers[k].lanes), default=None) for k in g[starts].tolist()]
