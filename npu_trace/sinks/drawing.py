@@ -47,7 +47,6 @@ FRONT = -SUBKEYS  # the key of the window's opening: before every row of the blo
 _CALL_CODES = [KIND_CODE[k] for k in ("call", "submit", "free")]  # a timeout's slice comes with an instant: alone
 _IRQ, _SUBMIT, _ALLOC, _COMPLETE = KIND_CODE["irq"], KIND_CODE["submit"], KIND_CODE["alloc"], KIND_CODE["complete"]
 _LOST = KIND_CODE["lost"]
-_PAIRING_ARGS = ("latency_ns", "entry_ts_ns")
 
 
 def _domains() -> np.ndarray:
@@ -95,7 +94,6 @@ class BlockDrawing:
         self.d = drawn
         self.render = render
         self._comms: Dict[int, int] = {}
-        self._ops: Dict[int, int] = {}
 
     # ---- the block ------------------------------------------------------------------------------------
     def draw(self, nb: NormBlock, drawn_rows: np.ndarray, tasks: Optional[Tuple[np.ndarray, np.ndarray]],
@@ -105,20 +103,25 @@ class BlockDrawing:
         completions the latency detector paired and their submits' times), the completions it did not pair,
         then the memory detector's `changes`; `after(pieces, base)` adds what follows them all, keyed from
         `base` (the host's context: npu_trace.sinks.hostctx)."""
-        n = len(nb)
         task_rows, submitted = tasks if tasks is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        matched: np.ndarray = np.zeros(n, dtype=bool)
-        matched[task_rows] = True
-        unmatched = np.flatnonzero((nb.kind == _COMPLETE) & ~matched)
-        base = (n, n + len(task_rows), n + len(task_rows) + len(unmatched))
+        unmatched = _unmatched(nb, task_rows)
+        base = (len(nb), len(nb) + len(task_rows), len(nb) + len(task_rows) + len(unmatched))
         pieces = Pieces()
         self.cap.keeping = True
         wanted = self._wanted_rows(nb, drawn_rows)
-        running = self._running_ts(nb, drawn_rows)[wanted]
         rows = drawn_rows[wanted]
         parts = self._parts(nb, rows, task_rows, submitted, changes, base, pieces)
-        one_by_one = self._one_by_one(nb, rows, running, parts, task_rows, submitted, unmatched, base)
-        last = self._last_ts(nb, drawn_rows)
+        running = self._running_ts(nb, drawn_rows)[wanted]
+        self._work(parts, self._one_by_one(nb, rows, running, parts, task_rows, submitted, unmatched, base))
+        if after is not None:
+            after(pieces, base[2] + len(changes[0]))
+        self.m.last_ts = max(self.m.last_ts, self._last_ts(nb, drawn_rows))
+        self.cap.keeping = False
+        flush(pieces.done(), self.cap.take(), self.cap, self.render)
+
+    def _work(self, parts: Parts, one_by_one: List[Tuple[int, Tuple[str, ...], Callable[[], None]]]) -> None:
+        """Everything in key order: before each thing drawn one by one, what the parts sharing its state draw
+        keyed before it; then the rest of the parts."""
         for key, domains, call in one_by_one:
             for part in parts:
                 if part.domain in domains:
@@ -128,11 +131,6 @@ class BlockDrawing:
             call()
         for part in parts:
             part.run(None)
-        if after is not None:
-            after(pieces, base[2] + len(changes[0]))
-        self.m.last_ts = max(self.m.last_ts, last)
-        self.cap.keeping = False
-        flush(pieces.done(), self.cap.take(), self.cap, self.render)
 
     def _open_before(self, parts: Parts, key: int) -> None:
         """The window opens before a thing drawn one by one when a part shows something keyed before it (the
@@ -259,6 +257,13 @@ class BlockDrawing:
 
 
 # ---- the parts drawn as columns ---------------------------------------------------------------------------
+
+def _unmatched(nb: NormBlock, task_rows: np.ndarray) -> np.ndarray:
+    """The completions the latency detector did not pair (the mapper's unmatched_complete)."""
+    matched: np.ndarray = np.zeros(len(nb), dtype=bool)
+    matched[task_rows] = True
+    return np.flatnonzero((nb.kind == _COMPLETE) & ~matched)
+
 
 # ---- what is drawn one by one ---------------------------------------------------------------------------
 def _event_call(m: TimelineMapper, nb: NormBlock, r: int, last_ts: int) -> Callable[[], None]:
