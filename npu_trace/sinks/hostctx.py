@@ -265,15 +265,15 @@ class ChromeContext:
 
     def _slices(self, begin: np.ndarray, end: np.ndarray, cpu: np.ndarray, pid: np.ndarray, comm: np.ndarray,
                 prio: np.ndarray, state: Optional[np.ndarray]) -> Tuple[np.ndarray, Dict[str, Any]]:  # fmt: skip
-        names = np.array([self.d.names.code(f"{self.d.strings.items[c]} ({p})")
-                          for c, p in zip(comm.tolist(), pid.tolist())], dtype=np.int64)  # fmt: skip
+        texts, names = self.d.strings.items, self.d.names
+        named = per_distinct([comm, pid], lambda c, p: names.code(f"{texts[c]} ({p})"))
         vals = [pid, comm, prio]
         layout = [("pid", INT, 0), ("comm", STR, 1), ("prio", INT, 2)]
         if state is not None:
-            vals.append(np.array([self.d.strings.code(task_state(s)) for s in state.tolist()], dtype=np.int64))
+            vals.append(per_distinct([state], lambda s: self.d.strings.code(task_state(s))))
             layout.append(("state", STR, 3))
         self.counts["running"] += len(begin)
-        return end, {"what": SLICE, "begin": begin, "end": end, "cpu": cpu, "track": "", "name": names,
+        return end, {"what": SLICE, "begin": begin, "end": end, "cpu": cpu, "track": "", "name": named,
                      "layout": tuple(layout), "vals": vals}  # fmt: skip
 
     def _handlers(self, entries: Rows, exits: Rows, kind: str,
@@ -316,19 +316,22 @@ class ChromeContext:
         return tuple(np.array(c, dtype=np.int64) for c in cols)
 
     def _line_names(self, kind: str, lines: np.ndarray, entries: Rows) -> np.ndarray:
-        if kind == "irq":
-            texts = entries.text("name")
-            if texts is not None:
-                for irq, code in zip(entries.int("irq").tolist(), texts.tolist()):
-                    self.irq_names.setdefault(irq, self.d.strings.items[code])
-            return np.array([self.d.names.code(f"{self.irq_names.get(v, 'irq')} ({v})") for v in lines.tolist()],
-                            dtype=np.int64)  # fmt: skip
-        return np.array([self.d.names.code(softirq_name(v)) for v in lines.tolist()], dtype=np.int64)
+        names = self.d.names
+        if kind != "irq":
+            return per_distinct([lines], lambda v: names.code(softirq_name(v)))
+        texts = entries.text("name")
+        if texts is not None:  # each line's first name, in time order (the kernel names a line once)
+            irqs = entries.int("irq")
+            _, first = factorize([irqs])
+            for at in np.sort(first).tolist():
+                self.irq_names.setdefault(int(irqs[at]), self.d.strings.items[int(texts[at])])
+        return per_distinct([lines], lambda v: names.code(f"{self.irq_names.get(v, 'irq')} ({v})"))
 
     def _wakeups(self, rows: Rows) -> Tuple[np.ndarray, Dict[str, Any]]:
         comm = rows.text("comm")
         comm = comm if comm is not None else np.full(len(rows), self.d.strings.code(""), np.int64)
-        names = np.array([self.d.names.code(f"wakes {self.d.strings.items[c]}") for c in comm.tolist()], np.int64)
+        texts = self.d.strings.items
+        names = per_distinct([comm], lambda c: self.d.names.code(f"wakes {texts[c]}"))
         vals = [rows.int("pid"), comm, rows.int("prio"), rows.int("target_cpu")]
         layout = (("pid", INT, 0), ("comm", STR, 1), ("prio", INT, 2), ("target_cpu", INT, 3))
         self.counts["wakeups"] += len(rows)
@@ -363,7 +366,7 @@ class ChromeContext:
     def _pieces(self, pieces: Pieces, keys: np.ndarray, spec: Dict[str, Any], shown: np.ndarray, b: np.ndarray,
                 e: np.ndarray) -> None:  # fmt: skip
         cpu = spec["cpu"][shown]
-        tracks = np.array([self.d.emitter.code(self._track(int(c), spec["track"])) for c in cpu.tolist()], np.int64)
+        tracks = per_distinct([cpu], lambda c: self.d.emitter.code(self._track(c, spec["track"])))
         layout = self.d.layouts.code(spec["layout"])
         vals = [v[shown] for v in spec["vals"]]
         pieces.add(keys, spec["what"], tracks, b, spec["name"][shown], layout, vals, e)
@@ -374,3 +377,12 @@ class ChromeContext:
         name = f"CPU {cpu}" + (f" {kind}" if kind else "")
         rank = cpu * 4 + {"": 0, "irq": 1, "softirq": 2}[kind]
         return m._track(("host", cpu, kind), name, SLICES, group, rank)
+
+
+def per_distinct(cols: List[np.ndarray], code: Any) -> np.ndarray:
+    """code(*values) of each row's values, called once per distinct row."""
+    if not len(cols[0]):
+        return np.zeros(0, np.int64)
+    groups, first = factorize(cols)
+    made = [code(*values) for values in zip(*(c[first].tolist() for c in cols))]
+    return np.array(made, dtype=np.int64)[groups]
