@@ -56,7 +56,8 @@ BLOCK_ROWS = 1 << 18  # the fast path analyses the released items in blocks of a
 
 def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True,
             reference: bool = False) -> Dict[str, Any]:  # fmt: skip
-    """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}} for one recording.
+    """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}, "ecc_times": the health
+    detector's `ecc_times()`, "header": the recording's header} for one recording.
 
     The fast path (columns: `BlockTimeline` and `Analysis.feed_block`) by default; `reference`: the
     pure-Python path it must equal (one object per event), byte for byte."""
@@ -82,7 +83,8 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     if source.reader.truncated:
         analysis.truncated(source.reader.truncation)
     result = analysis.finish()
-    return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis)}
+    return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis),
+            "ecc_times": analysis.health.ecc_times(), "header": source.header}  # fmt: skip
 
 
 def blocks_of(source: ReplaySource, analysis: Analysis, rows: int,
