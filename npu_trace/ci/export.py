@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -40,9 +40,9 @@ from npu_trace.sinks.chrome_json import ChromeJsonWriter
 from npu_trace.sinks.drawing import BlockDrawing, Drawn
 from npu_trace.sinks.emit import Capture, Emitter
 from npu_trace.sinks.hostctx import ChromeContext, PerfettoContext, context_names
-from npu_trace.sinks.pieces import Pieces
+from npu_trace.sinks.pieces import Pieces, as_calls
 from npu_trace.sinks.timeline import TimelineMapper
-from npu_trace.sinks.tracks import BlockWriter
+from npu_trace.sinks.tracks import BlockWriter, TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
@@ -183,7 +183,7 @@ class _Watch:
 class Exporter:
     """One export (see the module docstring): run() -> its summary."""
 
-    def __init__(self, request: Request, writer: BlockWriter) -> None:
+    def __init__(self, request: Request, writer: Union[BlockWriter, TraceWriter]) -> None:
         self.req = request
         self.writer = writer
         self.source = ReplaySource(request.recording)
@@ -272,11 +272,17 @@ class Exporter:
         return mapper
 
     def _render(self, pieces: Pieces, lo: int, hi: int) -> None:
-        self.writer.pieces(pieces, lo, hi, self.drawn)
+        """Pieces to the writer: at once, or one by one to a writer that takes no pieces (the cluster's)."""
+        render = getattr(self.writer, "pieces", None)
+        if render is not None:
+            render(pieces, lo, hi, self.drawn)
+        else:
+            as_calls(pieces, lo, hi, self.drawn)
 
     def _host(self, mapper: TimelineMapper, info: Dict[str, Any]) -> None:
-        """The drawing of the host's context, when the recording holds it."""
-        if not self.context:
+        """The drawing of the host's context, when the recording holds it (and the writer takes packets made
+        elsewhere: not the cluster's, which moves each host's times)."""
+        if not self.context or not hasattr(self.writer, "put"):
             return
         if self.req.fmt == "perfetto":
             self.host = PerfettoContext(info.get("clock"))
@@ -306,7 +312,8 @@ class Exporter:
         """The block's host context, after everything else of the block (see npu_trace.sinks.hostctx)."""
         if isinstance(self.host, PerfettoContext):
             assert self.lo is not None
-            self.writer.put(self.host.bundles(block, self.lo, self.hi if self.hi is not None else (1 << 63) - 1))
+            put = self.writer.put  # type: ignore[union-attr]  # a writer without put gets no host context
+            put(self.host.bundles(block, self.lo, self.hi if self.hi is not None else (1 << 63) - 1))
         elif isinstance(self.host, ChromeContext):
             pieces = Pieces()
             self.host.draw(block, pieces, 0)
@@ -314,7 +321,7 @@ class Exporter:
 
     def _render_all(self, pieces: Pieces) -> None:
         if len(pieces):
-            self.writer.pieces(pieces, 0, len(pieces), self.drawn)
+            self._render(pieces, 0, len(pieces))
 
     def _draw_context_items(self, items: List[Any]) -> None:
         """The host's context of a scoped recording's block (its raw rows, as the block path draws them)."""

@@ -172,3 +172,22 @@ def first_of(codes: np.ndarray, known: Optional[np.ndarray] = None) -> np.ndarra
         return pos
     _, first = factorize([codes[pos]])
     return np.sort(pos[first])
+
+
+def as_calls(p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+    """Pieces [lo, hi) given one by one to the drawing's Emitter (begin and end, instant, counter), for a
+    writer that takes no pieces (one that rewrites each call: the cluster's, npu_trace.cluster.trace)."""
+    emitter, names, texts, layouts = drawn.emitter, drawn.names.items, drawn.strings.items, drawn.layouts.items
+    for row in p.rows[lo:hi].tolist():
+        track = emitter.by_code[row[TRACK]]
+        if row[WHAT] == COUNTER:
+            emitter.counter(track, row[TS], row[VALS])
+            continue
+        args = {key: x if kind == CONST else texts[row[VALS + x]] if kind == STR else row[VALS + x]
+                for key, kind, x in (layouts[row[LAYOUT]] if row[LAYOUT] >= 0 else ())}  # fmt: skip
+        out = [row[FLOW_OUT]] if row[FLOW_OUT] else []
+        if row[WHAT] == INSTANT:
+            emitter.instant(track, row[TS], names[row[NAME]], args, out)
+            continue
+        emitter.begin(track, row[TS], names[row[NAME]], args, out, [row[FLOW_IN]] if row[FLOW_IN] else [])
+        emitter.end(track, row[END])
