@@ -30,6 +30,7 @@ from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
 from npu_trace.sim import hal_install
+from npu_trace.sinks.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
 from npu_trace.sources.hal_search import find_hal
@@ -504,6 +505,14 @@ def check_walker(implementation: str = WALKER) -> Check:
     return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
+def check_assembler(implementation: str = ASSEMBLER) -> Check:
+    """The export's byte assembler: compiled, or its pure-Python twin (the same files, slower)."""
+    if implementation == "c":
+        return Check("export assembler", True, "compiled (npu_trace.sinks._wire)")
+    detail = "pure Python: the C extension was not built where npu-trace was installed (same files, slower)"
+    return Check("export assembler", False, detail, "install gcc and python3-dev, then reinstall npu-trace")
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 def run_checks(host: Optional[Host] = None) -> List[Check]:
     host = host or Host()
@@ -533,6 +542,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_simulator(events),
         check_kernel_layout(fs),
         check_walker(),
+        check_assembler(),
     ]
     return _mark_event_sources(checks)
 

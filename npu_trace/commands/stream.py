@@ -69,6 +69,10 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         metavar="KB",
         help=f"ring buffer per CPU (default {DEFAULT_BUFFER_KB})",
     )
+    p.add_argument("--host-context", action="store_true",
+                   help="also trace the host's context, host-wide: sched:sched_switch, sched:sched_waking, "
+                   "irq:irq_handler_entry/exit, irq:softirq_entry/exit (which thread each CPU ran, wakeups, "
+                   "interrupts: `export` shows them as per-CPU tracks and thread states beside the NPU's)")  # fmt: skip
     add_scope_options(p)
 
 
@@ -126,6 +130,9 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
         lines.append(f"not on this host: {', '.join(session.unmatched)}")
     also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
     tasks = " (and task:task_newtask: which process each new thread belongs to)" if session.traces_new_tasks() else ""
+    context = session.context_traced()
+    if context:
+        tasks += f" and the host's context ({', '.join(e.split(':', 1)[1] for e in context)})"
     lines.append(f"tracing {len(session.chosen())} event types{tasks} on tracefs instance {session.name} "
                  f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
     if session.instance is not None and session.fs is not None:

@@ -27,6 +27,7 @@ from npu_trace.device import chips
 from npu_trace.device.irqs import NpuIrq
 from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import UsageError
+from npu_trace.ftrace.context import HOST_CONTEXT
 from npu_trace.ftrace.filters import check_comm
 from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline.scope import Scope, irq_table
@@ -61,6 +62,7 @@ class TraceOptions:
     app_logs: Tuple[str, ...] = ()  # application logs followed by the app_log channel (npu_trace.sources.applog_source)
     stacktrace: bool = False  # the instance's stacktrace option: a kernel stack (ftrace:kernel_stack) after each event
     chip: Optional[str] = None  # --chip: the task layout of the HAL's task calls; None: found (chip_search)
+    host_context: bool = False  # the host's scheduler and interrupt events beside (npu_trace.ftrace.context)
 
     def __post_init__(self) -> None:
         if self.duration is not None and self.duration <= 0:
@@ -130,6 +132,7 @@ class TraceOptions:
             app_logs=_unique(getattr(args, "app_log", None) or ()),
             stacktrace=bool(getattr(args, "stacktrace", False)),
             chip=getattr(args, "chip", None),
+            host_context=bool(getattr(args, "host_context", False)),
         )
 
     # ---- what they describe --------------------------------------------------------------------
@@ -173,6 +176,7 @@ class TraceOptions:
             # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
             switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
             stacktrace=self.stacktrace,
+            context=HOST_CONTEXT if self.host_context else (),
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:

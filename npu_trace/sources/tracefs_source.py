@@ -109,6 +109,7 @@ class TracefsSession:
         companions: Sequence[str] = COMPANION_EVENTS,
         snapshot: Callable[[], TaskSnapshot] = task_snapshot,
         stacktrace: bool = False,
+        context: Sequence[str] = (),
     ) -> None:
         """`scope`: what to trace (npu_trace.pipeline.scope): its processes go to the instance's set_event_pid,
         its task names, devices (`dev_fields`: event -> plain device field) and NPU interrupts (on `irq_events`)
@@ -117,7 +118,10 @@ class TracefsSession:
         session's events, or `switch_systems` (the BPF channel's driver tracepoints), include the driver's;
         restored by close(). `companions`: events traced beside the selection where they exist (not counted as
         the profile's); `snapshot` reads the tasks alive once tracing is on (`tasks`, `processes`). `stacktrace`:
-        the instance's stacktrace option, a kernel stack (ftrace:kernel_stack) after each event."""
+        the instance's stacktrace option, a kernel stack (ftrace:kernel_stack) after each event. `context`: the
+        host's context events (npu_trace.ftrace.context) traced beside the selection where they exist, host-wide
+        (none of the scope's per-event filters: only --pid's processes, which the kernel applies to every event);
+        those missing are said once."""
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
         self.scope = scope or Scope()
@@ -138,6 +142,7 @@ class TracefsSession:
         self.name = f"{INSTANCE_PREFIX}{os.getpid()}" + (f"-{tag}" if tag else "")
         self.ledger = LossLedger()
         self.selected: List[str] = []
+        self._chosen_first: List[str] = []  # what the patterns and the profile chose
         self.formats: List[EventFormat] = []
         self.header: Optional[PageHeader] = None
         self.instance: Optional[Instance] = None
@@ -152,6 +157,7 @@ class TracefsSession:
         self.switch_systems = tuple(dict.fromkeys([*driver_systems([*self.patterns, *self.optional]), *switch_systems]))
         self.switch_report = SwitchReport()
         self.companions = tuple(companions)
+        self.context = tuple(context)
         self._snapshot = snapshot
         self.task_snapshot = TaskSnapshot({}, None)  # the tasks alive when tracing began (read by start())
         self.stacktrace = stacktrace
@@ -174,7 +180,9 @@ class TracefsSession:
             self.notes += restored + problems
         available = fs.available_events()
         self.selected = self._select(available)
+        self._chosen_first = list(self.selected)
         self.selected += [e for e in self.companions if e in available and e not in self.selected]
+        self.selected += self._context(available)
         self.format_texts: Dict[str, str] = {}
         self.formats = load_formats(fs, [*self.selected, *self._implicit(fs)], self.format_texts)
         self.header_page_text = fs.header_page()
@@ -227,6 +235,13 @@ class TracefsSession:
             raise KernelFeatureError(f"none of the events {', '.join(self.optional)} exists on this host{hint}")
         return chosen
 
+    def _context(self, available: List[str]) -> List[str]:
+        """The host context events to add (those missing here said once)."""
+        missing = [e for e in self.context if e not in available]
+        if missing:
+            self.notes.append(f"host context: not on this host: {', '.join(missing)}")
+        return [e for e in self.context if e in available and e not in self.selected]
+
     def _irq_events_out(self) -> List[str]:
         """The profile's interrupt events when no NPU interrupt is in scope: none is traced, rather than every
         interrupt of the host (said once)."""
@@ -269,8 +284,10 @@ class TracefsSession:
         """Write the scope's filters and tasks into the instance (before any event is enabled)."""
         if self.scope.empty:
             return
-        # the companions unfiltered: a process a task of another name starts is still known to be one
-        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in self.companions]
+        # the companions unfiltered: a process a task of another name starts is still known to be one; the host's
+        # context host-wide (an interrupt event the profile scopes to the NPU's is then scoped in the pipeline)
+        unfiltered = {*self.companions, *self.context}
+        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in unfiltered]
         filters = []
         comm_events: List[str] = []
         for event, parts in plan_filters(self.scope, formats, self.dev_fields, self.irq_events).items():
@@ -349,8 +366,15 @@ class TracefsSession:
         return self.tables.kernel_text()
 
     def chosen(self) -> List[str]:
-        """The events selected by the patterns and the profile (the companions left out)."""
-        return [e for e in self.selected if e not in self.companions]
+        """The events selected by the patterns and the profile (the companions and the context left out, unless
+        the patterns or the profile chose them too)."""
+        extra = {*self.companions, *self.context_traced()}
+        return [e for e in self.selected if e not in extra]
+
+    def context_traced(self) -> List[str]:
+        """The host context events traced that the patterns or the profile did not choose."""
+        chosen = set(self._chosen_first)
+        return [e for e in self.context if e in self.selected and e not in chosen]
 
     def traces_new_tasks(self) -> bool:
         """The session traces the tasks started during it (task:task_newtask exists here)."""
