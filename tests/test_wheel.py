@@ -280,7 +280,8 @@ def test_installed_commands_trace_the_simulator_end_to_end(installed: Installed)
         assert rec.returncode == 0 and "loss: none" in err, err
         checked = run([npu, "check", str(recording), "--json", "report.json", "--quiet"], cwd=here, check=False)
         assert checked.returncode in (0, 1), checked.stderr
-        check_against_truth(json.loads((here / "report.json").read_text()), expectations_of(here / "truth.json"))
+        truth = json.loads((here / "truth.json").read_text())
+        check_against_truth(json.loads((here / "report.json").read_text()), expectations_of(here / "truth.json"), truth)
         for out in ("run.pftrace", "run.json"):
             run([npu, "export", str(recording), "-o", out], cwd=here)
             assert (here / out).stat().st_size > 1000
