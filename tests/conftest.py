@@ -106,6 +106,15 @@ def sim_loaded() -> Generator[Any, None, None]:
         sim.unload(fs)
 
 
+@pytest.fixture
+def s3_server(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Generator[Any, None, None]:
+    """A real S3-compatible server (s3rver) on 127.0.0.1 with boto3's environment pointed at it
+    (tests/s3_support.py)."""
+    from s3_support import serve
+
+    yield from serve(tmp_path, monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
     """Debian's promtool (the `prometheus` package scripts/setup installs), or a skip."""

@@ -1,5 +1,6 @@
 """`npu-trace agent` for real: a real Prometheus server (Debian's, on 127.0.0.1) scrapes it while the simulator
-runs the ecc-reset scenario, and its HTTP API tells what was counted; SIGTERM, SIGKILL and the next start,
+runs the ecc-reset scenario, and its HTTP API tells what was counted (the dump it ships to a real S3 server read
+back by `npu-trace cluster`); SIGTERM, SIGKILL and the next start,
 SIGHUP and an unwritable textfile each say one clear line and lose nothing counted.
 
 Every wait is on a condition (a line in the log, a value in Prometheus), bounded only to fail instead of
@@ -25,8 +26,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from npu_trace import sim
+from npu_trace.cluster.store import client, list_dumps, parse_url
 from npu_trace.ftrace.tracefs import Tracefs
+from npu_trace.recording.host import read_identity
 from npu_trace.sim.channels import SideChannels
+from npu_trace.sinks.flight.dumps import is_dump
+from s3_support import BUCKET, PREFIX
 
 CLI = [sys.executable, "-m", "npu_trace"]
 WAIT_S = 90.0  # a failing wait gives up after this (never reached when things work)
@@ -34,6 +39,7 @@ WAIT_S = 90.0  # a failing wait gives up after this (never reached when things w
 # executor) only: another simulator on the host (another session's, a developer's demo) adds its own tasks and
 # resets to an unscoped agent's (seen: "waited 90 s for 76 tasks" while other suites ran the simulator).
 OWN = ("--pid", str(os.getpid()))
+SHIP = f"s3://{BUCKET}/{PREFIX}"
 
 
 STARTED: List[Agent] = []
@@ -303,8 +309,10 @@ def test_a_full_spool_disk_is_said_and_loses_no_metric(sim_loaded: Tracefs, tmp_
 
 @pytest.mark.privileged
 def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs, tmp_path: Any, side: SideChannels,
-                                                            promtool: str, early_prometheus: Any) -> None:  # fmt: skip
-    """Last in this module: the Prometheus it reads was started with the module (`early_prometheus`)."""
+                                                            promtool: str, early_prometheus: Any,
+                                                            s3_server: Any) -> None:  # fmt: skip
+    """Last in this module: the Prometheus it reads was started with the module (`early_prometheus`). The agent
+    ships its dump to a real S3 server (`--ship`), from where `npu-trace cluster` finds the incident."""
     if early_prometheus is None:
         pytest.skip("prometheus is missing: scripts/setup installs Debian's prometheus package")
     prom, port = early_prometheus
@@ -312,7 +320,8 @@ def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs,
     textfile = tmp_path / "npu_trace.prom"
     spool = tmp_path / "spool"
     agent = Agent(tmp_path, "--npu-smi", smi, "--health-interval", "1", "--textfile", str(textfile),
-                  "--textfile-interval", "1", "--spool", str(spool), "--flight", "30", *OWN, port=port)  # fmt: skip
+                  "--textfile-interval", "1", "--spool", str(spool), "--flight", "30", "--ship", SHIP, *OWN,
+                  port=port)  # fmt: skip
     try:
         wait_for(lambda: prom.scalar('up{job="npu-trace"}') == 1, "Prometheus to scrape the agent")
         truth = sim.run_scenario("ecc-reset", 4, 4.0, 200, 1, str(tmp_path / "truth.json"), ensure_loaded=False,
@@ -332,8 +341,18 @@ def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs,
         assert prom.scalar('npu_trace_timeouts_total{job="npu-trace",id="0",op="heartbeat"}') == 1
         assert prom.scalar('sum(npu_trace_lost_events_total{job="npu-trace"})') == 0
         wait_for(lambda: prom.scalar('npu_trace_agent_spool_dumps_total{job="npu-trace"}') == 1, "the dump")
-        dumps = sorted(os.listdir(spool))
+        wait_for(lambda: prom.scalar('npu_trace_agent_shipped_total{job="npu-trace"}') == 1, "the dump shipped")
+        assert prom.scalar('npu_trace_agent_ship_errors_total{job="npu-trace"}') == 0
+        dumps = sorted(n for n in os.listdir(spool) if is_dump(n))
         assert len(dumps) == 1 and dumps[0].endswith("-dev0-reset.npt"), dumps
+        host = read_identity()["hostname"]
+        assert list_dumps(client(), parse_url(SHIP)) == [f"{PREFIX}/{host}/{dumps[0]}"]
+        found = subprocess.run([*CLI, "cluster", SHIP, "--json", str(tmp_path / "cluster.json"), "-q"],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert found.returncode == 1, found.stderr  # the incident, read back from the store
+        with open(tmp_path / "cluster.json") as f:
+            origin = json.load(f)["findings"][0]["details"]["origin"]
+        assert (origin["host"], origin["device"]) == (host, 0), origin
         checked = subprocess.run([*CLI, "check", str(spool / dumps[0]), "--json", str(tmp_path / "dump.json"), "-q"],
                                  capture_output=True, text=True, timeout=300)  # fmt: skip
         with open(tmp_path / "dump.json") as f:

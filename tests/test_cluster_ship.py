@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import time
-from typing import Any, Callable, Dict, Generator, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -24,73 +22,7 @@ from npu_trace.sim.cluster import plan_cluster
 from npu_trace.sim.threads import SINGLE
 from npu_trace.sinks.flight.dumps import dump_name, shipped_mark, to_remove
 from npu_trace.sinks.metrics import AGENT_FIGURES
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-S3RVER = os.path.join(ROOT, ".venv", "s3rver", "node_modules", ".bin", "s3rver")
-BUCKET, PREFIX = "npu-dumps", "fleet/a"
-WAIT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class S3Server:
-    """s3rver in its own process, its data in `directory`: stopped and started again on the same port."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory, self.port = directory, free_port()
-        self.proc: Any = None
-
-    def start(self) -> None:
-        argv = [S3RVER, "-d", self.directory, "-a", "127.0.0.1", "-p", str(self.port), "-s",
-                "--configure-bucket", BUCKET]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        until(self._answers, f"s3rver answering on 127.0.0.1:{self.port}")
-
-    def _answers(self) -> bool:
-        assert self.proc.poll() is None, self.proc.stderr.read().decode(errors="replace")
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-            return True
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-
-
-def until(cond: Callable[[], bool], what: str, within: float = WAIT_S) -> float:
-    """Wait for `cond` (bounded); the seconds it took, or a failure naming what did not happen."""
-    start = time.monotonic()
-    while not cond():
-        assert time.monotonic() - start < within, f"{what}: not within {within:g} s"
-        time.sleep(0.02)
-    return time.monotonic() - start
-
-
-@pytest.fixture
-def server(tmp_path: Any, monkeypatch: Any) -> Generator[S3Server, None, None]:
-    if not os.path.exists(S3RVER):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{S3RVER} is missing: scripts/setup installs it")
-        pytest.skip(f"{S3RVER} is missing: run scripts/setup")
-    srv = S3Server(str(tmp_path / "store"))
-    env = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{srv.port}", "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_CONFIG_FILE": str(tmp_path / "none"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}  # fmt: skip
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    srv.start()
-    yield srv
-    srv.stop()
+from s3_support import BUCKET, PREFIX, S3Server, until
 
 
 def as_dump(src: str, spool: str, dev: int) -> str:
@@ -104,7 +36,7 @@ def as_dump(src: str, spool: str, dev: int) -> str:
 
 
 def test_a_dump_written_while_the_store_is_down_arrives_once_and_cluster_finds_the_incident(
-    tmp_path: Any, server: S3Server
+    tmp_path: Any, s3_server: S3Server
 ) -> None:
     plan = plan_cluster(2, 2, "ecc-reset", 6, 4.0, 100, (1.0, 2.0), SINGLE)
     paths = write_cluster(str(tmp_path / "c"), plan, SINGLE)
@@ -120,13 +52,13 @@ def test_a_dump_written_while_the_store_is_down_arrives_once_and_cluster_finds_t
     try:
         a = as_dump(paths[first], spools[first], 0)
         until(lambda: shippers[first].shipped == 1, "the first host's dump shipped")
-        server.stop()  # the store goes down; the second host's incident is dumped meanwhile
+        s3_server.stop()  # the store goes down; the second host's incident is dumped meanwhile
         b = as_dump(paths[second], spools[second], 1)
         until(lambda: shippers[second].errors >= 2, "the second host's upload failing while the store is down")
         assert not shippers[second].removable(b) and shippers[second].pending() == [b]
         dumps = [(n, os.path.getsize(os.path.join(spools[second], n))) for n in os.listdir(spools[second])]
         assert to_remove(dumps, 0, 0, "", shippers[second].removable) == []  # retention keeps what is unshipped
-        server.start()
+        s3_server.start()
         took = until(lambda: shippers[second].shipped == 1, "the second host's dump shipped once the store is back")
     finally:
         for s in shippers.values():
