@@ -135,19 +135,19 @@ def test_record_running_past_the_commit_is_malformed_not_a_crash() -> None:
     bad = struct.pack("<I", (1 << 5) | 20) + small(1, 2, 2)  # claims 80 bytes, has 16
     evs, losses, dec = decode(page(0, good + bad))
     assert [e.values for e in evs] == [(1, 1)]
-    assert [x.kind for x in losses] == ["malformed"] and dec.malformed == 1
+    assert [x.kind for x in losses] == ["malformed:record_past_commit"] and dec.malformed == 1
 
 
 def test_commit_beyond_the_page_is_malformed() -> None:
     pg = bytearray(page(0, rec(small(1, 1, 1), 1)))
     struct.pack_into("<Q", pg, 8, 9000)
     _, losses, _ = decode(bytes(pg))
-    assert losses and losses[0].kind == "malformed"
+    assert losses and losses[0].kind == "malformed:commit_past_page"
 
 
 def test_short_page_is_malformed() -> None:
     _, losses, _ = decode(b"\x01\x02")
-    assert [x.kind for x in losses] == ["malformed"]
+    assert [x.kind for x in losses] == ["malformed:short_page"]
 
 
 def test_bulk_runs_equal_record_by_record_decoding() -> None:

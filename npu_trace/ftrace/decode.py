@@ -1,13 +1,11 @@
-"""Binary decoding of ftrace ring-buffer pages (as read from per_cpu/cpuN/trace_pipe_raw).
+"""Binary decoding of ftrace records: an event format's record payloads into value tuples (`RecordDecoder`),
+and the per-record page decoder `PageDecoder`.
 
 Pure functions and small classes, bytes in and `TraceEvent`s out; no file access. Each event format is
 compiled once into a precompiled `struct.Struct` over its fixed part (common_pid first, then every field), with
 a short list of fix-ups for the fields that need more than an integer (strings, dynamic arrays, struct bytes).
 
-Page layout (kernel/trace/ring_buffer.c): a header (u64 timestamp, local_t commit whose top bits flag missed
-events, then data). Each record starts with a u32: type_len (5 bits) and time_delta (27 bits).
-type_len 1..28: a data record of type_len*4 bytes; 0: a data record whose length is in the next u32;
-29: padding (delta 0: the rest of the page); 30: time extend; 31: absolute time stamp.
+The page layout and its rules: `npu_trace.ftrace.framing`, the one specification.
 """
 
 from __future__ import annotations
@@ -32,20 +30,23 @@ from npu_trace.ftrace.format import (
     Field,
     PageHeader,
 )
+from npu_trace.ftrace.framing import (  # noqa: F401  (the framing's constants, re-exported)
+    COMMIT_MASK,
+    MISSED_EVENTS,
+    MISSED_STORED,
+    TS_DELTA_MASK,
+    TS_MAX,
+    TS_MSB,
+    TS_SHIFT,
+    TYPE_PADDING,
+    TYPE_TIME_EXTEND,
+    TYPE_TIME_STAMP,
+    malformed_kind,
+)
 
 BULK_MIN_RUN = 8  # records: below this, the scalar loop is as fast
 BULK_MIN_BYTES = 128  # bytes left in the page before a bulk run is tried
 _TL_BYTES = [bytes([i]) for i in range(32)]
-TYPE_PADDING = 29
-TYPE_TIME_EXTEND = 30
-TYPE_TIME_STAMP = 31
-TS_SHIFT = 27
-TS_DELTA_MASK = (1 << TS_SHIFT) - 1
-TS_MSB = 0xF8 << 56
-TS_MAX = (1 << 63) - 1  # the last stamp a record may carry (past it: malformed, see PageDecoder)
-MISSED_EVENTS = 1 << 31
-MISSED_STORED = 1 << 30
-COMMIT_MASK = MISSED_STORED - 1
 
 _INT_CODES = {(1, False): "B", (1, True): "b", (2, False): "H", (2, True): "h", (4, False): "I", (4, True): "i",
               (8, False): "Q", (8, True): "q"}  # fmt: skip
@@ -258,7 +259,8 @@ class PageDecoder:
         """Append this page's events (and Loss records) to `out`; returns the number of events appended."""
         h = self.header
         if len(page) < h.data_offset:
-            self._malformed(out, self.last_ts, "short page")  # stamped where the stream stands: it stays in order
+            # stamped where the stream stands: it stays in order
+            self._malformed(out, self.last_ts, "short_page", "short page")
             return 0
         page_ts, commit = self._page(page, h.ts_offset)
         if page_ts < self.last_ts:
@@ -267,7 +269,7 @@ class PageDecoder:
         length = commit & COMMIT_MASK
         end = h.data_offset + length
         if end > len(page):
-            self._malformed(out, page_ts, f"commit {length} beyond the page ({len(page)} bytes)")
+            self._malformed(out, page_ts, "commit_past_page", f"commit {length} beyond the page ({len(page)} bytes)")
             end = len(page)
         if commit & MISSED_EVENTS:
             missed = 0  # the kernel did not say how many (it stores the count only when there is room)
@@ -292,7 +294,7 @@ class PageDecoder:
             if isinstance(item, TraceEvent) and item.ts_ns > TS_MAX:
                 self.malformed += 1
                 self.last_malformed = "a timestamp past 2**63 - 1"
-                out[i] = Loss(self.source, self.cpu, "malformed", 1, TS_MAX)
+                out[i] = Loss(self.source, self.cpu, malformed_kind("ts_overflow"), 1, TS_MAX)
                 self.ledger.add(out[i])
                 dropped += 1
         return dropped
@@ -342,14 +344,15 @@ class PageDecoder:
                 entry = get(etype) if etype >= 0 else None
                 if entry is None:
                     if size < 8 or pos > end:
-                        self._malformed(out, ts, f"record length {size} at offset {start - 8}")
+                        why = "bad_length" if size < 8 else "record_past_commit"
+                        self._malformed(out, ts, why, f"record length {size} at offset {start - 8}")
                         break
                     self.skipped += 1
                     continue
                 unpack, fmt, need, dec = entry
             elif pos + 8 > end:  # every remaining kind carries a second word
                 if not (tl == TYPE_PADDING and hdr >> 5 == 0):
-                    self._malformed(out, ts, f"record of type {tl} cut at offset {pos}")
+                    self._malformed(out, ts, "cut_header", f"record of type {tl} cut at offset {pos}")
                 break
             elif tl == TYPE_TIME_EXTEND:
                 ts += (u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5)
@@ -366,14 +369,15 @@ class PageDecoder:
                 pos += 4 + u32(page, pos + 4)[0]
                 continue
             if pos > end or size < need:
-                self._malformed(out, ts, f"{fmt.full_name}: record of {size} bytes, need {need}")
+                why = "record_past_commit" if pos > end else "short_record"
+                self._malformed(out, ts, why, f"{fmt.full_name}: record of {size} bytes, need {need}")
                 if pos > end:
                     break
                 continue
             try:
                 pid, vals = (dec or self._plain[etype]).decode(page, start, size)
             except (struct.error, ValueError, UnicodeError):
-                self._malformed(out, ts, f"{fmt.full_name} record undecodable")
+                self._malformed(out, ts, "dynamic_outside", f"{fmt.full_name} record undecodable")
                 continue
             append(new(TraceEvent, (ts, cpu, pid, fmt, vals)))
             n += 1
@@ -459,10 +463,10 @@ class PageDecoder:
                 abs_ts += 1 << 59
         return abs_ts
 
-    def _malformed(self, out: List[Any], ts: int, why: str) -> None:
+    def _malformed(self, out: List[Any], ts: int, reason: str, why: str) -> None:
         self.malformed += 1
         self.last_malformed = why
-        self._loss(out, Loss(self.source, self.cpu, "malformed", 1, ts))
+        self._loss(out, Loss(self.source, self.cpu, malformed_kind(reason), 1, ts))
 
     def _loss(self, out: List[Any], loss: Loss) -> None:
         if loss.ts_ns > TS_MAX:  # a corrupt page stamp: the loss is stamped where every stamp must stay
