@@ -24,14 +24,17 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, LossLedger, NpuEvent, TraceEvent
 from npu_trace.ftrace.columns import plans
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
-from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
+from npu_trace.pipeline import Batch, Mark
 from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks, chunk_batches
 from npu_trace.recording.format import Chunk
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
+from reference.analysis import ReferenceAnalysis
+from reference.pages import CpuDecoders
+from reference.timeline import OrderedMerge, Timeline
 
 MS = 1_000_000
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
@@ -99,7 +102,7 @@ def reference(batches: List[Batch], cpus: int, **bounds: int) -> Tuple[List[Any]
     ledger = LossLedger()
     timeline = Timeline(CpuDecoders(HEADER, build_decoders(FORMATS.values(), layouts=PROFILE.layouts), ledger=ledger),
                         merge=OrderedMerge(**bounds), cpus=range(cpus), channels=True)  # fmt: skip
-    analysis = Analysis(PROFILE)
+    analysis = ReferenceAnalysis(PROFILE)
     items: List[Any] = []
     clocks = []
     for batch in batches:

@@ -10,9 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import PageHeader, parse_format
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED
+from reference.pages import PageDecoder
 
 HEADER = PageHeader(ts_offset=0, ts_size=8, commit_offset=8, commit_size=8, data_offset=16, data_size=4080)
 COMMON = """\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;

@@ -23,14 +23,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from goldens import kernel_dirs, load_formats, load_pages
-from npu_trace.events import Loss, LossLedger, TraceEvent
+from npu_trace.events import Loss, LossLedger, RawRecord, TraceEvent
 from npu_trace.ftrace import walk as W
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, RecordDecoder, build_decoders
+from npu_trace.ftrace.decode import RecordDecoder, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats as sim_formats
 from npu_trace.sim.synth import synth_events
+from reference.pages import PageDecoder
 from test_ftrace_decode import FORMATS, HEADER, SMALL, _valid_page, absolute, extend, fmt_text, rec, small
 from test_ftrace_decode import page as make_page
 
@@ -111,7 +113,43 @@ def check(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header:
     assert got_py == want
     same_walks(walk_c, walk_py)
     paged(decoders, pages, header, cpu, byteorder)
+    kept_raw(decoders, pages, header, cpu, byteorder, walk_c, want.state)
     return want
+
+
+def kept_raw(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+             byteorder: str, walk: W.Walk, state: W.WalkState) -> None:  # fmt: skip
+    """With `keep_unknown`, the records of ids no decoder describes come as rows of their raw bytes (the C
+    walker and the Python one alike) instead of being skipped; nothing else changes: the same losses, the same
+    decoded rows, the same state but for the skipped count."""
+    buf, index = pack(pages)
+    runs = []
+    for c_ext in (True, False):
+        walker = W.Walker(header, W.wants(decoders), byteorder, keep_unknown=True)
+        got_state = W.WalkState()
+        got = walker.walk_c(buf, index, cpu, got_state) if c_ext else W.walk_py(
+            buf, index, header, cpu, got_state, walker.wanted, byteorder)  # fmt: skip
+        runs.append(got)
+        known = np.isin(got.etype, np.array(sorted(decoders), dtype=np.uint16))
+        for col, want in zip(got[:4], walk[:4]):
+            assert np.array_equal(col[known], want)
+        assert [loss for _, loss in got.losses] == [loss for _, loss in walk.losses]
+        raw = int((~known).sum())
+        assert (got_state.skipped + raw, got_state.malformed, got_state.last_ts) == (
+            state.skipped, state.malformed, state.last_ts)  # fmt: skip
+        raws = [(ts, etype, buf[o : o + n]) for ts, etype, o, n in zip(*(col[~known].tolist() for col in got[:4]))]
+        assert raws == reference_raws(decoders, pages, header, cpu, byteorder)
+    same_walks(*runs)
+
+
+def reference_raws(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+                   byteorder: str) -> List[Tuple[int, int, bytes]]:  # fmt: skip
+    """The reference decoder's raw records (keep_unknown) as (ts, event id, bytes)."""
+    dec = PageDecoder(header, decoders, cpu, byteorder, ledger=LossLedger(), keep_unknown=True)
+    out: List[Any] = []
+    for pg in pages:
+        dec.decode(pg, out)
+    return [(x.ts_ns, x.id, x.payload) for x in out if isinstance(x, RawRecord)]
 
 
 def paged(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,

@@ -12,7 +12,8 @@
  *   buf     the bytes holding the pages
  *   pages   int64 pairs (offset, length) of each page in buf, native byte order
  *   layout  (ts_offset, commit_size, data_offset) of the page header
- *   table   int32, native order: need[65536] (minimum payload size, -1: not wanted), then dyn[65536] (0, or
+ *   table   int32, native order: need[65536] (minimum payload size, -1: not wanted, -2: no format describes
+ *           it: judged as one not wanted, but handed on as a raw row), then dyn[65536] (0, or
  *           where in the table this id's dynamic fields are listed: a count, then (where, base) pairs)
  *   big     the pages are big-endian
  *   per_page also say where each page ended
@@ -46,6 +47,7 @@ typedef unsigned __int128 wide;
 #define MISSED_STORED ((uint64_t)1 << 30)
 #define COMMIT_MASK (MISSED_STORED - 1)
 #define NTYPES 65536
+#define KEEP_RAW (-2) /* need[]: an event no format describes, handed on as its raw bytes (not skipped) */
 #define LOSS_PAGE_MISSED 0
 #define LOSS_MALFORMED 1 /* + the reason */
 
@@ -158,8 +160,9 @@ static int grow(void **arr, int64_t cap, size_t item)
 }
 
 /* The columns hold `cap` records: at most one per 8 bytes of each page's data (an event record takes at least 8:
- * a header word and a payload word, or two header words and the 2-byte id), allocated before the walk and never
- * touched beyond what it writes, so the bound costs address space, not memory. */
+ * a header word and a payload word, or two header words and the 2-byte id; a raw row cut at the commit's end at
+ * least 6, and only the last), allocated before the walk and never touched beyond what it writes, so the bound
+ * costs address space, not memory. */
 static int emit(Walker *w, wide ts, int etype, int64_t offset, int64_t size)
 {
     if (w->n >= w->cap) {
@@ -242,7 +245,10 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             etype = load16(pg, start);
             need = table_at(t, etype);
             if (need < 0) {
-                w->skipped++;
+                if (need == KEEP_RAW && ts <= TS_MAX) /* its bytes up to the commit's end at most */
+                    rc = emit(w, ts, etype, base + start, (pos > end ? end : pos) - start);
+                else
+                    w->skipped++;
                 continue;
             }
         } else if (tl == 0) {
@@ -259,7 +265,10 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
                     rc = malformed(w, ts, size < 8 ? BAD_LENGTH : RECORD_PAST_COMMIT);
                     break;
                 }
-                w->skipped++;
+                if (need == KEEP_RAW && ts <= TS_MAX)
+                    rc = emit(w, ts, etype, base + start, size);
+                else
+                    w->skipped++;
                 continue;
             }
         } else if (pos + 8 > end) { /* every remaining kind carries a second word */
@@ -397,8 +406,8 @@ static const char *check_args(const Py_buffer *buf, const Py_buffer *pages, cons
         memcpy(&len, (const char *)pages->buf + 16 * i + 8, 8);
         if (off < 0 || len < 0 || off > buf->len || len > buf->len - off)
             return "pages: a page lies outside the buffer";
-        if (len > h->data_offset)
-            *cap += (len - h->data_offset) / 8;
+        if (len > h->data_offset) /* the last may be a raw row cut at the page's end: 6 bytes at least */
+            *cap += (len - h->data_offset + 2) / 8;
         if (*cap > PY_SSIZE_T_MAX / 8)
             return "pages: too many";
     }

@@ -1,4 +1,5 @@
-"""Encoding ftrace ring-buffer pages: the inverse of `npu_trace.ftrace.decode`, for test data and benchmarks.
+"""Encoding ftrace ring-buffer pages: the inverse of the walk and `npu_trace.ftrace.decode`, for test data and
+benchmarks.
 
 Pure: (timestamp, pid, format, values) rows in, page bytes out, laid out as the kernel writes them
 (kernel/trace/ring_buffer.c): a page header (u64 timestamp of the page, local_t commit = bytes of data, with
@@ -8,7 +9,8 @@ time extend record (type 30) before a record whose delta does not fit in 27 bits
 first record's, so that record's delta is 0.
 
 Values follow the format's own fields (as `TraceEvent.values`): integers, `char[N]` and `__data_loc char[]`
-strings, integer arrays (lists), struct-typed fields as raw bytes or their hex text.
+strings, integer arrays (lists), struct-typed fields as raw bytes or their hex text, a flexible last field
+(`char buf[]`) as its text or bytes.
 """
 
 from __future__ import annotations
@@ -17,8 +19,19 @@ import struct
 import sys
 from typing import Any, Iterable, List, Optional, Tuple
 
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, TS_DELTA_MASK, TS_SHIFT, TYPE_TIME_EXTEND
-from npu_trace.ftrace.format import ARRAY, BYTES, CHAR_ARRAY, DATA_LOC, INT, REL_LOC, EventFormat, Field, PageHeader
+from npu_trace.ftrace.format import (
+    ARRAY,
+    BYTES,
+    CHAR_ARRAY,
+    DATA_LOC,
+    INT,
+    REL_LOC,
+    TAIL,
+    EventFormat,
+    Field,
+    PageHeader,
+)
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED, TS_DELTA_MASK, TS_SHIFT, TYPE_TIME_EXTEND
 
 _INT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 MAX_INLINE = 28 * 4  # the longest payload whose length fits in type_len
@@ -60,6 +73,8 @@ class RecordEncoder:
         elif kind == BYTES:
             raw = bytes.fromhex(value) if isinstance(value, str) else bytes(value)
             rec[field.offset : field.offset + field.size] = raw[: field.size].ljust(field.size, b"\0")
+        elif kind == TAIL:  # the last field, the rest of the record (ftrace:print's text)
+            rec[field.offset :] = (value.encode() + b"\0") if isinstance(value, str) else bytes(value)
         else:
             raise ValueError(f"field {field.name!r}: cannot encode a {kind} field")
 

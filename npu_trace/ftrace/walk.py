@@ -11,7 +11,9 @@ the MSB rule, padding, long records, a commit beyond the page, short pages, the 
 `backwards`), and so are the reasons a page or record is malformed: each is a Loss of kind
 "malformed:<reason>" at its place. Which records are decodable is judged by `wanted`: it maps each event id
 to a `Want` (its decoder's minimum payload size and where its dynamic fields' locators are:
-`wants(decoders)`); records of other ids are skipped and counted.
+`wants(decoders)`); records of other ids are skipped and counted, or, with `keep_unknown` (a consumer that
+shows every record: the ids no format describes), handed on as rows of their raw bytes (judged as records not
+wanted are: the framing's rules stay one; a fixed-size one running past the commit is cut there).
 
 Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
 int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed ("ts_overflow"): dropped,
@@ -72,8 +74,11 @@ class Want(NamedTuple):
     __rel_loc field, `where` its u32 locator's offset in the payload, `base` what the locator's offset counts
     from (0; for __rel_loc the end of the field)."""
 
-    size: int
+    size: int  # -2 (RAW): no format describes the event, its records are handed on as raw bytes
     dynamic: Tuple[Tuple[int, int], ...] = ()
+
+
+RAW = Want(-2)  # the C walker's KEEP_RAW
 
 
 def wants(decoders: Mapping[int, RecordDecoder]) -> Dict[int, Want]:
@@ -163,11 +168,13 @@ class Walker:
     batch after batch: `walk()` then costs the C call and the columns (the pure-Python walk where the
     extension was not built, with the same results)."""
 
-    def __init__(self, header: PageHeader, wanted: Optional[Mapping[int, Want]] = None,
-                 byteorder: str = sys.byteorder, source: str = "tracefs") -> None:  # fmt: skip
+    def __init__(self, header: PageHeader, wanted: Optional[Mapping[int, Want]] = None, byteorder: str = sys.byteorder,
+                 source: str = "tracefs", keep_unknown: bool = False) -> None:  # fmt: skip
+        if keep_unknown and wanted is not None:
+            wanted = Unknown(wanted)
         self.header, self.wanted, self.byteorder, self.source = header, wanted, byteorder, source
         self.layout = layout(header)
-        self.table = _table(None if wanted is None else tuple(sorted(wanted.items())))
+        self.table = _table(None if wanted is None else tuple(sorted(wanted.items())), keep_unknown)
         self.swap = byteorder != "little"
 
     def walk(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Walk:
@@ -226,11 +233,20 @@ def _column(raw: bytearray, dtype: Any) -> Any:
     return np.frombuffer(raw, dtype=dtype)
 
 
+class Unknown(Dict[int, Want]):
+    """A `wanted` table whose other ids are RAW (no format describes them: handed on as raw bytes)."""
+
+    def get(self, eid: int, default: Optional[Want] = None) -> Optional[Want]:  # type: ignore[override]
+        return super().get(eid, RAW)
+
+
 @lru_cache(maxsize=64)
-def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]]) -> bytes:
-    """The C walker's table: need[65536] (minimum size, -1: not wanted), dyn[65536] (0, or where this id's
-    dynamic fields are listed: a count, then (where, base) pairs), then those lists; int32, native order."""
-    table = array("i", [0 if wanted is None else -1]) * NTYPES + array("i", [0]) * NTYPES
+def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]], keep_unknown: bool = False) -> bytes:
+    """The C walker's table: need[65536] (minimum size, -1: not wanted, -2: kept raw), dyn[65536] (0, or where
+    this id's dynamic fields are listed: a count, then (where, base) pairs), then those lists; int32, native
+    order."""
+    other = 0 if wanted is None else RAW.size if keep_unknown else -1
+    table = array("i", [other]) * NTYPES + array("i", [0]) * NTYPES
     for eid, want in wanted or ():
         _check_want(eid, want)
         table[eid] = want.size
@@ -242,6 +258,8 @@ def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]]) -> bytes:
 
 
 def _check_want(eid: int, want: Want) -> None:
+    if want is RAW:
+        return
     values = (want.size, *(v for pair in want.dynamic for v in pair))
     if not 0 <= eid < NTYPES or any(not 0 <= v < 1 << 31 for v in values) or any(len(p) != 2 for p in want.dynamic):
         raise ValueError(f"wanted: event id {eid}: {want} is not a valid Want")
@@ -370,8 +388,11 @@ class _PyWalker:
                 pos = start + size
                 etype = u16(page, start)[0]
                 want = get(etype)
-                if want is None:
-                    st.skipped += 1
+                if want is None or want is RAW:
+                    if want is None or ts > TS_MAX:
+                        st.skipped += 1
+                    else:  # its bytes up to the commit's end at most
+                        self.emit(ts, etype, base + start, min(pos, end) - start)
                     continue
             elif tl == 0:
                 if pos + 8 > end:
@@ -382,11 +403,14 @@ class _PyWalker:
                 pos = start + size
                 etype = u16(page, start)[0] if size >= 2 and pos <= end else -1
                 want = get(etype) if etype >= 0 else None
-                if want is None:
+                if want is None or want is RAW:
                     if size < 8 or pos > end:
                         self.malformed(ts, "bad_length" if size < 8 else "record_past_commit")
                         break
-                    st.skipped += 1
+                    if want is None or ts > TS_MAX:
+                        st.skipped += 1
+                    else:
+                        self.emit(ts, etype, base + start, size)
                     continue
             elif pos + 8 > end:  # every remaining kind carries a second word
                 if not (tl == TYPE_PADDING and hdr >> 5 == 0):
@@ -422,6 +446,12 @@ class _PyWalker:
             put_offset(base + start)
             put_length(size)
         return ts
+
+    def emit(self, ts: int, etype: int, offset: int, size: int) -> None:
+        self.ts.append(ts)
+        self.etype.append(etype)
+        self.offset.append(offset)
+        self.length.append(size)
 
     def dynamic_ok(self, page: memoryview, start: int, size: int, dynamic: Tuple[Tuple[int, int], ...]) -> bool:
         """Each dynamic field's data inside the record (RecordDecoder raises ValueError otherwise)."""

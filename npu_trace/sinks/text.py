@@ -1,14 +1,37 @@
-"""Terminal renderings of events: human text and NDJSON. Untrusted strings are escaped, never interpreted."""
+"""Text and NDJSON of the timeline's blocks: one compiled line per event format, a batch of rows at a time.
+
+`StreamPrinter.write_block(block)` writes a block's rows in their order: a trace record's line is its format's
+%-template (`FormatLines`) applied to its field values taken from the block's columns (`Table.values`), the
+format's rows one batch; an event of the ftrace system's own (print, bprint, stacks, function graph) is shown
+by its special formatter where one is given (`kernel`: `formatter(fmt)` returning an object whose
+`rows(columns)` gives each row's text, None for a row it cannot make); an event no format describes as its
+bytes, as `trace-cmd report` shows an unknown event ("[UNKNOWN TYPE n] 0a 1b ..."). A row that cannot be
+formatted is shown by its raw fields and counted (`unformatted`), never dropped: every row of a block is one
+line. The other channels' events and the losses are objects, shown one by one.
+
+Untrusted strings (task names, kernel strings) are escaped, never interpreted: control characters and ANSI
+escapes appear as \\x.. (text) or as JSON escapes (NDJSON).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
 
-from npu_trace.events import Loss, NpuEvent, TraceEvent
+import numpy as np
+
+from npu_trace.events import Loss, NpuEvent, RawRecord, TraceEvent
 from npu_trace.ftrace.format import INT, EventFormat
+from npu_trace.pipeline.batch import Batch
+from npu_trace.pipeline.blocks import OBJECT, Block
+from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks
+from npu_trace.pipeline.order import stable_order
+from npu_trace.pipeline.pump import Sink
+from npu_trace.pipeline.scope import RawScope, ScopeFilter
 
 CommOf = Callable[[int], str]
+NS = 1_000_000_000
 
 # Control characters (ANSI escapes, newlines in kernel strings) are shown escaped, never sent to the terminal.
 _CONTROL = {i: f"\\x{i:02x}" for i in [*range(0x20), 0x7F]}
@@ -19,137 +42,356 @@ def safe_text(value: str) -> str:
     return value.translate(_CONTROL)
 
 
-def _value_text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A field value as text shows it (strings escaped, arrays [a,b], structs {k=v})."""
     if isinstance(value, str):
         return safe_text(value)
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}={_value_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{k}={value_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(_value_text(v) for v in value) + "]"
+        return "[" + ",".join(value_text(v) for v in value) + "]"
     return str(value)
 
 
-def format_text(ev: TraceEvent, comm: str) -> str:
-    secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
-    fmt = ev.fmt
-    plan = _TEXT_PLANS.get(id(fmt))
-    if plan is None or plan[0] is not fmt:
-        plan = _text_plan(fmt)
-    _, name, template, others, count = plan
-    values = ev.values
-    if len(values) != count:  # not one value per field: one by one, as far as both go
-        fields = _fields_text(ev)
-    else:
-        if others:
-            shown = list(values)
-            for i in others:
-                shown[i] = _value_text(shown[i])
-            values = tuple(shown)
-        try:
-            fields = template % values
-        except TypeError:  # a value that is not what its field declares: one by one
-            fields = _fields_text(ev)
-    who = _COMMS.get(comm)
-    if who is None:
-        if len(_COMMS) >= 4096:
-            _COMMS.clear()
-        who = _COMMS[comm] = safe_text(comm)
-    return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {who}-{ev.pid} {name}: {fields}"
-
-
-_COMMS: Dict[str, str] = {}  # process names as shown (escaped), a few thousand at most
-
-
-def _fields_text(ev: TraceEvent) -> str:
-    hexed = ev.fmt.hex_fields
-    return " ".join(
-        f"{k}={hex(v) if k in hexed and isinstance(v, int) else _value_text(v)}"
-        for k, v in zip(ev.fmt.field_names, ev.values)
-    )
-
-
-# format's id() -> (the format, its full name, its fields' %-template, positions of its non-integer fields,
-# its field count):
-# the text of an event is then one %-formatting (integers as %d, or %#x where the kernel prints them in hex,
-# which is what hex() gives), the other fields' values made text first
-TextPlan = Tuple[EventFormat, str, str, Tuple[int, ...], int]
-_TEXT_PLANS: Dict[int, TextPlan] = {}
-
-
-def _text_plan(fmt: EventFormat) -> TextPlan:
-    hexed = fmt.hex_fields
-    parts, others = [], []
-    for i, f in enumerate(fmt.fields):
-        name = f.name.replace("%", "%%")
-        if f.kind != INT:
-            parts.append(f"{name}=%s")
-            others.append(i)
-        else:
-            parts.append(f"{name}=%#x" if f.name in hexed else f"{name}=%d")
-    plan = _TEXT_PLANS[id(fmt)] = (fmt, fmt.full_name, " ".join(parts), tuple(others), len(fmt.fields))
-    return plan
-
-
 def event_dict(ev: TraceEvent, comm: str) -> Dict[str, Any]:
-    return {
-        "ts_ns": ev.ts_ns,
-        "cpu": ev.cpu,
-        "pid": ev.pid,
-        "comm": comm,
-        "event": ev.fmt.full_name,
-        "fields": ev.fields(),
-    }
+    return {"ts_ns": ev.ts_ns, "cpu": ev.cpu, "pid": ev.pid, "comm": comm, "event": ev.fmt.full_name,
+            "fields": ev.fields()}  # fmt: skip
 
 
-def format_ndjson(ev: TraceEvent, comm: str) -> str:
-    """json.dumps(event_dict(ev, comm)), exactly, from a %-template per format (integers as %d, the other
-    fields and the name through json.dumps)."""
-    fmt = ev.fmt
-    plan = _JSON_PLANS.get(id(fmt))
-    if plan is None or plan[0] is not fmt:
-        plan = _json_plan(fmt)
-    _, template, others, count = plan
-    values = ev.values
-    if template is None or len(values) != count:
-        return json.dumps(event_dict(ev, comm))
-    shown = [ev.ts_ns, ev.cpu, ev.pid, json.dumps(comm), *values]
-    for i in others:
-        shown[i] = json.dumps(shown[i])
-    try:
-        return template % tuple(shown)
-    except TypeError:  # a value that is not what its field declares
-        return json.dumps(event_dict(ev, comm))
+def fields_text(ev: TraceEvent) -> str:
+    """The fields of an event whose values are not what its format declares (one decoded elsewhere), one by
+    one as far as both go."""
+    hexed = ev.fmt.hex_fields
+    return " ".join(f"{k}={hex(v) if k in hexed and isinstance(v, int) else value_text(v)}"
+                    for k, v in zip(ev.fmt.field_names, ev.values))  # fmt: skip
 
 
-# format's id() -> (the format, its NDJSON %-template (None: field names repeat, json.dumps it is), the
-# positions in the template's values of its non-integer fields, its field count)
-JsonPlan = Tuple[EventFormat, Any, Tuple[int, ...], int]
-_JSON_PLANS: Dict[int, JsonPlan] = {}
-
-
-def _json_plan(fmt: EventFormat) -> JsonPlan:
-    names = list(fmt.field_names)
-    template = None
-    others = tuple(4 + i for i, f in enumerate(fmt.fields) if f.kind != INT)
-    if len(set(names)) == len(names):
-        fields = ", ".join(f"{_json_literal(f.name)}: {'%d' if f.kind == INT else '%s'}" for f in fmt.fields)
-        template = ('{"ts_ns": %d, "cpu": %d, "pid": %d, "comm": %s, "event": ' + _json_literal(fmt.full_name)
-                    + ', "fields": {' + fields + "}}")  # fmt: skip
-    plan = _JSON_PLANS[id(fmt)] = (fmt, template, others, len(fmt.fields))
-    return plan
-
-
-def _json_literal(text: str) -> str:
+def _literal(text: str) -> str:
+    """A JSON string literal of `text`, for a %-template."""
     return json.dumps(text).replace("%", "%%")
 
 
+Column = Union[np.ndarray, List[Any]]  # a field's values: an integer field's as an array, the others' as a list
+
+
+class FormatLines:
+    """One event format's lines, a batch of rows at a time: text `secs.nsecs [cpu] comm-pid system:name:
+    field=value ...` (integers as %d, or %#x where the kernel prints them in hex) or the NDJSON of
+    `event_dict`, as one %-template per batch. What a batch's rows share is put in the template once: a field
+    of one value, a (CPU, task) pair's text; what they do not, one conversion per row and field."""
+
+    def __init__(self, fmt: EventFormat, ndjson: bool) -> None:
+        self.fmt, self.ndjson = fmt, ndjson
+        self.hexed = fmt.hex_fields
+        names = fmt.field_names
+        self.json_ok = len(set(names)) == len(names)  # names that repeat make no JSON object: json.dumps it is
+        self.name = fmt.full_name
+
+    def lines(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
+              comm: Callable[[int], str]) -> List[str]:  # fmt: skip
+        """The rows' lines: their stamps, CPUs and pids, one column per field, and each pid's name as shown."""
+        if self.ndjson and not self.json_ok:
+            return self.fallback(stamps, cpus, pids, columns, comm)
+        parts, values = [], []
+        for k, field in enumerate(self.fmt.fields):
+            spec, column = self._field(field, columns[k])
+            parts.append(spec)
+            if column is not None:
+                values.append(column)
+        template = self._template(parts)
+        head = self._head(stamps, cpus, pids, comm)
+        try:
+            return list(map(template.__mod__, zip(*head, *values)))
+        except TypeError:  # a value that is not what its field declares (an event decoded elsewhere)
+            return self.fallback(stamps, cpus, pids, columns, comm)
+
+    def _field(self, field: Any, column: Column) -> Tuple[str, Optional[List[Any]]]:
+        """(its part of the template, its values shown per row or None when the part holds its one value)."""
+        number = field.kind == INT
+        spec = "%d" if number and (self.ndjson or field.name not in self.hexed) else "%#x" if number else "%s"
+        if isinstance(column, np.ndarray):
+            if len(column) and (column == column[0]).all():
+                return (spec % int(column[0])).replace("%", "%%"), None
+            return spec, column.tolist()
+        if not number:
+            return spec, _shown(column, json.dumps if self.ndjson else value_text)
+        return spec, column
+
+    def _template(self, parts: List[str]) -> str:
+        if self.ndjson:
+            fields = ", ".join(f"{_literal(f.name)}: {part}" for f, part in zip(self.fmt.fields, parts))
+            return '{"ts_ns": %d, %s, "event": ' + _literal(self.name) + ', "fields": {' + fields + "}}"
+        fields = " ".join(f"{f.name.replace('%', '%%')}={part}" for f, part in zip(self.fmt.fields, parts))
+        return "%s%09d%s" + fields
+
+    def _head(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
+              comm: Callable[[int], str]) -> Tuple[List[Any], ...]:  # fmt: skip
+        """The template's first arguments per row: (ts, "cpu, pid, comm" JSON) or (secs and the dot, nsecs,
+        " [cpu] comm-pid name: ")."""
+        who = (cpus.astype(np.int64) << 32) | (pids.astype(np.int64) & 0xFFFFFFFF)
+        keys, at = np.unique(who, return_inverse=True)
+        if self.ndjson:
+            text = [f'"cpu": {k >> 32}, "pid": {_s32(k)}, "comm": {comm(_s32(k))}' for k in keys.tolist()]
+            return stamps.tolist(), list(map(text.__getitem__, at.tolist()))
+        name = self.name
+        text = [f" [{k >> 32:03d}] {comm(_s32(k))}-{_s32(k)} {name}: " for k in keys.tolist()]
+        secs, nsecs = np.divmod(stamps, NS)
+        return _runs(secs, "{:6d}."), nsecs.tolist(), list(map(text.__getitem__, at.tolist()))
+
+    def fallback(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
+                 comm: Callable[[int], str]) -> List[str]:  # fmt: skip
+        """Each row alone: its fields one by one where the template does not take them (text), json.dumps
+        (NDJSON)."""
+        lists = [c.tolist() if isinstance(c, np.ndarray) else c for c in columns]
+        out = []
+        for i, (ts, cpu, pid) in enumerate(zip(stamps.tolist(), cpus.tolist(), pids.tolist())):
+            ev = TraceEvent(ts, cpu, pid, self.fmt, tuple(col[i] for col in lists))
+            out.append(self._one(ev, comm(pid)))
+        return out
+
+    def _one(self, ev: TraceEvent, shown: str) -> str:
+        if self.ndjson:
+            return json.dumps(event_dict(ev, json.loads(shown)))
+        try:
+            fields = " ".join(f"{f.name}=" + ("%#x" if f.name in self.hexed else "%d") % v if f.kind == INT
+                              else f"{f.name}={value_text(v)}" for f, v in zip(self.fmt.fields, ev.values))  # fmt: skip
+            if len(ev.values) != len(self.fmt.fields):
+                raise TypeError("not one value per field")
+        except TypeError:
+            fields = fields_text(ev)
+        secs, nsecs = divmod(ev.ts_ns, NS)
+        return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {shown}-{ev.pid} {self.name}: {fields}"
+
+    def special(self, bodies: Sequence[str], stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
+                columns: Sequence[Column], comm: Callable[[int], str]) -> List[str]:  # fmt: skip
+        """The lines of rows a special formatter made text of: the text in place of the fields (text), beside
+        them (NDJSON: "text")."""
+        if not self.ndjson:
+            name = self.name
+            return [f"{s // NS:6d}.{s % NS:09d} [{c:03d}] {comm(p)}-{p} {name}: {safe_text(body)}"
+                    for s, c, p, body in zip(stamps.tolist(), cpus.tolist(), pids.tolist(), bodies)]  # fmt: skip
+        plain = self.lines(stamps, cpus, pids, columns, comm)
+        return [line[:-1] + ', "text": ' + json.dumps(body) + "}" for line, body in zip(plain, bodies)]
+
+
+def _s32(key: int) -> int:
+    """The pid in a (cpu << 32 | pid) key."""
+    low = key & 0xFFFFFFFF
+    return low - (1 << 32) if low >= 1 << 31 else low
+
+
+def _runs(values: np.ndarray, spec: str) -> List[str]:
+    """Non-decreasing values (seconds of stamps in time order) as text, one formatting per run of equal ones."""
+    if not len(values):
+        return []
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    lengths = np.diff(np.r_[starts, len(values)]).tolist()
+    out: List[str] = []
+    for value, n in zip(values[starts].tolist(), lengths):
+        out += [spec.format(value)] * n
+    return out
+
+
+def _shown(values: List[Any], show: Callable[[Any], str]) -> List[str]:
+    """Non-integer values as shown; each distinct string once (names repeat)."""
+    if values and set(map(type, values)) == {str}:
+        text = {v: show(v) for v in set(values)}
+        return [text[v] for v in values]
+    return [show(v) for v in values]
+
+
+class StreamPrinter:
+    """Writes blocks (and single objects) to a text stream, as text or NDJSON. `kernel`: the tables the ftrace
+    system's own events are shown with (see the module docstring; None: by their fields). `records` counts the
+    trace records shown, `unformatted` those shown by their raw fields (their text could not be made)."""
+
+    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[Any] = None) -> None:
+        self.out = out
+        self.ndjson = fmt == "ndjson"
+        self.comm_of = comm_of
+        self.kernel = kernel
+        self.lines = 0
+        self.records = 0
+        self.unformatted = 0
+        self._formats: Dict[int, Tuple[EventFormat, FormatLines]] = {}
+        self._comms: Dict[str, str] = {}  # names as shown (escaped, or JSON literals), a few thousand at most
+
+    # ---- blocks ------------------------------------------------------------------------------------------
+    def write_block(self, block: Block) -> None:
+        """The block's lines, in its order, in one write."""
+        if not len(block):
+            return
+        out: np.ndarray = np.empty(len(block), dtype=object)
+        for etype, rows in _groups(block):
+            out[rows] = self._objects(block, rows) if etype == OBJECT else self._records(block, etype, rows)
+        self._write(out.tolist())
+
+    def _records(self, block: Block, etype: int, rows: np.ndarray) -> List[str]:
+        table = block.tables[etype]
+        refs = block.ref[rows]
+        stamps, cpus, pids = block.ts[rows], block.cpu[rows], block.pid[rows]
+        self.records += len(rows)
+        if table.plan is None:  # no format describes the event: its bytes
+            self.unformatted += len(rows)
+            rows_of = zip(stamps.tolist(), cpus.tolist(), pids.tolist(), refs.tolist())
+            return [self.raw_line(RawRecord(s, c, p, etype, table.payload(r))) for s, c, p, r in rows_of]
+        return self._format_lines(table.plan.fmt, stamps, cpus, pids, table.values(refs, arrays=True))
+
+    def _format_lines(self, fmt: EventFormat, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
+                      columns: List[Column]) -> List[str]:  # fmt: skip
+        lines = self._lines(fmt)
+        formatter = self.kernel.formatter(fmt) if self.kernel is not None else None
+        if formatter is None:
+            return lines.lines(stamps, cpus, pids, columns, self._shown_comm)
+        bodies = formatter.rows([c.tolist() if isinstance(c, np.ndarray) else c for c in columns])
+        done = [i for i, body in enumerate(bodies) if body is not None]
+        if len(done) == len(bodies):
+            return lines.special(bodies, stamps, cpus, pids, columns, self._shown_comm)
+        self.unformatted += len(bodies) - len(done)
+        out = lines.lines(stamps, cpus, pids, columns, self._shown_comm)  # the raw fields, then the rows made text
+        if done:
+            at = np.array(done, dtype=np.int64)
+            picked = [c[at] if isinstance(c, np.ndarray) else [c[i] for i in done] for c in columns]
+            special = lines.special([bodies[i] for i in done], stamps[at], cpus[at], pids[at], picked,
+                                    self._shown_comm)  # fmt: skip
+            for i, line in zip(done, special):
+                out[i] = line
+        return out
+
+    def _objects(self, block: Block, rows: np.ndarray) -> List[str]:
+        """Items that came as objects: the records decoded elsewhere (BPF's) a format at a time, the other
+        channels' events and the losses one by one."""
+        items = [block.objects[r] for r in block.ref[rows].tolist()]
+        out: List[Optional[str]] = [None] * len(items)
+        by_format: Dict[int, List[int]] = {}
+        for i, item in enumerate(items):
+            if item.__class__ is TraceEvent:
+                by_format.setdefault(id(item.fmt), []).append(i)
+            else:
+                out[i] = self.line(item)
+        for at in by_format.values():
+            for i, line in zip(at, self._decoded([items[i] for i in at])):
+                out[i] = line
+        return out  # type: ignore[return-value]
+
+    def _decoded(self, events: List[TraceEvent]) -> List[str]:
+        """Records of one format decoded elsewhere (objects), as the format's lines."""
+        self.records += len(events)
+        fmt = events[0].fmt
+        count = len(fmt.fields)
+        try:
+            stamps, cpus, pids = (np.array([ev[k] for ev in events], dtype=np.int64) for k in range(3))
+        except (OverflowError, TypeError):  # a stamp or number past 64 bits: one by one
+            return [self._odd(ev) for ev in events]
+        if any(len(ev.values) != count for ev in events):  # not one value per field: one by one
+            return [self._odd(ev) for ev in events]
+        columns: List[Column] = [list(col) for col in zip(*(ev.values for ev in events))] or [[] for _ in range(count)]
+        return self._format_lines(fmt, stamps, cpus, pids, columns)
+
+    def _odd(self, ev: TraceEvent) -> str:
+        return self._lines(ev.fmt)._one(ev, self._shown_comm(ev.pid))
+
+    def _lines(self, fmt: EventFormat) -> FormatLines:
+        hit = self._formats.get(id(fmt))
+        if hit is None or hit[0] is not fmt:
+            hit = self._formats[id(fmt)] = (fmt, FormatLines(fmt, self.ndjson))
+        return hit[1]
+
+    def _shown_comm(self, pid: int) -> str:
+        """A pid's task name as shown (escaped, or a JSON literal)."""
+        return self._comm(self.comm_of(pid))
+
+    def _comm(self, comm: str) -> str:
+        shown = self._comms.get(comm)
+        if shown is None:
+            if len(self._comms) >= 4096:
+                self._comms.clear()
+            shown = self._comms[comm] = json.dumps(comm) if self.ndjson else safe_text(comm)
+        return shown
+
+    # ---- single objects ------------------------------------------------------------------------------------
+    def line(self, item: Any) -> Optional[str]:
+        """An object's line (without its newline): a channel's event, a loss, a record; None for what is not
+        shown."""
+        if isinstance(item, TraceEvent):
+            return self._decoded([item])[0]
+        if isinstance(item, Loss):
+            return json.dumps(loss_dict(item)) if self.ndjson else loss_text(item)
+        if isinstance(item, NpuEvent):
+            return json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
+        if isinstance(item, RawRecord):
+            self.records += 1
+            self.unformatted += 1
+            return self.raw_line(item)
+        return None
+
+    def write_objects(self, items: Iterable[Any]) -> None:
+        """Objects' lines in one write."""
+        self._write([line for line in map(self.line, items) if line is not None])
+
+    def raw_line(self, raw: RawRecord) -> str:
+        """A record of an event no format describes: its bytes."""
+        comm = self.comm_of(raw.pid)
+        if self.ndjson:
+            return json.dumps({"ts_ns": raw.ts_ns, "cpu": raw.cpu, "pid": raw.pid, "comm": comm,
+                               "event": f"unknown:{raw.id}", "raw": raw.payload.hex()})  # fmt: skip
+        secs, nsecs = divmod(raw.ts_ns, NS)
+        data = "".join(f" {b:02x}" for b in raw.payload)
+        return f"{secs:6d}.{nsecs:09d} [{raw.cpu:03d}] {self._comm(comm)}-{raw.pid} [UNKNOWN TYPE {raw.id}]{data}"
+
+    def _write(self, lines: List[str]) -> None:
+        if lines:
+            self.out.write("\n".join(lines) + "\n")
+            self.lines += len(lines)
+        self.out.flush()
+
+
+def _groups(block: Block) -> List[Tuple[int, np.ndarray]]:
+    """(etype, its rows in order) for each etype of the block."""
+    if block.groups is not None:
+        return block.groups
+    order = stable_order(block.etype)
+    cuts = np.flatnonzero(np.diff(block.etype[order])) + 1
+    return [(int(block.etype[part[0]]), part) for part in np.split(order, cuts) if len(part)]
+
+
+# ---- a pump sink that prints, and what a summary says of it -------------------------------------------------
+def printing(timeline: BlockTimeline, printer: StreamPrinter, keep: Optional[RawScope] = None) -> Sink:
+    """A pump sink: each batch into the timeline; what it released, taken as a live consumer takes it (a
+    block every few thousand rows or 50 ms, and at the end), printed in time order (in scope)."""
+    blocks = LiveBlocks(timeline, time.monotonic)
+
+    def sink(batch: Batch) -> None:
+        block = blocks.push(batch)
+        if block is not None:
+            printer.write_block(block if keep is None else keep.keep(block))
+
+    return sink
+
+
+def unformatted_summary(unformatted: int) -> str:
+    """ ", 3 of them shown by their raw fields" for a summary line; "" for none."""
+    return f", {unformatted} of them shown by their raw fields (no text could be made)" if unformatted else ""
+
+
+def scope_summary(scope: Optional[ScopeFilter]) -> str:
+    """ ", 120 left out by the scope (device 100, irq 20)" for a summary line; "" when the pipeline left
+    nothing out (the kernel's filters never delivered what they left out: not counted)."""
+    dropped = scope.dropped if scope is not None else {}
+    if not sum(dropped.values()):
+        return ""
+    why = ", ".join(f"{k} {n}" for k, n in sorted(dropped.items()))
+    return f", {sum(dropped.values())} left out by the scope ({why})"
+
+
+# ---- the other channels' events and the losses ------------------------------------------------------------------
 def channel_text(ev: NpuEvent) -> str:
     """An event of another channel (kmsg, uevent, npu-smi): already normalized, shown as kind, device, op, args."""
-    secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
+    secs, nsecs = divmod(ev.ts_ns, NS)
     cpu = f"{ev.cpu:03d}" if ev.cpu >= 0 else "---"
     source = safe_text(str(ev.args.get("source", "?")))
     dev = "-" if ev.dev is None else str(ev.dev)
-    fields = " ".join(f"{safe_text(str(k))}={_value_text(v)}" for k, v in ev.args.items() if k != "source")
+    fields = " ".join(f"{safe_text(str(k))}={value_text(v)}" for k, v in ev.args.items() if k != "source")
     return f"{secs:6d}.{nsecs:09d} [{cpu}] {source} {ev.kind} dev={dev} {safe_text(ev.op)}: {fields}"
 
 
@@ -163,42 +405,7 @@ def loss_dict(loss: Loss) -> Dict[str, Any]:
             "kind": loss.kind, "count": loss.lost}  # fmt: skip
 
 
-class StreamPrinter:
-    """Writes events and losses to a text stream, as text or NDJSON."""
-
-    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf) -> None:
-        self.out = out
-        self.ndjson = fmt == "ndjson"
-        self.comm_of = comm_of
-        self.lines = 0
-
-    def write(self, item: Any) -> None:
-        line = self.line(item)
-        if line is not None:
-            self.out.write(line + "\n")
-            self.lines += 1
-
-    def line(self, item: Any) -> Optional[str]:
-        """The item's line (without its newline); None for what is not shown."""
-        if isinstance(item, TraceEvent):
-            comm = self.comm_of(item.pid)
-            return format_ndjson(item, comm) if self.ndjson else format_text(item, comm)
-        if isinstance(item, Loss):
-            return json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
-        if isinstance(item, NpuEvent):
-            return json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
-        return None
-
-    def write_batch(self, batch: List[Any]) -> None:
-        """The batch's lines in one write."""
-        lines = [line for line in map(self.line, batch) if line is not None]
-        if lines:
-            self.out.write("\n".join(lines) + "\n")
-            self.lines += len(lines)
-        self.out.flush()
-
-    @staticmethod
-    def _loss_text(loss: Loss) -> str:
-        secs, nsecs = divmod(loss.ts_ns, 1_000_000_000)
-        count = str(loss.lost) if loss.lost else "an unknown number of"
-        return f"{secs:6d}.{nsecs:09d} [{loss.cpu:03d}] !! LOST {count} events ({loss.source}/{loss.kind})"
+def loss_text(loss: Loss) -> str:
+    secs, nsecs = divmod(loss.ts_ns, NS)
+    count = str(loss.lost) if loss.lost else "an unknown number of"
+    return f"{secs:6d}.{nsecs:09d} [{loss.cpu:03d}] !! LOST {count} events ({loss.source}/{loss.kind})"
