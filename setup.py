@@ -1,10 +1,17 @@
-"""The compiled page walker, npu_trace/ftrace/_walk.c; everything else is declared in pyproject.toml.
+"""The compiled parts: the page walker (npu_trace/ftrace/_walk.c) and the text lines' assembly
+(npu_trace/sinks/_lines.c); everything else is declared in pyproject.toml.
 
-optional=True: where no compiler is, the install goes on without the extension and npu_trace.ftrace.walk
-runs its pure-Python walk (the same results, slower); `npu-trace doctor` says which one runs. (Kept here:
-declaring extensions in pyproject.toml needs setuptools 74, newer than the distributions' own.)
+optional=True: where no compiler is, the install goes on without them and npu_trace.ftrace.walk runs its
+pure-Python walk, npu_trace.sinks.text its pure-Python lines (the same results, slower); `npu-trace doctor`
+says which ones run. (Kept here: declaring extensions in pyproject.toml needs setuptools 74, newer than the
+distributions' own.)
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("npu_trace.ftrace._walk", ["npu_trace/ftrace/_walk.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("npu_trace.ftrace._walk", ["npu_trace/ftrace/_walk.c"], optional=True),
+        Extension("npu_trace.sinks._lines", ["npu_trace/sinks/_lines.c"], optional=True),
+    ]
+)

@@ -472,6 +472,16 @@ def check_walker(implementation: str = WALKER) -> Check:
     return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
+def check_lines(implementation: str = "") -> Check:
+    """The text and NDJSON lines' assembly: compiled, or one %-formatting per line (the same text, slower)."""
+    if not implementation:
+        from npu_trace.sinks.text import IMPLEMENTATION as implementation
+    if implementation == "c":
+        return Check("text lines", True, "compiled (npu_trace.sinks._lines)")
+    detail = "pure Python: the C extension was not built where npu-trace was installed (same text, slower)"
+    return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 def run_checks(host: Optional[Host] = None) -> List[Check]:
     host = host or Host()
@@ -499,6 +509,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_simulator(events),
         check_kernel_layout(fs),
         check_walker(),
+        check_lines(),
     ]
     return _mark_event_sources(checks)
 

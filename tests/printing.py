@@ -26,8 +26,14 @@ def reference(items: Sequence[Any], fmt: str, comms: CommOf = comm_of) -> str:
 
 
 def production(blocks: Iterable[Block], fmt: str, comms: CommOf = comm_of) -> str:
-    out = io.StringIO()
-    printer = StreamPrinter(out, fmt, comms)
-    for block in blocks:
-        printer.write_block(block)
-    return out.getvalue()
+    """The blocks' lines, the compiled assembly's and the pure-Python path's (held equal here)."""
+    outs = []
+    blocks = list(blocks)
+    for compiled in (True, False):
+        out = io.StringIO()
+        printer = StreamPrinter(out, fmt, comms, compiled=compiled)
+        for block in blocks:
+            printer.write_block(block)
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1]
+    return outs[0]

@@ -1,8 +1,9 @@
 """`replay --headless` prints what the reference path prints, byte for byte, text and NDJSON, as fast as it reads
 (--max: recorded chunks walked whole) and at a pace (the pump's batches): every simulator scenario, the golden
 capture of this kernel, imported logs, a recording with a device scope, corrupted copies of the golden pages
-(records no format describes among them). Every record read is printed (the summary's count is the lines'),
-the malformed ones are counted by reason.
+(records no format describes among them); the lines assembled by the compiled path and by the pure-Python
+one. Every record read is printed (the summary's count is the lines'), the malformed ones are counted by
+reason.
 
 The reference (tests/reference/replay.py) decodes each record into an object, orders the objects with the
 per-item merge and prints them one by one; the production path walks the pages, orders columns and makes each
@@ -38,12 +39,14 @@ from test_timeline import HEADER, reads, spread, synth_header, write_batches
 FORMATS = ("text", "ndjson")
 
 
-def replay(path: str, fmt: str, *pace: str) -> Tuple[str, str]:
+def replay(path: str, fmt: str, *pace: str, compiled: bool = True) -> Tuple[str, str]:
     """`npu-trace replay --headless --format FMT PATH` in this process (its signal handlers and GC tuning left
-    out: they are the process's): (stdout, stderr)."""
+    out: they are the process's): (stdout, stderr). Not `compiled`: the lines made by the pure-Python path (as
+    where the extension was not built)."""
     out, err = io.StringIO(), io.StringIO()
     quiet = mock.patch("npu_trace.commands.replay.prepare_process", StopFlag)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), quiet:
+    python = contextlib.nullcontext() if compiled else mock.patch("npu_trace.sinks.text._lines", None)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), quiet, python:
         code = cli.main(["replay", "--headless", "--format", fmt, *pace, path])
     assert code == 0, err.getvalue()
     return out.getvalue(), err.getvalue()
@@ -64,6 +67,7 @@ def same_output(path: str, paced: bool = True) -> Tuple[str, str]:
             got, err = replay(path, fmt, *pace)
             assert got == want
             assert replayed_count(err) == records
+        assert replay(path, fmt, "--max", compiled=False)[0] == want  # the lines' pure-Python path
     return replay(path, "ndjson", "--max")
 
 

@@ -1,13 +1,16 @@
-"""Text and NDJSON of the timeline's blocks: one compiled line per event format, a batch of rows at a time.
+"""Text and NDJSON of the timeline's blocks: one line per record, made a format's rows at a time.
 
-`StreamPrinter.write_block(block)` writes a block's rows in their order: a trace record's line is its format's
-%-template (`FormatLines`) applied to its field values taken from the block's columns (`Table.values`), the
-format's rows one batch; an event of the ftrace system's own (print, bprint, stacks, function graph) is shown
-by its special formatter where one is given (`kernel`: `formatter(fmt)` returning an object whose
-`rows(columns)` gives each row's text, None for a row it cannot make); an event no format describes as its
-bytes, as `trace-cmd report` shows an unknown event ("[UNKNOWN TYPE n] 0a 1b ..."). A row that cannot be
-formatted is shown by its raw fields and counted (`unformatted`), never dropped: every row of a block is one
-line. The other channels' events and the losses are objects, shown one by one.
+`StreamPrinter.write_block(block)` writes a block's rows in their order. A trace record's line is its format's
+line (`FormatLines`): literal pieces (the field names; a field, a CPU and task, a second that every row of the
+batch shares, written once) and the columns of its values, taken from the block (`Table.values`). The compiled
+assembly (`_lines.c`: `render` a format's rows, `interleave` the formats in the block's order) writes them as
+bytes; where it was not built, one %-formatting per row makes the same text (`IMPLEMENTATION` says which).
+An event of the ftrace system's own (print, bprint, stacks, function graph) is shown by its special formatter
+where one is given (`kernel`: `formatter(fmt)` returning an object whose `rows(columns)` gives each row's text,
+None for a row it cannot make); an event no format describes as its bytes, as `trace-cmd report` shows an
+unknown event ("[UNKNOWN TYPE n] 0a 1b ..."). A row that cannot be formatted is shown by its raw fields and
+counted (`unformatted`), never dropped: every row of a block is one line. The other channels' events and the
+losses are objects, shown one by one.
 
 Untrusted strings (task names, kernel strings) are escaped, never interpreted: control characters and ANSI
 escapes appear as \\x.. (text) or as JSON escapes (NDJSON).
@@ -29,6 +32,12 @@ from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks
 from npu_trace.pipeline.order import stable_order
 from npu_trace.pipeline.pump import Sink
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
+
+try:
+    from npu_trace.sinks import _lines
+except ImportError:  # installed where no compiler was: the pure-Python lines, the same text
+    _lines = None  # type: ignore[assignment]
+IMPLEMENTATION = "c" if _lines is not None else "python"
 
 CommOf = Callable[[int], str]
 NS = 1_000_000_000
@@ -74,11 +83,17 @@ def _literal(text: str) -> str:
 Column = Union[np.ndarray, List[Any]]  # a field's values: an integer field's as an array, the others' as a list
 
 
+Piece = Tuple[str, Any]  # ("", literal text) or (code, a column: an int64/uint64 array, or a list of str)
+SPECS = {"d": "%d", "u": "%d", "x": "%#x", "X": "%#x", "9": "%09d", "6": "%6d", "s": "%s"}
+
+
 class FormatLines:
     """One event format's lines, a batch of rows at a time: text `secs.nsecs [cpu] comm-pid system:name:
     field=value ...` (integers as %d, or %#x where the kernel prints them in hex) or the NDJSON of
-    `event_dict`, as one %-template per batch. What a batch's rows share is put in the template once: a field
-    of one value, a (CPU, task) pair's text; what they do not, one conversion per row and field."""
+    `event_dict`. A batch's line is a list of pieces: literal text (what every row shares: the field names, a
+    field of one value) and columns (a value per row: numbers, or text made once per distinct value: a (CPU,
+    task) pair's, a string field's). The compiled assembly (`_lines.render`) writes them as bytes; without it,
+    one %-formatting per row does (`lines`), the same text."""
 
     def __init__(self, fmt: EventFormat, ndjson: bool) -> None:
         self.fmt, self.ndjson = fmt, ndjson
@@ -90,53 +105,70 @@ class FormatLines:
     def lines(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
               comm: Callable[[int], str]) -> List[str]:  # fmt: skip
         """The rows' lines: their stamps, CPUs and pids, one column per field, and each pid's name as shown."""
+        pieces = self.pieces(stamps, cpus, pids, columns, comm)
+        if pieces is None:
+            return self.fallback(stamps, cpus, pids, columns, comm)
+        template = "".join(SPECS[code] if code else text.replace("%", "%%") for code, text in pieces)
+        values = [col.tolist() if isinstance(col, np.ndarray) else col for code, col in pieces if code]
+        return list(map(template.__mod__, zip(*values)))
+
+    def render(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
+               comm: Callable[[int], str]) -> Tuple[bytes, bytes]:  # fmt: skip
+        """The rows' lines as the compiled assembly writes them: (their UTF-8 text, each followed by a newline;
+        int64 offsets of where each begins, and the end)."""
+        pieces = self.pieces(stamps, cpus, pids, columns, comm)
+        if pieces is None:
+            return as_chunk(self.fallback(stamps, cpus, pids, columns, comm))
+        parts = tuple((code.encode(), col) if code else col.encode() for code, col in _merged(pieces))
+        assert _lines is not None, "the compiled lines were not built"
+        return _lines.render(parts, len(stamps))
+
+    def pieces(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
+               comm: Callable[[int], str]) -> Optional[List[Piece]]:  # fmt: skip
+        """The line's pieces for these rows; None when a value is not what its field declares (an event decoded
+        elsewhere: one by one, `fallback`) or the format's field names repeat (NDJSON: json.dumps)."""
         if self.ndjson and not self.json_ok:
-            return self.fallback(stamps, cpus, pids, columns, comm)
-        parts, values = [], []
+            return None
+        pieces = self._head(stamps, cpus, pids, comm)
         for k, field in enumerate(self.fmt.fields):
-            spec, column = self._field(field, columns[k])
-            parts.append(spec)
-            if column is not None:
-                values.append(column)
-        template = self._template(parts)
-        head = self._head(stamps, cpus, pids, comm)
-        try:
-            return list(map(template.__mod__, zip(*head, *values)))
-        except TypeError:  # a value that is not what its field declares (an event decoded elsewhere)
-            return self.fallback(stamps, cpus, pids, columns, comm)
+            name = f"{_literal(field.name)}: " if self.ndjson else f"{field.name}="
+            pieces.append(("", (", " if k else "") + name if self.ndjson else (" " if k else "") + name))
+            piece = self._field(field, columns[k])
+            if piece is None:
+                return None
+            pieces.append(piece)
+        pieces.append(("", "}}" if self.ndjson else ""))
+        return pieces
 
-    def _field(self, field: Any, column: Column) -> Tuple[str, Optional[List[Any]]]:
-        """(its part of the template, its values shown per row or None when the part holds its one value)."""
-        number = field.kind == INT
-        spec = "%d" if number and (self.ndjson or field.name not in self.hexed) else "%#x" if number else "%s"
-        if isinstance(column, np.ndarray):
-            if len(column) and (column == column[0]).all():
-                return (spec % int(column[0])).replace("%", "%%"), None
-            return spec, column.tolist()
-        if not number:
-            return spec, _shown(column, json.dumps if self.ndjson else value_text)
-        return spec, column
+    def _field(self, field: Any, column: Column) -> Optional[Piece]:
+        """A field's piece: its one value as text, or its column (None: a value of another type)."""
+        if field.kind != INT:
+            values = column.tolist() if isinstance(column, np.ndarray) else column
+            return "s", _shown(values, json.dumps if self.ndjson else value_text)
+        code = "d" if self.ndjson or field.name not in self.hexed else "x"
+        array = _numbers(column)
+        if array is None:
+            return None
+        if array.dtype == np.uint64:
+            code = code.upper() if code == "x" else "u"
+        if len(array) and (array == array[0]).all():
+            return "", SPECS[code] % int(array[0])
+        return code, array
 
-    def _template(self, parts: List[str]) -> str:
-        if self.ndjson:
-            fields = ", ".join(f"{_literal(f.name)}: {part}" for f, part in zip(self.fmt.fields, parts))
-            return '{"ts_ns": %d, %s, "event": ' + _literal(self.name) + ', "fields": {' + fields + "}}"
-        fields = " ".join(f"{f.name.replace('%', '%%')}={part}" for f, part in zip(self.fmt.fields, parts))
-        return "%s%09d%s" + fields
-
-    def _head(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
-              comm: Callable[[int], str]) -> Tuple[List[Any], ...]:  # fmt: skip
-        """The template's first arguments per row: (ts, "cpu, pid, comm" JSON) or (secs and the dot, nsecs,
-        " [cpu] comm-pid name: ")."""
+    def _head(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, comm: Callable[[int], str]) -> List[Piece]:
+        """The pieces before the fields: (ts, the "cpu, pid, comm" of the row's (CPU, task)), or (seconds, the
+        dot, nanoseconds, " [cpu] comm-pid name: ")."""
         who = (cpus.astype(np.int64) << 32) | (pids.astype(np.int64) & 0xFFFFFFFF)
         keys, at = np.unique(who, return_inverse=True)
         if self.ndjson:
             text = [f'"cpu": {k >> 32}, "pid": {_s32(k)}, "comm": {comm(_s32(k))}' for k in keys.tolist()]
-            return stamps.tolist(), list(map(text.__getitem__, at.tolist()))
+            return [("", '{"ts_ns": '), ("d", stamps.astype(np.int64)), ("", ", "),
+                    ("s", list(map(text.__getitem__, at.tolist()))),
+                    ("", ', "event": ' + json.dumps(self.name) + ', "fields": {')]  # fmt: skip
         name = self.name
         text = [f" [{k >> 32:03d}] {comm(_s32(k))}-{_s32(k)} {name}: " for k in keys.tolist()]
-        secs, nsecs = np.divmod(stamps, NS)
-        return _runs(secs, "{:6d}."), nsecs.tolist(), list(map(text.__getitem__, at.tolist()))
+        secs, nsecs = np.divmod(stamps.astype(np.int64), NS)
+        return [("6", secs), ("", "."), ("9", nsecs), ("s", list(map(text.__getitem__, at.tolist())))]
 
     def fallback(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
                  comm: Callable[[int], str]) -> List[str]:  # fmt: skip
@@ -174,22 +206,45 @@ class FormatLines:
         return [line[:-1] + ', "text": ' + json.dumps(body) + "}" for line, body in zip(plain, bodies)]
 
 
+def _numbers(column: Column) -> Optional[np.ndarray]:
+    """An integer field's values as an int64 array (uint64 when it is one: values past 2**63 - 1); None when one
+    is not an integer (a record decoded elsewhere)."""
+    if isinstance(column, np.ndarray):
+        return column if column.dtype in (np.int64, np.uint64) else column.astype(np.int64)
+    if not all(v.__class__ is int for v in column):
+        return None
+    try:
+        return np.array(column, dtype=np.int64)
+    except OverflowError:
+        try:
+            return np.array(column, dtype=np.uint64)
+        except OverflowError:
+            return None
+
+
+def _merged(pieces: List[Piece]) -> List[Piece]:
+    """Adjacent literal pieces as one."""
+    out: List[Piece] = []
+    for code, value in pieces:
+        if not code and out and not out[-1][0]:
+            out[-1] = ("", out[-1][1] + value)
+        elif code or value:
+            out.append((code, value))
+    return out
+
+
+def as_chunk(lines: List[str]) -> Tuple[bytes, bytes]:
+    """Lines made as str, as a chunk the compiled interleave reads: (their UTF-8 text, each followed by a
+    newline; int64 offsets)."""
+    encoded = [line.encode() for line in lines]
+    ends = np.cumsum([0, *(len(e) + 1 for e in encoded)], dtype=np.int64)
+    return (b"\n".join(encoded) + b"\n") if encoded else b"", ends.tobytes()
+
+
 def _s32(key: int) -> int:
     """The pid in a (cpu << 32 | pid) key."""
     low = key & 0xFFFFFFFF
     return low - (1 << 32) if low >= 1 << 31 else low
-
-
-def _runs(values: np.ndarray, spec: str) -> List[str]:
-    """Non-decreasing values (seconds of stamps in time order) as text, one formatting per run of equal ones."""
-    if not len(values):
-        return []
-    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-    lengths = np.diff(np.r_[starts, len(values)]).tolist()
-    out: List[str] = []
-    for value, n in zip(values[starts].tolist(), lengths):
-        out += [spec.format(value)] * n
-    return out
 
 
 def _shown(values: List[Any], show: Callable[[Any], str]) -> List[str]:
@@ -205,11 +260,16 @@ class StreamPrinter:
     system's own events are shown with (see the module docstring; None: by their fields). `records` counts the
     trace records shown, `unformatted` those shown by their raw fields (their text could not be made)."""
 
-    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[Any] = None) -> None:
+    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[Any] = None,
+                 compiled: Optional[bool] = None) -> None:  # fmt: skip
+        """`compiled`: assemble the lines with the compiled `_lines` (default: where it was built)."""
         self.out = out
         self.ndjson = fmt == "ndjson"
         self.comm_of = comm_of
         self.kernel = kernel
+        self.compiled = _lines is not None if compiled is None else compiled
+        if self.compiled and _lines is None:
+            raise ImportError("npu_trace.sinks._lines was not built (no compiler where npu-trace was installed)")
         self.lines = 0
         self.records = 0
         self.unformatted = 0
@@ -221,12 +281,46 @@ class StreamPrinter:
         """The block's lines, in its order, in one write."""
         if not len(block):
             return
+        groups = _groups(block)
+        if self.compiled:
+            self._write_chunks([self._group(block, etype, rows, True) for etype, rows in groups], groups)
+            return
         out: np.ndarray = np.empty(len(block), dtype=object)
-        for etype, rows in _groups(block):
-            out[rows] = self._objects(block, rows) if etype == OBJECT else self._records(block, etype, rows)
+        for etype, rows in groups:
+            out[rows] = self._group(block, etype, rows, False)
         self._write(out.tolist())
 
-    def _records(self, block: Block, etype: int, rows: np.ndarray) -> List[str]:
+    def _group(self, block: Block, etype: int, rows: np.ndarray, chunk: bool) -> Any:
+        """One etype's rows of the block: their lines (`chunk`: as the compiled assembly's chunk)."""
+        if etype != OBJECT:
+            return self._records(block, etype, rows, chunk)
+        lines = self._objects(block, rows)
+        return as_chunk(lines) if chunk else lines
+
+    def _write_chunks(self, chunks: List[Tuple[bytes, bytes]], groups: List[Tuple[int, np.ndarray]]) -> None:
+        """The chunks' lines in the block's order, in one write."""
+        assert _lines is not None
+        n = sum(len(rows) for _, rows in groups)
+        if len(chunks) == 1:
+            data = chunks[0][0]
+        else:
+            which: np.ndarray = np.empty(n, dtype=np.int32)
+            index: np.ndarray = np.empty(n, dtype=np.int64)
+            for g, (_, rows) in enumerate(groups):
+                which[rows] = g
+                index[rows] = np.arange(len(rows))
+            data = _lines.interleave(tuple(c for c, _ in chunks), tuple(o for _, o in chunks), which, index)
+        out = self.out
+        if (getattr(out, "encoding", "") or "").lower().replace("-", "") == "utf8" and hasattr(out, "buffer"):
+            out.flush()
+            out.buffer.write(data)
+            out.buffer.flush()
+        else:
+            out.write(data.decode("utf-8"))
+            out.flush()
+        self.lines += n
+
+    def _records(self, block: Block, etype: int, rows: np.ndarray, chunk: bool) -> Any:
         table = block.tables[etype]
         refs = block.ref[rows]
         stamps, cpus, pids = block.ts[rows], block.cpu[rows], block.pid[rows]
@@ -234,15 +328,25 @@ class StreamPrinter:
         if table.plan is None:  # no format describes the event: its bytes
             self.unformatted += len(rows)
             rows_of = zip(stamps.tolist(), cpus.tolist(), pids.tolist(), refs.tolist())
-            return [self.raw_line(RawRecord(s, c, p, etype, table.payload(r))) for s, c, p, r in rows_of]
-        return self._format_lines(table.plan.fmt, stamps, cpus, pids, table.values(refs, arrays=True))
+            lines = [self.raw_line(RawRecord(s, c, p, etype, table.payload(r))) for s, c, p, r in rows_of]
+            return as_chunk(lines) if chunk else lines
+        return self._format_lines(table.plan.fmt, stamps, cpus, pids, table.values(refs, arrays=True), chunk)
 
     def _format_lines(self, fmt: EventFormat, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
-                      columns: List[Column]) -> List[str]:  # fmt: skip
+                      columns: List[Column], chunk: bool = False) -> Any:  # fmt: skip
+        """The rows' lines (`chunk`: as the compiled assembly's chunk)."""
         lines = self._lines(fmt)
         formatter = self.kernel.formatter(fmt) if self.kernel is not None else None
         if formatter is None:
+            if chunk:
+                return lines.render(stamps, cpus, pids, columns, self._shown_comm)
             return lines.lines(stamps, cpus, pids, columns, self._shown_comm)
+        special = self._special(lines, formatter, stamps, cpus, pids, columns)
+        return as_chunk(special) if chunk else special
+
+    def _special(self, lines: FormatLines, formatter: Any, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
+                 columns: List[Column]) -> List[str]:  # fmt: skip
+        """The rows of an ftrace event with a formatter: its text, or the raw fields where it made none."""
         bodies = formatter.rows([c.tolist() if isinstance(c, np.ndarray) else c for c in columns])
         done = [i for i, body in enumerate(bodies) if body is not None]
         if len(done) == len(bodies):
