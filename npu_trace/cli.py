@@ -14,7 +14,7 @@ from npu_trace.process import PRIORITIES, journal_stderr
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
-            "cleanup", "bpf", "agent")  # fmt: skip
+            "cleanup", "bpf", "agent", "cluster")  # fmt: skip
 MODULES = {"import": "import_cmd"}  # a command whose module cannot carry its name (a keyword)
 
 

@@ -48,9 +48,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
 
 
+OTHER_NICE = 10  # the nice value of the tests beside the host group, in parallel runs as root
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _prioritise(item)
     if item.get_closest_marker("privileged") and os.geteuid() != 0:
         pytest.skip("privileged test: needs root")
+
+
+def in_host_group(item: pytest.Item) -> bool:
+    return any(m.args == (HOST_GROUP,) for m in item.iter_markers("xdist_group"))
+
+
+def _prioritise(item: pytest.Item) -> None:
+    """In a parallel run, the host group is the suite's critical path: its tests run one after another and
+    mostly wait on real time (scenarios, the kernel's grace periods), but a CPU taken by the tests beside them
+    delays each of their steps. As root (who may raise a priority again), those other tests and what they start
+    run at nice OTHER_NICE: they take the CPU the host group leaves. Niceness is a thread's, inherited by the
+    processes a test starts; a serial run is left as it is."""
+    if os.geteuid() != 0 or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, 0 if in_host_group(item) else OTHER_NICE)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

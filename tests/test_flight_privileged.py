@@ -1,7 +1,9 @@
-"""For real, with the simulator: `record --flight` through steady load longer than the ring holds (it rolls
-over), then the ecc-reset scenario with its side channels (kmsg lines, uevents, fake npu-smi). Exactly one dump, holding
-the precursors and the whole sequence; `check` on it finds the reset and nothing the scenario did not inject;
-`replay` reads it; and the recorder leaves no tracefs instance behind."""
+"""For real, with the simulator: `record --flight` through steady load, then the ecc-reset scenario with its side
+channels (kmsg lines, uevents, fake npu-smi). Exactly one dump, holding the precursors and the whole sequence;
+`check` on it finds the reset and nothing the scenario did not inject; `replay` reads it; and the recorder leaves
+no tracefs instance behind. The ring rolling over before the incident is shown offline, where trace time is driven
+rather than waited for (tests/test_flight_dump.py: the same recorder and ring fed minutes of reads at once); here
+it would cost the ring's seconds plus its lag slack of steady load (22 s) on the suite's serial path."""
 
 from __future__ import annotations
 
@@ -22,17 +24,15 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import fake_smi
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.synth import truth_expectations
-from npu_trace.sinks.flight.recorder import LAG_SLACK_NS
 from npu_trace.sources.replay_source import ReplaySource
 
 CLI = [sys.executable, "-m", "npu_trace"]
-S = 1_000_000_000
-# The ring holds FLIGHT_S + LAG_SLACK_NS; the steady load before the incident is longer (it has rolled over);
-# the incident's first trigger (the scenario's first timeout, at about half of ECC_S) is less than FLIGHT_S
-# after the scenario's start (the dump holds the precursors from before it began).
+# The incident's first trigger (the scenario's first timeout, at about half of ECC_S) is less than FLIGHT_S
+# after the scenario's start, and the steady load runs before it: the dump holds the precursors from before the
+# scenario began.
 FLIGHT_S = 8
 ECC_S = 10.0
-STEADY_S = FLIGHT_S + LAG_SLACK_NS / S + 4
+STEADY_S = 1.0
 
 
 def wait_until(what: str, cond: Any, timeout: float, proc: subprocess.Popen[str]) -> None:
@@ -79,7 +79,6 @@ def test_flight_recorder_dumps_the_ecc_reset_incident_after_the_ring_rolled_over
 
     source = ReplaySource(path)
     window = source.header["window"]
-    assert window["ring"]["evicted"]["segments"] > 0, window["ring"]  # rolled over before the incident
     assert window["held_from_ns"] <= truth["start_ns"]  # the precursors: from before the scenario began
     assert source.header["extra"]["channels"]["running"] == ["kmsg", "uevent", "health"]
 

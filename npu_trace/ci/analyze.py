@@ -55,9 +55,10 @@ BLOCK_ROWS = 1 << 18  # the fast path analyses the released items in blocks of a
 
 
 def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
-    """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}} for one recording: its
-    blocks (`BlockTimeline`) through `Analysis.feed_block` (tests/reference/analyze.py is the same one event
-    at a time, which the tests hold it equal to, byte for byte)."""
+    """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}, "ecc_times": the health
+    detector's `ecc_times()`, "header": the recording's header} for one recording: its blocks
+    (`BlockTimeline`) through `Analysis.feed_block` (tests/reference/analyze.py is the same one event at a
+    time, which the tests hold it equal to, byte for byte)."""
     source = ReplaySource(path)
     analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks,
                         processes=source.processes)  # fmt: skip
@@ -76,7 +77,8 @@ def finish(source: ReplaySource, analysis: Analysis) -> Dict[str, Any]:
     if source.reader.truncated:
         analysis.truncated(source.reader.truncation)
     result = analysis.finish()
-    return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis)}
+    return {"analysis": result, "reading": reading_of(source), "latency": op_histograms(analysis),
+            "ecc_times": analysis.health.ecc_times(), "header": source.header}  # fmt: skip
 
 
 def blocks_of(source: ReplaySource, analysis: Analysis, rows: int,

@@ -26,6 +26,8 @@ from prometheus_client import ProcessCollector
 
 from npu_trace import __version__
 from npu_trace.ci.rules import Rules, load_rules
+from npu_trace.cluster.ship import Shipper
+from npu_trace.cluster.store import Location, client, parse_url
 from npu_trace.commands.record import add_flight_options, flight_settings
 from npu_trace.commands.stream import add_trace_options, announce, channel_summary, options_from_args
 from npu_trace.detectors.analysis import Analysis
@@ -34,6 +36,7 @@ from npu_trace.errors import NpuTraceError, UsageError
 from npu_trace.pipeline import Batch, pump
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import HupFlag, ServiceLog, pid_alive, prepare_process
+from npu_trace.recording.host import read_identity
 from npu_trace.sinks.agent import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.exposition import (
     EndpointCollector,
@@ -77,6 +80,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--spool", metavar="DIR",
                    help="keep the flight recorder's dumps there (created 0700): the last minutes in memory, "
                    "written around each incident, retention by --keep and --keep-bytes")  # fmt: skip
+    g.add_argument("--ship", metavar="s3://BUCKET/PREFIX",
+                   help="upload each finished dump to PREFIX/HOST/DUMP in an S3-compatible store (boto3's standard "
+                   "credential chain and endpoint settings), retried with backoff; the spool holds what is not "
+                   "shipped yet, and its retention removes only shipped dumps")  # fmt: skip
     g.add_argument("--log-file", metavar="PATH", help="log there instead of stderr (reopened on SIGHUP)")
     g.add_argument("--log-prefix", choices=("auto", "journald", "plain"), default="auto",
                    help="journald: '<N>' priority prefixes; auto: when stderr is the journal (default)")
@@ -99,6 +106,11 @@ class AgentSettings:
         if self.textfile is not None:
             check_textfile_path(self.textfile)
         self.flight: Optional[FlightSettings] = None
+        self.ship: Optional[Location] = None
+        if args.ship is not None:
+            if args.spool is None:
+                raise UsageError("--ship needs --spool DIR: the dumps it ships, and its buffer while the store is down")
+            self.ship = parse_url(args.ship)
         if args.spool is not None:
             args.flight = DEFAULT_SPOOL_SECONDS if args.flight is None else args.flight
             self.flight = flight_settings(args, args.spool)
@@ -125,7 +137,10 @@ class Agent:
         self.textfile = TextfileWriter(settings.textfile, self.registry, log.warning) if settings.textfile else None
         self.live: Optional[LiveMetrics] = None
         self.flight: Optional[FlightRecorder] = None
+        self.shipper: Optional[Shipper] = None
+        self.s3 = client() if settings.ship is not None else None  # before tracing: exit 3 without boto3
         self._written = -float("inf")
+        self._shipped_at = -float("inf")
 
     def start_endpoint(self) -> None:
         if self.server is not None:
@@ -162,7 +177,20 @@ class Agent:
         for name in flight.stale:
             self.log.warning(f"spool: {self.settings.flight.directory}/{name}: an unfinished dump of an earlier run "
                              "(readable to its cut)")  # fmt: skip
+        if self.settings.ship is not None:
+            self.shipper = Shipper(self.settings.flight.directory, self.settings.ship, read_identity()["hostname"],
+                                   self.log.info, s3=self.s3)  # fmt: skip
+            flight.removable, flight.on_written = self.shipper.removable, self.shipper.wake
+            self._ship_figures()
+            self.shipper.start()
         return flight
+
+    def _ship_figures(self) -> None:
+        """The shipper's counters into the agent's figures (about once a second)."""
+        self._shipped_at = time.monotonic()
+        if self.shipper is not None:
+            for key, value in self.shipper.figures().items():
+                self.figures.set(key, value)
 
     def _flight_note(self, text: str) -> None:
         self.log.write("warning" if " failed" in text or "cannot" in text else "info", text)
@@ -176,6 +204,8 @@ class Agent:
         if self.hup.take():
             self.reload()
         assert self.live is not None
+        if self.shipper is not None and time.monotonic() - self._shipped_at >= 1.0:
+            self._ship_figures()
         self.live(batch)
         if self.textfile is not None and time.monotonic() - self._written >= self.settings.textfile_interval:
             self.write_textfile()
@@ -211,6 +241,9 @@ class Agent:
             if self.flight is not None:
                 self.flight.close()  # the dump being written finished as it is
                 self._flight_note("flight: " + self.flight.summary().removeprefix("flight: "))
+            if self.shipper is not None:
+                self.shipper.stop()  # what is left tried once more; what stays is said
+                self._ship_figures()
             if self.live is not None:
                 self.live.finish()
             if self.textfile is not None:
@@ -272,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
             where = f"metrics on http://{agent.server.address}/metrics" if agent.server else "no endpoint"
             if settings.flight is not None:
                 where += f", dumps to {settings.flight.directory} (the last {settings.flight.seconds:g} s kept)"
+            if settings.ship is not None:
+                where += f", shipped to {settings.ship.url()}/{read_identity()['hostname']}/"
             if agent.textfile is not None:
                 where += f", textfile {agent.textfile.path} every {settings.textfile_interval:g} s"
             announce(session, f"agent: {where}", channels, say=log.info)

@@ -1,5 +1,6 @@
-"""`npu-trace import INPUT [--app-log APP_LOG ...] -o REC.npt`: a saved kernel log or a trace-cmd trace.dat, and
-application logs, as a recording (npu_trace.sources.importer says how times are placed)."""
+"""`npu-trace import INPUT [--app-log APP_LOG ...] -o REC.npt`: a saved kernel log, a trace-cmd trace.dat or ftrace
+text (`cat trace`, `trace_pipe`, `trace-cmd report`), and application logs, as a recording
+(npu_trace.sources.importer says how times are placed; npu_trace.sources.ftrace_text how ftrace text is read)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,30 @@ from datetime import datetime
 from typing import Any, Dict, List, Optional
 
 from npu_trace.commands.record import parse_mode
+from npu_trace.device import hal
 from npu_trace.device.applog import utc_offset
-from npu_trace.device.profiles import PROFILES
+from npu_trace.device.profiles import ASCEND_LAYOUTS, PROFILES
+from npu_trace.device.trace_formats import DRIVER
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
-from npu_trace.ftrace import tracedat
+from npu_trace.ftrace import known_formats, tracedat
+from npu_trace.ftrace.format import parse_header_page
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
-from npu_trace.sources import importer
+from npu_trace.sim import synth
+from npu_trace.sources import ftrace_text, importer
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("import", help="turn a saved kernel log or a trace-cmd trace.dat (and application logs) "
-                       "into a recording", description="INPUT: a kernel log as saved or pasted (dmesg, dmesg -T, "
+    p = sub.add_parser("import", help="turn a saved kernel log, a trace-cmd trace.dat or ftrace text (and application "
+                       "logs) into a recording", description="INPUT: a kernel log as saved or pasted (dmesg, dmesg -T, "
                        "journalctl -k, syslog, device-side slog, /dev/kmsg records; grep -n prefixes, prompts and "
-                       "other output are skipped) or a trace-cmd trace.dat (v6 or v7). Every driver line becomes "
-                       "an event; check, replay, export and the TUI then read REC.npt like a recording.")  # fmt: skip
-    p.add_argument("input", metavar="INPUT", help="kernel log or trace.dat")
+                       "other output are skipped), a trace-cmd trace.dat (v6 or v7), or ftrace text as printed by "
+                       "`cat trace`, `trace_pipe` or `trace-cmd report` (default, -R, -l; with or without the "
+                       "header and the irq-flags columns; any trace clock). Every driver line of a log, every event "
+                       "of ftrace text becomes an event (those whose format npu-trace knows, or --formats gives, "
+                       "with their fields); check, replay, export and the TUI then read REC.npt like a "
+                       "recording.")  # fmt: skip
+    p.add_argument("input", metavar="INPUT", help="kernel log, trace.dat or ftrace text")
     p.add_argument(
         "--app-log",
         action="append",
@@ -49,6 +58,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--this-boot", action="store_true",
                    help="the kernel log is of this host's current boot: place application logs with this host's "
                    "clocks (CLOCK_MONOTONIC against CLOCK_REALTIME)")  # fmt: skip
+    p.add_argument("--formats", metavar="SOURCE",
+                   help="ftrace text: the event formats of the host it came from, to read every event's fields: its "
+                   "tracefs events directory as copied (<system>/<event>/format), a trace.dat or a recording "
+                   "(default: the kernel's scheduler, interrupt, task, signal and print events, and the profiles' "
+                   "events)")  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace an existing REC.npt")
     p.add_argument("--mode", type=parse_mode, default=DEFAULT_MODE, metavar="MODE", help="file mode (default 0600)")
     p.set_defaults(func=run)
@@ -76,12 +90,21 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(path):
             raise InputError(f"{path}: no such file")
     if tracedat.is_tracedat(args.input):
+        if args.formats:
+            raise UsageError("--formats: a trace.dat carries its own formats")
         return _import_tracedat(args, tz, boot)
-    return _import_kernel_log(args, tz, boot)
+    lines = importer.read_text(args.input)
+    if ftrace_text.is_ftrace_text(lines):
+        return _import_ftrace_text(args, lines, tz, boot)
+    if args.formats:
+        raise UsageError(f"--formats: {args.input} is not ftrace text (the formats read ftrace text's events)")
+    return _import_kernel_log(args, lines, tz, boot)
 
 
-def _import_kernel_log(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> int:
-    kernel = importer.read_kernel_log(importer.read_text(args.input), tz, args.year)
+def _import_kernel_log(args: argparse.Namespace, lines: List[str], tz: Any, boot: Optional[int]) -> int:
+    kernel = importer.read_kernel_log(lines, tz, args.year)
+    if not kernel.stats.get("kernel_lines"):
+        raise InputError(ftrace_text.nothing_read(args.input, lines))
     anchor = importer.resolve_anchor(kernel, boot, args.this_boot)
     events = list(kernel.events)
     apps = _app_events(args, tz, anchor, events)
@@ -145,6 +168,90 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
           f"{data.page_count} pages from {len(data.cpus_with_data())} CPUs, {len(data.used_formats())} event formats"
           f"{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _import_ftrace_text(args: argparse.Namespace, lines: List[str], tz: Any, boot: Optional[int]) -> int:
+    got = ftrace_text.read_ftrace_text(lines, _catalog(args.formats), parse_header_page(importer.TEXT_HEADER_PAGE))
+    if not got.stats["events"]:
+        raise InputError(ftrace_text.nothing_read(args.input, lines))
+    anchor = _text_anchor(got.stats["time"], boot, args.this_boot)
+    events: List[NpuEvent] = []
+    apps = _app_events(args, tz, anchor, events)
+    used = [f"{f.system}:{f.name}" for f in got.formats]
+    profile = args.profile or ("sim" if any(f.system == hal.GROUP for f in got.formats) else "ascend")
+    clock = "counter" if got.stats["time"] == "counts" else "local"
+    extra = _extra(args, "ftrace_text", clock, anchor, got.stats, apps)
+    extra.update(comms=got.comms, tasks=got.tasks)
+    fields = {"formats": got.texts, "trace_cpus": got.cpus, "events": sorted(used),
+              "cpus": max([got.stats["cpus_said"], *(c + 1 for c in got.cpus)])}  # fmt: skip
+    header = importer.import_header(profile, clock, anchor, extra, **fields)
+    with _writer(args, header) as writer:
+        for cpu, page in got.pages:
+            writer.add_page(cpu, page)
+        for loss in got.losses:
+            writer.add_loss(loss)
+        importer.write_events(writer, events)
+        writer.close(totals={"imported_pages": len(got.pages), "imported_events": got.stats["events"]})
+    print(_text_summary(os.path.basename(args.input), got.stats, args.output, clock), file=sys.stderr)
+    return 0
+
+
+def _text_summary(name: str, stats: Dict[str, Any], output: str, clock: str) -> str:
+    """What the import read, every line counted; the events' names with their fields, those kept as text; the
+    fields the text did not give; a few of the lines it could not read."""
+    names = stats["names"]
+    read = ", ".join(f"{n} {e['fields']}" for n, e in _top(names, "fields"))
+    text = ", ".join(f"{n} {e['text']}" for n, e in _top(names, "text"))
+    lost = f", {stats['lost_lines']} lost-event lines ({stats['lost_events']} events lost)" * bool(stats["lost_lines"])
+    out = [f"npu-trace: imported {name} (ftrace text): {stats['lines']} lines: {stats['events']} events "
+           f"({stats['with_fields']} with their fields{': ' + read if read else ''}; {stats['as_text']} as text"
+           f"{': ' + text if text else ''}), {stats['frames']} stack-frame lines, {stats['headers']} header/comment "
+           f"lines{lost}, {stats['other']} other -> {output} (time: {_text_time(stats, clock)})"]  # fmt: skip
+    absent = [f"{e['format']}: {', '.join(e['not_in_text'])}" for e in names.values() if e.get("not_in_text")]
+    if absent:
+        out.append(f"npu-trace: fields not in the text, recorded as 0: {'; '.join(absent)}")
+    if stats["formats_refused"]:
+        out.append(f"npu-trace: {len(stats['formats_refused'])} formats not used (their events kept as text): "
+                   f"{'; '.join(stats['formats_refused'][:3])}")  # fmt: skip
+    if stats["truncated_events"]:
+        cut = ", ".join(f"line {n} ({b} bytes)" for n, b in stats["truncated"][:3])
+        out.append(f"npu-trace: {stats['truncated_events']} events' text longer than a record holds, cut: {cut}")
+    if stats["other"]:
+        shown = "; ".join(f"line {n}: {t!r}" for n, t in stats["other_examples"][:3])
+        out.append(f"npu-trace: {stats['other']} lines read as neither event nor header, e.g. {shown}")
+    return "\n".join(out)
+
+
+def _top(names: Dict[str, Dict[str, Any]], key: str, count: int = 6) -> List[Any]:
+    ranked = sorted(((n, e) for n, e in names.items() if e[key]), key=lambda t: (-t[1][key], t[0]))
+    return ranked[:count] + ([("...", {key: sum(e[key] for _, e in ranked[count:])})] if len(ranked) > count else [])
+
+
+def _text_time(stats: Dict[str, Any], clock: str) -> str:
+    if stats["time"] == "counts":
+        return "raw counts of the trace clock, kept as they are (clock: counter)"
+    return f"seconds as printed, {stats['resolution_ns'] / 1000:g} µs resolution (clock: {clock})"
+
+
+def _text_anchor(time: str, boot: Optional[int], this_boot: bool) -> Optional[importer.Anchor]:
+    """The wall clock of ftrace text's times: --boot-time, or --this-boot (times in seconds of this boot's
+    clock: the trace clocks local, global, mono and boot count from it)."""
+    if boot is not None:
+        return importer.Anchor(0, boot, 0, "boot-time")
+    if not this_boot:
+        return None
+    if time == "counts":
+        raise UsageError("--this-boot: the text's times are raw counts of its trace clock, not this boot's seconds")
+    now = importer.clock_anchor()
+    return importer.Anchor(now["mono_ns"], now["realtime_ns"], 1_000_000, "this-boot")
+
+
+def _catalog(source: Optional[str]) -> ftrace_text.Catalog:
+    """The formats the text's events are read with: its own (--formats) first, then the kernel's events, the
+    simulator's probes, the real driver's tracepoints, the kernel's older versions of its events."""
+    own = ftrace_text.format_source(source) if source else []
+    sim = [(hal.GROUP, text) for text in synth.format_texts().values()]
+    return ftrace_text.Catalog([*own, *known_formats.KERNEL, *sim, *DRIVER, *known_formats.OLDER], ASCEND_LAYOUTS)
 
 
 def _uname(text: str) -> Dict[str, str]:

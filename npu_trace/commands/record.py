@@ -14,6 +14,7 @@ from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import prepare_process
+from npu_trace.recording.host import load_simulated
 from npu_trace.recording.writer import DEFAULT_MODE
 from npu_trace.sinks.flight.incidents import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
 from npu_trace.sinks.flight.live import LiveFlight
@@ -71,6 +72,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--mode", type=parse_mode, default=DEFAULT_MODE, metavar="MODE",
                    help="permissions of the files written (octal; default 0600: a recording holds kernel log "
                    "lines, process names and driver addresses that only root may read on the host)")  # fmt: skip
+    p.add_argument("--sim-host", metavar="FILE",
+                   help="the simulator's cluster (npu-trace sim cluster): write this simulated host's identity and "
+                   "wall clock (a JSON file: hostname, machine_id, boot_id, offset_ns, error_ns) into the header "
+                   "instead of this host's; the header marks them simulated")  # fmt: skip
     add_flight_options(p)
     p.set_defaults(func=run)
 
@@ -128,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         if args.max_size is not None or args.max_time is not None or args.overwrite:
             raise UsageError("--flight writes dumps into a directory: --max-size, --max-time and --overwrite do "
                              "not apply (--keep and --keep-bytes bound it)")  # fmt: skip
+        if args.sim_host is not None:
+            raise UsageError("--sim-host is for recordings of the simulator's cluster, not --flight")
         return run_flight(args, flight_settings(args, args.output))
+    host = load_simulated(args.sim_host) if args.sim_host is not None else None
     options = options_from_args(args)
     session = options.make_session()
     channels = options.make_channels(on_note=note)
@@ -137,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         extra = {"channels": channels.header()} if channels is not None else {}
         recorder = Recorder(session, args.output, options.profile_name, compression=args.compression,
                             max_size=args.max_size, max_time=args.max_time, overwrite=args.overwrite,
-                            extra=extra, mode=args.mode)  # fmt: skip
+                            extra=extra, mode=args.mode, host=host)  # fmt: skip
         announce(session, f"recording to {args.output}", channels)
         try:
             pump(source, recorder, duration=options.duration, stop=stop)

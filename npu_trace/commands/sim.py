@@ -7,6 +7,7 @@ import sys
 from typing import Any, Dict, List
 
 from npu_trace import sim
+from npu_trace.commands import sim_cluster
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import build, channels, probes
 from npu_trace.sim.threads import HOST_LIKE, Host, validate_host
@@ -46,6 +47,7 @@ def add_parser(subparsers: Any) -> None:
         "507046, halMemAlloc failed, 507033) to PATH, as a real application's log shows them",
     )
     run.set_defaults(func=cmd_run)
+    sim_cluster.add_parser(sub, add_host_options)
     parser.set_defaults(func=lambda args: _usage(parser))
 
 

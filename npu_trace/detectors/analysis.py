@@ -56,6 +56,7 @@ class Analysis:
         self.accounting = AccountingDetector(self.memory.process_bytes, self.processes.whole_life)
         self.states = DeviceStateDetector(profile.reset)
         self._timeouts = TimeoutDetector(profile.merge_ns)
+        self.health = HealthDetector()
         self.block_normalizer = BlockNormalizer(self.normalizer)  # over its rules and call pairing
         self._last_seen = 0  # the latest stamp of the items fed as blocks
         self.detectors: Dict[str, Detector] = {
@@ -65,7 +66,7 @@ class Analysis:
             "memory": self.memory,
             "accounting": self.accounting,
             "timeouts": self._timeouts,
-            "health": HealthDetector(),
+            "health": self.health,
             "loss": LossDetector(),
             "states": self.states,
             "faults": FaultDetector(),

@@ -24,7 +24,8 @@ READING_KEYS = ("name", "bus_id", "used_mb", "total_mb", "memory", "power_w", "a
 
 
 class DeviceHealth:
-    __slots__ = ("ce", "degraded", "health", "link", "max_temp", "reading", "temp", "uce")
+    __slots__ = ("ce", "degraded", "ecc_first_ns", "health", "link", "max_temp", "reading", "temp", "uce",
+                 "uce_first_ns")  # fmt: skip
 
     def __init__(self) -> None:
         self.ce: List[int] = []  # [first, last]
@@ -35,6 +36,8 @@ class DeviceHealth:
         self.degraded = False
         self.health: Optional[str] = None
         self.reading: Dict[str, Any] = {}  # npu-smi's latest table values of the chip (READING_KEYS)
+        self.ecc_first_ns: Optional[int] = None  # the first report counting any error (its time)
+        self.uce_first_ns: Optional[int] = None  # the first counting an uncorrectable one
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class HealthDetector:
             if kind == "ecc":
                 _count(dev.ce, args.get("ce_count"))
                 _count(dev.uce, args.get("uce_count"))
+                _ecc_times(dev, ev)
             temp = args.get("temp_c")
             if kind in ("ecc", "thermal") and isinstance(temp, int):
                 dev.max_temp = temp if dev.max_temp is None else max(dev.max_temp, temp)
@@ -105,6 +109,16 @@ class HealthDetector:
     def summary(self) -> Dict[str, Any]:
         return {"devices": {str(d): h.as_dict() for d, h in sorted(self.devices.items())}}
 
+    def ecc_times(self) -> Dict[int, Dict[str, int]]:
+        """Device -> when its ECC reports first counted an error (`ecc_first_ns`) and an uncorrectable one
+        (`uce_first_ns`), for the devices that had any: the first driver-level evidence of a failing card."""
+        out: Dict[int, Dict[str, int]] = {}
+        for dev, h in sorted(self.devices.items()):
+            times = {k: v for k, v in (("ecc_first_ns", h.ecc_first_ns), ("uce_first_ns", h.uce_first_ns)) if v}
+            if times:
+                out[dev] = times
+        return out
+
     def readings(self) -> Dict[int, Dict[str, Any]]:
         """Device -> its latest values (copies): temp_c, ce_count, uce_count, link {speed, width, max_speed,
         max_width, bdf}, link_degraded, health, and npu-smi's READING_KEYS where its table printed them."""
@@ -122,6 +136,15 @@ def _reading(dev: DeviceHealth, args: Dict[str, Any]) -> None:
     temp = args.get("temp_c")
     if isinstance(temp, int) and not isinstance(temp, bool):
         dev.temp = temp
+
+
+def _ecc_times(dev: DeviceHealth, ev: NpuEvent) -> None:
+    ce, uce = (ev.args.get(k) for k in ("ce_count", "uce_count"))
+    counted = [v for v in (ce, uce) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if counted and dev.ecc_first_ns is None:
+        dev.ecc_first_ns = ev.ts_ns
+    if isinstance(uce, int) and not isinstance(uce, bool) and uce > 0 and dev.uce_first_ns is None:
+        dev.uce_first_ns = ev.ts_ns
 
 
 def _count(series: List[int], value: Any) -> None:

@@ -28,6 +28,7 @@ CAUSES: Dict[str, Tuple[str, ...]] = {
     "device_open": ("reset_sequence", "device_fault", "timeout:heartbeat", "kernel_fault", "link_degraded"),
     "alloc_fail": ("alloc_fail", "device_fault", "kernel_fault"),
     "stream_sync_timeout": ("timeout", "reset_sequence", "device_fault", "kernel_fault"),
+    "collective_timeout": ("timeout", "reset_sequence", "device_fault", "kernel_fault"),
     "driver_error": ("timeout", "alloc_fail", "reset_sequence", "device_fault", "kernel_fault"),
 }
 

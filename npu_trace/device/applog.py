@@ -14,13 +14,15 @@ names, and the frameworks put theirs on every line, `(EngineCore_DP0 pid=N) ERRO
 
 `AppLogParser.feed(line)` returns the reports the line completed, `flush()` the last one. A report is a block of
 lines (a header and its traceback, or plog records of one process less than `PLOG_GAP_NS` apart); it is an
-`AppError` when its text names a driver-level error (`CLASSES`, most specific first): heartbeat lost (507010),
-stream synchronize timeout (507046), memory allocation failure (EL0004, `halMemAlloc`/`halMemCreate`/`rtMalloc`
-failed, 207001), device open failure (507033, 107001, `halDeviceOpen`), device absent (EL0001, `NPU is not
-available`), or another driver return code (`drvRetCode`). Its device is the first the text names
-(`device_id=1`, `Device[1]`, `open device 0`, `Device:0`, ...), else the last one its process named (then
-`device_inferred`). The ids are the application's (logical) ones: inside a container they may differ from the
-driver's `dev_id`.
+`AppError` when its text names a driver-level error (`CLASSES`, most specific first): heartbeat lost (507010), a
+collective that timed out (HCCL's EI0002 notify wait timeout, EI0006 getting a socket timed out, the runtime's
+507048 task execution timeout, torch's watchdog on a collective: what every rank of a job shows when one of them
+stopped), stream synchronize timeout (507046), memory allocation failure (EL0004,
+`halMemAlloc`/`halMemCreate`/`rtMalloc` failed, 207001), device open failure (507033, 107001, `halDeviceOpen`),
+device absent (EL0001, `NPU is not available`), or another driver return code (`drvRetCode`). Its device is the
+first the text names (`device_id=1`, `Device[1]`, `open device 0`, `Device:0`, ...), else the last one its
+process named (then `device_inferred`). The ids are the application's (logical) ones: inside a container they
+may differ from the driver's `dev_id`.
 
 Times are the writer's wall clock in local time (`tz`, default this host's), with the resolution of the form
 (µs for CANN, ms or s for the frameworks); a form without a year (vLLM's `03-25 06:14:02`) takes the year of the
@@ -41,7 +43,8 @@ PLOG_GAP_NS = 50_000_000  # plog records of one process this close belong to one
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
 
 CLASSES: Tuple[str, ...] = (
-    "heartbeat_lost", "stream_sync_timeout", "alloc_fail", "device_open", "device_absent", "driver_error",
+    "heartbeat_lost", "collective_timeout", "stream_sync_timeout", "alloc_fail", "device_open", "device_absent",
+    "driver_error",
 )  # fmt: skip
 
 _WALL = r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3}"
@@ -67,7 +70,9 @@ _FUSED = re.compile(
     r"(?<=\S)\s{0,8}(?=\[?(?:ERR[O0]R|WARNING|EVENT)\] [A-Z]{2,31}\(\d|E[A-Z0-9]\d{4}: \[PID: |\[PID: \d)"
 )
 
-# framework prefixes: vLLM's process tag and logger, loguru, Python logging, docker compose
+# framework prefixes: torch.distributed's rank on every line of a rank's output, vLLM's process tag and logger,
+# loguru, Python logging, docker compose
+_RANK_TAG = re.compile(r"^\[rank\d{1,6}\]: ?")
 _PROC_TAG = re.compile(r"\((?P<name>[\w.\-]{1,64}) pid=(?P<pid>\d{1,10})\) ")
 _VLLM = re.compile(r"(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) (?P<m>\d\d)-(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)"
                    r"(?:\.\d{1,6})? \[[^\]]{1,128}\] ")  # fmt: skip
@@ -92,6 +97,8 @@ _RULES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
     (cls, re.compile(rx, re.IGNORECASE if cls == "heartbeat_lost" else 0))
     for cls, rx in (
         ("heartbeat_lost", r"\b507010\b|lost heartbeat|heartbeat lost|heart beat lost"),
+        ("collective_timeout", r"\bEI000[26]\b|Notify register times out|Getting socket times out|"
+                               r"Watchdog caught collective operation timeout|\b507048\b"),
         ("stream_sync_timeout", r"\b507046\b|[Ss]tream synchroni[sz]e timeout|synchroni[sz]e stream timeout"),
         ("alloc_fail", r"\bEL0004\b|Memory_Allocation_Failure|\b207001\b|(?:halMemAlloc|halMemCreate|rtMalloc|"
                        r"aclrtMalloc)\w{0,16}[: ]{0,2}(?:execut\w{1,4} )?failed|malloc physical memory failed"),
@@ -166,7 +173,7 @@ class AppLogParser:
         self.line_no += 1
         self.stats["lines"] += 1
         out: List[AppError] = []
-        for piece in split_fused(raw[:MAX_LINE].rstrip("\r\n")):
+        for piece in split_fused(_RANK_TAG.sub("", raw[:MAX_LINE].rstrip("\r\n"), count=1)):
             out += self._line(self.read(piece))
         return out
 

@@ -70,7 +70,7 @@ class FormatColumns:
         for member, code in layout:
             size = int(np.dtype(_STRUCT_CODES[code]).itemsize)
             if pos + size > field.offset + field.size:
-                break  # a layout longer than the field: the reference pads with zeros; columns stop here
+                break  # a layout longer than the field: the record decoder pads with zeros; columns stop here
             out.append((f"{field.name}.{member}", _STRUCT_CODES[code], pos))
             pos += size
         return out

@@ -1,5 +1,5 @@
-"""Encoding ftrace ring-buffer pages: the inverse of the walk and `npu_trace.ftrace.decode`, for test data and
-benchmarks.
+"""Encoding ftrace ring-buffer pages: the inverse of the walk and `npu_trace.ftrace.decode`, for test data,
+benchmarks and the records of an ftrace text import (`npu_trace.sources.ftrace_text`).
 
 Pure: (timestamp, pid, format, values) rows in, page bytes out, laid out as the kernel writes them
 (kernel/trace/ring_buffer.c): a page header (u64 timestamp of the page, local_t commit = bytes of data, with
@@ -10,7 +10,8 @@ first record's, so that record's delta is 0.
 
 Values follow the format's own fields (as `TraceEvent.values`): integers, `char[N]` and `__data_loc char[]`
 strings, integer arrays (lists), struct-typed fields as raw bytes or their hex text, a flexible last field
-(`char buf[]`) as its text or bytes.
+(ftrace:print's `char buf[]`) as its text or bytes. A row may carry a fifth item, (common_flags,
+common_preempt_count).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED, TS_DELTA_MASK
 _INT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 MAX_INLINE = 28 * 4  # the longest payload whose length fits in type_len
 
-Row = Tuple[int, int, EventFormat, Tuple[Any, ...]]  # (ts_ns, pid, format, values)
+Row = Tuple[Any, ...]  # (ts_ns, pid, format, values) or (ts_ns, pid, format, values, (flags, preempt_count))
 
 
 class RecordEncoder:
@@ -45,14 +46,17 @@ class RecordEncoder:
     def __init__(self, byteorder: str = sys.byteorder) -> None:
         self.end = "<" if byteorder == "little" else ">"
 
-    def payload(self, fmt: EventFormat, pid: int, values: Tuple[Any, ...]) -> bytes:
+    def payload(self, fmt: EventFormat, pid: int, values: Tuple[Any, ...], common: Tuple[int, int] = (0, 0)) -> bytes:
         fixed = max((f.offset + f.size for f in (*fmt.common, *fmt.fields)), default=8)
         rec = bytearray(fixed)
-        struct.pack_into(self.end + "H", rec, 0, fmt.id)
+        struct.pack_into(self.end + "HBB", rec, 0, fmt.id, common[0] & 0xFF, common[1] & 0xFF)
         pid_field = fmt.field("common_pid")
         struct.pack_into(self.end + "i", rec, pid_field.offset, pid)
         for field, value in zip(fmt.fields, values):
-            self._put(rec, field, value)
+            if field.kind == TAIL:  # the last field, the rest of the record
+                rec += (value.encode() + b"\0") if isinstance(value, str) else bytes(value)
+            else:
+                self._put(rec, field, value)
         rec += bytes(-len(rec) % 4)
         return bytes(rec)
 
@@ -73,8 +77,6 @@ class RecordEncoder:
         elif kind == BYTES:
             raw = bytes.fromhex(value) if isinstance(value, str) else bytes(value)
             rec[field.offset : field.offset + field.size] = raw[: field.size].ljust(field.size, b"\0")
-        elif kind == TAIL:  # the last field, the rest of the record (ftrace:print's text)
-            rec[field.offset :] = (value.encode() + b"\0") if isinstance(value, str) else bytes(value)
         else:
             raise ValueError(f"field {field.name!r}: cannot encode a {kind} field")
 
@@ -100,8 +102,9 @@ class PageEncoder:
         it (0: lost, count unknown)."""
         out: List[bytes] = []
         body, page_ts, last = bytearray(), 0, 0
-        for ts, pid, fmt, values in rows:
-            payload = self.records.payload(fmt, pid, values)
+        for row in rows:
+            ts, pid, fmt, values = row[:4]
+            payload = self.records.payload(fmt, pid, values, *row[4:])
             if not body:
                 page_ts = last = ts
             record = self._record(payload, ts - last)

@@ -39,7 +39,7 @@ class Block:
         return len(self.ts)
 
     def item(self, i: int) -> Any:
-        """Item i as the reference pipeline has it."""
+        """Item i as an object (a TraceEvent, an NpuEvent, a Loss, a RawRecord)."""
         etype = int(self.etype[i])
         if etype == OBJECT:
             return self.objects[int(self.ref[i])]

@@ -1,8 +1,8 @@
-"""The columnar timeline: `Timeline`'s batches in, `Timeline`'s items in `Timeline`'s order out, as Blocks.
+"""The timeline: a source's batches in, every item in one time order out, as Blocks (what every consumer reads).
 
-`BlockTimeline` is the fast path's twin of `npu_trace.pipeline.timeline.Timeline`: the same batches (raw
-pages per CPU, the channels' items, marks), the same watermarks, bounds and late-item rule as the ordered
-merge (`npu_trace.pipeline.merge`), and the same released sequence, but no object per record. Each CPU's
+`BlockTimeline` takes the batches (raw pages per CPU, the channels' items, marks), sets the watermarks, and
+releases by the ordered merge's rules (`npu_trace.pipeline.merge`: bounds, the late-item rule), with no object
+per record (tests/reference/timeline.py holds the per-item merge it is held equal to). Each CPU's
 pages are walked in compiled code (`npu_trace.ftrace.walk`: timestamps, event ids, offsets), each record stays
 where it lies in the batch's bytes until a `Block` gathers its format's fixed fields as numpy columns
 (`npu_trace.pipeline.blocks`); only the channels' items and the losses are objects.

@@ -103,13 +103,13 @@ class NormBlock:
             if r in self.shaped:
                 self.shaped[r] = self.shaped[r]._replace(dev=int(dev))
 
-    # ---- the reference event of a row ---------------------------------------------------------------------
+    # ---- the event of a row -------------------------------------------------------------------------------
     def event(self, i: int) -> NpuEvent:
-        """Row i as the reference normalizer makes it (pairing applied)."""
+        """Row i as an event (pairing applied)."""
         shaped = self.shaped.get(i)
         if shaped is not None:
             return shaped  # objects and rows shaped alone (their pairing was applied when it happened)
-        if self.counted_only[i]:  # a format without a rule: the "log" event the reference builds for views
+        if self.counted_only[i]:  # a format without a rule: its "log" event, for views
             return self.norm.normalizer.shape(self.block.item(i))[0]
         ev = self._planned_event(i)
         if self.paired[i]:
@@ -221,7 +221,7 @@ class NormBlock:
         return col.astype(np.int64), np.ones(n, dtype=bool)
 
     def int_arg(self, rows: np.ndarray, name: str) -> List[Any]:
-        """Argument `name` of each of `rows` as the reference event's args has it (MISSING when absent)."""
+        """Argument `name` of each of `rows` as the row's event's args has it (MISSING when absent)."""
         out: List[Any] = [MISSING] * len(rows)
         if not len(rows):
             return out
@@ -356,7 +356,7 @@ class BlockNormalizer:
             item = block.objects[int(block.ref[r])]
             if isinstance(item, TraceEvent):
                 name, rules, _ = self.normalizer.format_info(item.fmt)
-                if not rules:  # counted as "log", never built (as feed_mapped does)
+                if not rules:  # counted as "log", never built (as the formats without a rule are)
                     nb.kind[r], nb.op[r], nb.counted_only[r] = LOG, self.op_code(name), True
                     continue
                 shaped, pair = self.normalizer.shape(item)
@@ -371,7 +371,7 @@ class BlockNormalizer:
         nb.op[r] = self.op_code(ev.op)
         nb.dev[r] = -1 if ev.dev is None else ev.dev
 
-    # ---- call pairing: the reference's stacks, in time order ------------------------------------------------
+    # ---- call pairing: the pairing's stacks, in time order ---------------------------------------------------
     def _pair(self, nb: NormBlock) -> None:
         rows = np.flatnonzero(nb.role)
         if not len(rows):
@@ -380,7 +380,7 @@ class BlockNormalizer:
             self._pair_one_by_one(nb, rows)
 
     def _pair_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> None:
-        """The reference's algorithm, entry by entry (nested calls of one op on one thread, huge backlogs)."""
+        """Pairing entry by entry (nested calls of one op on one thread, huge backlogs)."""
         pairing, block, ops = self.normalizer.pairing, nb.block, self.ops
         keys = zip(block.pid[rows].tolist(), nb.op[rows].tolist(), nb.role[rows].tolist(), rows.tolist())
         stamps, devs = block.ts.tolist(), nb.dev.tolist()
@@ -398,7 +398,7 @@ class BlockNormalizer:
     def _pair_alternating(self, nb: NormBlock, rows: np.ndarray) -> bool:
         """The common case at once: no (pid, op) nests calls, so a return pairs with the entry just before it of
         its (pid, op), in the block or pending from before; False (nothing done) when that does not hold, or
-        when the pending entries could reach the reference's bound (its evictions are then replayed exactly)."""
+        when the pending entries could reach the pairing's bound (its evictions are then replayed exactly)."""
         block = nb.block
         is_entry = nb.role[rows] == _ENTRY
         if self.normalizer.pairing.count + int(is_entry.sum()) >= MAX_PENDING:

@@ -228,6 +228,8 @@ def validate_header(header: Any) -> Dict[str, Any]:
     need(header, "extra", dict, where, optional=True)
     need(header, "scope", dict, where, optional=True)  # its entries: npu_trace.pipeline.scope.Scope.from_header
     need(header, "window", dict, where, optional=True)  # a flight recorder's dump: what triggered it, its span
+    need(header, "host_identity", dict, where, optional=True)  # npu_trace.recording.host; absent in older files
+    need(header, "clock_sync", dict, where, optional=True)
     return header
 
 

@@ -37,6 +37,7 @@ from npu_trace.recording.format import (
     pack_mark,
     validate_header,
 )
+from npu_trace.recording.host import SimulatedHost, this_host
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
@@ -56,11 +57,13 @@ def build_header(
     format_texts: Mapping[str, str],
     header_page_text: str,
     extra: Optional[Dict[str, Any]] = None,
+    host: Optional[SimulatedHost] = None,
 ) -> Dict[str, Any]:
     """The header of a recording of a started TracefsSession (duck-typed: .formats, .header, .selected, .clock).
 
     `format_texts` maps "system:name" to the tracefs format text of every format in `session.formats`
-    (from `Tracefs.event_format`); `header_page_text` is events/header_page.
+    (from `Tracefs.event_format`); `header_page_text` is events/header_page. The host's identity and clock-sync
+    state (npu_trace.recording.host) are this host's, or the simulated `host`'s.
     """
     uname = os.uname()
     header: Dict[str, Any] = {
@@ -80,6 +83,9 @@ def build_header(
         "page_size": session.header.page_size if session.header is not None else 0,
         "created_by": f"npu-trace {npu_trace.__version__} (npu_trace.recording, tracefs raw pages)",
     }
+    header.update(this_host() if host is None else host.header())
+    if host is not None:
+        header["clock_anchor"] = host.anchor(header["clock_anchor"])
     scope = getattr(session, "scope_header", None)
     entry = scope() if callable(scope) else None
     if entry:

@@ -201,8 +201,11 @@ class AppLogChannel(_TimedWriter):
 
     NAME = "npu-sim-applog"
 
-    def __init__(self, actions: Sequence[Action], path: str, pid: int = 0) -> None:
-        self.reports = app_schedule(actions)
+    def __init__(self, actions: Sequence[Action], path: str, pid: int = 0,
+                 extra: Sequence[Tuple[int, int, str, str]] = ()) -> None:  # fmt: skip
+        """`extra`: more reports (offset, device, what, template) beside those of the actions' driver errors (a
+        simulated cluster's collective failures, npu_trace.sim.cluster)."""
+        self.reports = sorted([*app_schedule(actions), *extra])
         self.path, self.pid = path, pid
         super().__init__([offset for offset, _, _, _ in self.reports])  # times: (mono, wall) of each write
 
@@ -215,7 +218,7 @@ class AppLogChannel(_TimedWriter):
         mono, wall = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns()
         size = what.partition(":")[2] or 0
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(template.format(pid=self.pid, t=wall_text(wall), dev=dev, size=size))
+            f.write(template.format(pid=self.pid, t=wall_text(wall), t_s=wall_text(wall)[:19], dev=dev, size=size))
         return mono, wall
 
     def truth(self, t0: int) -> Dict[str, Any]:

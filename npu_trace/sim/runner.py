@@ -172,7 +172,10 @@ class ScenarioRun:
         host: Host = HOST_LIKE,
         shares: Sequence[Share] = (),
         processes: int = 1,
+        hold: bool = False,
     ) -> None:
+        """`hold`: the executors are started and wait for their plans until `go()` (a tracer started meanwhile,
+        scoped to their `pids`, sees them from their first action)."""
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.shares = list(shares)
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
@@ -192,13 +195,23 @@ class ScenarioRun:
             self.proc = self.procs[0]
             self.pid, self.pids = self.proc.pid, [p.pid for p in self.procs]
             locals_ = [{g: j for j, g in enumerate(index)} for index in self.index]  # built once per process
-            lines = [[plan_line(actions[i], local) for i in index] for index, local in zip(self.index, locals_)]
-            self.t0_ns = hand_over_plans(self.procs, self.plans, lines)
+            self._lines = [[plan_line(actions[i], local) for i in index] for index, local in zip(self.index, locals_)]
         except BaseException:
             self.terminate()
             raise
-        if channels is not None:
-            channels.start(self.t0_ns, self.pid, self.pids)
+        self.t0_ns = 0
+        if not hold:
+            self.go()
+
+    def go(self) -> None:
+        """Hand the plans over (the executors start) and start the side channels on their clock."""
+        try:
+            self.t0_ns = hand_over_plans(self.procs, self.plans, self._lines)
+        except BaseException:
+            self.terminate()
+            raise
+        if self.channels is not None:
+            self.channels.start(self.t0_ns, self.pid, self.pids)
 
     def poll(self) -> Optional[int]:
         codes = [p.poll() for p in self.procs]

@@ -4,7 +4,7 @@ What the tests (ground truth without a kernel) and the benchmarks (large generat
 
 `formats()` builds an EventFormat for every simulator probe event from `npu_trace.device.hal`, through
 `parse_format` on format texts shaped like the kernel's uprobe formats (entry: `__probe_ip` then the typed
-parameters; return: `__probe_func`, `__probe_ret_ip`, `ret` s32).
+parameters; return: `__probe_func`, `__probe_ret_ip`, `ret` s32), their print fmts as the kernel writes them.
 
 `synth_events(source)` takes a truth dict (its "actions" records), a list of truth records, or a list of
 planner `Action`s. Timestamps: a record's `start_ns`/`end_ns` when present (the executor's real times);
@@ -38,6 +38,8 @@ _TYPES = {  # uprobe fetch type -> (C declaration type, size, signed)
     "u32": ("u32", 4, 0), "s32": ("s32", 4, 1), "x32": ("u32", 4, 0),
     "u64": ("u64", 8, 0), "s64": ("s64", 8, 1), "x64": ("u64", 8, 0),
 }  # fmt: skip
+# the kernel's print of each fetch type in a probe event's print fmt (kernel/trace/trace_probe.c)
+_PRINTS = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%Lu", "s64": "%Ld", "x64": "0x%Lx", "string": '\\"%s\\"'}
 _COMMON = """\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
 \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
 \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
@@ -53,7 +55,10 @@ def _field(decl: str, offset: int, size: int, signed: int) -> str:
 
 def entry_format_text(func: hal.Func, ev_id: int) -> str:
     lines, offset = [_field("unsigned long __probe_ip", 8, 8, 0)], 16
+    prints, args = ["(%lx)"], ["REC->__probe_ip"]
     for p in func.params:
+        prints.append(f"{p.name}={_PRINTS[p.type]}")
+        args.append(f"__get_str({p.name})" if p.type == "string" else f"REC->{p.name}")
         if p.type == "string":
             lines.append(_field(f"__data_loc char[] {p.name}", offset, 4, 1))
             offset += 4
@@ -61,7 +66,8 @@ def entry_format_text(func: hal.Func, ev_id: int) -> str:
             ctype, size, signed = _TYPES[p.type]
             lines.append(_field(f"{ctype} {p.name}", offset, size, signed))
             offset += size
-    return f'name: {func.event}\nID: {ev_id}\nformat:\n{_COMMON}\n{"".join(lines)}\nprint fmt: "(%lx)"\n'
+    fmt = f'"{" ".join(prints)}", {", ".join(args)}'
+    return f'name: {func.event}\nID: {ev_id}\nformat:\n{_COMMON}\n{"".join(lines)}\nprint fmt: {fmt}\n'
 
 
 def ret_format_text(func: hal.Func, ev_id: int) -> str:

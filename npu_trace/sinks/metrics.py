@@ -266,6 +266,10 @@ AGENT_FIGURES: Dict[str, Tuple[str, str]] = {  # key -> (metric, help); counters
     "spool_dumps_total": ("npu_trace_agent_spool_dumps_total", "Flight-recorder dumps written to the spool"),
     "spool_errors_total": ("npu_trace_agent_spool_errors_total", "Flight-recorder dumps that could not be written"),
     "spool_removed_total": ("npu_trace_agent_spool_removed_total", "Dumps removed by the spool's retention bound"),
+    "shipped_total": ("npu_trace_agent_shipped_total", "Flight-recorder dumps shipped to the object store (--ship)"),
+    "ship_errors_total": ("npu_trace_agent_ship_errors_total",
+                          "Uploads to the object store that failed (each dump is retried until it is shipped)"),
+    "ship_pending": ("npu_trace_agent_ship_pending", "Dumps in the spool not shipped yet"),
 }  # fmt: skip
 
 

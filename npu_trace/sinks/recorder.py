@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from npu_trace.events import Loss
 from npu_trace.ftrace.framing import is_malformed
 from npu_trace.pipeline.batch import Batch
+from npu_trace.recording.host import SimulatedHost
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
 from npu_trace.sinks.batch_writer import MARK_EVERY_NS, BatchWriter
 from npu_trace.sources.comm import saved_comms
@@ -42,14 +43,15 @@ def proc_comms(proc: str = "/proc") -> Dict[str, str]:
     return out
 
 
-def session_header(session: TracefsSession, profile: str, extra: Dict[str, Any],
-                   tasks: Optional[TaskSnapshot] = None) -> Dict[str, Any]:  # fmt: skip
+def session_header(session: TracefsSession, profile: str, extra: Dict[str, Any], tasks: Optional[TaskSnapshot] = None,
+                   host: Optional[SimulatedHost] = None) -> Dict[str, Any]:  # fmt: skip
     """The header of a recording of this started session: its formats, header_page, scope, which process each
     thread belongs to (trace events name threads: per-process accounting on replay; `tasks`, by default the
-    session's tasks when tracing began, the map the live analysis starts from); `extra` as given."""
+    session's tasks when tracing began, the map the live analysis starts from); `extra` as given; `host`: a
+    simulated host's identity and clock instead of this host's."""
     known = session.task_snapshot if tasks is None else tasks
     return build_header(session, profile, session.format_texts, session.header_page_text,
-                        {**known.header(), **extra})  # fmt: skip
+                        {**known.header(), **extra}, host)  # fmt: skip
 
 
 class Recorder:
@@ -69,8 +71,10 @@ class Recorder:
         overwrite: bool = False,
         extra: Optional[Dict[str, Any]] = None,
         mode: int = DEFAULT_MODE,
+        host: Optional[SimulatedHost] = None,
     ) -> None:
         self.session = session
+        self.host = host  # a simulated host (npu-trace sim cluster): its identity and clock in every file
         self.extra = dict(extra or {})  # more for the header's "extra" (e.g. {"channels": Channels.header()})
         self.channel_events = 0
         self.path = path
@@ -98,7 +102,7 @@ class Recorder:
         # the first file starts from the session's map; a rotated one from the tasks now over the file before's
         if self.files:
             self._tasks = task_snapshot().merged(self._tasks or self.session.task_snapshot)
-        header = session_header(self.session, self.profile, {**self.extra, "comms": comms}, self._tasks)
+        header = session_header(self.session, self.profile, {**self.extra, "comms": comms}, self._tasks, self.host)
         self.writer = RecordingWriter(path, header, compression=self.compression, overwrite=self.overwrite,
                                       before_chunk=lambda w: self._note_comms(w), mode=self.mode)  # fmt: skip
         self._write = BatchWriter(self.writer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 PREFIX = "flight-"
 PARTIAL = ".partial"
@@ -38,20 +38,27 @@ def dump_name(ts_ns: int, device: Optional[int], kind: str, anchor: Dict[str, in
     return name
 
 
+def shipped_mark(name: str) -> str:
+    """The empty file beside a dump that says it was shipped (an agent's --ship): `.NAME.shipped`."""
+    return f".{name}.shipped"
+
+
 def is_dump(name: str) -> bool:
     return bool(NAME_RE.match(name))
 
 
-def to_remove(dumps: Sequence[Tuple[str, int]], keep: int, keep_bytes: int, protect: str = "") -> List[str]:
+def to_remove(dumps: Sequence[Tuple[str, int]], keep: int, keep_bytes: int, protect: str = "",
+              removable: Callable[[str], bool] = lambda _name: True) -> List[str]:  # fmt: skip
     """The dumps (name, size) to remove, oldest first, so that at most `keep` remain within `keep_bytes`
-    (`protect`: the dump just written, never removed even when alone it is larger)."""
+    (`protect`: the dump just written, never removed even when alone it is larger; `removable`: whether a dump
+    may go at all: an agent that ships its dumps removes only those shipped, the others stay over the bound)."""
     mine = sorted((d for d in dumps if is_dump(d[0])), key=lambda d: _order(d[0]))
     count, total = len(mine), sum(size for _, size in mine)
     out = []
     for name, size in mine:
         if count <= keep and total <= keep_bytes:
             break
-        if name == protect:
+        if name == protect or not removable(name):
             continue
         out.append(name)
         count -= 1

@@ -54,7 +54,7 @@ from npu_trace.errors import RecordingError, UsageError
 from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, clock_anchor
 from npu_trace.sinks.batch_writer import BatchWriter
-from npu_trace.sinks.flight.dumps import PARTIAL, dump_name, is_dump, to_remove
+from npu_trace.sinks.flight.dumps import PARTIAL, dump_name, is_dump, shipped_mark, to_remove
 from npu_trace.sinks.flight.incidents import (
     DEFAULT_DUMP_ON,
     Close,
@@ -167,6 +167,10 @@ class FlightRecorder:
         # the thread -> process map the live analysis holds now (set by whoever runs it: `analysis_tasks`);
         # without one, the session's map at the start: a dump's header has it over the tasks alive then
         self.tasks: Callable[[], TaskSnapshot] = lambda: session.task_snapshot
+        # which finished dumps retention may remove (an agent that ships them: only those shipped), and who is
+        # told of each dump written (its shipper)
+        self.removable: Callable[[str], bool] = lambda _name: True
+        self.on_written: Callable[[str], None] = lambda _path: None
 
     # ---- the pump's side --------------------------------------------------------------------------------
     def __call__(self, batch: Batch) -> None:
@@ -329,6 +333,7 @@ class FlightRecorder:
         os.replace(dump.path, final)  # until it is renamed, a failure removes the .partial (_guard)
         self.dump = None
         self.written.append(final)
+        self.on_written(final)
         size = os.path.getsize(final)
         self.on_note(f"flight: wrote {final} ({size} bytes, {dump.write.pages} pages, {dump.write.events} channel "
                      f"events; {decision.reason}){self._retain(directory, name)}")  # fmt: skip
@@ -342,10 +347,12 @@ class FlightRecorder:
                     dumps.append((name, os.path.getsize(os.path.join(directory, name))))
                 except OSError:  # removed meanwhile
                     continue
-        gone = to_remove(dumps, self.settings.keep, self.settings.keep_bytes, protect)
+        gone = to_remove(dumps, self.settings.keep, self.settings.keep_bytes, protect, self.removable)
         for name in gone:
             try:
                 os.unlink(os.path.join(directory, name))
+                with contextlib.suppress(FileNotFoundError):  # its shipped mark goes with it
+                    os.unlink(os.path.join(directory, shipped_mark(name)))
                 self.removed.append(name)
             except OSError as exc:
                 self.errors["retention_failed"] += 1
