@@ -172,3 +172,24 @@ def test_a_record_no_format_describes_is_printed_as_its_bytes_and_counted(tmp_pa
     assert record_lines(ndjson) == replayed_count(err)
     text, _ = replay(path, "text", "--max")
     assert text.count("[UNKNOWN TYPE 40000]") == 3
+
+
+@pytest.mark.parametrize("name", ["demo", "own"])
+def test_the_shipped_recordings_print_as_the_reference_prints_them(name: str) -> None:
+    """The demo recording the package ships (the simulator with its kmsg, uevent and npu-smi channels) and the
+    recording kept beside the trace.dat files (tests/data/tracedat/own.npt)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = {"demo": os.path.join(here, "..", "npu_trace", "data", "demo.npt"),
+            "own": os.path.join(here, "data", "tracedat", "own.npt")}[name]  # fmt: skip
+    ndjson, err = same_output(path)
+    assert record_lines(ndjson) == replayed_count(err) > 100
+
+
+def test_an_imported_tracedat_prints_as_the_reference_prints_it(tmp_path: Any) -> None:
+    """A trace.dat trace-cmd recorded (tests/data/tracedat/trace-v7.dat), imported: its pages replayed."""
+    path = str(tmp_path / "v7.npt")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tracedat", "trace-v7.dat")
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main(["import", src, "-o", path]) == 0
+    ndjson, err = same_output(path)
+    assert record_lines(ndjson) == replayed_count(err) > 100

@@ -19,6 +19,7 @@ escapes appear as \\x.. (text) or as JSON escapes (NDJSON).
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
 
@@ -310,15 +311,23 @@ class StreamPrinter:
                 which[rows] = g
                 index[rows] = np.arange(len(rows))
             data = _lines.interleave(tuple(c for c, _ in chunks), tuple(o for _, o in chunks), which, index)
+        self._emit(data)
+        self.lines += n
+
+    def _emit(self, data: bytes) -> None:
+        """The lines' bytes out, every one of them: to a file or pipe in a loop of os.write (a buffered stream's
+        write interrupted by a signal after a part went out, a Ctrl-C while a reader is slow, loses the rest
+        of its buffer: measured, CPython 3.11), to any other stream as text."""
         out = self.out
-        if (getattr(out, "encoding", "") or "").lower().replace("-", "") == "utf8" and hasattr(out, "buffer"):
-            out.flush()
-            out.buffer.write(data)
-            out.buffer.flush()
-        else:
+        fd = _fileno(out) if (getattr(out, "encoding", "") or "").lower().replace("-", "") == "utf8" else None
+        if fd is None:
             out.write(data.decode("utf-8"))
             out.flush()
-        self.lines += n
+            return
+        out.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
 
     def _records(self, block: Block, etype: int, rows: np.ndarray, chunk: bool) -> Any:
         table = block.tables[etype]
@@ -445,9 +454,18 @@ class StreamPrinter:
 
     def _write(self, lines: List[str]) -> None:
         if lines:
-            self.out.write("\n".join(lines) + "\n")
+            self._emit(("\n".join(lines) + "\n").encode())
             self.lines += len(lines)
-        self.out.flush()
+        else:
+            self.out.flush()
+
+
+def _fileno(out: Any) -> Optional[int]:
+    """The file descriptor under a text stream (None: a stream of no file, as io.StringIO)."""
+    try:
+        return int(out.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return None
 
 
 def _groups(block: Block) -> List[Tuple[int, np.ndarray]]:
