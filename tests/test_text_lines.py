@@ -25,7 +25,7 @@ def pieces(draw: Any) -> Tuple[List[Any], int]:
     n = draw(st.integers(0, 20))
     out: List[Any] = []
     for _ in range(draw(st.integers(0, 6))):
-        kind = draw(st.sampled_from(["lit", "d", "u", "x", "X", "9", "6", "s"]))
+        kind = draw(st.sampled_from(["lit", "d", "u", "x", "X", "9", "6", "s", "k"]))
         if kind == "lit":
             out.append(("", draw(TEXT)))
         elif kind in "uX":
@@ -34,6 +34,10 @@ def pieces(draw: Any) -> Tuple[List[Any], int]:
             out.append((kind, np.array(draw(st.lists(st.integers(0, 10**12), min_size=n, max_size=n)), np.int64)))
         elif kind == "s":
             out.append((kind, draw(st.lists(TEXT, min_size=n, max_size=n))))
+        elif kind == "k":  # each row names one of a few distinct texts
+            keys = draw(st.lists(TEXT, min_size=1, max_size=4))
+            index = draw(st.lists(st.integers(0, len(keys) - 1), min_size=n, max_size=n))
+            out.append((kind, (np.array(index, dtype=np.int64), keys)))
         else:
             out.append((kind, np.array(draw(st.lists(I64, min_size=n, max_size=n)), dtype=np.int64)))
     return out, n
@@ -41,7 +45,8 @@ def pieces(draw: Any) -> Tuple[List[Any], int]:
 
 def python_lines(parts: List[Any], n: int) -> List[str]:
     template = "".join(SPECS[code] if code else text.replace("%", "%%") for code, text in parts)
-    columns = [col.tolist() if isinstance(col, np.ndarray) else col for code, col in parts if code]
+    columns = [[col[1][i] for i in col[0].tolist()] if code == "k" else col.tolist() if isinstance(col, np.ndarray)
+               else col for code, col in parts if code]  # fmt: skip
     return [template % row for row in zip(*columns)] if columns else [template % ()] * n
 
 
@@ -83,6 +88,10 @@ def test_bad_arguments_are_errors() -> None:
         _lines.render(((b"s", ["a"]),), 3)
     with pytest.raises(TypeError):
         _lines.render((5,), 3)
+    with pytest.raises(ValueError):  # an index outside its list
+        _lines.render(((b"k", (np.array([0, 2, 1], np.int64), ["a", "b"])),), 3)
+    with pytest.raises(ValueError):
+        _lines.render(((b"k", ["a"]),), 3)
     chunk, offsets = as_chunk(["a", "b"])
     for which, index in (([1], [0]), ([0], [2]), ([0], [-1])):
         with pytest.raises(ValueError):

@@ -8,7 +8,9 @@
  *             (code, column)       a value per row: code b"d" (int64, %d), b"u" (uint64, %d), b"x" (int64,
  *                                  %#x: "0x1f", "-0x5"), b"X" (uint64, %#x), b"9" (int64 >= 0, %09d), b"6"
  *                                  (int64, %6d); the column a C-contiguous array of n of that type, native
- *                                  order; or code b"s" and a list of n str (written as UTF-8)
+ *                                  order; or code b"s" and a list of n str (written as UTF-8); or code b"k"
+ *                                  and (an int64 array of n indexes, a list of str): row i writes
+ *                                  list[index[i]] (text made once per distinct value)
  *   n       the number of lines
  *   -> every line followed by "\n", one after the other, and int64 offsets (n + 1) of where each begins
  * interleave(chunks, offsets, which, index) -> bytes
@@ -24,9 +26,9 @@ typedef struct {
     int code;               /* 0: a literal */
     const char *lit;        /* the literal, or NULL */
     Py_ssize_t lit_len;
-    Py_buffer col;          /* a numeric column */
+    Py_buffer col;          /* a numeric column, or the indexes of a keyed one */
     int held;               /* col is held */
-    PyObject *list;         /* a str column */
+    PyObject *list;         /* a str column, or the distinct str of a keyed one */
 } Part;
 
 static int digits_u(uint64_t v)
@@ -145,7 +147,7 @@ static int read_part(PyObject *item, Part *p, Py_ssize_t n)
     }
     PyBytes_AsStringAndSize(PyTuple_GET_ITEM(item, 0), (char **)&code, &code_len);
     column = PyTuple_GET_ITEM(item, 1);
-    if (code_len != 1 || !strchr("duxX96s", code[0])) {
+    if (code_len != 1 || !strchr("duxX96sk", code[0])) {
         PyErr_SetString(PyExc_ValueError, "render: unknown code");
         return -1;
     }
@@ -158,12 +160,29 @@ static int read_part(PyObject *item, Part *p, Py_ssize_t n)
         p->list = column;
         return 0;
     }
+    if (p->code == 'k') {
+        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 2 || !PyList_Check(PyTuple_GET_ITEM(column, 1))) {
+            PyErr_SetString(PyExc_ValueError, "render: a keyed column is (indexes, list of str)");
+            return -1;
+        }
+        p->list = PyTuple_GET_ITEM(column, 1);
+        column = PyTuple_GET_ITEM(column, 0);
+    }
     if (PyObject_GetBuffer(column, &p->col, PyBUF_C_CONTIGUOUS) < 0)
         return -1;
     p->held = 1;
     if (p->col.len != n * 8) {
-        PyErr_SetString(PyExc_ValueError, "render: a numeric column holds n 8-byte values");
+        PyErr_SetString(PyExc_ValueError, "render: a numeric or index column holds n 8-byte values");
         return -1;
+    }
+    if (p->code == 'k') { /* every index names one of the list's str */
+        const int64_t *at = (const int64_t *)p->col.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (at[i] < 0 || at[i] >= PyList_GET_SIZE(p->list)) {
+                PyErr_SetString(PyExc_ValueError, "render: an index outside its list");
+                return -1;
+            }
+        }
     }
     return 0;
 }
@@ -171,7 +190,7 @@ static int read_part(PyObject *item, Part *p, Py_ssize_t n)
 /* The UTF-8 of row i of a str part (NULL with an exception when it is not a str). */
 static const char *str_at(const Part *p, Py_ssize_t i, Py_ssize_t *len)
 {
-    PyObject *s = PyList_GET_ITEM(p->list, i);
+    PyObject *s = PyList_GET_ITEM(p->list, p->code == 'k' ? ((const int64_t *)p->col.buf)[i] : i);
     if (!PyUnicode_Check(s)) {
         PyErr_SetString(PyExc_TypeError, "render: a str column holds str");
         return NULL;
@@ -183,7 +202,7 @@ static Py_ssize_t part_len(const Part *p, Py_ssize_t i)
 {
     if (p->code == 0)
         return p->lit_len;
-    if (p->code == 's') {
+    if (p->code == 's' || p->code == 'k') {
         Py_ssize_t len;
         return str_at(p, i, &len) ? len : -1;
     }
@@ -196,7 +215,7 @@ static char *part_put(const Part *p, Py_ssize_t i, char *out)
         memcpy(out, p->lit, (size_t)p->lit_len);
         return out + p->lit_len;
     }
-    if (p->code == 's') {
+    if (p->code == 's' || p->code == 'k') {
         Py_ssize_t len;
         const char *s = str_at(p, i, &len);
         memcpy(out, s, (size_t)len);

@@ -84,8 +84,10 @@ def _literal(text: str) -> str:
 Column = Union[np.ndarray, List[Any]]  # a field's values: an integer field's as an array, the others' as a list
 
 
-Piece = Tuple[str, Any]  # ("", literal text) or (code, a column: an int64/uint64 array, or a list of str)
-SPECS = {"d": "%d", "u": "%d", "x": "%#x", "X": "%#x", "9": "%09d", "6": "%6d", "s": "%s"}
+# ("", literal text) or (code, a column: an int64/uint64 array; a list of str; or for "k" (an int64 array of
+# indexes, the list of str they name))
+Piece = Tuple[str, Any]
+SPECS = {"d": "%d", "u": "%d", "x": "%#x", "X": "%#x", "9": "%09d", "6": "%6d", "s": "%s", "k": "%s"}
 
 
 class FormatLines:
@@ -110,8 +112,7 @@ class FormatLines:
         if pieces is None:
             return self.fallback(stamps, cpus, pids, columns, comm)
         template = "".join(SPECS[code] if code else text.replace("%", "%%") for code, text in pieces)
-        values = [col.tolist() if isinstance(col, np.ndarray) else col for code, col in pieces if code]
-        return list(map(template.__mod__, zip(*values)))
+        return list(map(template.__mod__, zip(*(_values(code, col) for code, col in pieces if code))))
 
     def render(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
                comm: Callable[[int], str]) -> Tuple[bytes, bytes]:  # fmt: skip
@@ -159,17 +160,14 @@ class FormatLines:
     def _head(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, comm: Callable[[int], str]) -> List[Piece]:
         """The pieces before the fields: (ts, the "cpu, pid, comm" of the row's (CPU, task)), or (seconds, the
         dot, nanoseconds, " [cpu] comm-pid name: ")."""
-        who = (cpus.astype(np.int64) << 32) | (pids.astype(np.int64) & 0xFFFFFFFF)
-        keys, at = np.unique(who, return_inverse=True)
         if self.ndjson:
-            text = [f'"cpu": {k >> 32}, "pid": {_s32(k)}, "comm": {comm(_s32(k))}' for k in keys.tolist()]
-            return [("", '{"ts_ns": '), ("d", stamps.astype(np.int64)), ("", ", "),
-                    ("s", list(map(text.__getitem__, at.tolist()))),
+            who = _keyed(cpus, pids, lambda c, p: f'"cpu": {c}, "pid": {p}, "comm": {comm(p)}')
+            return [("", '{"ts_ns": '), ("d", stamps.astype(np.int64)), ("", ", "), who,
                     ("", ', "event": ' + json.dumps(self.name) + ', "fields": {')]  # fmt: skip
         name = self.name
-        text = [f" [{k >> 32:03d}] {comm(_s32(k))}-{_s32(k)} {name}: " for k in keys.tolist()]
         secs, nsecs = np.divmod(stamps.astype(np.int64), NS)
-        return [("6", secs), ("", "."), ("9", nsecs), ("s", list(map(text.__getitem__, at.tolist())))]
+        first: Piece = ("", f"{int(secs[0]):6d}") if len(secs) and (secs == secs[0]).all() else ("6", secs)
+        return [first, ("", "."), ("9", nsecs), _keyed(cpus, pids, lambda c, p: f" [{c:03d}] {comm(p)}-{p} {name}: ")]
 
     def fallback(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
                  comm: Callable[[int], str]) -> List[str]:  # fmt: skip
@@ -240,6 +238,23 @@ def as_chunk(lines: List[str]) -> Tuple[bytes, bytes]:
     encoded = [line.encode() for line in lines]
     ends = np.cumsum([0, *(len(e) + 1 for e in encoded)], dtype=np.int64)
     return (b"\n".join(encoded) + b"\n") if encoded else b"", ends.tobytes()
+
+
+def _keyed(cpus: np.ndarray, pids: np.ndarray, text: Callable[[int, int], str]) -> Piece:
+    """The text of each row's (CPU, task), made once per distinct pair: a literal when the rows share one."""
+    if not len(cpus) or ((cpus == cpus[0]).all() and (pids == pids[0]).all()):
+        return "", text(int(cpus[0]), int(pids[0])) if len(cpus) else ""
+    who = (cpus.astype(np.int64) << 32) | (pids.astype(np.int64) & 0xFFFFFFFF)
+    keys, at = np.unique(who, return_inverse=True)
+    return "k", (at.astype(np.int64), [text(k >> 32, _s32(k)) for k in keys.tolist()])
+
+
+def _values(code: str, column: Any) -> List[Any]:
+    """A piece's values per row, for the %-formatting."""
+    if code == "k":
+        index, text = column
+        return list(map(text.__getitem__, index.tolist()))
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
 
 
 def _s32(key: int) -> int:
