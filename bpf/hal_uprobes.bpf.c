@@ -2,16 +2,22 @@
  * and emit one struct hal_call_event (or, with -DAGGREGATE, count it in a log2 histogram per (device, op)).
  * Two sets of entry programs, one per ABI (npu_trace.bpf.abi chooses, from the library's symbols): hal_* for the
  * simulator's own (arguments in registers), real_* for libascend_hal.so's (a device in the flag bits, structs
- * read with bpf_probe_read_user, outputs read at return); both emit the same records, hal_return ends both.
+ * read from user memory, outputs read at return); both emit the same records, hal_return ends both.
  *
  * Specialisation (-D from npu_trace.bpf.config.BpfConfig):
  *   FILTER_PIDS, FILTER_COMMS, FILTER_DEVS: only these processes, task names, devices (scope.h)
  *   THRESHOLD_NS=<ns>   emit only calls at least this slow (aggregate mode: the histogram counts all)
  *   AGGREGATE           histograms in `hist`; events only above THRESHOLD_NS
- *   MAX_PENDING=<n>     calls in flight (all threads)   MAX_LIVE_ALLOCS=<n>: addresses remembered for halMemFree   RINGBUF_PAGES / USE_PERF_BUFFER: see output.h
+ *   MAX_PENDING=<n>     calls in flight (all threads)   MAX_LIVE_ALLOCS=<n>: addresses remembered for halMemFree
+ *   TASK_STREAM_OFF=<off>, TASK_TASK_OFF=<off>   the chip's task layout (npu_trace.device.chips): where the stream
+ *                       and task ids (u16 each) sit in a task descriptor (halSqTaskSend's SQEs, the commands
+ *                       halSqMsgSend sends); absent: an unknown chip, the calls are timed and their stream and
+ *                       task left empty (hdr.flags NPU_HAL_NO_TASK_IDS), never read at a guessed offset
+ *   RINGBUF_PAGES / USE_PERF_BUFFER: see output.h;  NPU_LEGACY_READ: see compat.h
  */
 #include <uapi/linux/ptrace.h>
 #include "npu_trace.h"
+#include "compat.h"
 #include "output.h"
 #include "scope.h"
 
@@ -128,11 +134,13 @@ int hal_cq_report_recv_entry(struct pt_regs *ctx)
     return store(&ent);
 }
 
-/* ---- the real HAL's ABI (libascend_hal.so; prototypes and layouts in docs/architecture.md "HAL ABIs") ----
+/* ---- the real HAL's ABI (libascend_hal.so; prototypes and layouts in docs/hal-abi.md) ----
  * drvError_t halMemAlloc(void **pp, unsigned long long size, unsigned long long flag)   flag bits 0-9: devid
  * drvError_t halMemFree(void *pp)
  * drvError_t halSqTaskSend(uint32_t devId, struct halTaskSendInfo *info)
  * drvError_t halCqReportRecv(uint32_t devId, struct halReportRecvInfo *info)
+ * drvError_t halSqMemGet(uint32_t devId, struct halSqMemGetInput *in, struct halSqMemGetOutput *out)
+ * drvError_t halSqMsgSend(uint32_t devId, struct halSqMsgInfo *info)
  * Offsets for LP64 (x86-64 and aarch64 alike: 4-byte int and enum, 8-byte pointers, natural alignment). */
 #define HAL_FLAG_DEVID_MASK 0x3FFULL /* MEM_DEVID_WIDTH 10 */
 #define TSI_TS_ID 4                  /* struct halTaskSendInfo: type 0, tsId 4, sqId 8, timeout 12, sqe_addr 16, */
@@ -146,28 +154,60 @@ int hal_cq_report_recv_entry(struct pt_regs *ctx)
 #define RRI_REPORT_CQE_NUM 28
 #define RRI_STREAM_ID 32
 #define RRI_TASK_ID 36
-#define SQE_STREAM_ID 4              /* the STARS SQE header (rtStarsSqeHeader_t): u16 rtStreamId at 4, u16 taskId at 6 */
-#define SQE_TASK_ID 6
+#define SMI_TS_ID 4                  /* struct halSqMemGetInput: type 0, tsId 4, sqId 8, cmdCount 12, res[8] 16 */
+#define SMI_SQ_ID 8
+#define SMI_CMD_COUNT 12
+#define SMO_CMD_COUNT 0              /* struct halSqMemGetOutput (all output): cmdCount 0, cmdPtr 8, pos 16, res[7] 20 */
+#define SMO_CMD_PTR 8
+#define SMO_POS 16
+#define SQM_TS_ID 4                  /* struct halSqMsgInfo: type 0, tsId 4, sqId 8, cmdCount 12, reportCount 16, */
+#define SQM_SQ_ID 8                  /*   res[8] 20 */
+#define SQM_CMD_COUNT 12
+#define SQM_REPORT_COUNT 16
+
+/* real ABI: the command slot halSqMemGet last handed out per (device, TS, SQ): the driver's one buffer of that SQ
+ * (sq_info->buf), which the caller fills and halSqMsgSend then sends */
+struct sq_key {
+    u32 dev;
+    u32 ts;
+    u32 sq;
+    u32 pad;
+};
+BPF_HASH(sq_slot, struct sq_key, u64, 1024);
 
 static __always_inline u64 user_u64(u64 addr)
 {
     u64 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    npu_read_user(&v, sizeof(v), (const void *)addr);
     return v;
 }
 
 static __always_inline u64 user_u32(u64 addr)
 {
     u32 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    npu_read_user(&v, sizeof(v), (const void *)addr);
     return v;
 }
 
 static __always_inline u64 user_u16(u64 addr)
 {
     u16 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+    npu_read_user(&v, sizeof(v), (const void *)addr);
     return v;
+}
+
+/* the stream and task ids of the task descriptor at `desc` (an SQE, a TS command) into args[i], args[i + 1], by
+ * the chip's layout; an unknown layout, or no descriptor, reads nothing and marks the call */
+static __always_inline void task_ids(struct hal_entry *ent, u64 desc, int i)
+{
+#if defined(TASK_STREAM_OFF) && defined(TASK_TASK_OFF)
+    if (desc) {
+        ent->args[i] = user_u16(desc + TASK_STREAM_OFF);
+        ent->args[i + 1] = user_u16(desc + TASK_TASK_OFF);
+        return;
+    }
+#endif
+    ent->flags |= NPU_HAL_NO_TASK_IDS; /* an unknown layout, or no descriptor to read */
 }
 
 int real_mem_alloc_entry(struct pt_regs *ctx)
@@ -197,12 +237,10 @@ int real_sq_task_send_entry(struct pt_regs *ctx)
 {
     struct hal_entry ent = {};
     u64 info = PT_REGS_PARM2(ctx);
-    u64 sqe = user_u64(info + TSI_SQE_ADDR);
     ent.op = NPU_OP_SQ_TASK_SEND;
     ent.dev = (u32)PT_REGS_PARM1(ctx);
     ent.args[0] = user_u32(info + TSI_TS_ID);
-    ent.args[1] = sqe ? user_u16(sqe + SQE_STREAM_ID) : 0;
-    ent.args[2] = sqe ? user_u16(sqe + SQE_TASK_ID) : 0;
+    task_ids(&ent, user_u64(info + TSI_SQE_ADDR), 1);
     ent.args[3] = user_u32(info + TSI_SQ_ID);
     ent.args[4] = user_u32(info + TSI_SQE_NUM);
     ent.out_ptr = info + TSI_POS;
@@ -224,6 +262,53 @@ int real_cq_report_recv_entry(struct pt_regs *ctx)
     return store(&ent);
 }
 
+int real_sq_mem_get_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 in = PT_REGS_PARM2(ctx);
+    ent.op = NPU_OP_SQ_MEM_GET;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = user_u32(in + SMI_TS_ID);
+    ent.args[1] = user_u32(in + SMI_SQ_ID);
+    ent.args[2] = user_u32(in + SMI_CMD_COUNT);
+    ent.out_ptr = PT_REGS_PARM3(ctx); /* out: the slot, read at return */
+    return store(&ent);
+}
+
+int real_sq_msg_send_entry(struct pt_regs *ctx)
+{
+    struct hal_entry ent = {};
+    u64 info = PT_REGS_PARM2(ctx);
+    struct sq_key key = {};
+    ent.op = NPU_OP_SQ_MSG_SEND;
+    ent.dev = (u32)PT_REGS_PARM1(ctx);
+    ent.args[0] = user_u32(info + SQM_TS_ID);
+    ent.args[3] = user_u32(info + SQM_SQ_ID);
+    ent.args[4] = user_u32(info + SQM_CMD_COUNT);
+    ent.args[5] = user_u32(info + SQM_REPORT_COUNT);
+    key.dev = ent.dev;
+    key.ts = (u32)ent.args[0];
+    key.sq = (u32)ent.args[3];
+    u64 *slot = sq_slot.lookup(&key);
+    task_ids(&ent, slot ? *slot : 0, 1); /* the first command the caller wrote into the slot */
+    return store(&ent);
+}
+
+/* halSqMemGet returned: its outputs (slots granted, the slot's address, its position), the slot kept for the
+ * halSqMsgSend that sends what the caller writes into it */
+static __always_inline void mem_get_outputs(struct hal_entry *ent)
+{
+    struct sq_key key = {};
+    u64 slot = user_u64(ent->out_ptr + SMO_CMD_PTR);
+    ent->args[3] = user_u32(ent->out_ptr + SMO_CMD_COUNT);
+    ent->args[4] = slot;
+    ent->args[5] = user_u32(ent->out_ptr + SMO_POS);
+    key.dev = ent->dev;
+    key.ts = (u32)ent->args[0];
+    key.sq = (u32)ent->args[1];
+    sq_slot.update(&key, &slot);
+}
+
 /* the real ABI's outputs, written by the call: read once it returned DRV_ERROR_NONE (0) */
 static __always_inline void read_outputs(struct hal_entry *ent, s32 ret)
 {
@@ -239,6 +324,8 @@ static __always_inline void read_outputs(struct hal_entry *ent, s32 ret)
         ent->args[2] = va;
         if (va)
             alloc_dev.update(&va, &ent->dev);
+    } else if (ent->op == NPU_OP_SQ_MEM_GET) {
+        mem_get_outputs(ent);
     } else {
         ent->args[5] = user_u32(ent->out_ptr); /* halSqTaskSend: pos; halCqReportRecv: report_cqe_num */
     }
@@ -282,6 +369,7 @@ static __always_inline int emit(struct pt_regs *ctx, const struct hal_entry *ent
 #pragma unroll
     for (int i = 0; i < NPU_HAL_ARGS; i++)
         e->args[i] = ent->args[i];
+    e->hdr.flags = ent->flags;
     e->dev = ent->dev;
     e->ret = (s32)PT_REGS_RC(ctx);
     e->op = ent->op;

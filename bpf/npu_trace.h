@@ -19,9 +19,13 @@
 #define NPU_OP_MEM_FREE 1
 #define NPU_OP_SQ_TASK_SEND 2
 #define NPU_OP_CQ_REPORT_RECV 3
-#define NPU_OP_COUNT 4
+#define NPU_OP_SQ_MEM_GET 4        /* the real HAL's halSqMemGet: a slot of the SQ to write commands into */
+#define NPU_OP_SQ_MSG_SEND 5       /* the real HAL's halSqMsgSend: the commands written there, sent (910, 310P) */
+#define NPU_OP_COUNT 6
 #define NPU_HAL_ARGS 6            /* values of a HAL call after its device (hal_call_event.args) */
 #define NPU_DEV_UNKNOWN 4294967295 /* a call whose device the API does not carry (real halMemFree of an unseen va) */
+/* bits of hal_call_event.hdr.flags */
+#define NPU_HAL_NO_TASK_IDS 1      /* the chip's task layout is unknown: the call's stream and task were not read */
 
 #define NPU_IRQ_NAME_LEN 32
 #define NPU_HIST_SLOTS 64
@@ -56,7 +60,7 @@ struct npu_event_header {
     __u32 tid;
     __u16 type;  /* NPU_EV_* */
     __u16 cpu;
-    __u32 flags; /* reserved, 0 */
+    __u32 flags; /* hal_call_event: NPU_HAL_* bits; the other events: 0 */
 };
 
 /* A HAL call, entry and return paired in the kernel (uprobe + uretprobe, keyed by tid). */
@@ -108,7 +112,7 @@ struct hal_entry {
     __u64 out_ptr; /* real ABI: the user address of the call's output, read at return when it succeeded */
     __u32 dev;
     __u16 op;
-    __u16 pad0;
+    __u16 flags;   /* NPU_HAL_* bits, copied into the event's hdr.flags */
 };
 
 /* Aggregate mode: log2 latency histogram slot per (device, op). */

@@ -17,10 +17,11 @@
  *                                bytes, little-endian) and 1 when it is signed (sign-extended to 64 bits)
  *   FILTER_DEVS=<dev>,...        only records whose DEV value is one of these (records without one pass;
  *                                scope.h)
- *   RINGBUF_PAGES, USE_PERF_BUFFER: see output.h
+ *   RINGBUF_PAGES, USE_PERF_BUFFER: see output.h; NPU_LEGACY_READ: see compat.h
  * No pid filter: the driver dispatches completions in IRQ context, whatever process the CPU was running.
  */
 #include "npu_trace.h"
+#include "compat.h"
 #include "output.h"
 #include "scope.h"
 
@@ -84,7 +85,7 @@ static __always_inline void tp_read(void *ctx, struct tp_values *out, int i, int
     u64 v = 0;
     if (off < 0 || size <= 0 || size > 8)
         return;
-    bpf_probe_read_kernel(&v, size, (char *)ctx + off); /* little-endian: the low bytes of v */
+    npu_read_kernel(&v, size, (char *)ctx + off); /* little-endian: the low bytes of v */
     if (is_signed && size < 8)
         v = (u64)(((s64)(v << (64 - 8 * size))) >> (64 - 8 * size));
     out->v[i] = v;
@@ -123,8 +124,8 @@ static __always_inline int tp_emit(void *ctx, u16 slot, u16 tp, int text_off, co
     __builtin_memset(e->text, 0, NPU_TP_TEXT_LEN);
     if (text_off >= 0) {
         u32 loc = 0; /* __data_loc: length << 16 | offset of the string from the start of the record */
-        bpf_probe_read_kernel(&loc, sizeof(loc), (char *)ctx + text_off);
-        bpf_probe_read_kernel_str(e->text, NPU_TP_TEXT_LEN, (char *)ctx + (loc & 0xFFFF));
+        npu_read_kernel(&loc, sizeof(loc), (char *)ctx + text_off);
+        npu_read_kernel_str(e->text, NPU_TP_TEXT_LEN, (char *)ctx + (loc & 0xFFFF));
     }
     npu_submit(ctx, e, sizeof(*e));
     return 0;

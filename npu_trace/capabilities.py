@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.bpf import abi as hal_abi
+from npu_trace.bpf import kernel as bpf_kernel
 from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
@@ -28,6 +29,9 @@ from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
+from npu_trace.sim import hal_install
+from npu_trace.sinks.wire import IMPLEMENTATION as ASSEMBLER
+from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
 from npu_trace.sources.hal_search import find_hal
 from npu_trace.sources.npu_irqs import read_pci_functions
@@ -270,6 +274,16 @@ def check_bpf(host: Host) -> Check:
     return Check("BPF", ok, f"{detail}; unprivileged_bpf_disabled={flag}", fix)
 
 
+def check_bpf_variant(host: Host) -> Check:
+    """Which variant of the BPF programs loads here, and why (npu_trace.bpf.kernel): the running kernel's
+    helpers and output map, as /proc/kallsyms lists them (else as its release number says)."""
+    try:
+        variant = bpf_kernel.detect(host.release, host.path("/proc/kallsyms"))
+    except NpuTraceError as exc:  # a release string that is not X.Y...
+        return Check("BPF variant", False, str(exc), "npu-trace bpf --compat X.Y names the kernel")
+    return Check("BPF variant", True, variant.describe())
+
+
 def check_btf(host: Host) -> Check:
     ok = host.exists("/sys/kernel/btf/vmlinux")
     return Check("BTF", ok, "/sys/kernel/btf/vmlinux " + ("present" if ok else "absent"), "" if ok else "optional")
@@ -328,12 +342,31 @@ def check_hal(host: Host) -> Check:
     stubs = f"; not the toolkit's link stub {found.stubs[0]}" if found.stubs else ""
     if found.files:
         abis, unreadable = hal_abis(found.paths)
-        detail = found.describe() + stubs + "; " + abis
+        detail = found.describe() + stubs + "; " + abis + _simulated(host, found.paths)
         if unreadable:
             return Check("HAL library", False, detail, "name the real library: --bpf --hal PATH")
         return Check("HAL library", True, detail)
     return Check("HAL library", False, found.describe() + stubs,
                  "install the Ascend driver package, or name the library: --bpf --hal PATH")  # fmt: skip
+
+
+def _simulated(host: Host, paths: Tuple[str, ...]) -> str:
+    """ "; ... is the simulator's" when the install path holds the simulator's library (sim load --hal-abi real)."""
+    try:
+        mine = hal_install.installed(host.root)
+    except NpuTraceError:
+        return ""
+    if mine is None or mine.path not in paths:
+        return ""
+    return f"; {mine.path} is the simulator's (npu-trace sim load --hal-abi real; sim unload removes it)"
+
+
+def check_task_layout(host: Host) -> Check:
+    """The chip (PCI device id, else npu-smi's model) and where its HAL task calls carry stream and task ids."""
+    found = find_chip(host.which("npu-smi") or "npu-smi", host.path("/sys/bus/pci/devices"))
+    if found.layout.known:
+        return Check("task layout", True, found.describe())
+    return Check("task layout", False, found.describe(), "name the chip: --chip 910|910B|910_93|310P")
 
 
 def hal_abis(paths: Tuple[str, ...]) -> Tuple[str, bool]:
@@ -482,6 +515,14 @@ def check_lines(implementation: str = "") -> Check:
     return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
+def check_assembler(implementation: str = ASSEMBLER) -> Check:
+    """The export's byte assembler: compiled, or its pure-Python twin (the same files, slower)."""
+    if implementation == "c":
+        return Check("export assembler", True, "compiled (npu_trace.sinks._wire)")
+    detail = "pure Python: the C extension was not built where npu-trace was installed (same files, slower)"
+    return Check("export assembler", False, detail, "install gcc and python3-dev, then reinstall npu-trace")
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 def run_checks(host: Optional[Host] = None) -> List[Check]:
     host = host or Host()
@@ -495,6 +536,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_driver_events(events),
         check_kprobes(host, fs),
         check_bpf(host),
+        check_bpf_variant(host),
         check_btf(host),
         check_headers(host),
         check_bcc(host),
@@ -504,12 +546,14 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_npu_irqs(host),
         check_npu_smi(host),
         check_hal(host),
+        check_task_layout(host),
         check_modules(host),
         check_trace_switches(host),
         check_simulator(events),
         check_kernel_layout(fs),
         check_walker(),
         check_lines(),
+        check_assembler(),
     ]
     return _mark_event_sources(checks)
 

@@ -131,6 +131,17 @@ def test_a_failed_allocation_while_npu_smi_shows_room_says_which_explanation_fit
     assert explained([failure(20, 10000, 5000, 5000)]) == []  # no reading of the chip yet
 
 
+def test_a_failure_without_driver_figures_is_explained_from_npu_smi_and_the_trace() -> None:
+    """A real HAL's halMemAlloc tells only its return code: room in npu-smi and in the trace is fragmentation."""
+    real = NpuEvent(20, "alloc_fail", 0, "halMemAlloc", 100, 0, {"size": 10000 * MIB, "ret": 6})
+    (found,) = of_kind(run([*poll(10, 40000), real]), "alloc_fail_explained")
+    assert (found["details"]["explanation"], found["details"]["basis"]) == ("fragmentation", "npu-smi and trace")
+    (driver,) = of_kind(run([*poll(10, 40000), failure(20, 10000, 20000, 2000)]), "alloc_fail_explained")
+    assert driver["details"]["basis"] == "driver"
+    full = [alloc(1, 100, 0x1000, 60000), *poll(10, 40000), real]  # the trace holds 60 GB: no room for 10 GB
+    assert [f["details"]["explanation"] for f in of_kind(run(full), "alloc_fail_explained")] == ["accounting"]
+
+
 def test_the_chips_view_holds_each_chips_last_reading() -> None:
     analysis = Analysis(PROFILES["sim"])
     analysis.feed_events(poll(10, 100, []) + poll(20, 200, [(7, "x", 100)]) + poll(20, 5, [], dev=1))

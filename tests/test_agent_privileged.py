@@ -30,6 +30,10 @@ from npu_trace.sim.channels import SideChannels
 
 CLI = [sys.executable, "-m", "npu_trace"]
 WAIT_S = 90.0  # a failing wait gives up after this (never reached when things work)
+# The agents whose counts are compared with a scenario's truth trace this process and the tasks it starts (the
+# executor) only: another simulator on the host (another session's, a developer's demo) adds its own tasks and
+# resets to an unscoped agent's (seen: "waited 90 s for 76 tasks" while other suites ran the simulator).
+OWN = ("--pid", str(os.getpid()))
 
 
 STARTED: List[Agent] = []
@@ -281,7 +285,7 @@ def test_a_full_spool_disk_is_said_and_loses_no_metric(sim_loaded: Tracefs, tmp_
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(spool)], check=True)
     agent: Optional[Agent] = None
     try:
-        agent = Agent(tmp_path, "--channels", "kmsg,uevent", "--spool", str(spool), "--flight", "30")
+        agent = Agent(tmp_path, "--channels", "kmsg,uevent", "--spool", str(spool), "--flight", "30", *OWN)
         filler = fill(spool / "filler")
         sim.run_scenario("ecc-reset", 4, 3.0, 200, 1, ensure_loaded=False, channels=SideChannels(npu_smi=False))
         wait_for(lambda: agent.line("failed (disk full)"), "the failed dump to be said")
@@ -308,7 +312,7 @@ def test_prometheus_sees_the_reset_the_tasks_and_the_states(sim_loaded: Tracefs,
     textfile = tmp_path / "npu_trace.prom"
     spool = tmp_path / "spool"
     agent = Agent(tmp_path, "--npu-smi", smi, "--health-interval", "1", "--textfile", str(textfile),
-                  "--textfile-interval", "1", "--spool", str(spool), "--flight", "30", port=port)  # fmt: skip
+                  "--textfile-interval", "1", "--spool", str(spool), "--flight", "30", *OWN, port=port)  # fmt: skip
     try:
         wait_for(lambda: prom.scalar('up{job="npu-trace"}') == 1, "Prometheus to scrape the agent")
         truth = sim.run_scenario("ecc-reset", 4, 4.0, 200, 1, str(tmp_path / "truth.json"), ensure_loaded=False,

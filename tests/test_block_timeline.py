@@ -1,11 +1,11 @@
-"""The columnar timeline releases what the timeline releases: the same items, in the same order, with the
-same losses and the same clock, however the batches were cut and however often its blocks are taken.
+"""The columnar timeline releases what the reference timeline releases: the same items, in the same order, with
+the same losses and the same clock, however the batches were cut and however often its blocks are taken.
 
-The reference is `Timeline` (PageDecoder + the ordered merge). The batches here are hostile on purpose: marks
-that claim a CPU caught up while it still has pages (its next records come late and are dropped), channel
-items with and without stamps, decoded TraceEvents among the channel items (as BPF hands them over), pages
-that say events were missed before them, and bounds small enough that the merge has to go past a stalled
-stream (lag) or past its count (max_held).
+The reference is the tests' `Timeline` (tests/reference/timeline.py: the page decoder, then the ordered merge
+of objects). The batches here are hostile on purpose: marks that claim a CPU caught up while it still has pages
+(its next records come late and are dropped), channel items with and without stamps, decoded TraceEvents among
+the channel items (as BPF hands them over), pages that say events were missed before them, and bounds small
+enough that the merge has to go past a stalled stream (lag) or past its count (max_held).
 """
 
 from __future__ import annotations

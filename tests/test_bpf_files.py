@@ -111,7 +111,8 @@ def test_a_copied_folder_lives_from_start_to_close(tmp_path: Path, monkeypatch: 
     src = BpfSource(BpfConfig(ringbuf_direct=False), bpf_dir=zip_programs(tmp_path / "p.zip"))
     src.start_bench()
     seen = FakeBPF.seen[0]
-    assert seen["src"].name == "bench_getpid.bpf.c" and seen["headers"] == ["npu_trace.h", "output.h", "scope.h"]
+    assert seen["src"].name == "bench_getpid.bpf.c"
+    assert seen["headers"] == ["compat.h", "npu_trace.h", "output.h", "scope.h"]
     assert src.bpf_dir is not None and src.bpf_dir.is_dir() and seen["src"].is_file()
     src.close()
     assert not seen["src"].parent.exists() and src.bpf_dir is None

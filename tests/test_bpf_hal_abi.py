@@ -12,8 +12,9 @@ from typing import Dict, Tuple
 import pytest
 
 from npu_trace.bpf import abi, layout
-from npu_trace.bpf.config import BpfConfig
+from npu_trace.bpf.config import OPTIONAL_HAL_SYMBOLS, BpfConfig
 from npu_trace.bpf.decode import Decoder
+from npu_trace.device import chips
 from npu_trace.errors import InputError, UsageError
 from npu_trace.sim import build
 
@@ -55,8 +56,9 @@ def test_unreadable_file_and_unknown_abi_are_errors(tmp_path: Path) -> None:
 
 
 def test_every_entry_program_exists_in_the_bpf_source() -> None:
+    assert set(abi.ENTRY_FUNCS[abi.SIM]) == set(BpfConfig().hal_symbols)
+    assert set(abi.ENTRY_FUNCS[abi.REAL]) == {*BpfConfig().hal_symbols, *OPTIONAL_HAL_SYMBOLS}
     for funcs in abi.ENTRY_FUNCS.values():
-        assert set(funcs) == set(BpfConfig().hal_symbols)
         for name in funcs.values():
             assert re.search(rf"^int {name}\(struct pt_regs \*ctx\)$", PROGRAM, re.M), name
 
@@ -65,7 +67,7 @@ def test_every_entry_program_exists_in_the_bpf_source() -> None:
 def program_offsets() -> Dict[str, int]:
     return {
         m[1]: int(m[2], 0)
-        for m in re.finditer(r"^#define ((?:TSI|RRI|SQE|HAL_FLAG)_\w+)\s+(\w+?)(?:ULL)?\b", PROGRAM, re.M)
+        for m in re.finditer(r"^#define ((?:TSI|RRI|SMI|SMO|SQM|HAL_FLAG)_\w+)\s+(\w+?)(?:ULL)?\b", PROGRAM, re.M)
     }
 
 
@@ -79,7 +81,12 @@ def test_bpf_offsets_are_the_compilers_layout_of_the_real_structs(tmp_path: Path
         for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
     )
     compiled = {k: int(v) for k, v in out.items()}
-    assert compiled.pop("sizeof_task_send_info") == 64 and compiled.pop("sizeof_report_recv_info") == 72
+    sizes = {k: compiled.pop(k) for k in list(compiled) if k.startswith("sizeof_")}
+    assert sizes == {"sizeof_task_send_info": 64, "sizeof_report_recv_info": 72, "sizeof_sq_mem_get_input": 48,
+                     "sizeof_sq_mem_get_output": 48, "sizeof_sq_msg_info": 52}  # fmt: skip
+    layouts = {k: compiled.pop(k) for k in list(compiled) if k.startswith("layout_")}
+    assert layouts == {"layout_stars_stream": chips.STARS.stream_off, "layout_stars_task": chips.STARS.task_off,
+                       "layout_ts_stream": chips.TS.stream_off, "layout_ts_task": chips.TS.task_off}  # fmt: skip
     assert program_offsets() == compiled
 
 

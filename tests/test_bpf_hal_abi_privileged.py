@@ -1,12 +1,13 @@
 """Privileged: the real-ABI HAL programs (bpf/hal_uprobes.bpf.c, real_*) on the simulator's real-ABI
 libascend_hal.so, called by the executor (`npu-sim -H LIB`) from a plan: every call's device, size, address,
 stream, task and the outputs read at return equal what the plan made the library see and write. Through
-BpfSource and through `npu-trace bpf --hal LIB` (as a user runs it)."""
+BpfSource and through `npu-trace bpf --hal LIB` (as a user runs it), with the 910B's task layout (STARS SQEs
+through halSqTaskSend); the 910's and 310P's (TS commands through halSqMemGet and halSqMsgSend, `-T ts`) and an
+unknown chip's (stream and task left empty) from one run seen by both."""
 
 from __future__ import annotations
 
 import json
-import select
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from npu_trace.bpf import layout
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource
 from npu_trace.events import Loss, TraceEvent
+from proc_support import read_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ENOMEM = 6
@@ -71,11 +73,13 @@ def plan() -> Tuple[List[str], List[Expected]]:
     return lines, want
 
 
-def run_executor(binary: str, lib: str, tmp: Path) -> int:
-    """Runs the plan through the library; returns the executor's thread id (its one thread)."""
+def run_executor(binary: str, lib: str, tmp: Path, layout: str = "stars") -> int:
+    """Runs the plan through the library, tasks sent as the chips of `layout` send them (`-T`); returns the
+    executor's thread id (its one thread)."""
     lines, _ = plan()
     (tmp / "plan").write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([binary, "-H", lib, str(tmp / "plan"), str(tmp / "out")], capture_output=True, text=True)
+    argv = [binary, "-H", lib, "-T", layout, str(tmp / "plan"), str(tmp / "out")]
+    proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     rows = (tmp / "out").read_text().splitlines()[1:]
     assert len(rows) == len(lines)
@@ -94,7 +98,7 @@ def check(got: List[Tuple[str, Dict[str, Any]]]) -> None:
 @pytest.mark.privileged
 def test_real_abi_calls_read_as_the_library_saw_them(sim_hal: Tuple[str, str], tmp_path: Path) -> None:
     binary, lib = sim_hal
-    with BpfSource(BpfConfig(binary=lib)) as src:
+    with BpfSource(BpfConfig(binary=lib, task_layout="stars")) as src:
         assert src.hal_abis == {lib: "real"}
         tid = run_executor(binary, lib, tmp_path)
         items: List[Any] = []
@@ -107,17 +111,10 @@ def test_real_abi_calls_read_as_the_library_saw_them(sim_hal: Tuple[str, str], t
 @pytest.mark.privileged
 def test_npu_trace_bpf_on_the_real_abi_library(sim_hal: Tuple[str, str], tmp_path: Path) -> None:
     binary, lib = sim_hal
-    cmd = [sys.executable, "-m", "npu_trace", "bpf", "--hal", lib, "--format", "ndjson"]
+    cmd = [sys.executable, "-m", "npu_trace", "bpf", "--hal", lib, "--chip", "910B", "--format", "ndjson"]
     tracer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        assert tracer.stderr is not None
-        seen = ""
-        while "BPF programs attached" not in seen:  # attached before the executor's first call
-            ready, _, _ = select.select([tracer.stderr], [], [], 60)
-            assert ready, "npu-trace bpf did not attach within 60 s"
-            line = tracer.stderr.readline()
-            assert line, f"npu-trace bpf exited: {tracer.wait()}"
-            seen += line
+        read_until(tracer, "BPF programs attached")  # attached before the executor's first call
         tid = run_executor(binary, lib, tmp_path)
         time.sleep(0.05)  # a few of its 10 ms polls
         tracer.send_signal(signal.SIGINT)
@@ -130,3 +127,42 @@ def test_npu_trace_bpf_on_the_real_abi_library(sim_hal: Tuple[str, str], tmp_pat
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     mine = [r for r in rows if r.get("pid") == tid]
     check([(r["event"], r["fields"]) for r in mine])
+
+
+def ts_expected() -> List[Expected]:
+    """plan()'s calls as the TS layout's runtime makes them: each halSqTaskSend a halSqMemGet (its slot at the
+    plan's pos) and a halSqMsgSend of the TS command written there."""
+    out: List[Expected] = []
+    for event, fields in plan()[1]:
+        if event != "bpf:halSqTaskSend":
+            out.append((event, fields))
+            continue
+        dev, ts, sq = fields["dev"], fields["ts"], fields["sq"]
+        out.append(("bpf:halSqMemGet", {"dev": dev, "ts": ts, "sq": sq, "cmd_count": 1, "granted": 1,
+                                        "pos": fields["pos"], "ret": 0}))  # fmt: skip
+        out.append(("bpf:halSqMsgSend", {"dev": dev, "ts": ts, "stream": fields["stream"], "task": fields["task"],
+                                         "sq": sq, "cmd_count": 1, "report_count": 1, "ret": 0}))  # fmt: skip
+    return out
+
+
+@pytest.mark.privileged
+def test_ts_layout_and_unknown_chip_from_one_run(sim_hal: Tuple[str, str], tmp_path: Path) -> None:
+    binary, lib = sim_hal
+    with BpfSource(BpfConfig(binary=lib, task_layout="ts")) as ts, BpfSource(BpfConfig(binary=lib)) as unknown:
+        assert ts.hal_symbols[lib][-2:] == ("halSqMemGet", "halSqMsgSend")
+        tid = run_executor(binary, lib, tmp_path, "ts")
+        got: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+        for name, src in (("ts", ts), ("unknown", unknown)):
+            items: List[Any] = []
+            src.read(items)
+            assert [i for i in items if isinstance(i, Loss)] == []
+            mine = sorted((e for e in items if isinstance(e, TraceEvent) and e.pid == tid), key=lambda e: e.ts_ns)
+            got[name] = [(e.event, e.fields()) for e in mine]
+    want = ts_expected()
+    assert [event for event, _ in got["ts"]] == [event for event, _ in want]
+    for (event, fields), (_, expected) in zip(got["ts"], want):
+        assert {k: fields[k] for k in expected} == expected, event
+    blanked = [(e, {**f, "stream": None, "task": None} if e == "bpf:halSqMsgSend" else f) for e, f in got["ts"]]
+    without_times = [[(e, {k: v for k, v in f.items() if k not in ("entry_ts_ns", "latency_ns")}) for e, f in run]
+                     for run in (blanked, got["unknown"])]  # fmt: skip
+    assert without_times[0] == without_times[1]  # the unknown chip: the same calls, no stream nor task

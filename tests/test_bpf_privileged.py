@@ -108,7 +108,12 @@ def test_aggregate_histograms_and_threshold(sim_binary: str) -> None:
     slow = [a for a in hal_actions(truth) if a["delay_ns"] >= threshold]
     assert slow and len(events) >= len(slow)
     assert all(e.fields()["latency_ns"] >= threshold for e in events)
-    assert len(events) <= len(slow) + 2  # a fast call made slow by scheduling, at most a couple
+    # each event over the threshold is a call made slow: by the injected delay, or by the host (the executor
+    # measured it around the call that long: a thread descheduled inside it on a loaded host)
+    made_slow = [a for a in hal_actions(truth) if max(a["delay_ns"], a["end_ns"] - a["start_ns"]) >= threshold]
+    for e in events:
+        entry = e.fields()["entry_ts_ns"]
+        assert any(a["func"] == e.fmt.name and a["start_ns"] <= entry <= a["end_ns"] for a in made_slow), e
     counted = sum(sum(slots.values()) for slots in src.hist_snapshot.values())
     assert counted >= len(hal_actions(truth))  # other sessions' executors may add calls; ours are all there
 
@@ -375,9 +380,11 @@ def test_compile_check_compiles_here_and_names_a_compile_failure() -> None:
     """What `doctor` reports: bcc compiles the HAL program here; a broken program is one clear error."""
     from pathlib import Path
 
+    from npu_trace.bpf import kernel
     from npu_trace.bpf.source import compile_check
 
-    assert compile_check() == f"compiled hal_uprobes.bpf.c from {ROOT / 'bpf'}"  # editable: the checkout's own
+    variant = kernel.detect(os.uname().release).name  # the one this kernel loads
+    assert compile_check() == f"compiled hal_uprobes.bpf.c ({variant}) from {ROOT / 'bpf'}"  # editable: the checkout's
     broken = Path(__file__).parent / "data" / "bpf_broken"
     with pytest.raises(SourceError, match=r"bcc cannot compile hal_uprobes\.bpf\.c"):
         compile_check(broken)

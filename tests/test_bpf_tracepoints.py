@@ -30,10 +30,10 @@ from npu_trace.bpf import layout
 from npu_trace.bpf import source as bpf_source
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.decode import Decoder
-from npu_trace.bpf.source import BpfSource
+from npu_trace.bpf.source import BpfSource, with_variant
 from npu_trace.bpf.tracepoints import ROLES, TRS_SPECS, TpPlan, TpSpec, TpValue, by_tracepoint, plan
 from npu_trace.detectors.latency import LatencyDetector
-from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.bpf_rules import BPF_MAPPING, REAL_HAL_MAPPING
 from npu_trace.device.profiles import ASCEND_LAYOUTS, get_profile
 from npu_trace.errors import KernelFeatureError, UsageError
 from npu_trace.events import TraceEvent
@@ -188,8 +188,9 @@ def test_other_strings_of_logic_cqe_are_not_completions() -> None:
 
 
 def test_mapping_is_in_both_profiles() -> None:
-    for profile in ("ascend", "sim"):
-        assert all(get_profile(profile).mapping[k] == v for k, v in BPF_MAPPING.items())
+    """The ascend profile's real HAL takes its own rules where they differ (its halMemAlloc is the allocation)."""
+    for profile, mapping in (("ascend", {**BPF_MAPPING, **REAL_HAL_MAPPING}), ("sim", BPF_MAPPING)):
+        assert all(get_profile(profile).mapping[k] == v for k, v in mapping.items())
 
 
 # ---- decoder ----------------------------------------------------------------------------------------------
@@ -362,10 +363,11 @@ def no_leak() -> Iterator[None]:
 
 
 @pytest.mark.privileged
-@pytest.mark.parametrize("perf_buffer", [False, True], ids=["ringbuf", "perf-buffer"])
-def test_compiles_and_verifies_with_the_driver_offsets(no_leak: None, perf_buffer: bool) -> None:
+@pytest.mark.parametrize("compat", [None, "4.14"], ids=["ringbuf", "4.14-perf-buffer-probe-read"])
+def test_compiles_and_verifies_with_the_driver_offsets(no_leak: None, compat: Optional[str]) -> None:
+    """The default variant, and the one a 4.x kernel loads (a perf buffer, bpf_probe_read) through the verifier."""
     plans = plan(DRIVER_TPS, TRS_SPECS, data_format, ASCEND_LAYOUTS)
-    cfg = BpfConfig(hal=False, devs=(1,), perf_buffer=perf_buffer)
+    cfg = with_variant(BpfConfig(hal=False, devs=(1,)), bpf_source.kernel_variant(BpfConfig(compat=compat)))
     done = bpf_source.compile_tracepoints(plans, cfg)
     assert done == "compiled trs_tracepoints.bpf.c and loaded on_tp_0, on_tp_1, on_tp_2, on_tp_3, on_tp_4 " \
                    "(nothing attached)"  # fmt: skip
@@ -386,15 +388,15 @@ LONG_PATH = "/bin/../bin/../bin/../bin/true"  # 30 characters: the event keeps 2
 
 
 @pytest.mark.privileged
-@pytest.mark.parametrize("perf_buffer", [False, True], ids=["ringbuf", "perf-buffer"])
-def test_reads_real_tracepoints_by_offset(no_leak: None, perf_buffer: bool) -> None:
+@pytest.mark.parametrize("compat", [None, "4.14"], ids=["ringbuf", "4.14-perf-buffer-probe-read"])
+def test_reads_real_tracepoints_by_offset(no_leak: None, compat: Optional[str]) -> None:
     getpid = {"x86_64": 39, "aarch64": 172}.get(platform.machine())
     if getpid is None:
         pytest.skip(f"no getpid syscall number for {platform.machine()} here")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     arg = ctypes.c_long
-    cfg = BpfConfig(hal=False, devs=(COOKIE,), perf_buffer=perf_buffer, tracepoints=tuple(TEST_SPECS))
+    cfg = BpfConfig(hal=False, devs=(COOKIE,), compat=compat, tracepoints=tuple(TEST_SPECS))
     batch: List[Any] = []
     with BpfSource(cfg, tracepoint_specs=TEST_SPECS) as src:
         assert [p.function for p in src.tracepoint_plans] == ["on_tp_0", "on_tp_1"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,38 @@ def test_full_ascend_host_is_all_ok(tmp_path: Path) -> None:
         f"{hal} (install path); real HAL ABI (libascend_hal.so prototypes: device in halMemAlloc's flag, structs "
         "read in place) for libascend_hal.so"
     )
+    assert found["task layout"].detail == (
+        "910B (PCI 19e5:d802 (0000:81:00.0)): task layout stars: stream id (u16) at 4, task id (u16) at 6 "
+        "(rtStarsSqeHeader_t, hicann/runtime pkg_inc/runtime/rt_external_stars_define.h)"
+    )
+    assert found["BPF variant"].detail == (
+        f"ringbuf: bpf_probe_read_user, the BPF ring buffer (release {RELEASE} (no {tmp_path}/proc/kallsyms))"
+    )
+
+
+def test_the_variant_an_old_kernel_loads_and_an_unknown_chip(tmp_path: Path) -> None:
+    make_ascend_host(tmp_path)
+    write(tmp_path, "sys/bus/pci/devices/0000:81:00.0/device", "0xd806\n")  # a 950: no layout known
+    write(tmp_path, "proc/kallsyms", "ffffffff81000000 T _stext\nffffffff814cc020 T bpf_probe_read_str\n")
+    host = fake_host(tmp_path, npu_smi=None)
+    host.release = "4.19.90-52.22.v2207.ky10.aarch64"
+    found = by_name(doctor.run_checks(host))
+    assert found["BPF variant"].ok and found["BPF variant"].detail.startswith(
+        "legacy (4.x): bpf_probe_read for bpf_probe_read_user; a perf event array for the BPF ring buffer")
+    layout = found["task layout"]
+    assert not layout.ok and layout.fix == "name the chip: --chip 910|910B|910_93|310P"
+    assert layout.detail.endswith("unknown: HAL task calls timed, their stream and task left empty")
+
+
+def test_the_simulators_hal_at_the_install_path_is_named(tmp_path: Path) -> None:
+    from npu_trace.sim import hal_install
+
+    make_ascend_host(tmp_path)
+    os.unlink(hal_install.target(str(tmp_path)))
+    lib = hal_install.install(build.ensure_hal_library(), str(tmp_path))
+    detail = by_name(doctor.run_checks(fake_host(tmp_path)))["HAL library"].detail
+    said = f"; {lib.path} is the simulator's (npu-trace sim load --hal-abi real; sim unload removes it)"
+    assert detail.endswith(said)
 
 
 def test_hal_that_is_no_elf_is_named(tmp_path: Path) -> None:
@@ -249,6 +282,9 @@ def test_the_page_walker_line() -> None:
     """Here the extension is built (scripts/setup installs gcc); elsewhere the pure-Python walker is named."""
     assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
     slow = doctor.check_walker("python")
+    assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+    assert doctor.check_assembler() == Check("export assembler", True, "compiled (npu_trace.sinks._wire)")
+    slow = doctor.check_assembler("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+import npu_trace.ci.export as export_module
+from export_reference import ProtoPerfettoWriter, reference_export
 from npu_trace.ci.analyze import analyze
-from npu_trace.ci.export import Request, export, parse_time, row_events
+from npu_trace.ci.export import Request, export, parse_time
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal
@@ -31,12 +34,14 @@ from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.pipeline.blocks import records_of
 from npu_trace.recording import RecordingWriter
-from npu_trace.sim.scenarios import Action, plan
+from npu_trace.sim.scenarios import SCENARIOS, Action, plan
 from npu_trace.sim.synth import formats, synth_events, truth_expectations
 from npu_trace.sinks.chrome_json import _dumps, _name, _plain
-from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
+from npu_trace.sinks.perfetto import PerfettoWriter
+from npu_trace.sinks.pieces import Strings
+from npu_trace.sinks.rowargs import args_of, as_dicts
 from npu_trace.sinks.timeline import Lane, LanePacker
-from npu_trace.sinks.tracks import COUNTER, GROUP, SLICES, Track
+from npu_trace.sinks.tracks import COUNTER, GROUP, SLICES, Track, flow_id, flow_ids
 from test_timeline import HEADER, reads, spread, synth_header
 
 LOST = 7  # events the lossy recording says were lost
@@ -120,7 +125,8 @@ def annotation(a: pb.DebugAnnotation, names: Dict[int, str]) -> Tuple[str, Any]:
 def decode(data: bytes) -> Decoded:
     """The packets as the trace processor reads them: sorted by timestamp (ties in file order), slices built
     by a stack per track. Asserts what Perfetto needs: one sequence whose incremental state is cleared
-    first, every event on a track described before, every end matching a begin, nothing left open."""
+    first, every event on a track described before, every end matching a begin, nothing left open (ftrace
+    bundles, the host's context, are left out)."""
     trace = pb.Trace()
     trace.ParseFromString(data)
     out = Decoded()
@@ -129,6 +135,8 @@ def decode(data: bytes) -> Decoded:
     events: List[Tuple[int, int, pb.TracePacket]] = []
     cleared = False
     for i, p in enumerate(trace.packet):
+        if p.HasField("ftrace_events"):  # the host's context: its own sequence (tests/test_hostctx.py)
+            continue
         assert p.trusted_packet_sequence_id == 1
         cleared = cleared or p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED != 0
         if p.HasField("clock_snapshot"):
@@ -450,27 +458,61 @@ def test_a_lane_takes_a_slice_only_where_it_nests() -> None:
 
 
 # ---- the writers against their references -------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "name, seed, loss, window",
-    [("ecc-reset", 3, False, None), ("steady", 5, True, None), ("ecc-reset", 3, False, ("0.2", "0.6", {0}))],
-)
-def test_the_fast_export_writes_the_references_bytes(tmp_path: Any, name: str, seed: int, loss: bool,
-                                                     window: Optional[Tuple[str, str, Any]]) -> None:  # fmt: skip
-    """PerfettoWriter (the wire format by hand) and the columnar drawing write, byte for byte, what the
-    reference writes (every packet a protobuf message, every event an object)."""
-    rec = str(tmp_path / "rec.npt")
-    scenario(rec, name, seed, loss=loss)
-    kw: Dict[str, Any] = {}
-    if window is not None:
-        kw = {"start": parse_time(window[0], "--from"), "stop": parse_time(window[1], "--to"),
-              "devices": frozenset(window[2])}  # fmt: skip
-    for out in ("out.pftrace", "out.json"):
-        fast, ref = (
-            exported(tmp_path, rec, "fast-" + out, **kw),
-            exported(tmp_path, rec, "ref-" + out, reference=True, **kw),
-        )
-        assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes()
+def _same_bytes(tmp_path: Any, rec: str, **kw: Any) -> Dict[str, Any]:
+    """The export (columns, the wire format by hand) and the reference (every row one by one, every packet a
+    protobuf message) of `rec`, to each format: the same bytes and the same summary."""
+    summaries = {}
+    for out, fmt in (("out.pftrace", "perfetto"), ("out.json", "chrome-json")):
+        fast = export(Request(rec, str(tmp_path / ("fast-" + out)), fmt, progress=False, **kw))
+        ref = reference_export(Request(rec, str(tmp_path / ("ref-" + out)), fmt, progress=False, **kw))
+        assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), (rec, out)
         assert {**fast, "out": None} == {**ref, "out": None}
+        summaries[fmt] = fast
+    return summaries
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_export_writes_the_references_bytes_on_every_scenario(tmp_path: Any, name: str) -> None:
+    """Every simulator scenario, a loss in its middle."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, name, 5, loss=True)
+    summary = _same_bytes(tmp_path, rec)
+    assert summary["perfetto"]["written"]["slices"] > 100
+
+
+def test_the_export_writes_the_references_bytes_in_a_window_of_some_devices(tmp_path: Any) -> None:
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, "ecc-reset", 3)
+    _same_bytes(tmp_path, rec, start=parse_time("0.2", "--from"), stop=parse_time("0.6", "--to"),
+                devices=frozenset({0}))  # fmt: skip
+
+
+def test_the_export_writes_the_references_bytes_whatever_the_blocks(tmp_path: Any, monkeypatch: Any) -> None:
+    """Small blocks: calls, handlers and tasks that cross a block's edge, memory carried from block to block."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, "irq-storm", 2, loss=True)
+    monkeypatch.setattr(export_module, "EXPORT_ROWS", 997)
+    _same_bytes(tmp_path, rec)
+    monkeypatch.setattr(export_module, "EXPORT_ROWS", 61)
+    _same_bytes(tmp_path, rec)
+
+
+GOLDEN = ["npu_trace/data/demo.npt", "tests/data/tracedat/own.npt", "tests/data/hostctx/sim-ecc-reset.npt"]
+
+
+@pytest.mark.parametrize("path", GOLDEN)
+def test_the_export_writes_the_references_bytes_on_the_golden_recordings(tmp_path: Any, path: str) -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _same_bytes(tmp_path, os.path.join(root, path))
+
+
+def test_the_export_writes_the_references_bytes_on_an_imported_trace_dat(tmp_path: Any) -> None:
+    """trace-cmd's own file of the golden run (tests/data/tracedat), imported, then exported both ways."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rec = str(tmp_path / "imported.npt")
+    dat = os.path.join(root, "tests", "data", "tracedat", "trace-v7.dat")
+    assert main(["import", dat, "-o", rec, "--profile", "sim"]) == 0
+    _same_bytes(tmp_path, rec)
 
 
 _VALUES = st.recursive(
@@ -508,20 +550,52 @@ def test_the_wire_format_by_hand_is_protobufs_own(args: Dict[Any, Any], name: st
     pb.Trace().ParseFromString(out[0][0])
 
 
-def test_events_made_a_format_at_a_time_are_the_normalized_blocks_own() -> None:
-    """row_events (the export's batched materialization) gives NormBlock.event's event for every row: paired
-    returns whose entry is in the block or before it, unpaired returns, every other kind."""
+def test_arguments_made_as_columns_are_the_normalized_events_own() -> None:
+    """args_of (the export's arguments of many rows at once) gives each row the arguments the normalizer gives
+    its event before pairing (NormBlock.event: the return's own, for the rows whose entry it did not merge)."""
     events = synth_events(plan("mixed", 4, 0.5, 2000, 2))
     analysis = Analysis(PROFILES["sim"])
-    paired = 0
+    checked = 0
     for i in range(0, len(events), 997):
         nb = analysis.normalize_block(records_of(events[i : i + 997], PLANS))
         analysis.feed_normalized(nb)
-        rows = np.arange(len(nb))
-        assert row_events(nb, rows) == [nb.event(r) for r in rows.tolist()]
-        assert row_events(nb, rows[::-3]) == [nb.event(r) for r in rows[::-3].tolist()]
-        paired += int(nb.paired.sum())
-    assert paired > 300
+        rows = np.flatnonzero((nb.group_of >= 0) & ~nb.paired)
+        strings = Strings()
+        sets, rejected = args_of(nb, rows, strings)
+        assert not len(rejected)
+        got = as_dicts(sets, np.arange(len(rows)), strings)
+        assert got == [nb.event(r).args for r in rows.tolist()]
+        checked += len(rows)
+    assert checked > 1000
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), max_size=60), st.integers(0, 3))
+def test_lanes_placed_at_once_are_lanes_placed_one_by_one(spans: List[Tuple[int, int]], cut: int) -> None:
+    """place_many (runs that follow every end before them go to the first lane at once) places each slice
+    where place() would, whatever the runs and however the calls are cut."""
+    ends = np.cumsum([e for _, e in spans]).astype(np.int64) if spans else np.zeros(0, np.int64)
+    begins = np.array([max(0, int(end) - b) for (b, _), end in zip(spans, ends.tolist())], dtype=np.int64)
+    one = LanePacker(lambda i: Track(100 + i, f"lane {i}", SLICES))
+    want = [one.place(int(b), int(e)).uuid - 100 for b, e in zip(begins.tolist(), ends.tolist())]
+    many = LanePacker(lambda i: Track(100 + i, f"lane {i}", SLICES))
+    at = min(cut * 7, len(begins))
+    got = [*many.place_many(begins[:at], ends[:at]).tolist(), *many.place_many(begins[at:], ends[at:]).tolist()]
+    assert got == want
+    assert [(lane.roots, lane.floor, lane.last_end) for lane in many.lanes] == [
+        (lane.roots, lane.floor, lane.last_end) for lane in one.lanes
+    ]
+
+
+@given(st.lists(st.tuples(st.integers(-1, 5), st.integers(-(1 << 63), (1 << 63) - 1), st.booleans()), max_size=20))
+def test_flow_ids_of_columns_are_flow_ids_one_by_one(rows: List[Tuple[int, int, bool]]) -> None:
+    dev = np.array([d for d, _, _ in rows], dtype=np.int64)
+    value = np.array([v for _, v, _ in rows], dtype=np.int64)
+    has = np.array([h for _, _, h in rows], dtype=bool)
+    got = flow_ids("task", (dev, dev >= 0), value, (value, has), None)
+    want = [flow_id("task", d if d >= 0 else None, v, v if h else None, None) for d, v, h in rows]
+    assert got.tolist() == want
+    assert flow_id("task", True) != flow_id("task", 1) and flow_id("task", [1]) == flow_id("task", [1])
 
 
 @settings(max_examples=300, deadline=None)

@@ -149,8 +149,6 @@ GOOD = (
     ("u32 dev;\toffset:8;\tsize:4", "u32 dev;\toffset:8;\tsize:3", "dev", "size 3 for a u32"),
     ("size:4;\tsigned:0;\n\tfield:char comm", "size:4;\tsigned:1;\n\tfield:char comm", "dev", "u32 marked signed"),
     ("size:4;\tsigned:0;\n\tfield:char comm", "size:4;\tsigned:2;\n\tfield:char comm", "dev", "signed:2"),
-    ("u32 dev;\toffset:8", "u32 comm;\toffset:8", "comm", "appears twice"),
-    ("comm[16];\toffset:12;\tsize:16", "comm[16];\toffset:12;\tsize:17", "comm", "size 17 for char comm[16]"),
     ("name;\toffset:28;\tsize:4", "name;\toffset:28;\tsize:8", "name", "locator of size 8"),
     ("buf[];\toffset:32;\tsize:0;\tsigned:0;", "buf[];\toffset:32;\tsize:0;\tsigned:0;\n\tfield:u32 late;\toffset:32;"
      "\tsize:4;\tsigned:0;", "buf", "a flexible array must be the last field"),
@@ -169,6 +167,21 @@ def test_a_format_no_kernel_writes_is_damaged_naming_the_field(old: str, new: st
         parse_format(GOOD.replace(old, new, 1), "sys")
     assert why in str(info.value) and str(info.value).startswith(f"format {info.value.event}: "), str(info.value)
     assert info.value.field == field and str(info.value.event).startswith("sys:x")
+
+
+def test_what_real_kernels_write_reads_a_repeated_name_apart_and_an_array_by_its_size() -> None:
+    """Formats of real kernels that no rule of thumb would allow: a syscall argument named like the syscall number
+    (trappy's trace.dat: `sys_enter_io_submit` declares `nr` twice; LISA's: `regmap:regcache_sync`'s `type`),
+    an array whose size is not its declared length's (trappy's `task_rename`: `char oldcomm[32]; size:16`). Each
+    field keeps its own value: a repeated name becomes `name_2`, the array's length is the one its size gives."""
+    twice = parse_format(GOOD.replace("u32 dev;\toffset:8", "u32 comm;\toffset:8", 1), "sys")
+    assert twice.field_names == ("comm", "comm_2", "name", "buf")
+    assert (twice.field("comm").offset, twice.field("comm_2").offset) == (8, 12)
+    short = parse_format(GOOD.replace("char comm[16];\toffset:12;\tsize:16", "char comm[32];\toffset:12;\tsize:16"))
+    assert (short.field("comm").kind, short.field("comm").count, short.field("comm").size) == ("char_array", 16, 16)
+    odd = parse_format(GOOD.replace("char comm[16];\toffset:12;\tsize:16", "u32 comm[4];\toffset:12;\tsize:16"
+                                    ).replace("u32 dev;\toffset:8;\tsize:4", "u32 dev;\toffset:8;\tsize:4"))
+    assert odd.field("comm").count == 4
 
 
 @pytest.mark.parametrize("old, new, why", [

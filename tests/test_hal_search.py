@@ -145,3 +145,28 @@ def test_hal_given_is_not_searched() -> None:
 def test_hal_without_bpf_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--hal"):
         TraceOptions(profile_name="ascend", bpf_binary="/opt/libascend_hal.so")
+
+
+def test_bpf_task_layout_from_chip_said_once_and_a_bad_chip_refused(tmp_path: Path) -> None:
+    lib = tmp_path / "libascend_hal.so"
+    lib.write_bytes(b"\x7fELF")  # said only for a library that is there
+    options = TraceOptions.from_args(args(bpf_binary=str(lib), chip="310P"))
+    notes: List[str] = []
+    config = options.bpf_config(notes.append)
+    assert config is not None and config.task_layout == "ts"
+    assert [n for n in notes if n.startswith("task layout: ")] == [
+        "task layout: 310P (--chip 310P): task layout ts: stream id (u16) at 0, task id (u16) at 2 (rtCommand_t, "
+        "hicann/runtime src/runtime/core/src/task/inc/hwts.hpp)"
+    ]
+    with pytest.raises(UsageError, match="unknown chip '950'"):
+        TraceOptions(profile_name="ascend", chip="950")
+    missing = TraceOptions.from_args(args(bpf_binary=str(tmp_path / "gone.so"), chip="310P"))
+    notes.clear()
+    assert missing.bpf_config(notes.append) is not None and not [n for n in notes if "task layout" in n]
+
+
+def test_bpf_alone_is_a_channel_when_no_driver_event_exists() -> None:
+    """record --profile ascend --bpf --channels none on a host without the driver traces the HAL, not nothing."""
+    session = TraceOptions.from_args(args(bpf_binary="/opt/libascend_hal.so")).make_session(irqs={})
+    assert session.allow_none
+    assert not TraceOptions.from_args(args(bpf=False)).make_session(irqs={}).allow_none

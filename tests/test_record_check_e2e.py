@@ -72,7 +72,7 @@ def test_record_then_check_reports_exactly_the_injected_faults(
     path, report_path = str(tmp_path / "run.npt"), str(tmp_path / "report.json")
     truth = record_scenario(path, scenario, 5, str(tmp_path / "truth.json"))
     proc, report = check_json(path, report_path)
-    check_against_truth(report, truth_expectations(truth))
+    check_against_truth(report, truth_expectations(truth), live=truth)
     assert (proc.returncode == 1) == bool(report["violations"])
     assert not report["reading"]["truncated"] and report["reading"]["lost"] == 0
     # the same inputs give a byte-identical report
@@ -231,7 +231,7 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     hal = [r for r in truth["actions"] if r["func"].startswith("hal")]
     assert len(calls) == len(hal)
     _, report = check_json(path, report_path)
-    check_against_truth(report, truth_expectations(truth))
+    check_against_truth(report, truth_expectations(truth), live=truth)
     # a task's submit (BPF) and its completion (ftrace) meet in time order, whichever buffer delivered first
     latency = report["summary"]["latency"]
     assert (latency["unmatched_completes"], latency["pending_tasks"]) == (0, 0), latency

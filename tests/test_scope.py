@@ -330,6 +330,33 @@ def test_the_tasks_started_are_traced_unfiltered_by_the_task_name() -> None:
     assert "task:task_newtask" not in inst.filters and "ascend:ascend_halMemAlloc" in inst.filters
 
 
+def test_the_host_context_is_traced_host_wide_and_an_irq_event_the_profile_scopes_is_scoped_after_reading() -> None:
+    """--host-context: its events take none of the scope's per-event filters (the NPU's interrupts included: the
+    pipeline keeps the analysis to them), the ones missing on the host are said, the start line names them."""
+    from npu_trace.commands.stream import announce_lines
+    from npu_trace.ftrace.context import HOST_CONTEXT
+    from npu_trace.sources.tracefs_source import TracefsSession
+
+    entry = "irq:irq_handler_entry"
+    scope = Scope(comms=("npu_sim",), irqs=irq_table({130: 0}))
+    session = TracefsSession(["ascend:*"], optional=[entry], scope=scope, irq_events=(entry,),
+                             context=HOST_CONTEXT)  # fmt: skip
+    session.selected = session._select(["ascend:ascend_halMemAlloc", entry, "sched:sched_switch"])
+    session._chosen_first = list(session.selected)
+    session.selected += session._context(["ascend:ascend_halMemAlloc", entry, "sched:sched_switch"])
+    session.formats = [FORMATS["ascend:ascend_halMemAlloc"], FORMATS[entry]]
+    inst = FakeInstance()
+    session._apply_scope(inst)
+    assert session.selected == ["ascend:ascend_halMemAlloc", entry, "sched:sched_switch"]
+    assert list(inst.filters) == ["ascend:ascend_halMemAlloc"]  # the interrupts unfiltered: host-wide
+    assert session.notes[0] == ("host context: not on this host: sched:sched_waking, irq:irq_handler_exit, "
+                                "irq:softirq_entry, irq:softirq_exit")  # fmt: skip
+    assert session.chosen() == ["ascend:ascend_halMemAlloc", entry]
+    assert session.context_traced() == ["sched:sched_switch"]
+    assert "and the host's context (sched_switch)" in announce_lines(session)[-1]
+    assert Both(session.scope).events([ev("irq", None, irq=3), ev("irq", None, irq=130)])[0].dev == 0
+
+
 def test_a_refused_task_name_filter_is_left_to_the_pipeline_and_said() -> None:
     session = scoped_session(Scope(comms=("npu_sim",), devices=(1,)), [])
     inst = FakeInstance()
@@ -373,6 +400,17 @@ def test_the_scope_flags_of_every_command_and_bpfs_old_dev_spelling(command: Lis
 
     ns = build_parser().parse_args([*command, "--pid", "1", "--pid", "2", "--comm", "a", "--dev", "0", "--device", "3"])
     assert (ns.pid, ns.comm, ns.device) == ([1, 2], ["a"], [0, 3])
+
+
+@pytest.mark.parametrize("command", [["stream"], ["record", "-o", "x.npt"], ["live"]])
+def test_host_context_is_an_option_of_the_tracing_commands(command: List[str]) -> None:
+    from npu_trace.cli import build_parser
+    from npu_trace.ftrace.context import HOST_CONTEXT
+    from npu_trace.sources.options import TraceOptions
+
+    options = TraceOptions._of(build_parser().parse_args([*command, "--host-context"]))
+    assert options.host_context and options.make_session().context == HOST_CONTEXT
+    assert TraceOptions._of(build_parser().parse_args(command)).make_session().context == ()
 
 
 def test_npu_interrupts_too_many_for_a_filter_are_left_to_the_pipeline_and_said() -> None:

@@ -26,6 +26,7 @@ from npu_trace.sources.options import TraceOptions
 from proc_support import read_until
 from reference.normalize import normalize
 from reference.scope import events as scope_events
+from test_detectors_truth import check_spikes
 
 CLI = [sys.executable, "-m", "npu_trace"]
 SLACK_NS = 1000
@@ -208,7 +209,7 @@ def test_record_device_then_check_reports_the_scope(sim_loaded: Tracefs, tmp_pat
     assert {f["device"] for f in report["findings"]} <= {1, None}
     spikes = [a for a in truth["actions"] if a["kind"] == "spike"]
     assert {a["dev"] for a in spikes} == {0, 1}, "spikes on both devices were injected"
-    assert sum(f["kind"] == "spike" for f in report["findings"]) == sum(a["dev"] == 1 for a in spikes)
+    check_spikes(report, {"spikes": Counter((a["dev"], a["func"]) for a in spikes if a["dev"] == 1)}, truth)
     assert report["summary"]["scope"]["dropped"]["device"] > 0
     assert report["summary"]["pairing"]["unpaired_returns"] == 0
 

@@ -147,10 +147,12 @@ def test_executor_rejects_a_bad_plan_line(tmp_path: Any, line: str) -> None:
 
 
 @pytest.mark.parametrize("argv", [["-m"], ["-m", "x", "p", "o"], ["-m", "-5", "p", "o"], ["-m", "60000001", "p", "o"],
-                                  ["p"], ["-x", "1", "p", "o"], ["-H"], ["-H", "lib", "p"]])  # fmt: skip
+                                  ["p"], ["-x", "1", "p", "o"], ["-H"], ["-H", "lib", "p"], ["-T", "v3", "p", "o"],
+                                  ["-T"]])  # fmt: skip
 def test_executor_usage_errors(argv: List[str]) -> None:
     proc = executor(*argv)
-    assert proc.returncode == 2 and proc.stderr.startswith("usage: npu-sim [-m MIGRATE_US] [-H LIB] PLAN OUT")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: npu-sim [-m MIGRATE_US] [-H LIB [-T stars|ts]] PLAN OUT")
 
 
 def sim_run(tmp_path: Any, *args: str) -> Truth:

@@ -4,7 +4,8 @@
   sources in docs/architecture.md, "HAL ABIs"): `halMemAlloc(void **pp, u64 size, u64 flag)` with the device in
   flag bits 0-9 and the address written through `pp` (read at return), `halMemFree(void *pp)` (its device is the
   one the traced allocation of that address had, else NPU_DEV_UNKNOWN), `halSqTaskSend(u32 devId, struct
-  halTaskSendInfo *)` and `halCqReportRecv(u32 devId, struct halReportRecvInfo *)` read field by field.
+  halTaskSendInfo *)` and `halCqReportRecv(u32 devId, struct halReportRecvInfo *)` read field by field, and
+  where the file has them `halSqMemGet` / `halSqMsgSend` (the task path of the 910's and 310P's runtime).
 - `sim`: the simulator's executor (npu_trace/sim/npu_sim.c), whose HAL functions take their values in registers
   (`halMemAlloc(dev, size, flag)` ...). It exports the marker function `npu_sim_hal_abi`; a file without that
   marker gets the real ABI. The simulator's own libascend_hal.so (npu_trace/sim/hal_real.c) has the real ABI and
@@ -37,6 +38,8 @@ ENTRY_FUNCS: Dict[str, Dict[str, str]] = {
         "halMemFree": "real_mem_free_entry",
         "halSqTaskSend": "real_sq_task_send_entry",
         "halCqReportRecv": "real_cq_report_recv_entry",
+        "halSqMemGet": "real_sq_mem_get_entry",
+        "halSqMsgSend": "real_sq_msg_send_entry",
     },
 }
 DESCRIPTIONS = {

@@ -6,7 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from npu_trace.bpf.kernel import parse_release
 from npu_trace.bpf.layout import NPU_TP_SLOTS
+from npu_trace.device.chips import LAYOUTS
 from npu_trace.errors import UsageError
 
 MAX_IRQ_FILTERS = 4  # IRQ_PREFIX_0..3 and IRQ_NUM_0..3 in irq.bpf.c
@@ -16,6 +18,9 @@ COMM_MAX = 15  # NPU_COMM_LEN - 1
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.:+-]+$")
 _TRACEPOINT = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+$")
 HAL_SYMBOLS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
+# the real HAL's other task path (the 910's and 310P's runtime: a slot, then its commands), traced where the file
+# has these symbols and gets the real ABI
+OPTIONAL_HAL_SYMBOLS: Tuple[str, ...] = ("halSqMemGet", "halSqMsgSend")
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,11 @@ class BpfConfig:
     pids (thread-group ids: every thread of each process), comms (the task's own name) and devs scope the HAL
     calls in the kernel (bpf/scope.h); the IRQ program is scoped by its names and numbers only.
     ringbuf_direct chooses only how user space reads the ring buffer (no cflag): from its own mapping of it, or
-    through bcc's per-record callback."""
+    through bcc's per-record callback.
+    The kernel's variant (npu_trace.bpf.kernel): `compat` "X.Y" loads the variant of that release, None the
+    running kernel's (BpfSource.start finds it and sets `perf_buffer` / `legacy_read` accordingly; either set
+    here forces it). `task_layout`: the chip's task layout (npu_trace.device.chips.LAYOUTS), where the real HAL's
+    task descriptors carry their stream and task ids ("unknown": left empty)."""
 
     binary: Optional[str] = None
     more_binaries: Tuple[str, ...] = ()  # further copies of the HAL (a container's own), the same uprobes on each
@@ -49,6 +58,9 @@ class BpfConfig:
     perf_buffer: bool = False
     perf_pages: int = 64
     max_pending: int = 10240
+    legacy_read: bool = False  # bpf_probe_read instead of the _user/_kernel helpers (kernels before 5.5)
+    compat: Optional[str] = None  # "4.14": the variant of that kernel release; None: the running kernel's
+    task_layout: str = "unknown"
 
     def __post_init__(self) -> None:
         if self.ringbuf_pages <= 0 or self.ringbuf_pages & (self.ringbuf_pages - 1):
@@ -71,6 +83,10 @@ class BpfConfig:
         unknown = set(self.hal_symbols) - set(HAL_SYMBOLS)
         if unknown:
             raise UsageError(f"unknown HAL symbols {sorted(unknown)} (known: {', '.join(HAL_SYMBOLS)})")
+        if self.compat is not None:
+            parse_release(self.compat)
+        if self.task_layout not in LAYOUTS:
+            raise UsageError(f"unknown task layout {self.task_layout!r} (one of {', '.join(LAYOUTS)})")
 
     def _check_scope(self) -> None:
         for name, values in (("pids", self.pids), ("comms", self.comms), ("devices", self.devs)):
@@ -97,12 +113,15 @@ class BpfConfig:
         flags = [f"-DRINGBUF_PAGES={self.ringbuf_pages}"]
         if self.perf_buffer:
             flags.append("-DUSE_PERF_BUFFER")
+        if self.legacy_read:
+            flags.append("-DNPU_LEGACY_READ")
         if self.threshold_ns:
             flags.append(f"-DTHRESHOLD_NS={self.threshold_ns}ULL")
         return flags
 
     def hal_cflags(self) -> List[str]:
         flags = [*self.common_cflags(), f"-DMAX_PENDING={self.max_pending}", *self.scope_cflags()]
+        flags += LAYOUTS[self.task_layout].cflags()
         if self.aggregate:
             flags.append("-DAGGREGATE")
         return flags

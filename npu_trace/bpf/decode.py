@@ -40,12 +40,15 @@ def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _hal_arg_readers() -> Tuple[Tuple[EventFormat, int, Tuple[bool, ...]], ...]:
-    """Per op: (format, number of args after the device, which of them are s32)."""
+def _hal_arg_readers() -> Tuple[Tuple[EventFormat, int, Tuple[bool, ...], Tuple[int, ...]], ...]:
+    """Per op: (format, number of args after the device, which of them are s32, which of them are the task ids
+    a call marked NPU_HAL_NO_TASK_IDS leaves empty)."""
     out = []
     for fmt in formats.HAL_FORMATS:
         params = formats.HAL_FIELDS[fmt.name][1:]
-        out.append((fmt, len(params), tuple(ptype == "s32" for _, ptype in params)))
+        ids = tuple(i for i, (name, _) in enumerate(params) if name in formats.TASK_ID_FIELDS)
+        out.append((fmt, len(params), tuple(ptype == "s32" for _, ptype in params),
+                    ids if fmt.name in formats.TASK_ID_OPS else ()))  # fmt: skip
     return tuple(out)
 
 
@@ -132,7 +135,7 @@ class Decoder:
         self._runs: Dict[int, RunSpec] = {
             layout.NPU_EV_HAL_CALL: run_spec(
                 "hal_call_event",
-                (*hdr, "entry_ts_ns", "latency_ns", "args", "dev", "ret", "op"),
+                (*hdr, "hdr.flags", "entry_ts_ns", "latency_ns", "args", "dev", "ret", "op"),
                 self._hal_run,
             ),
             layout.NPU_EV_IRQ: run_spec(
@@ -168,15 +171,18 @@ class Decoder:
         return [Loss("bpf", -1, "malformed", new)] if new else []
 
     # ---- one record ---------------------------------------------------------------------------------------
-    def _hal_values(self, op: int, args: Sequence[int], dev: int, ret: int, lat: int, entry: int) -> Any:
-        fmt, nargs, signed = self._hal[op]
-        values = [_s32(v) if s else v for v, s in zip(args[:nargs], signed)]
+    def _hal_values(self, op: int, args: Sequence[int], dev: int, ret: int, lat: int, entry: int, flags: int) -> Any:
+        fmt, nargs, signed, ids = self._hal[op]
+        values: List[Any] = [_s32(v) if s else v for v, s in zip(args[:nargs], signed)]
+        if flags & layout.NPU_HAL_NO_TASK_IDS:
+            for i in ids:  # the chip's task layout is unknown: these were not read
+                values[i] = None
         return fmt, (dev, *values, ret, lat, entry)
 
     def _hal_call(self, v: Tuple[Any, ...]) -> TraceEvent:
-        ts, _pid, tid, _t, cpu, _f, entry, lat = v[:_HAL_ARGS_COL]
+        ts, _pid, tid, _t, cpu, flags, entry, lat = v[:_HAL_ARGS_COL]
         dev, ret, op = v[_HAL_ARGS_END : _HAL_ARGS_END + 3]
-        fmt, values = self._hal_values(op, v[_HAL_ARGS_COL:_HAL_ARGS_END], dev, ret, lat, entry)
+        fmt, values = self._hal_values(op, v[_HAL_ARGS_COL:_HAL_ARGS_END], dev, ret, lat, entry, flags)
         return _new(TraceEvent, (ts, cpu, tid, fmt, values))
 
     def _irq(self, v: Tuple[Any, ...]) -> TraceEvent:
@@ -217,8 +223,8 @@ class Decoder:
 
     def _hal_run(self, cols: Sequence[Sequence[Any]], run: int) -> Iterable[TraceEvent]:
         """Eager where it can fail (an unknown op raises here, before anything is returned)."""
-        ts, tid, _type, cpu, entry, lat = cols[:6]
-        dev, ret, op = cols[6 + layout.NPU_HAL_ARGS :]
-        args = zip(*cols[6 : 6 + layout.NPU_HAL_ARGS])
-        fmts, values = zip(*map(self._hal_values, op, args, dev, ret, lat, entry))
+        ts, tid, _type, cpu, flags, entry, lat = cols[:7]
+        dev, ret, op = cols[7 + layout.NPU_HAL_ARGS :]
+        args = zip(*cols[7 : 7 + layout.NPU_HAL_ARGS])
+        fmts, values = zip(*map(self._hal_values, op, args, dev, ret, lat, entry, flags))
         return map(_new, repeat(TraceEvent, run), zip(ts, cpu, tid, fmts, values))

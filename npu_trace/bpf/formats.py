@@ -17,7 +17,7 @@ from npu_trace.ftrace.format import CHAR_ARRAY, INT, EventFormat, Field
 SYSTEM = "bpf"
 ID_BASE = 1 << 24
 # NPU_OP_* -> HAL function name
-OPS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv")
+OPS: Tuple[str, ...] = ("halMemAlloc", "halMemFree", "halSqTaskSend", "halCqReportRecv", "halSqMemGet", "halSqMsgSend")
 # Per op: the device, then hal_call_event.args[0..] in this order (bpf/hal_uprobes.bpf.c fills them).
 HAL_FIELDS: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "halMemAlloc": (("dev", "u32"), ("size", "u64"), ("flag", "u64"), ("va", "x64")),
@@ -30,7 +30,19 @@ HAL_FIELDS: Dict[str, Tuple[Tuple[str, str], ...]] = {
         ("dev", "u32"), ("ts", "u32"), ("stream", "u32"), ("timeout_ms", "s32"), ("task", "u32"), ("cq", "u32"),
         ("report_cqe_num", "u32"),
     ),
+    # the real HAL's other way to send tasks (the 910's and 310P's runtime): a slot of the SQ, then its commands
+    "halSqMemGet": (
+        ("dev", "u32"), ("ts", "u32"), ("sq", "u32"), ("cmd_count", "u32"), ("granted", "u32"), ("slot", "x64"),
+        ("pos", "u32"),
+    ),
+    "halSqMsgSend": (
+        ("dev", "u32"), ("ts", "u32"), ("stream", "u32"), ("task", "u32"), ("sq", "u32"), ("cmd_count", "u32"),
+        ("report_count", "u32"),
+    ),
 }  # fmt: skip
+# the fields of a call that the chip's task layout gives (npu_trace.device.chips): None when it is unknown
+TASK_ID_FIELDS: Tuple[str, ...] = ("stream", "task")
+TASK_ID_OPS: Tuple[str, ...] = ("halSqTaskSend", "halSqMsgSend")
 _SIZES = {"u32": 4, "s32": 4, "x32": 4, "u64": 8, "s64": 8, "x64": 8}
 _CONV = {"u32": "%u", "s32": "%d", "x32": "0x%x", "u64": "%llu", "s64": "%lld", "x64": "0x%llx"}
 _COMMON = (Field("common_type", "unsigned short", 0, 2, False, INT),)

@@ -17,9 +17,12 @@ NPU_OP_MEM_ALLOC = 0
 NPU_OP_MEM_FREE = 1
 NPU_OP_SQ_TASK_SEND = 2
 NPU_OP_CQ_REPORT_RECV = 3
-NPU_OP_COUNT = 4
+NPU_OP_SQ_MEM_GET = 4
+NPU_OP_SQ_MSG_SEND = 5
+NPU_OP_COUNT = 6
 NPU_HAL_ARGS = 6
 NPU_DEV_UNKNOWN = 4294967295
+NPU_HAL_NO_TASK_IDS = 1
 
 NPU_IRQ_NAME_LEN = 32
 NPU_HIST_SLOTS = 64
@@ -73,7 +76,7 @@ FIELDS: Dict[str, Fields] = {
         ("is_signed", "B"), ("pad0", "H"), ("text", f"{NPU_TP_TEXT_LEN}s"),
     ),
     "hal_entry": (
-        ("ts_ns", "Q"), ("args", f"{NPU_HAL_ARGS}Q"), ("out_ptr", "Q"), ("dev", "I"), ("op", "H"), ("pad0", "H"),
+        ("ts_ns", "Q"), ("args", f"{NPU_HAL_ARGS}Q"), ("out_ptr", "Q"), ("dev", "I"), ("op", "H"), ("flags", "H"),
     ),
     "hist_key": (("dev", "I"), ("op", "H"), ("slot", "H")),
 }  # fmt: skip

@@ -24,11 +24,12 @@ import contextlib
 import ctypes
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from npu_trace.bpf import abi, layout
-from npu_trace.bpf.config import BpfConfig
+from npu_trace.bpf import abi, kernel, layout
+from npu_trace.bpf.config import OPTIONAL_HAL_SYMBOLS, BpfConfig
 from npu_trace.bpf.decode import Decoder
 from npu_trace.bpf.files import program_dir
 from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
@@ -69,9 +70,10 @@ def compile_check(bpf_dir: Optional[Traversable] = None) -> str:
     bcc build programs here? Raises KernelFeatureError/SourceError saying why not; returns what it compiled."""
     check_headers()
     bcc = _bcc()
+    variant = kernel_variant(BpfConfig())
     with program_dir(bpf_dir) as folder:
-        _compile(bcc, folder, "hal_uprobes", BpfConfig().hal_cflags()).cleanup()
-    return f"compiled hal_uprobes.bpf.c from {folder}"
+        _compile(bcc, folder, "hal_uprobes", with_variant(BpfConfig(), variant).hal_cflags()).cleanup()
+    return f"compiled hal_uprobes.bpf.c ({variant.name}) from {folder}"
 
 
 def read_tracepoint_format(tracepoint: str) -> Optional[str]:
@@ -124,6 +126,19 @@ def _load_tracepoint_func(bcc: Any, obj: Any, p: TpPlan) -> None:
         raise SourceError(f"cannot load {p.function} for tracepoint {p.spec.tracepoint}: {exc}") from None
 
 
+def kernel_variant(config: BpfConfig) -> kernel.Variant:
+    """The variant `config.compat` names, else the running kernel's."""
+    if config.compat is not None:
+        return kernel.forced(config.compat)
+    return kernel.detect(os.uname().release)
+
+
+def with_variant(config: BpfConfig, variant: kernel.Variant) -> BpfConfig:
+    """`config` with what `variant` needs (a perf buffer, the legacy read helpers) on top of what it asks."""
+    return replace(config, perf_buffer=config.perf_buffer or variant.perf_buffer,
+                   legacy_read=config.legacy_read or variant.legacy_read)  # fmt: skip
+
+
 def check_kprobes(symbols: Tuple[str, ...]) -> None:
     if not symbols:
         return
@@ -163,6 +178,7 @@ class BpfSource:
         tracepoint_specs: what each of `config.tracepoints` reads (default: the Ascend driver's five);
         layouts: the struct layouts of their struct-typed fields (default: the ascend profile's)."""
         self.config = config
+        self.variant: Optional[kernel.Variant] = None  # what the running kernel (or --compat) loads, from start()
         self.bpf_root = bpf_dir
         self.bpf_dir: Optional[Path] = None  # the real directory bcc compiles from, from start() to close()
         self._files = contextlib.ExitStack()  # keeps that directory (a temporary copy, from a zip) alive
@@ -177,6 +193,7 @@ class BpfSource:
         self.discarded = 0  # ring buffer records the programs discarded (none of ours do; not a loss)
         self.readers: Dict[str, str] = {}  # program -> "mmap" | "bcc callback (<why>)" | "perf buffer"
         self.hal_abis: Dict[str, str] = {}  # HAL file -> the ABI its uprobes read (npu_trace.bpf.abi)
+        self.hal_symbols: Dict[str, Tuple[str, ...]] = {}  # HAL file -> the symbols uprobed in it
         self._rings: Dict[str, RingBufReader] = {}  # program -> its mapped ring buffer (the direct reader)
         self._records: List[bytes] = []
         self._callbacks: List[Any] = []  # keep ctypes callbacks alive
@@ -191,7 +208,7 @@ class BpfSource:
         self.close()
 
     def start(self) -> None:
-        cfg = self.config
+        self.config = cfg = self._with_variant()
         check_kprobes(cfg.kprobes)
         binary = check_binary(cfg.binary, cfg.hal_symbols) if cfg.hal else None
         more = [check_binary(path, cfg.hal_symbols) for path in cfg.more_binaries] if cfg.hal else []
@@ -214,6 +231,7 @@ class BpfSource:
 
     def start_bench(self) -> None:
         """The benchmark's getpid tracepoint program only."""
+        self.config = self._with_variant()
         check_headers()
         bcc = _bcc()
         try:
@@ -221,6 +239,12 @@ class BpfSource:
         except BaseException:
             self.close()
             raise
+
+    def _with_variant(self) -> BpfConfig:
+        """The configuration with what the kernel's variant needs (found once)."""
+        if self.variant is None:
+            self.variant = kernel_variant(self.config)
+        return with_variant(self.config, self.variant)
 
     def close(self) -> None:
         if self.objects:
@@ -261,7 +285,7 @@ class BpfSource:
         pid = pids[0] if len(pids) == 1 else -1  # one process: the uprobes fire only in it (FILTER_PIDS checks too)
         for binary in binaries:
             self.hal_abis[binary] = abi.detect(binary, self.config.hal_abi)
-        for binary, sym in ((b, s) for b in binaries for s in self.config.hal_symbols):
+        for binary, sym in ((b, s) for b in binaries for s in self._symbols(b)):
             entry = abi.ENTRY_FUNCS[self.hal_abis[binary]][sym]
             try:
                 path, name = binary.encode(), sym.encode()
@@ -269,6 +293,16 @@ class BpfSource:
                 obj.attach_uretprobe(name=path, sym=name, fn_name=b"hal_return", pid=pid)
             except Exception as exc:  # bcc: plain Exception
                 raise SourceError(f"cannot attach uprobe {binary}:{sym}: {exc}") from None
+
+    def _symbols(self, binary: str) -> Tuple[str, ...]:
+        """The HAL symbols traced in `binary`: the configured ones, and for the real ABI the optional ones the
+        file has (halSqMemGet, halSqMsgSend)."""
+        optional: Tuple[str, ...] = ()
+        if self.hal_abis[binary] == abi.REAL:
+            functions = Elf.open(binary).functions()
+            optional = tuple(s for s in OPTIONAL_HAL_SYMBOLS if s in functions)
+        self.hal_symbols[binary] = (*self.config.hal_symbols, *optional)
+        return self.hal_symbols[binary]
 
     def _plan_tracepoints(self) -> Tuple[TpPlan, ...]:
         layouts = self.layouts

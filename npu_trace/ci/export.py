@@ -1,14 +1,14 @@
 """`npu-trace export`: a recording replayed through `check`'s pipeline and `Analysis`, drawn as a timeline.
 
 The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
-`Analysis` normalizes and analyses each block, and `TimelineMapper` (npu_trace.sinks.timeline) draws what the
-analysis made of it: the normalized events (materialized only for the rows drawn, a format at a time:
-`row_events`, from the block's columns where the format's values are integers), the tasks the latency
-detector paired and the memory detector's changes (told through their watches), the findings and the
-device-state transitions. A recording with a scope takes the per-event path, as `check` does. Memory stays
-bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time, the writers stream.
-`Request.reference` draws every row through `NormBlock.event` and writes Perfetto through protobuf messages
-(`ProtoPerfettoWriter`): the same bytes, slower (tests/test_export.py holds them equal).
+`Analysis` normalizes and analyses each block, and the block is drawn as a timeline from its columns
+(`BlockDrawing`, npu_trace.sinks.drawing): the normalized rows, the tasks the latency detector paired and the
+memory detector's changes (told through their watches), the hot kinds as columns written at once by the
+writer, the rare ones one by one through `TimelineMapper` (npu_trace.sinks.timeline), which also draws the
+findings and the device-state transitions. A recording with a scope takes the per-event path, as `check`
+does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
+the writers stream. The tests keep the reference: every row drawn one by one through the mapper, Perfetto
+written through protobuf messages (tests/export_reference.py), and hold the bytes equal.
 
 The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
 timestamps as `stream` and `replay` print them (`@1012.500000000`), or wall-clock times with a zone
@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -33,14 +33,16 @@ from npu_trace.ci.analyze import Progress, blocks_of, profile_for
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
-from npu_trace.events import NpuEvent, TraceEvent
-from npu_trace.ftrace.decode import RecordDecoder
-from npu_trace.ftrace.format import INT
+from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from npu_trace.sinks.chrome_json import ChromeJsonWriter
+from npu_trace.sinks.drawing import BlockDrawing, Drawn
+from npu_trace.sinks.emit import Capture, Emitter
+from npu_trace.sinks.hostctx import ChromeContext, PerfettoContext, context_names
+from npu_trace.sinks.pieces import Pieces, as_calls
 from npu_trace.sinks.timeline import TimelineMapper
-from npu_trace.sinks.tracks import TraceWriter
+from npu_trace.sinks.tracks import BlockWriter, TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
@@ -141,7 +143,6 @@ class Request:
     devices: Optional[FrozenSet[int]] = None
     profile: Optional[str] = None
     progress: bool = True
-    reference: bool = False  # the reference writers and drawing (an object per packet and per event): same bytes
 
 
 class _Watch:
@@ -166,23 +167,42 @@ class _Watch:
     def clear(self) -> None:
         self.task_rows, self.task_events, self.changes_seen = [], [], []
 
+    def block_tasks(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The block's paired tasks (rows, submits' times), told in one call or none."""
+        if not self.task_rows:
+            return None
+        rows, submitted = zip(*self.task_rows)
+        return np.concatenate(rows).astype(np.int64), np.concatenate(submitted).astype(np.int64)
+
+    def block_changes(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cols = [np.concatenate([np.asarray(c[k], dtype=np.int64) for c in self.changes_seen])
+                if self.changes_seen else np.zeros(0, np.int64) for k in range(4)]  # fmt: skip
+        return cols[0], cols[1], cols[2], cols[3]
+
 
 class Exporter:
     """One export (see the module docstring): run() -> its summary."""
 
-    def __init__(self, request: Request, writer: TraceWriter) -> None:
+    def __init__(self, request: Request, writer: Union[BlockWriter, TraceWriter]) -> None:
         self.req = request
         self.writer = writer
         self.source = ReplaySource(request.recording)
         self.analysis = Analysis(profile_for(self.source, request.profile), self.source.scope_filter(),
                                  tasks=self.source.tasks, processes=self.source.processes)  # fmt: skip
-        self.source.only = self.analysis.mapped_events()  # unmapped events: counted, not decoded (as check)
+        self.context = context_names([f.full_name for f in self.source.reader.formats])
+        # unmapped events: counted, not decoded (as check); the host's context: decoded to be drawn
+        self.source.only = self.analysis.mapped_events() | set(self.context)
         self.watch = _Watch()
         self.analysis.latency.task_watch = self.watch
         self.analysis.memory.watch = self.watch
         self.mapper: Optional[TimelineMapper] = None
+        self.emitter = Emitter(writer, {})  # describes each track before its first event
+        self.drawn = Drawn(self.emitter)
+        self.drawing: Optional[BlockDrawing] = None
+        self.host: Any = None  # the host's context (npu_trace.sinks.hostctx), when the recording holds it
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
+        self._scoped_block: Optional[Block] = None
         self.stopped = False  # reading stopped at the window's end
         self.shown_last: Optional[int] = None  # the last event stamp inside the window
 
@@ -202,6 +222,7 @@ class Exporter:
             return
         self._reached(block)
         if self.analysis.scope is not None:
+            self._scoped_block = block
             self._feed_items(block.items(), now)
         elif len(block):
             nb = self.analysis.normalize_block(block)
@@ -237,26 +258,75 @@ class Exporter:
                              f"{_secs(self.hi)} (trace clock)")  # fmt: skip
         info = self._info()
         self.writer.header(info)
-        self.mapper = TimelineMapper(self.writer, self.source.comm, self.lo, self.hi, self.req.devices, info)
+        self.mapper = self._mapper(info)
+        if self.host is None and self.context:
+            self._host(self.mapper, info)
+
+    def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
+        """The mapping, its calls kept while a block is drawn (see npu_trace.sinks.drawing)."""
+        capture = Capture(self.emitter)
+        mapper = TimelineMapper(capture, self.source.comm, self.lo, self.hi, self.req.devices, info)
+        self.emitter.tracks = mapper.by_uuid
+        self.drawing = BlockDrawing(mapper, capture, self.drawn, self._render)
+        self._host(mapper, info)
+        return mapper
+
+    def _render(self, pieces: Pieces, lo: int, hi: int) -> None:
+        """Pieces to the writer: at once, or one by one to a writer that takes no pieces (the cluster's)."""
+        render = getattr(self.writer, "pieces", None)
+        if render is not None:
+            render(pieces, lo, hi, self.drawn)
+        else:
+            as_calls(pieces, lo, hi, self.drawn)
+
+    def _host(self, mapper: TimelineMapper, info: Dict[str, Any]) -> None:
+        """The drawing of the host's context, when the recording holds it (and the writer takes packets made
+        elsewhere: not the cluster's, which moves each host's times)."""
+        if not self.context or not hasattr(self.writer, "put"):
+            return
+        if self.req.fmt == "perfetto":
+            self.host = PerfettoContext(info.get("clock"))
+        else:
+            self.host = ChromeContext(mapper, self.drawn, self._open_at)
+
+    def _open_at(self, ts: int) -> None:
+        """The window opens before the host's context shown first (unless it has)."""
+        if self.drawing is not None:
+            self.drawing.open_at(ts)
+        elif self.mapper is not None and not self.mapper.opened:
+            self.mapper._open(ts)
 
     def _draw_block(self, nb: NormBlock) -> None:
-        mapper = self.mapper
-        assert mapper is not None
-        events_of = _reference_events if self.req.reference else row_events
-        drawn = _drawn_rows(nb)
-        for at in range(0, len(drawn), DRAW_ROWS):
-            for ev in events_of(nb, drawn[at : at + DRAW_ROWS]):
-                mapper.event(ev)
-        matched: np.ndarray = np.zeros(len(nb), dtype=bool)
-        for rows, submitted in self.watch.task_rows:
-            matched[rows] = True
-            for at in range(0, len(rows), DRAW_ROWS):
-                for ev, s in zip(events_of(nb, rows[at : at + DRAW_ROWS]), submitted[at : at + DRAW_ROWS].tolist()):
-                    mapper.task(ev, s)
-        for r in np.flatnonzero((nb.kind == _COMPLETE) & ~matched).tolist():
-            mapper.unmatched_complete(nb.event(r))
-        self._draw_memory()
+        assert self.drawing is not None
+        after = None
+        if isinstance(self.host, ChromeContext):
+            host, block = self.host, nb.block
+            after = lambda pieces, base: host.draw(block, pieces, base)  # noqa: E731
+        self.drawing.draw(nb, _drawn_rows(nb), self.watch.block_tasks(), self.watch.block_changes(), after)
+        if isinstance(self.host, PerfettoContext):
+            self._draw_context(nb.block)
+        self.watch.clear()
         self._note_shown(nb.block.ts)
+
+    def _draw_context(self, block: Block) -> None:
+        """The block's host context, after everything else of the block (see npu_trace.sinks.hostctx)."""
+        if isinstance(self.host, PerfettoContext):
+            assert self.lo is not None
+            put = self.writer.put  # type: ignore[union-attr]  # a writer without put gets no host context
+            put(self.host.bundles(block, self.lo, self.hi if self.hi is not None else (1 << 63) - 1))
+        elif isinstance(self.host, ChromeContext):
+            pieces = Pieces()
+            self.host.draw(block, pieces, 0)
+            self._render_all(pieces.done())
+
+    def _render_all(self, pieces: Pieces) -> None:
+        if len(pieces):
+            self._render(pieces, 0, len(pieces))
+
+    def _draw_context_items(self, items: List[Any]) -> None:
+        """The host's context of a scoped recording's block (its raw rows, as the block path draws them)."""
+        if self.host is not None and self._scoped_block is not None:
+            self._draw_context(self._scoped_block)
 
     def _feed_items(self, items: List[Any], now: Optional[int]) -> None:
         """A scoped recording: the reference path (a scope's stage is per event), drawn alike."""
@@ -273,6 +343,7 @@ class Exporter:
             for ev, submitted in self.watch.task_events:
                 mapper.task(ev, submitted)
             self._draw_memory()
+            self._draw_context_items(items)
             self._note_shown(np.array([ev.ts_ns for ev in events if ev.ts_ns > 0], dtype=np.int64))
         self._after(found, None if self.stopped else now)
 
@@ -318,11 +389,18 @@ class Exporter:
             mapper.findings(analysis.findings[before:])
             mapper.transitions(analysis.states.take_transitions())
             end = self.shown_last
+        if isinstance(self.host, ChromeContext):
+            pieces = Pieces()
+            self.host.finish(end, pieces, 0)
+            self._render_all(pieces.done())
         counts = mapper.finish(end, analysis.normalizer.pending_entries(), open_resets)
         written = self.writer.close()
-        return {"mapped": counts, "written": written, "window": [self.lo, end], "stopped_at_window_end": self.stopped,
-                "events_read": self.source.events_read, "loss": self.source.ledger.summary(),
-                "truncated": self.source.reader.truncated}  # fmt: skip
+        out = {"mapped": counts, "written": written, "window": [self.lo, end], "stopped_at_window_end": self.stopped,
+               "events_read": self.source.events_read, "loss": self.source.ledger.summary(),
+               "truncated": self.source.reader.truncated}  # fmt: skip
+        if self.host is not None:
+            out["host_context"] = dict(self.host.counts)
+        return out
 
     def _nothing_shown(self) -> str:
         first, last = self.analysis.first_ts, self.analysis.last_ts
@@ -342,6 +420,8 @@ class Exporter:
                 info[key] = header[key]
         if not self.source.scope.empty:
             info["scope"] = self.source.scope.where()
+        if self.context:
+            info["host_context"] = list(self.context)
         info["exported_by"] = f"npu-trace {__version__}"
         if self.req.devices is not None:
             info["devices"] = sorted(self.req.devices)
@@ -358,106 +438,6 @@ def _drawn_rows(nb: NormBlock) -> np.ndarray:
     if got is not None:
         keep[calls[~got[1]]] = False
     return np.flatnonzero(keep)
-
-
-def _reference_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
-    return [nb.event(r) for r in rows.tolist()]
-
-
-def row_events(nb: NormBlock, rows: np.ndarray) -> List[NpuEvent]:
-    """[nb.event(r) for r in rows], the rows of planned formats made a format at a time (their records
-    decoded and shaped by the reference's own decoder and plan, the pairing's latency and entry arguments
-    merged as NormBlock.event merges them), the others by NormBlock.event."""
-    out: List[Any] = [None] * len(rows)
-    if not len(rows):
-        return out
-    block, shape = nb.block, nb.norm.normalizer._planned_shape
-    entry_pos = nb.entry_pos[rows]
-    inside = entry_pos >= 0
-    entries = entry_pos[inside]
-    plain = nb.group_of[entries] >= 0
-    plain[plain] = ~nb.paired[entries[plain]]
-    entry_at = {int(e): None for e in entries[plain].tolist()}  # entries in the block: their events too
-    need = np.concatenate([rows, np.array(list(entry_at), dtype=np.int64)]) if entry_at else rows
-    made: Dict[int, NpuEvent] = {}
-    planned = nb.group_of[need] >= 0
-    for g, sel in _split_by(nb.group_of[need[planned]]):
-        group = nb.groups[g]
-        table, plan = group.table, group.plan
-        fmt, decode, bufs = table.plan.fmt, table.plan.decoder.decode, table.bufs
-        members = need[planned][sel]
-        refs = block.ref[members]
-        if _from_columns(made, block, table, plan, members, refs):
-            continue
-        for r, t, c, b, o, n in zip(members.tolist(), block.ts[members].tolist(), block.cpu[members].tolist(),
-                                    table.buf[refs].tolist(), table.offset[refs].tolist(),
-                                    table.length[refs].tolist()):  # fmt: skip
-            pid, values = decode(bufs[b], o, n)
-            made[r] = shape(TraceEvent(t, c, pid, fmt, values), plan)
-    shaped = nb.shaped
-    columns = (rows.tolist(), nb.paired[rows].tolist(), entry_pos.tolist(), nb.latency[rows].tolist(),
-               nb.entry_ts[rows].tolist(), nb.dev[rows].tolist())  # fmt: skip
-    for k, (r, paired, pos, latency, entry_ts, d) in enumerate(zip(*columns)):
-        ev = made.get(r)
-        if ev is None or (shaped and r in shaped):
-            out[k] = nb.event(r)
-        elif paired:
-            entry = made[pos] if pos in entry_at else None
-            if pos >= 0 and entry is None:
-                out[k] = nb.event(r)
-                continue
-            args = {**(entry.args if entry is not None else nb.entry_args[r]), **ev.args, "latency_ns": latency,
-                    "entry_ts_ns": entry_ts}  # fmt: skip
-            out[k] = _new(NpuEvent, (ev.ts_ns, ev.kind, None if d < 0 else d, ev.op, ev.pid, ev.cpu, args))
-        else:
-            out[k] = ev
-    return out
-
-
-def _from_columns(made: Dict[int, NpuEvent], block: Block, table: Any, plan: Any, rows: np.ndarray,
-                  refs: np.ndarray) -> bool:  # fmt: skip
-    """The events of `rows` (one planned format) made from its columns, as Normalizer._planned_shape makes
-    them from the decoded record, when every value the plan reads is an integer column the decoder reads
-    as it is (no fixup): False (nothing made) otherwise."""
-    kind, op, dev_at, arg_at, const, _, kind_if = plan
-    decoder = table.plan.decoder
-    if type(decoder) is not RecordDecoder or (len(refs) and int(table.length[refs].min()) < decoder.size):
-        return False
-    fields, fixed = table.plan.fmt.fields, {i for i, _ in decoder.fixups}
-    used = [i for _, i in arg_at] + ([dev_at] if dev_at >= 0 else []) + [at for at, _, _, _ in kind_if]
-    if any(fields[i].kind != INT or fields[i].name not in table.plan.fields or i in fixed for i in used):
-        return False
-    cols = table.cols[refs]
-    names = [name for name, _ in arg_at]
-    values = [cols[fields[i].name].tolist() for _, i in arg_at]
-    devs = cols[fields[dev_at].name].tolist() if dev_at >= 0 else [None] * len(rows)
-    kinds = [kind] * len(rows)
-    if kind_if:  # the reference's test on each row's value (integers: never None), the first that holds
-        undecided = list(range(len(rows)))
-        for at, cmp, value, other in kind_if:
-            col = cols[fields[at].name].tolist()
-            left = []
-            for k in undecided:
-                if cmp(col[k], value):
-                    kinds[k] = other
-                else:
-                    left.append(k)
-            undecided = left
-    for r, t, c, pid, d, kd, *vals in zip(rows.tolist(), block.ts[rows].tolist(), block.cpu[rows].tolist(),
-                                          block.pid[rows].tolist(), devs, kinds, *values):  # fmt: skip
-        args = dict(zip(names, vals))
-        if const:
-            args.update(const)
-        made[r] = _new(NpuEvent, (t, kd, d, op, pid, c, args))
-    return True
-
-
-def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
-    """(group, the positions of its members) for each group present, in group order."""
-    order = np.argsort(groups, kind="stable")
-    values = groups[order]
-    cuts = np.flatnonzero(np.diff(values)) + 1
-    return [(int(values[a]), order[a:b]) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(values)])]
 
 
 def _ints(values: Ints) -> List[int]:
@@ -477,9 +457,10 @@ def _secs(ns: int) -> str:
 
 
 # ---- the file -----------------------------------------------------------------------------------------------
-def export(request: Request) -> Dict[str, Any]:
+def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) -> Dict[str, Any]:
     """Export one recording (see the module docstring): the file is written beside its final name and moved
-    there once whole, with the recording's permission bits (it holds what the recording holds)."""
+    there once whole, with the recording's permission bits (it holds what the recording holds). `exporter`
+    and `perfetto_writer`: other classes than Exporter and PerfettoWriter (the tests' reference)."""
     rec, out = os.path.abspath(request.recording), os.path.abspath(request.out)
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
@@ -487,15 +468,11 @@ def export(request: Request) -> Dict[str, Any]:
     try:
         binary = request.fmt == "perfetto"
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.sinks.perfetto import PerfettoWriter, ProtoPerfettoWriter
+        from npu_trace.sinks.perfetto import PerfettoWriter
 
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
-            writer: TraceWriter
-            if binary:
-                writer = (ProtoPerfettoWriter if request.reference else PerfettoWriter)(stream)  # type: ignore[arg-type]
-            else:
-                writer = ChromeJsonWriter(stream)  # type: ignore[arg-type]
-            summary = Exporter(request, writer).run()
+            writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            summary = (exporter or Exporter)(request, writer).run()
         _permissions(tmp, request.recording)
         os.replace(tmp, out)
     except BaseException:

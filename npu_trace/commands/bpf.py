@@ -5,12 +5,13 @@ latency histograms on stderr."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource, BpfStream
-from npu_trace.commands.stream import add_scope_options
+from npu_trace.commands.stream import add_chip_option, add_scope_options, note
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
 from npu_trace.pipeline import Batch, Sink, pump
@@ -38,6 +39,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threshold-us", type=float, default=0.0, help="emit only calls at least this slow")
     p.add_argument("--aggregate", action="store_true", help="kernel histograms; events only above the threshold")
     p.add_argument("--perf-buffer", action="store_true", help="perf buffer instead of the ring buffer (< 5.8)")
+    p.add_argument("--compat", metavar="X.Y",
+                   help="load the programs' variant for kernel X.Y (4.14, 4.19: bpf_probe_read and a perf buffer) "
+                   "instead of the running kernel's (doctor says which that is)")  # fmt: skip
+    add_chip_option(p)
     p.add_argument("--ringbuf-pages", type=int, default=256, metavar="N", help="ring buffer pages (power of 2)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--format", choices=("text", "ndjson"), default="text")
@@ -49,7 +54,7 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     scope = TraceOptions(pids=processes(args.pid or ()), comms=tuple(args.comm or ()),
-                         devices=tuple(args.device or ()))  # fmt: skip
+                         devices=tuple(args.device or ()), profile_name="ascend", chip=args.chip)  # fmt: skip
     binary = args.bpf_binary
     if binary is None and not args.no_hal:
         from npu_trace.sim import build
@@ -62,7 +67,16 @@ def config_from_args(args: argparse.Namespace) -> BpfConfig:
         kprobes=tuple(args.kprobe), pids=scope.pids, comms=scope.comms, devs=scope.devices,
         threshold_ns=int(args.threshold_us * 1000),
         aggregate=args.aggregate, ringbuf_pages=args.ringbuf_pages, perf_buffer=args.perf_buffer,
+        compat=args.compat, task_layout=task_layout(scope, args.bpf_binary),
     )  # fmt: skip
+
+
+def task_layout(scope: TraceOptions, library: Optional[str]) -> str:
+    """The chip's task layout for --hal's library (said when it is there); the simulator's executor (no --hal)
+    takes its ids in registers."""
+    if library is None:
+        return "unknown"
+    return scope.task_layout(note if os.path.isfile(library) else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     printer = StreamPrinter(sys.stdout, args.format, CommCache(dict))
     with BpfSource(config) as bpf:
         stop = prepare_process()  # after the checks: an error leaves the process as it was
-        print("npu-trace: BPF programs attached; Ctrl-C stops", file=sys.stderr, flush=True)
+        variant = f" ({bpf.variant.describe()})" if bpf.variant else ""
+        print(f"npu-trace: BPF programs attached{variant}; Ctrl-C stops", file=sys.stderr, flush=True)
         source = BpfStream(bpf, READ_BYTES)
         timeline = BlockTimeline(None, {}, {}, ledger=source.ledger)  # the channels' stream only: no pages
         counted = Counted(printing(timeline, printer))

@@ -9,6 +9,7 @@ from typing import Any
 from npu_trace import sim
 from npu_trace.errors import SourceError
 from npu_trace.ftrace.tracefs import Tracefs
+from npu_trace.sim import hal_install
 from npu_trace.sources.driver_switches import restore_stale
 from npu_trace.sources.tracefs_source import cleanup_stale
 
@@ -22,7 +23,8 @@ def add_parser(sub: Any) -> None:
         "trace switches (/proc/trs_*/.../trace_enable) a killed run turned on back to what they were. Every session "
         "also does this when it starts. With --sim, also unload the simulated NPU's uprobe events.",
     )
-    p.add_argument("--sim", action="store_true", help="also unload the simulator (ascend/* uprobe events)")
+    p.add_argument("--sim", action="store_true", help="also unload the simulator (ascend/* uprobe events, and the "
+                   "real-ABI libascend_hal.so sim load --hal-abi real installed)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -37,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
     if args.sim:
         n = sim.unload(fs)
         print(f"unloaded the simulator ({n} uprobe events)", file=sys.stderr)
-    elif sim.is_loaded(fs):
+        lib = hal_install.uninstall()
+        if lib:
+            print(f"removed the simulator's real-ABI HAL {lib}", file=sys.stderr)
+    elif sim.is_loaded(fs) or hal_install.installed() is not None:
         print("the simulator is loaded (npu-trace sim unload, or cleanup --sim, removes it)", file=sys.stderr)
     if not removed and not switches and not problems and not args.sim:
         print("nothing to clean", file=sys.stderr)

@@ -90,6 +90,7 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        printer.kernel = session.kernel_text()
         timeline = source.block_timeline(keep_unknown=True)
         cycle = ScenarioCycle(cycle_plan(args), sim.start_scenario, side, on_start=lambda text: note(f"demo: {text}"))
         try:

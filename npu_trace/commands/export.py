@@ -16,9 +16,10 @@ def add_parser(sub: Any) -> None:
                        "in ui.perfetto.dev)",
                        description="Per-device tracks: driver calls, tasks (submit -> completion, flows from "
                        "the submitting call), interrupts, memory and health counters, device states, reset "
-                       "sequences with their steps, every finding; loss on the tracer's track. The analysis is "
-                       "check's. Exit 2 for an unreadable recording, an unwritable output or a bad "
-                       "window.")  # fmt: skip
+                       "sequences with their steps, every finding; loss on the tracer's track; the host's context "
+                       "when recorded with --host-context (per-CPU ftrace packets in Perfetto, CPU tracks in "
+                       "Chrome JSON). The analysis is check's. Exit 2 for an unreadable recording, an unwritable "
+                       "output or a bad window.")  # fmt: skip
     p.add_argument("file", help="session file (.npt)")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="the file to write: .pftrace or .perfetto-trace (Perfetto), .json (Chrome JSON)")  # fmt: skip
@@ -58,6 +59,9 @@ def summary_line(s: Dict[str, Any]) -> str:
     span = f"{(hi - lo) / 1e9:.3f} s" if lo is not None and hi is not None else "?"
     cut = " (the window's end: the rest of the recording was not read)" if s["stopped_at_window_end"] else ""
     unreturned = f", {m['unreturned_calls']} calls without a return drawn to the end" if m["unreturned_calls"] else ""
+    host = s.get("host_context")
+    if host:
+        unreturned += ", the host's context: " + ", ".join(f"{n} {k.split(':')[-1]}" for k, n in sorted(host.items()))
     return (f"npu-trace: exported {span} of {s['events_read']} events read to {s['out']} ({s['format']}, "
             f"{s['bytes'] / 1e6:.1f} MB{cut}): {m['calls']} calls, {m['tasks']} tasks, {m['irqs']} interrupts, "
             f"{m['resets']} reset sequences, {m['findings']} findings, {w['instants']} instants, "

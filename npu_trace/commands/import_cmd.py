@@ -19,6 +19,8 @@ from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
+from npu_trace.ftrace.tracefs import parse_saved_cmdlines
+from npu_trace.recording.format import MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
 from npu_trace.sources import ftrace_text, importer
@@ -148,6 +150,9 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
     apps = _app_events(args, tz, anchor, events)
     profile = args.profile or ("sim" if any(f["system"] == "ascend" for f in data.used_formats()) else "ascend")
     extra = _extra(args, "trace.dat", data.clock, anchor, data.summary(), apps)
+    comms = parse_saved_cmdlines(data.cmdlines)
+    if comms:
+        extra["comms"] = {str(pid): comm for pid, comm in comms.items()}  # the process names trace-cmd saved
     fields = {
         "formats": data.used_formats(),
         "header_page": data.header_page,
@@ -157,6 +162,7 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
         "cpus": data.cpu_count,
         "events": sorted(f"{f['system']}:{f['name']}" for f in data.used_formats()),
         **_uname(data.uname),
+        **_kernel_tables(data),
     }
     header = importer.import_header(profile, data.clock, anchor, extra, **fields)  # fmt: skip
     with _writer(args, header) as writer:
@@ -164,9 +170,11 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
             writer.add_page(cpu, page)
         importer.write_events(writer, events)
         writer.close(totals={"imported_pages": data.page_count})
+    for why in data.left_out:
+        print(f"npu-trace: left out the format of {why} (no record of the file is of that event)", file=sys.stderr)
     print(f"npu-trace: imported {os.path.basename(args.input)} (trace.dat v{data.version}, {data.compression}): "
           f"{data.page_count} pages from {len(data.cpus_with_data())} CPUs, {len(data.used_formats())} event formats"
-          f"{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip
+          f"{_tables_summary(fields)}{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -252,6 +260,23 @@ def _catalog(source: Optional[str]) -> ftrace_text.Catalog:
     own = ftrace_text.format_source(source) if source else []
     sim = [(hal.GROUP, text) for text in synth.format_texts().values()]
     return ftrace_text.Catalog([*own, *known_formats.KERNEL, *sim, *DRIVER, *known_formats.OLDER], ASCEND_LAYOUTS)
+def _kernel_tables(data: Any) -> Dict[str, Any]:
+    """The trace.dat's own kallsyms and printk formats, as the recording's header keeps them (a kallsyms too
+    big for the header is left out: its stacks are then shown by address)."""
+    out: Dict[str, Any] = {}
+    if data.printk_formats:
+        out["printk_formats"] = data.printk_formats
+    if data.kallsyms:
+        entry = kallsyms_entry(data.kallsyms)
+        if len(entry["data"]) <= MAX_KALLSYMS_STORED:
+            out["kallsyms"] = entry
+    return out
+
+
+def _tables_summary(fields: Dict[str, Any]) -> str:
+    kept = [what for key, what in (("kallsyms", "its kallsyms"), ("printk_formats", "its printk formats"))
+            if key in fields]  # fmt: skip
+    return f", with {' and '.join(kept)}" if kept else ""
 
 
 def _uname(text: str) -> Dict[str, str]:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return tui_entry("run_replay")(args)
     speed = None if args.max else (args.speed or 1.0)
     source = ReplaySource(args.file, speed=speed)
-    printer = StreamPrinter(sys.stdout, args.format, source.comm)
+    printer = StreamPrinter(sys.stdout, args.format, source.comm, source.reader.kernel_text())
     stop = prepare_process()
     keep = replay_scope(source)
     timeline = source.block_timeline(keep_unknown=True)  # every record shown (one no format describes: its bytes)

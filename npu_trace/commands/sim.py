@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Dict, List
 
 from npu_trace import sim
 from npu_trace.commands import sim_cluster
+from npu_trace.errors import SimulatorError
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.sim import build, channels, probes
+from npu_trace.sim import build, channels, hal_install, probes
 from npu_trace.sim.threads import HOST_LIKE, Host, validate_host
 
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated NPU: load/unload its uprobes, run scenarios")
     sub = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND", parser_class=type(parser))
-    sub.add_parser("load", help="build the simulator and register its ascend:* uprobe events").set_defaults(
-        func=cmd_load
-    )
-    sub.add_parser("unload", help="remove every ascend:* uprobe event").set_defaults(func=cmd_unload)
+    load = sub.add_parser("load", help="build the simulator and register its ascend:* uprobe events")
+    add_hal_abi_option(load, "also install the simulator's real-ABI libascend_hal.so where the Ascend driver "
+                       f"installs its own ({hal_install.TARGET}; never over a file it did not put there), so "
+                       "--bpf finds it as a real HAL")  # fmt: skip
+    load.set_defaults(func=cmd_load)
+    sub.add_parser("unload", help="remove every ascend:* uprobe event and the simulator's installed "
+                   "libascend_hal.so").set_defaults(func=cmd_unload)  # fmt: skip
     sub.add_parser("status", help="is the simulator loaded, with which binary").set_defaults(func=cmd_status)
     run = sub.add_parser("run", help="run a scenario (loads the simulator first when needed)")
     run.add_argument("--scenario", choices=sim.SCENARIOS, default="steady")
@@ -29,6 +34,9 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--devices", type=int, default=1, help="simulated devices (default 1)")
     run.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
     run.add_argument("--no-load", action="store_true", help="do not register the uprobes (just run)")
+    add_hal_abi_option(run, "send the scenario's HAL calls through the installed real-ABI libascend_hal.so, as an "
+                       "application calls the driver's (installed first when needed, unless --no-load); the "
+                       "truth is the same")  # fmt: skip
     add_host_options(run)
     run.add_argument(
         "--no-channels",
@@ -66,6 +74,11 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_hal_abi_option(parser: argparse.ArgumentParser, real_help: str) -> None:
+    parser.add_argument("--hal-abi", choices=("sim", "real"), default="sim",
+                        help=f"sim (default): the executor's own HAL functions; real: {real_help}")  # fmt: skip
+
+
 def host_from_args(args: argparse.Namespace) -> Host:
     """The Host of --threads / --migrate-ms; an InputError (one line, exit 2) when they do not fit."""
     migrate = args.migrate_ms
@@ -82,6 +95,10 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    """The real-ABI library first: a file that is not the simulator's refuses it before anything changed."""
+    if args.hal_abi == "real":
+        lib = install_hal()
+        print(f"real-ABI HAL {'installed' if lib.changed else 'already installed'}: {lib.path}", file=sys.stderr)
     loaded = sim.load(Tracefs.find())
     state = "loaded" if loaded.changed else "already loaded"
     n = len(loaded.definitions)
@@ -89,9 +106,17 @@ def cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_hal() -> hal_install.Installed:
+    """The simulator's real-ABI library at the driver's install path (built first when needed)."""
+    return hal_install.install(build.ensure_hal_library())
+
+
 def cmd_unload(args: argparse.Namespace) -> int:
     n = sim.unload(Tracefs.find())
     print(f"simulated NPU unloaded: {n} uprobe events removed", file=sys.stderr)
+    removed = hal_install.uninstall()
+    if removed:
+        print(f"real-ABI HAL removed: {removed}", file=sys.stderr)
     return 0
 
 
@@ -105,6 +130,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"registered ascend uprobe events: {len(lines)}")
     for line in lines:
         print(f"  {line}")
+    lib = hal_install.installed()
+    print(f"real-ABI HAL: {lib.path + ' (installed by sim load --hal-abi real)' if lib else 'not installed'}")
     return 0
 
 
@@ -125,6 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ensure_loaded=not args.no_load,
         channels=side,
         host=host_from_args(args),
+        hal_lib=real_hal(args.no_load) if args.hal_abi == "real" else None,
     )
     if side is not None:
         _notes(side.notes, shown)
@@ -132,11 +160,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     secs = (truth["end_ns"] - truth["start_ns"]) / 1e9
     kinds = " ".join(f"{k}={v}" for k, v in truth["kind_counts"].items())
     dest = f", truth in {args.truth}" if args.truth else ""
-    print(f"sim {args.scenario} seed={args.seed}: {n} calls in {secs:.2f}s ({kinds}){dest}", file=sys.stderr)
+    through = f", HAL calls through {truth['hal']}" if truth.get("hal") else ""
+    print(f"sim {args.scenario} seed={args.seed}: {n} calls in {secs:.2f}s ({kinds}){through}{dest}", file=sys.stderr)
     print(f"executor: {_host_summary(truth['host'])}", file=sys.stderr)
     if "channels" in truth:
         print(f"side channels: {_channel_summary(truth['channels'])}", file=sys.stderr)
     return 0
+
+
+def real_hal(no_load: bool) -> str:
+    """The installed real-ABI library's path: installed now unless `no_load` (then it must be there)."""
+    if not no_load:
+        return install_hal().path
+    lib = hal_install.installed()
+    if lib is None or not os.path.isfile(lib.path):
+        raise SimulatorError("--hal-abi real --no-load: the real-ABI HAL is not installed (npu-trace sim load "
+                             "--hal-abi real)")  # fmt: skip
+    return lib.path
 
 
 def _host_summary(host: Dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, List, Mapping, Optional
 
+from npu_trace.device.chips import CHIPS
 from npu_trace.pipeline import pump
 from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
@@ -58,6 +59,10 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="the HAL library (libascend_hal.so) or a binary with its symbols, for --bpf (default: the "
                    "one running processes map, seen through /proc/PID/root for containers, else the driver's "
                    "install path; for the sim profile: the simulator)")  # fmt: skip
+    p.add_argument("--stacktrace", action="store_true",
+                   help="a kernel stack after each event (the private instance's stacktrace option; shown as "
+                   "ftrace:kernel_stack, its frames by name: the recording keeps the kernel's symbols)")  # fmt: skip
+    add_chip_option(p)
     p.add_argument(
         "--buffer-kb",
         type=int,
@@ -65,7 +70,19 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         metavar="KB",
         help=f"ring buffer per CPU (default {DEFAULT_BUFFER_KB})",
     )
+    p.add_argument("--host-context", action="store_true",
+                   help="also trace the host's context, host-wide: sched:sched_switch, sched:sched_waking, "
+                   "irq:irq_handler_entry/exit, irq:softirq_entry/exit (which thread each CPU ran, wakeups, "
+                   "interrupts: `export` shows them as per-CPU tracks and thread states beside the NPU's)")  # fmt: skip
     add_scope_options(p)
+
+
+def add_chip_option(p: argparse.ArgumentParser) -> None:
+    """--chip: the chip whose task layout the real HAL's task calls are read with (npu_trace.device.chips)."""
+    p.add_argument("--chip", choices=(*CHIPS, "unknown"),
+                   help="the NPU chip, for where the HAL's task calls carry their stream and task ids (default: "
+                   "found from the NPU's PCI device id, else npu-smi's model; unknown: those fields left "
+                   "empty)")  # fmt: skip
 
 
 def add_scope_options(p: argparse.ArgumentParser) -> None:
@@ -114,8 +131,15 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
         lines.append(f"not on this host: {', '.join(session.unmatched)}")
     also = f" with {', '.join(channels.running)}" if channels is not None and channels.running else ""
     tasks = " (and task:task_newtask: which process each new thread belongs to)" if session.traces_new_tasks() else ""
+    context = session.context_traced()
+    if context:
+        tasks += f" and the host's context ({', '.join(e.split(':', 1)[1] for e in context)})"
     lines.append(f"tracing {len(session.chosen())} event types{tasks} on tracefs instance {session.name} "
                  f"(clock {session.clock}){also}{what}; Ctrl-C stops")  # fmt: skip
+    if session.instance is not None and session.fs is not None:
+        also_top = f" (or to {session.fs.path('trace_marker')}: copied here)" if session.copies_markers else ""
+        lines.append(f"trace markers: a line written to {session.marker_path}{also_top} is shown as ftrace:print "
+                     "(echo 'text' > that file)")  # fmt: skip
     return lines
 
 
@@ -160,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     stop = prepare_process()
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
+        printer.kernel = session.kernel_text()
         keep = scope_keeper(session, options.profile.mapping, printer.comm_of)
         timeline = source.block_timeline(keep_unknown=True)
         pump(source, printing(timeline, printer, keep), duration=options.duration, stop=stop)

@@ -28,7 +28,9 @@ An allocation failure while the chip's last reading shows enough free memory (to
 an `alloc_fail_explained` finding saying which explanation the data supports: `fragmentation` (the driver's
 largest free block is smaller than the request though its free bytes suffice), `accounting` (the driver has
 less free than npu-smi shows, or the traced live bytes leave no room: npu-smi's free memory is overstated),
-or `unexplained`.
+or `unexplained`. A failure that carries no driver figures (a real HAL's halMemAlloc tells only its return
+code) is `fragmentation` when npu-smi and the traced live bytes both leave room for it: the memory was there,
+not in one piece; the details' `basis` says which figures decided ("driver" or "npu-smi and trace").
 
 `chips()` is the read-only view of every chip's last reading (name, Bus-Id, health, temperature, power,
 AICore, memory used/total, its process rows): what exporters show per chip (npu-exporter's `id`,
@@ -190,6 +192,7 @@ class AccountingDetector:
         self.counts["explained"] += 1
         details = {
             "explanation": explanation, "size": size, "npu_smi_free_bytes": smi_free, "npu_smi_used_mb": r.used_mb,
+            "basis": "npu-smi and trace" if free is None and largest is None else "driver",
             "total_mb": r.total_mb, "reading_ts_ns": r.ts_ns, "free_bytes": free, "largest_free": largest,
             "traced_bytes": traced, "npu": r.npu, "chip": r.chip,
             "overstated_bytes": smi_free - free if explanation == "accounting" and free is not None else None,
@@ -215,6 +218,8 @@ def _explain(size: int, free: Optional[int], largest: Optional[int], traced: int
         return "fragmentation"
     if (free is not None and free < size) or traced + size > total:
         return "accounting"
+    if free is None and largest is None:  # no driver figures: npu-smi and the trace both left room
+        return "fragmentation"
     return "unexplained"
 
 

@@ -1,8 +1,9 @@
 """Latency: per (device, op) distributions and spikes, from paired calls and submitted tasks.
 
 Samples:
-- a call's latency: events of kind call/submit/free carrying `latency_ns` (the Normalizer paired the return
-  with its entry by (pid, op) and put latency_ns/entry_ts_ns in the return's args);
+- a call's latency: events of kind call/submit/free/alloc/alloc_fail carrying `latency_ns` (the Normalizer
+  paired the return with its entry by (pid, op) and put latency_ns/entry_ts_ns in the return's args; a real
+  HAL's halMemAlloc measured by BPF is the allocation or the failure itself);
 - a task's latency: a `submit` event (args dev/stream/task) to the `complete` event with the same
   (device, stream, task); op = the complete event's op ("task"). Pending tasks are bounded (`MAX_TASKS`).
 
@@ -39,7 +40,7 @@ DEFAULT_THRESHOLDS_NS: Dict[str, int] = {
     "halSqTaskSend": 4 * MS,
 }
 DEFAULTS: Dict[str, Any] = {"floor_ns": 4 * MS, "k": 8, "window": 64, "warmup": 8, "refresh": 8}
-CALL_KINDS = frozenset(("call", "submit", "free"))
+CALL_KINDS = frozenset(("call", "submit", "free", "alloc", "alloc_fail"))
 MAX_TASKS = 100_000
 
 Key = Tuple[Optional[int], str]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
-from npu_trace.device.bpf_rules import BPF_MAPPING
+from npu_trace.device.bpf_rules import BPF_MAPPING, REAL_HAL_MAPPING
 from npu_trace.device.hal import ETIMEDOUT, RESET_STEPS, TIMEOUT_KINDS
 from npu_trace.errors import UsageError
 
@@ -177,7 +177,8 @@ PROFILES: Dict[str, Profile] = {
         ("trs_chan:*", "trs_core:*", "irq:irq_handler_entry", "irq:irq_handler_exit"),
         ASCEND_LAYOUTS,
         "load the Ascend driver (asdrv_trs, asdrv_trsbase) and enable /proc/trs_*/.../trace_enable",
-        mapping={**ASCEND_MAPPING, **BPF_MAPPING},  # libascend_hal.so calls measured by the BPF channel
+        # libascend_hal.so's calls measured by the BPF channel: its allocations, frees, failures and task sends
+        mapping={**ASCEND_MAPPING, **BPF_MAPPING, **REAL_HAL_MAPPING},
         reset=SIM_RESET,  # the same step names: the kmsg rules and uevents name the real driver's steps so
         channels=("kmsg", "uevent", "health"),
         require_events=False,

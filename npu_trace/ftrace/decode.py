@@ -166,9 +166,11 @@ def _dynamic_fixup(field: Field, end: str) -> Fixup:
 
 
 class TailDecoder(RecordDecoder):
-    """An event whose last field is a flexible `char name[]` (ftrace:print): the rest of the record."""
+    """An event whose last field is a flexible array: the rest of the record. `char name[]` (ftrace:print) is a
+    string; an array of integers (ftrace:bprint's `u32 buf[]`, the stack events' words) a list of unsigned
+    integers, as many whole ones as the record holds."""
 
-    __slots__ = ("tail_offset",)
+    __slots__ = ("tail_offset", "words")
 
     def __init__(self, fmt: EventFormat, byteorder: str = sys.byteorder, layouts: Optional[StructLayouts] = None):
         tail = fmt.fields[-1]
@@ -176,11 +178,18 @@ class TailDecoder(RecordDecoder):
         super().__init__(head, byteorder, layouts)
         self.fmt = fmt
         self.tail_offset = tail.offset
+        code = _INT_CODES.get((tail.elem_size, False))
+        self.words = None if not tail.elem_size else ("<" if byteorder == "little" else ">", code, tail.elem_size)
 
     def decode(self, buf: bytes, start: int, length: int) -> Tuple[int, Tuple[Any, ...]]:
         pid, vals = super().decode(buf, start, length)
-        tail = c_string(buf[start + self.tail_offset : start + length])
-        return pid, (*vals, tail)
+        raw = buf[start + self.tail_offset : start + length]
+        if self.words is None:
+            return pid, (*vals, c_string(raw))
+        end, code, size = self.words
+        if code is None:
+            return pid, (*vals, raw.hex())
+        return pid, (*vals, list(struct.unpack(f"{end}{len(raw) // size}{code}", raw[: len(raw) - len(raw) % size])))
 
 
 def make_decoder(

@@ -7,7 +7,7 @@ table into a struct-based record decoder.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -33,7 +33,7 @@ CHAR_ARRAY = "char_array"  # char name[N]: a NUL-terminated string inside the re
 ARRAY = "array"  # type name[N] of integers
 DATA_LOC = "data_loc"  # __data_loc type[] name: u32 (len << 16 | offset from record start)
 REL_LOC = "rel_loc"  # __rel_loc type[] name: u32 (len << 16 | offset from the end of this field)
-TAIL = "tail"  # char name[] of size 0: the rest of the record (ftrace:print buf)
+TAIL = "tail"  # type name[] of size 0: the rest of the record (ftrace:print buf, ftrace:bprint's words)
 BYTES = "bytes"  # anything else (struct-typed fields, odd sizes): raw bytes, expanded by a struct layout
 
 
@@ -46,9 +46,12 @@ class Field:
     signed: bool
     kind: str
     count: int = 1  # elements, for ARRAY
+    elem: int = 0  # a flexible array's (TAIL) element size: 0 for characters (a string)
 
     @property
     def elem_size(self) -> int:
+        if self.kind == TAIL:
+            return self.elem
         return self.size // self.count if self.count else self.size
 
     @property
@@ -129,6 +132,8 @@ def _parse_decl(decl: str, offset: int, size: int, signed: bool) -> Field:
     if not pm:
         raise FormatError(f"cannot parse field declaration {decl!r}", field=_decl_name(decl))
     ctype = pm.group("type").strip()
+    if size == 0:  # `char buf; size:0`: a flexible array as kernels before 4.x declare it (no brackets)
+        return _tail(pm.group("name"), ctype, offset, signed)
     kind = INT if size in (1, 2, 4, 8) and not ctype.startswith("struct ") else BYTES
     if ctype.startswith("struct ") and "*" in ctype:
         kind = INT  # a pointer to a struct is an address
@@ -140,20 +145,28 @@ def _array_field(am: re.Match, offset: int, size: int, signed: bool, decl: str) 
     if not count_text:
         if size != 0:
             raise FormatError(f"flexible array with a size: {decl!r}", field=name)
-        return Field(name, ctype, offset, 0, signed, TAIL)
+        return _tail(name, ctype, offset, signed)
     try:
         count = int(count_text, 0)
     except ValueError:  # a symbolic length (TASK_COMM_LEN): the element type gives it
-        elem = _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
+        count = 0
+    if not count or not _array_size_agrees(ctype, count, size):
+        # the size is the layout the records have; a declared length it contradicts is what the kernel's source
+        # said (real kernels write `char oldcomm[32]; size:16`): the length is the one the size gives
+        elem = 1 if _is_char(ctype) else _ELEM_SIZES.get(ctype.replace("const ", "").strip(), 0)
         count = size // elem if elem and size % elem == 0 else 0
-    else:
-        _check_array_size(name, ctype, count, size)
     probe = Field(name, ctype, offset, size, signed, ARRAY, count or 1)
     if probe.is_string:
         return Field(name, ctype, offset, size, signed, CHAR_ARRAY, count or size)
     if count > 0 and size % count == 0 and size // count in (1, 2, 4, 8) and not ctype.startswith("struct "):
         return Field(name, ctype, offset, size, signed, ARRAY, count)
     return Field(name, ctype, offset, size, signed, BYTES)
+
+
+def _tail(name: str, ctype: str, offset: int, signed: bool) -> Field:
+    """A flexible array: characters (a string) or integers of their type's size."""
+    text = ctype.replace("const ", "").strip() in ("char", "signed char", "unsigned char")
+    return Field(name, ctype, offset, 0, signed, TAIL, elem=0 if text else _ELEM_SIZES.get(ctype.strip(), 8))
 
 
 # ---- what the kernel writes: a format that says otherwise is damaged ------------------------------------------
@@ -178,17 +191,17 @@ def _min_size(ctype: str) -> int:
     return _ELEM_SIZES.get(base, 0)
 
 
-def _check_array_size(name: str, ctype: str, count: int, size: int) -> None:
-    elem = _min_size(ctype) if "*" not in ctype else 0
-    base = ctype.replace("const ", "").strip()
-    if base in ("char", "signed char", "unsigned char"):
-        elem = 1
+def _is_char(ctype: str) -> bool:
+    return ctype.replace("const ", "").strip() in ("char", "signed char", "unsigned char")
+
+
+def _array_size_agrees(ctype: str, count: int, size: int) -> bool:
+    """`size` is what `ctype name[count]` takes (a long: 4 or 8 bytes; a type of unknown size: anything)."""
+    elem = 1 if _is_char(ctype) else (_min_size(ctype) if "*" not in ctype else 0)
     if not elem or count < 0:
-        return
-    sizes = {count * elem, count * 8} if base in _LONG_TYPES else {count * elem}
-    if size not in sizes:
-        want = " or ".join(str(s) for s in sorted(sizes))
-        raise FormatError(f"field {name!r}: size {size} for {ctype} {name}[{count}] ({want} bytes)", field=name)
+        return True
+    base = ctype.replace("const ", "").strip()
+    return size in ({count * elem, count * 8} if base in _LONG_TYPES else {count * elem})
 
 
 def check_field(field: Field, decl: str = "") -> None:
@@ -297,15 +310,48 @@ def parse_format(text: str, system: Optional[str] = None) -> EventFormat:
                 raise bad(str(exc), exc.field) from None
             if f is None:
                 raise bad(f"malformed field line {line!r}", _decl_name(line[6:].split(";")[0]))
-            (common if f.name.startswith("common_") else fields).append(f)
+            (common if f.name.startswith("common_") else fields).append(_distinct(f, common + fields))
         else:
             raise bad(f"unexpected line {line[:60]!r}")
     if name is None or ev_id is None:
         raise bad("format text has no name: or ID: line")
     fields.sort(key=lambda f: f.offset)
-    fmt = EventFormat(ev_id, system or "", name, tuple(common), tuple(fields), print_fmt)
+    fmt = EventFormat(ev_id, system or "", name, tuple(common), _as_written(fields, system, name), print_fmt)
     check_format(fmt)
     return fmt
+
+
+def _distinct(f: Field, before: List[Field]) -> Field:
+    """A field named as one before it becomes `name_2` (`name_3`...): real kernels write such formats (a
+    syscall argument named like the syscall number: `sys_enter_io_submit`'s `nr` twice; `regmap:regcache_sync`'s
+    `type` twice), and each field keeps its value, under a name of its own."""
+    names = {g.name for g in before}
+    if f.name not in names:
+        return f
+    k = 2
+    while f"{f.name}_{k}" in names:
+        k += 1
+    return replace(f, name=f"{f.name}_{k}")
+
+
+STACK_EVENTS = ("ftrace:kernel_stack", "ftrace:user_stack")
+_LONGS = ("long", "unsigned long")
+
+
+def _as_written(fields: List[Field], system: Optional[str], name: str) -> Tuple[Field, ...]:
+    """The fields as the kernel writes the records. ftrace's stack events declare `unsigned long caller[8]`
+    but hold `size` words since 5.2 (fewer or more than 8; at least 8 before, the rest zero or all ones): their
+    `caller` is the rest of the record (a TAIL of words). A flexible array of `long`s has the format's `long`
+    size (4 on a 32-bit kernel)."""
+    longs = [f.size for f in fields if f.kind == INT and f.type.replace("const ", "").strip() in _LONGS]
+    out = []
+    for f in fields:
+        if f.kind == ARRAY and f is fields[-1] and f.name == "caller" and f"{system}:{name}" in STACK_EVENTS:
+            f = Field(f.name, f.type, f.offset, 0, f.signed, TAIL, elem=f.elem_size)
+        elif f.kind == TAIL and longs and f.type.replace("const ", "").strip() in _LONGS:
+            f = Field(f.name, f.type, f.offset, 0, f.signed, TAIL, elem=longs[0])
+        out.append(f)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

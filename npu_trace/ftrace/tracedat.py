@@ -26,16 +26,19 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Set, Tuple
 
 from npu_trace.errors import FormatError, InputError
-from npu_trace.ftrace.format import parse_format
+from npu_trace.ftrace.format import parse_format, parse_header_page
+from npu_trace.ftrace.printk import MAX_PRINTK_BYTES
+from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
+from npu_trace.ftrace.walk import Walker, WalkState
 
 MAGIC = b"\x17\x08Dtracing"
 MAX_SECTION = 256 << 20  # a metadata section larger than this is refused
 MAX_CPUS = 4096
 OPT_DONE, OPT_DATE, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME, OPT_CPUCOUNT = 0, 1, 3, 4, 5, 8
-OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS, OPT_CMDLINES = 16, 17, 18, 21
+OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS, OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES = 16, 17, 18, 19, 20, 21
 _NAME = re.compile(r"^name: (\S+)$", re.M)
 _ID = re.compile(r"^ID: (\d+)$", re.M)
 
@@ -71,7 +74,10 @@ class TraceDat:
     header_page: str = ""
     header_event: str = ""
     formats: List[Dict[str, str]] = field(default_factory=list)  # {"system", "name", "text"}
+    left_out: List[str] = field(default_factory=list)  # "system:name: why", formats failing the check, no records
     cmdlines: str = ""
+    kallsyms: str = ""  # the recording host's /proc/kallsyms, as trace-cmd saved it
+    printk_formats: str = ""  # its printk_formats (trace_printk's format strings)
     cpu_count: int = 0
     clock: str = "local"
     uname: str = ""
@@ -104,8 +110,9 @@ class TraceDat:
         return [(cpu, page) for _, cpu, _, page in tagged]
 
     def used_formats(self) -> List[Dict[str, str]]:
-        """The format files of the event systems other than ftrace's own (all that the pages can hold)."""
-        return [f for f in self.formats if f["system"] != "ftrace"]
+        """The format files of every event the pages can hold (ftrace's own too: print, bprint, the stacks), but
+        those left out (`left_out`)."""
+        return list(self.formats)
 
     def summary(self) -> Dict[str, Any]:
         return {"version": self.version, "compression": self.compression, "clock": self.clock,
@@ -222,20 +229,54 @@ def _add_format(td: TraceDat, system: str, blob: bytes) -> None:
 def _check_formats(r: _Reader, td: TraceDat) -> None:
     """Every format the import writes into a recording (`used_formats`) parsed and checked as the kernel writes
     them (`npu_trace.ftrace.format.check_format`), their ids and names distinct: a damaged one is an InputError
-    naming it and its field."""
+    naming it and its field. A format that fails the check, of an event no record of the pages is of, is left
+    out and said (`left_out`)."""
     ids: Dict[int, str] = {}
-    for entry in td.used_formats():
+    present = _present_ids(r, td)
+    kept = []
+    for entry in td.formats:
         where = f"{entry['system']}:{entry['name']}"
         try:
             fmt = parse_format(entry["text"], entry["system"])
         except FormatError as exc:
             why, prefix = str(exc), f"format {exc.event}: "
-            raise InputError(f"{r.path}: damaged trace.dat: format of {where}: {why.removeprefix(prefix)}") from None
+            why = why.removeprefix(prefix)
+            eid = _ID.search(entry["text"])
+            if eid is None or int(eid.group(1)) in present:
+                raise InputError(f"{r.path}: damaged trace.dat: format of {where}: {why}") from None
+            td.left_out.append(f"{where}: {why}")
+            continue
+        kept.append(entry)
         if fmt.id in ids or fmt.full_name in ids.values():
             other = ids.get(fmt.id, fmt.full_name)
             raise InputError(f"{r.path}: damaged trace.dat: format of {where}: its event ID {fmt.id} or its name "
                              f"is also that of {other}")  # fmt: skip
         ids[fmt.id] = fmt.full_name
+    td.formats = kept
+
+
+def _present_ids(r: _Reader, td: TraceDat) -> Set[int]:
+    """The event ids the pages hold records of (every CPU's pages walked)."""
+    if not td.data:
+        return set()
+    try:
+        walker = Walker(parse_header_page(td.header_page), None, td.byteorder)
+    except (FormatError, ValueError) as exc:
+        raise r.fail(f"header_page: {exc}") from None
+    present: Set[int] = set()
+    size = td.page_size
+    for blob in td.data.values():
+        pages = [(off, size) for off in range(0, len(blob) - size + 1, size)]
+        present.update(int(e) for e in set(walker.walk(blob, pages, 0, WalkState()).etype.tolist()))
+    return present
+
+
+def _table(r: _Reader, what: str, limit: int) -> str:
+    """A text section with a 4-byte length (kallsyms, printk formats), at most `limit` bytes."""
+    n = r.u(4)
+    if n > limit:
+        raise r.fail(f"{what} of {n} bytes (at most {limit})")
+    return r.take(n).decode("utf-8", "replace")
 
 
 # ---- v6 ------------------------------------------------------------------------------------------------------
@@ -243,8 +284,8 @@ def _v6(r: _Reader, td: TraceDat) -> None:
     _header_info(r, td)
     _ftrace_formats(r, td)
     _event_formats(r, td)
-    r.sized(4)  # kallsyms
-    r.sized(4)  # printk formats
+    td.kallsyms = _table(r, "kallsyms", MAX_KALLSYMS_BYTES)
+    td.printk_formats = _table(r, "printk formats", MAX_PRINTK_BYTES)
     td.cmdlines = r.sized(8).decode("utf-8", "replace")
     td.cpu_count = r.u(4)
     if td.cpu_count > MAX_CPUS:
@@ -366,6 +407,10 @@ def _v7_options(r: _Reader, td: TraceDat, offset: int) -> int:
             _ftrace_formats(_section(r, td, where, 17), td)
         elif option == OPT_EVENT_FORMATS:
             _event_formats(_section(r, td, where, 18), td)
+        elif option == OPT_KALLSYMS:
+            td.kallsyms = _table(_section(r, td, where, OPT_KALLSYMS), "kallsyms", MAX_KALLSYMS_BYTES)
+        elif option == OPT_PRINTK:
+            td.printk_formats = _table(_section(r, td, where, OPT_PRINTK), "printk formats", MAX_PRINTK_BYTES)
         elif option == OPT_CMDLINES:
             td.cmdlines = _section(r, td, where, 21).sized(8).decode("utf-8", "replace")
         elif option == OPT_BUFFER:

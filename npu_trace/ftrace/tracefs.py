@@ -117,6 +117,12 @@ class Tracefs:
         """pid -> comm of the processes whose events the kernel traced (any instance), as it saved them."""
         return parse_saved_cmdlines(self.read_text("saved_cmdlines"))
 
+    def printk_formats(self) -> str:
+        """trace_printk's format strings, `0xADDR : "format"` lines ("" where the kernel has none)."""
+        if not os.path.exists(self.path("printk_formats")):
+            return ""
+        return self.read_text("printk_formats")
+
     def trace_clocks(self) -> List[str]:
         return self.read_text("trace_clock").replace("[", "").replace("]", "").split()
 

@@ -322,5 +322,3 @@ class Normalizer:
         if not isinstance(dev, int):
             dev = None
         return _new(NpuEvent, (ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args))
-
-    _planned_shape = planned_shape  # the name npu_trace/ci/export.py still calls it by (the export's lane)

@@ -17,6 +17,7 @@ import zstandard
 
 from npu_trace.errors import RecordingError
 from npu_trace.events import KINDS, Loss, NpuEvent
+from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
 from npu_trace.pipeline.batch import Mark
 
 MAGIC = b"NPUTRACE"
@@ -226,6 +227,8 @@ def validate_header(header: Any) -> Dict[str, Any]:
     for i, entry in enumerate(need(header, "formats", list, where)):
         _validate_format_entry(entry, i)
     need(header, "extra", dict, where, optional=True)
+    need(header, "printk_formats", str, where, optional=True)  # the kernel's trace_printk formats (below)
+    need(header, "kallsyms", dict, where, optional=True)  # its symbols: kallsyms_text() reads the entry
     need(header, "scope", dict, where, optional=True)  # its entries: npu_trace.pipeline.scope.Scope.from_header
     need(header, "window", dict, where, optional=True)  # a flight recorder's dump: what triggered it, its span
     need(header, "host_identity", dict, where, optional=True)  # npu_trace.recording.host; absent in older files
@@ -250,6 +253,45 @@ def _validate_format_entry(entry: Any, i: int) -> None:
         raise fail(where, f"is {type(entry).__name__}, not a map")
     for key in ("system", "name", "text"):
         need(entry, key, str, where)
+
+
+# ---- the kernel's symbols (header `kallsyms`): /proc/kallsyms, zstd-compressed ------------------------------
+MAX_KALLSYMS_STORED = 8 << 20  # compressed: a table larger than this is not stored (the header holds 16 MiB)
+MAX_KALLSYMS_ONLY = 64  # the functions a cut table is limited to
+
+
+def kallsyms_entry(text: str, only: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The header's `kallsyms` entry of a kallsyms text (`only`: the functions a cut table resolves)."""
+    raw = text.encode()
+    data = zstandard.ZstdCompressor(level=3).compress(raw)
+    entry: Dict[str, Any] = {"codec": "zstd", "raw_len": len(raw), "data": data}
+    if only is not None:
+        entry["only"] = list(only)
+    return entry
+
+
+def kallsyms_text(entry: Dict[str, Any]) -> Tuple[str, Optional[List[str]]]:
+    """A header's `kallsyms` entry -> (the kallsyms text, the functions it is cut to or None), every field
+    checked and the text decompressed within its declared length (a RecordingError otherwise)."""
+    where = "recording header kallsyms"
+    raw_len = need_range(entry, "raw_len", where, 0, MAX_KALLSYMS_BYTES)
+    codec, data = need(entry, "codec", str, where), need(entry, "data", bytes, where)
+    if codec == "zstd":
+        raw = _unzstd(data, raw_len, where)
+    elif codec == "none":
+        raw = data
+    else:
+        raise fail(where, f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    if len(raw) != raw_len:
+        raise fail(where, f"holds {len(raw)} bytes, raw_len says {raw_len}")
+    only = need(entry, "only", list, where, optional=True)
+    if only is not None:
+        if len(only) > MAX_KALLSYMS_ONLY:
+            raise fail(where, f"cut to {len(only)} functions (at most {MAX_KALLSYMS_ONLY})")
+        for name in only:
+            if not isinstance(name, str):
+                raise fail(where, f"field 'only' holds {type(name).__name__} {name!r}, not a function's name")
+    return raw.decode("utf-8", "replace"), only
 
 
 # ---- records -----------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ import msgpack
 from npu_trace.errors import FormatError, RecordingError
 from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
+from npu_trace.ftrace.printk import parse_formats
+from npu_trace.ftrace.special import KernelText
+from npu_trace.ftrace.symbols import Symbols
 from npu_trace.recording.format import (
     CHECKSUM_KEY,
     MAX_HEADER_BYTES,
@@ -26,6 +29,7 @@ from npu_trace.recording.format import (
     decode_events,
     decode_loss,
     fail,
+    kallsyms_text,
     make_unpacker,
     record_type,
     validate_header,
@@ -61,6 +65,7 @@ class RecordingReader:
         self.header = validate_header(header)
         # the page layout and every event format the header carries, each checked to be one the kernel writes
         self.page_header, self.formats = header_formats(self.header)
+        self._kernel: Optional[KernelText] = None
 
     def _open(self) -> IO[bytes]:
         try:
@@ -75,6 +80,13 @@ class RecordingReader:
     @property
     def byteorder(self) -> str:
         return str(self.header["byteorder"])
+
+    def kernel_text(self) -> KernelText:
+        """The kernel's tables the ftrace system's own events are shown with (`npu_trace.ftrace.special`): the
+        header's symbols and trace_printk formats (none in a file without them), read once."""
+        if self._kernel is None:
+            self._kernel = header_kernel_text(self.header)
+        return self._kernel
 
     def records(self) -> Iterator[Record]:
         """("chunk", Chunk), ("loss", Loss), ("note", dict) and ("events", [NpuEvent, ...]) in file order, up to
@@ -189,6 +201,17 @@ def header_formats(header: Dict[str, Any]) -> Tuple[PageHeader, List[EventFormat
         names.add(fmt.full_name)
         formats.append(fmt)
     return page_header, formats
+
+
+def header_kernel_text(header: Dict[str, Any]) -> KernelText:
+    """The header's `kallsyms` and `printk_formats` as the tables the ftrace system's own events are shown with
+    (a RecordingError for a `kallsyms` entry that does not read)."""
+    symbols = None
+    if "kallsyms" in header:
+        text, only = kallsyms_text(header["kallsyms"])
+        symbols = Symbols.parse(text, only)
+    printk = parse_formats(header.get("printk_formats", ""))
+    return KernelText(symbols, printk, str(header["byteorder"]))
 
 
 def open_decoder(

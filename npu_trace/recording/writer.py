@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 import zlib
+from functools import lru_cache
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import msgpack
@@ -27,11 +28,13 @@ from npu_trace.recording.format import (
     MAGIC,
     MAX_CHUNK_RAW,
     MAX_EVENT_ROWS,
+    MAX_KALLSYMS_STORED,
     MAX_PAGE_BYTES,
     MAX_PAGES_PER_CHUNK,
     SCHEMA_VERSION,
     event_losses,
     events_record,
+    kallsyms_entry,
     loss_record,
     pack_header,
     pack_mark,
@@ -86,6 +89,7 @@ def build_header(
     header.update(this_host() if host is None else host.header())
     if host is not None:
         header["clock_anchor"] = host.anchor(header["clock_anchor"])
+    header.update(kernel_fields(getattr(session, "tables", None)))
     scope = getattr(session, "scope_header", None)
     entry = scope() if callable(scope) else None
     if entry:
@@ -93,6 +97,27 @@ def build_header(
     if extra:
         header["extra"] = dict(extra)
     return header
+
+
+def kernel_fields(tables: Any) -> Dict[str, Any]:
+    """The header's `printk_formats` and `kallsyms` of a session's kernel tables (duck-typed: .printk_formats,
+    .kallsyms, .only; npu_trace.sources.kernel_tables); a kallsyms too big for the header is left out."""
+    out: Dict[str, Any] = {}
+    if tables is None:
+        return out
+    if tables.printk_formats:
+        out["printk_formats"] = tables.printk_formats
+    if tables.kallsyms:
+        entry = _kallsyms_entry(tables.kallsyms, tables.only)
+        if len(entry["data"]) <= MAX_KALLSYMS_STORED:
+            out["kallsyms"] = entry
+    return out
+
+
+@lru_cache(maxsize=2)
+def _kallsyms_entry(text: str, only: Optional[Tuple[str, ...]]) -> Dict[str, Any]:
+    """Compressed once per session (rotated files and flight dumps write it again)."""
+    return kallsyms_entry(text, only)
 
 
 def _format_entries(formats: Any, texts: Mapping[str, str]) -> List[Dict[str, str]]:

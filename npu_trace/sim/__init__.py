@@ -27,6 +27,8 @@ Python API:
     load(fs) -> LoadedSim; unload(fs) -> int; is_loaded(fs) -> bool
     start_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> ScenarioRun (.wait() -> truth)
     run_scenario(name, seed, duration_s, rate, devices, truth_path=None) -> truth dict
+    Both take `hal_lib=PATH`: the HAL calls go through the real-ABI library at PATH (`npu-sim -H`), as an
+    application calls the driver's libascend_hal.so; `hal_install` puts it where the driver installs its own.
     Both take `channels=SideChannels(...)` to run the side channels next to the executor (kmsg lines,
     synthetic uevents, a fake npu-smi: npu_trace.sim.channels); without it only the executor runs.
     Both take `host=Host(...)`: the executor's threads and CPU moves (npu_trace.sim.threads). HOST_LIKE (the
@@ -79,14 +81,16 @@ def start_scenario(
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
     host: Host = HOST_LIKE,
+    hal_lib: Optional[str] = None,
 ) -> ScenarioRun:
-    """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False)."""
+    """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False); with
+    `hal_lib`, its HAL calls go through that real-ABI library (the installed one: `hal_install`)."""
     from npu_trace.sim import runner
 
     binary = None
     if ensure_loaded:
         binary = load(fs or Tracefs.find()).binary
-    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary, channels, host)
+    return runner.start(name, seed, duration_s, rate, devices, truth_path, binary, channels, host, hal_lib)
 
 
 def run_scenario(
@@ -100,9 +104,11 @@ def run_scenario(
     fs: Optional[Tracefs] = None,
     channels: Optional[SideChannels] = None,
     host: Host = HOST_LIKE,
+    hal_lib: Optional[str] = None,
 ) -> Truth:
     """Run a scenario to completion and return its ground truth (also written to `truth_path` if given)."""
-    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels, host)
+    run = start_scenario(name, seed, duration_s, rate, devices, truth_path, ensure_loaded, fs, channels, host,
+                         hal_lib)  # fmt: skip
     try:
         return run.wait()
     except BaseException:

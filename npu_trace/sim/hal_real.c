@@ -1,5 +1,5 @@
-/* The simulator's libascend_hal.so: the four HAL functions npu-trace probes, with the real driver's
- * prototypes (docs/architecture.md, "HAL ABIs"), so the real-ABI BPF programs run against it. Loaded by the
+/* The simulator's libascend_hal.so: the HAL functions npu-trace probes, with the real driver's prototypes
+ * (docs/hal-abi.md), so the real-ABI BPF programs run against it. Loaded by the
  * executor (npu-sim -H LIB); each call returns what the executor set with npu_sim_hal_next() just before it,
  * after the injected latency, and writes its output only when it succeeds, as the driver does. It exports no
  * npu_sim_hal_abi marker: npu_trace.bpf.abi gives it the real ABI. */
@@ -69,4 +69,30 @@ EXPORT int halCqReportRecv(uint32_t devId, struct sim_report_recv_info *info) {
     if (ret == 0)
         info->report_cqe_num = (uint32_t)t_out;
     return ret;
+}
+
+#define SIM_SQ_SLOTS 4
+
+/* the slot halSqMemGet hands out: the calling thread's own (the driver has one per SQ, which the runtime fills
+ * and sends under the stream's lock; the executor holds one lock around the pair) */
+static __thread uint8_t t_slot[SIM_SQ_SLOTS * SIM_SQE_SIZE];
+
+EXPORT int halSqMemGet(uint32_t devId, struct sim_sq_mem_get_input *in, struct sim_sq_mem_get_output *out) {
+    (void)devId;
+    if (in == NULL || out == NULL)
+        return DRV_ERROR_INVALID_VALUE;
+    int32_t ret = finish();
+    if (ret == 0) {
+        out->cmd_count = in->cmd_count < SIM_SQ_SLOTS ? in->cmd_count : SIM_SQ_SLOTS;
+        out->cmd_ptr = t_slot;
+        out->pos = (uint32_t)t_out;
+    }
+    return ret;
+}
+
+EXPORT int halSqMsgSend(uint32_t devId, struct sim_sq_msg_info *info) {
+    (void)devId;
+    if (info == NULL || info->cmd_count == 0)
+        return DRV_ERROR_INVALID_VALUE;
+    return finish();
 }

@@ -43,8 +43,38 @@ struct sim_sqe_header {  /* the first 8 bytes of a STARS SQE (rtStarsSqeHeader_t
 
 #define SIM_SQE_SIZE 64
 
+struct sim_ts_command_header {  /* the first 4 bytes of a TS command (rtCommand_t, the 910's and 310P's tasks) */
+    uint16_t stream_id;
+    uint16_t task_id;
+};
+
+struct sim_sq_mem_get_input {  /* struct halSqMemGetInput */
+    int32_t type;
+    uint32_t ts_id;
+    uint32_t sq_id;
+    uint32_t cmd_count;          /* slots asked for */
+    uint32_t res[SIM_SQCQ_RESV_LENGTH];
+};
+
+struct sim_sq_mem_get_output {  /* struct halSqMemGetOutput */
+    uint32_t cmd_count;          /* slots granted */
+    volatile void *cmd_ptr;      /* where to write the commands */
+    uint32_t pos;                /* the slot's position in the SQ */
+    uint32_t res[SIM_SQCQ_RESV_LENGTH - 1];
+};
+
+struct sim_sq_msg_info {  /* struct halSqMsgInfo */
+    int32_t type;
+    uint32_t ts_id;
+    uint32_t sq_id;
+    uint32_t cmd_count;
+    uint32_t report_count;
+    uint32_t res[SIM_SQCQ_RESV_LENGTH];
+};
+
 /* The simulator's hook: what the next HAL call of this thread returns, how long it takes, and the output it
- * writes (halMemAlloc: *pp; halSqTaskSend: info->pos; halCqReportRecv: info->report_cqe_num). */
+ * writes (halMemAlloc: *pp; halSqTaskSend: info->pos; halCqReportRecv: info->report_cqe_num; halSqMemGet:
+ * out->pos). */
 typedef void (*sim_hal_next_fn)(int32_t ret, uint64_t delay_ns, uint64_t out);
 
 #endif

@@ -1,6 +1,6 @@
 /* npu-sim: the simulated NPU executor (see npu_trace/sim/__init__.py for the ABI).
  *
- * usage: npu-sim [-m MIGRATE_US] [-H LIB] PLAN OUT
+ * usage: npu-sim [-m MIGRATE_US] [-H LIB [-T stars|ts]] PLAN OUT
  * PLAN: one action per line:  t_ns thread after flags func ret delay_ns a0 a1 a2 a3 a4 a5 str
  *   t_ns      earliest start, as an offset from the executor's own start (CLOCK_MONOTONIC)
  *   thread    the executor thread that runs it (0..63; 0 is the main thread). Each thread runs its own actions
@@ -26,6 +26,10 @@
  *     halCqReportRecv a0 dev, a1 ts, a2 stream, a3 timeout, a4 task, a5 cq; ret >= 0: the call returns 0 with
  *                     report_cqe_num = ret, ret < 0: it returns ret
  *   The driver-side functions stay this program's own.
+ * -T LAYOUT (with -H): how a task is sent, as the chip's runtime does (npu_trace.device.chips): `stars` (the
+ *   default; 910B, 910_93) one STARS SQE through halSqTaskSend; `ts` (910, 310P) a TS command (stream id at 0,
+ *   task id at 2) written into the slot halSqMemGet hands out (its pos a5), then halSqMsgSend with the action's
+ *   ret and latency; one lock around the pair, as the runtime's stream lock.
  * CPUs: with two or more CPUs in the process's affinity mask and a plan of several threads (or -m, or a flag),
  *   every thread is pinned to one CPU at a time (thread i starts on the (i mod n)-th allowed CPU) and only moves
  *   itself (AWAY, HOP, -m): the CPU it reads with sched_getcpu() is the CPU its probes fire on. Otherwise
@@ -282,10 +286,14 @@ struct real_hal {
     int (*mem_free)(void *pp);
     int (*sq_task_send)(uint32_t dev, struct sim_task_send_info *info);
     int (*cq_report_recv)(uint32_t dev, struct sim_report_recv_info *info);
+    int (*sq_mem_get)(uint32_t dev, struct sim_sq_mem_get_input *in, struct sim_sq_mem_get_output *out);
+    int (*sq_msg_send)(uint32_t dev, struct sim_sq_msg_info *info);
 };
 
 static struct real_hal g_real;
 static int g_use_real;
+static int g_ts_layout; /* -T ts */
+static pthread_mutex_t g_sq_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int open_real(const char *path) {
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -298,7 +306,10 @@ static int open_real(const char *path) {
     *(void **)&g_real.mem_free = dlsym(lib, "halMemFree");
     *(void **)&g_real.sq_task_send = dlsym(lib, "halSqTaskSend");
     *(void **)&g_real.cq_report_recv = dlsym(lib, "halCqReportRecv");
-    if (!g_real.next || !g_real.mem_alloc || !g_real.mem_free || !g_real.sq_task_send || !g_real.cq_report_recv) {
+    *(void **)&g_real.sq_mem_get = dlsym(lib, "halSqMemGet");
+    *(void **)&g_real.sq_msg_send = dlsym(lib, "halSqMsgSend");
+    if (!g_real.next || !g_real.mem_alloc || !g_real.mem_free || !g_real.sq_task_send || !g_real.cq_report_recv ||
+        !g_real.sq_mem_get || !g_real.sq_msg_send) {
         fprintf(stderr, "npu-sim: %s lacks a HAL function or npu_sim_hal_next\n", path);
         return -1;
     }
@@ -319,6 +330,31 @@ static int32_t call_real_send(const struct action *x) {
     info.sqe_num = 1;
     g_real.next(x->ret, x->delay_ns, x->a[5]);
     return g_real.sq_task_send((uint32_t)x->a[0], &info);
+}
+
+static int32_t call_real_msg_send(const struct action *x) {
+    struct sim_sq_mem_get_input in = {0};
+    struct sim_sq_mem_get_output out = {0};
+    in.ts_id = (uint32_t)x->a[1];
+    in.sq_id = (uint32_t)x->a[4];
+    in.cmd_count = 1;
+    pthread_mutex_lock(&g_sq_lock);
+    g_real.next(0, 0, x->a[5]);
+    int32_t ret = g_real.sq_mem_get((uint32_t)x->a[0], &in, &out);
+    if (ret == 0) {
+        struct sim_ts_command_header cmd = {(uint16_t)x->a[2], (uint16_t)x->a[3]};
+        memset((void *)out.cmd_ptr, 0, SIM_SQE_SIZE);
+        memcpy((void *)out.cmd_ptr, &cmd, sizeof(cmd));
+        struct sim_sq_msg_info info = {0};
+        info.ts_id = in.ts_id;
+        info.sq_id = in.sq_id;
+        info.cmd_count = out.cmd_count;
+        info.report_count = 1;
+        g_real.next(x->ret, x->delay_ns, 0);
+        ret = g_real.sq_msg_send((uint32_t)x->a[0], &info);
+    }
+    pthread_mutex_unlock(&g_sq_lock);
+    return ret;
 }
 
 static int32_t call_real_recv(const struct action *x) {
@@ -344,7 +380,7 @@ static int32_t call_real(const struct action *x) {
     case F_halMemFree:
         g_real.next(x->ret, x->delay_ns, 0);
         return g_real.mem_free((void *)(uintptr_t)x->a[1]);
-    case F_halSqTaskSend: return call_real_send(x);
+    case F_halSqTaskSend: return g_ts_layout ? call_real_msg_send(x) : call_real_send(x);
     default: return call_real_recv(x);
     }
 }
@@ -641,6 +677,8 @@ static int parse_args(int argc, char **argv, const char **plan, const char **out
             g_migrate_ns = us * 1000ULL;
         } else if (argv[i][1] == 'H') {
             *lib = argv[i + 1];
+        } else if (argv[i][1] == 'T' && (strcmp(argv[i + 1], "ts") == 0 || strcmp(argv[i + 1], "stars") == 0)) {
+            g_ts_layout = strcmp(argv[i + 1], "ts") == 0;
         } else {
             return -1;
         }
@@ -656,7 +694,7 @@ static int parse_args(int argc, char **argv, const char **plan, const char **out
 int main(int argc, char **argv) {
     const char *plan_path, *out_path, *lib_path = NULL;
     if (parse_args(argc, argv, &plan_path, &out_path, &lib_path) != 0) {
-        fprintf(stderr, "usage: npu-sim [-m MIGRATE_US] [-H LIB] PLAN OUT  (MIGRATE_US: 0..60000000)\n");
+        fprintf(stderr, "usage: npu-sim [-m MIGRATE_US] [-H LIB [-T stars|ts]] PLAN OUT  (MIGRATE_US: 0..60000000)\n");
         return 2;
     }
     if (lib_path && open_real(lib_path) != 0)

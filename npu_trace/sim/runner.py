@@ -75,8 +75,9 @@ class Output(NamedTuple):
     rows: List[Observed]
 
 
-def plan_line(a: Action, local: Optional[Dict[int, int]] = None) -> str:
-    """One plan line; `local`: plan index -> index in this executor's own plan (several processes)."""
+def plan_line(a: Action, local: Optional[Dict[int, int]] = None, out: Optional[int] = None) -> str:
+    """One plan line; `local`: plan index -> index in this executor's own plan (several processes); `out`: what a
+    halMemAlloc through the real-ABI library writes to *pp (`npu-sim -H`: its a3), the address it allocated."""
     func = hal.FUNC_BY_NAME[a.func]
     nums: List[int] = []
     text = "-"
@@ -86,6 +87,8 @@ def plan_line(a: Action, local: Optional[Dict[int, int]] = None) -> str:
         else:
             nums.append(int(value))
     nums += [0] * (6 - len(nums))
+    if out is not None:
+        nums[3] = out
     ret = 0 if a.ret is None else a.ret
     after = -1 if a.after is None else a.after if local is None else local[a.after]
     flags = (AWAY if a.away else 0) | (HOP if a.hop else 0)
@@ -140,10 +143,27 @@ def action_record(seq: int, a: Action, row: Sequence[int]) -> Dict[str, Any]:
     return rec
 
 
+def alloc_addresses(actions: Sequence[Action]) -> Dict[int, int]:
+    """Plan index of each halMemAlloc -> the address its allocation got (its group's devmm_alloc_done, the
+    driver side that tells it; 0 for a failed one): what the real-ABI call hands back through *pp."""
+    done = {(a.proc, a.group): int(a.args[2]) for a in actions if a.func == "devmm_alloc_done"}
+    return {i: done.get((a.proc, a.group), 0) for i, a in enumerate(actions) if a.func == "halMemAlloc"}
+
+
+def returned(a: Action, real: bool) -> Optional[int]:
+    """What the call must return: as planned, but a real-ABI halCqReportRecv that received reports returns 0
+    (their count goes to info->report_cqe_num)."""
+    if real and a.func == "halCqReportRecv" and a.ret is not None and a.ret >= 0:
+        return 0
+    return a.ret
+
+
 def build_truth(meta: Dict[str, Any], actions: List[Action], rows: Sequence[Sequence[int]]) -> Truth:
+    real = meta.get("hal_abi") == "real"
     for a, row in zip(actions, rows):
-        if a.ret is not None and a.ret != row[2]:
-            raise SimulatorError(f"executor returned {row[2]} from {a.func}, planned {a.ret}")
+        want = returned(a, real)
+        if want is not None and want != row[2]:
+            raise SimulatorError(f"executor returned {row[2]} from {a.func}, planned {want}")
     records = [action_record(i, a, r) for i, (a, r) in enumerate(zip(actions, rows))]
     truth = dict(meta)
     truth["actions"] = records
@@ -173,9 +193,11 @@ class ScenarioRun:
         shares: Sequence[Share] = (),
         processes: int = 1,
         hold: bool = False,
+        hal_lib: Optional[str] = None,
     ) -> None:
         """`hold`: the executors are started and wait for their plans until `go()` (a tracer started meanwhile,
-        scoped to their `pids`, sees them from their first action)."""
+        scoped to their `pids`, sees them from their first action). `hal_lib`: send the HAL calls through this
+        real-ABI library (`npu-sim -H`), tasks as STARS SQEs."""
         self.meta, self.actions, self.truth_path, self.channels = meta, actions, truth_path, channels
         self.shares = list(shares)
         self.workdir = tempfile.mkdtemp(prefix="npu-sim-run.")
@@ -190,12 +212,15 @@ class ScenarioRun:
         try:
             for plan_path, out_path in zip(self.plans, self.outs):
                 os.mkfifo(plan_path, 0o600)
-                argv = [binary, *(["-m", str(host.migrate_us)] if host.migrate_us else []), plan_path, out_path]
+                argv = [binary, *(["-m", str(host.migrate_us)] if host.migrate_us else []),
+                        *(["-H", hal_lib] if hal_lib else []), plan_path, out_path]  # fmt: skip
                 self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
             self.proc = self.procs[0]
             self.pid, self.pids = self.proc.pid, [p.pid for p in self.procs]
             locals_ = [{g: j for j, g in enumerate(index)} for index in self.index]  # built once per process
-            self._lines = [[plan_line(actions[i], local) for i in index] for index, local in zip(self.index, locals_)]
+            outs = alloc_addresses(actions) if hal_lib else {}
+            self._lines = [[plan_line(actions[i], local, outs.get(i)) for i in index]
+                           for index, local in zip(self.index, locals_)]  # fmt: skip
         except BaseException:
             self.terminate()
             raise
@@ -341,6 +366,7 @@ def start(
     binary: Optional[str] = None,
     channels: Optional[SideChannels] = None,
     host: Host = HOST_LIKE,
+    hal_lib: Optional[str] = None,
 ) -> ScenarioRun:
     actions, shares, processes = plan_run(scenario, seed, duration_s, rate, devices, host)
     path = binary or build.ensure_built()
@@ -354,8 +380,10 @@ def start(
         "events": list(hal.event_names()),
         "fields": {f.event: list(f.field_names) for f in hal.FUNCS},
         "host": host.describe(),
+        "hal_abi": "real" if hal_lib else "sim",
+        **({"hal": hal_lib} if hal_lib else {}),
     }
-    return ScenarioRun(meta, actions, path, truth_path, channels, host, shares, processes)
+    return ScenarioRun(meta, actions, path, truth_path, channels, host, shares, processes, hal_lib=hal_lib)
 
 
 def expected_events(truth: Truth) -> List[Tuple[str, str]]:

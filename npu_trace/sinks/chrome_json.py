@@ -81,6 +81,7 @@ class ChromeJsonWriter:
         self.pids: Dict[int, int] = {}  # top-level group uuid -> pid
         self.tids: Dict[int, int] = {}  # pid -> last tid given
         self.open: Dict[int, List[_Open]] = {}  # track uuid -> slices begun, not ended
+        self._columns: Any = None  # what writes pieces, made when first needed
 
     def header(self, info: Mapping[str, Any]) -> None:
         other = {"clock": info.get("clock", "mono"), "clock_domain": "CLOCK_MONOTONIC",
@@ -136,6 +137,29 @@ class ChromeJsonWriter:
         pid, _, shown = self.where[track.uuid]
         self._event(f'{{"ph":"C","name":{_name(shown)},"ts":{micros(ts)},"pid":{pid},"args":{{"value":{_dumps(value)}}}}}')
         self.counts["counters"] += 1
+
+    def pieces(self, p: Any, lo: int, hi: int, drawn: Any) -> None:
+        """Pieces [lo, hi) of a block (npu_trace.sinks.pieces): the lines the calls above write for each,
+        written at once (npu_trace.sinks.chrome_json_pieces)."""
+        if self._columns is None:
+            from npu_trace.sinks.chrome_json_pieces import ChromeJsonPieces
+
+            self._columns = ChromeJsonPieces(self)
+        self._columns.write(p, lo, hi, drawn)
+
+    def put(self, data: Any) -> None:
+        """Lines made elsewhere (each with its separator; ASCII bytes or text), after those written so far:
+        bytes go to the text stream's binary buffer when it has one (no decoding and encoding again)."""
+        self._flush()
+        raw = getattr(self.out, "buffer", None)
+        if isinstance(data, str):
+            self.out.write(data)
+        elif raw is not None:
+            self.out.flush()
+            raw.write(data)
+        else:
+            self.out.write(bytes(data).decode("ascii"))
+        self.counts["bytes"] += len(data)
 
     def close(self) -> Dict[str, int]:
         self._raw("\n]}\n")

@@ -6,9 +6,10 @@ interning tables). `PerfettoWriter` writes the hot packets (track events: slice 
 counters, their interned names and debug annotations of plain values) in the wire format by hand, field by
 field in field-number order as protobuf's own serializer writes them, and builds the rare ones (the clock,
 the sequence's first packet, the track descriptors, annotations of nested values) as `perfetto_trace_pb2`
-messages (the schema the `perfetto` package ships): the bytes are the same as `ProtoPerfettoWriter`'s, the
-reference, which builds every packet as a message through the package's `TraceProtoBuilder`
-(tests/test_export.py holds them equal, byte for byte).
+messages (the schema the `perfetto` package ships): the bytes are the same as the tests' reference writer's,
+which builds every packet as a message through the package's `TraceProtoBuilder` (tests/export_reference.py;
+tests/test_export.py holds them equal, byte for byte). A block's hot packets come at once from columns
+(`pieces`: npu_trace.sinks.perfetto_pieces), the same bytes again.
 
 The file: a clock snapshot first (the recording's trace clock as Perfetto's builtin clock, with its
 CLOCK_REALTIME anchor when the clock is CLOCK_MONOTONIC, so the UI can show wall time), then one packet
@@ -26,7 +27,6 @@ import struct
 from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
 from npu_trace.sinks.tracks import COUNTER, GROUP, Track, Value, tally
 
@@ -48,14 +48,21 @@ _I64 = (-(1 << 63), 1 << 63)
 # ---- the packets both writers build as messages ------------------------------------------------------------
 def clock_packet(packet: pb.TracePacket, info: Mapping[str, Any]) -> Optional[int]:
     """The clock snapshot of the recording's trace clock (the packet left unset when it has none Perfetto
-    knows: returns None)."""
+    knows: returns None). With the host's context (`info["host_context"]`: ftrace packets, whose stamps the
+    trace processor reads as CLOCK_BOOTTIME), a CLOCK_MONOTONIC recording's snapshot says CLOCK_BOOTTIME is the
+    same clock (its stamps are the recording's trace clock: npu_trace.sinks.hostctx)."""
     clock = CLOCKS.get(str(info.get("clock")))
     if clock is not None:
         snapshot = packet.clock_snapshot
         mono, real = info.get("mono_ns"), info.get("realtime_ns")
-        if clock == pb.BUILTIN_CLOCK_MONOTONIC and _is_stamp(mono) and _is_stamp(real):
+        anchored = _is_stamp(mono) and _is_stamp(real)
+        if clock == pb.BUILTIN_CLOCK_MONOTONIC and anchored:
             snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_MONOTONIC, timestamp=mono)
             snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=real)
+        if clock == pb.BUILTIN_CLOCK_MONOTONIC and info.get("host_context"):
+            if not anchored:
+                snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_MONOTONIC, timestamp=0)
+            snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=mono if anchored else 0)
         snapshot.primary_trace_clock = clock
     return clock
 
@@ -187,6 +194,7 @@ class PerfettoWriter:
         self.uuids: Dict[int, bytes] = {}  # track uuid -> its track_uuid field
         self.ends: Dict[int, bytes] = {}  # track uuid -> a slice end's track_event field
         self.seen: Dict[Tuple[Any, Any], Tuple[type, bytes]] = {}  # (argument, int or str value) -> annotation
+        self._columns: Any = None  # what writes pieces, made when first needed
 
     # ---- the file's start and the tracks: messages ---------------------------------------------------------
     def header(self, info: Mapping[str, Any]) -> None:
@@ -248,6 +256,22 @@ class PerfettoWriter:
         self._flush()
         self.out.flush()
         return dict(self.counts)
+
+    # ---- a block's pieces at once ----------------------------------------------------------------------
+    def pieces(self, p: Any, lo: int, hi: int, drawn: Any) -> None:
+        """Pieces [lo, hi) of a block (npu_trace.sinks.pieces): the packets the calls above write for each,
+        written at once (npu_trace.sinks.perfetto_pieces)."""
+        if self._columns is None:
+            from npu_trace.sinks.perfetto_pieces import PerfettoPieces
+
+            self._columns = PerfettoPieces(self)
+        self._columns.write(p, lo, hi, drawn)
+
+    def put(self, data: Any) -> None:
+        """Packets made elsewhere (whole, framed), after those built so far."""
+        self._flush()
+        self.out.write(data)
+        self.counts["bytes"] += len(data)
 
     # ---- packets -----------------------------------------------------------------------------------------
     def _add(self, ts: int, event: bytes, interned: bytes) -> None:
@@ -313,112 +337,6 @@ class PerfettoWriter:
             data = b"".join(new + new_keys)
             return b"".join(parts), name_iid, _INTERNED + varint(len(data)) + data
         return b"".join(parts), name_iid, b""
-
-
-class ProtoPerfettoWriter:
-    """The reference: every packet a `perfetto_trace_pb2.TracePacket` made through the package's
-    `TraceProtoBuilder`, serialized a few thousand at a time (PerfettoWriter writes the same bytes)."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.builder = TraceProtoBuilder()
-        self.packets = 0  # built, not yet written
-        self.counts = tally()
-        self.names: Dict[str, int] = {}  # event name -> iid
-        self.keys: Dict[str, int] = {}  # argument name -> iid
-
-    # ---- the file's start --------------------------------------------------------------------------------
-    def header(self, info: Mapping[str, Any]) -> None:
-        clock = CLOCKS.get(str(info.get("clock")))
-        if clock is not None:
-            clock_packet(self._packet(), info)
-        start_packet(self._packet(), clock)
-
-    def track(self, track: Track) -> None:
-        describe(self._packet().track_descriptor, track)
-        self.counts["tracks"] += 1
-
-    # ---- events ------------------------------------------------------------------------------------------
-    def begin(self, track: Track, ts: int, name: str, args: Mapping[str, Any], flow_out: Sequence[int] = (),
-              flow_in: Sequence[int] = ()) -> None:  # fmt: skip
-        packet = self._event(ts, track, _BEGIN)
-        self._named(packet, name, args)
-        if flow_out:
-            packet.track_event.flow_ids.extend(flow_out)
-        if flow_in:
-            packet.track_event.terminating_flow_ids.extend(flow_in)
-        self.counts["slices"] += 1
-        self.counts["flows"] += len(flow_in)
-
-    def end(self, track: Track, ts: int) -> None:
-        self._event(ts, track, _END)
-
-    def instant(self, track: Track, ts: int, name: str, args: Mapping[str, Any], flow_out: Sequence[int] = ()) -> None:
-        packet = self._event(ts, track, _INSTANT)
-        self._named(packet, name, args)
-        if flow_out:
-            packet.track_event.flow_ids.extend(flow_out)
-        self.counts["instants"] += 1
-
-    def counter(self, track: Track, ts: int, value: Value) -> None:
-        event = self._event(ts, track, _COUNTER).track_event
-        if isinstance(value, int) and _I64[0] <= value < _I64[1]:
-            event.counter_value = value
-        else:
-            event.double_counter_value = float(value)
-        self.counts["counters"] += 1
-
-    def close(self) -> Dict[str, int]:
-        self._flush()
-        self.out.flush()
-        return dict(self.counts)
-
-    # ---- packets -----------------------------------------------------------------------------------------
-    def _packet(self) -> pb.TracePacket:
-        """A new packet of the sequence (those built before are written first when there are enough: a
-        packet is written only once filled)."""
-        if self.packets >= FLUSH_PACKETS:
-            self._flush()
-        packet = self.builder.add_packet()
-        packet.trusted_packet_sequence_id = SEQUENCE
-        self.packets += 1
-        return packet
-
-    def _event(self, ts: int, track: Track, kind: int) -> pb.TracePacket:
-        packet = self._packet()
-        packet.timestamp = ts
-        packet.sequence_flags = _NEEDS_STATE
-        event = packet.track_event
-        event.type = kind
-        event.track_uuid = track.uuid
-        return packet
-
-    def _flush(self) -> None:
-        """Write the packets built so far."""
-        if not self.packets:
-            return
-        data = self.builder.serialize()
-        self.out.write(data)
-        self.counts["bytes"] += len(data)
-        self.builder, self.packets = TraceProtoBuilder(), 0
-
-    def _named(self, packet: pb.TracePacket, name: str, args: Mapping[str, Any]) -> None:
-        """The event's name and arguments, their names interned on this packet when new."""
-        event = packet.track_event
-        iid = self.names.get(name)
-        if iid is None:
-            iid = self.names[name] = len(self.names) + 1  # iid 0 is not valid
-            packet.interned_data.event_names.add(iid=iid, name=_text(name))
-        event.name_iid = iid
-        for key, value in args.items():
-            key = key if key.__class__ is str else str(key)
-            kid = self.keys.get(key)
-            if kid is None:
-                kid = self.keys[key] = len(self.keys) + 1
-                packet.interned_data.debug_annotation_names.add(iid=kid, name=_text(key))
-            annotation = event.debug_annotations.add()
-            annotation.name_iid = kid
-            set_value(annotation, value)
 
 
 def set_value(a: pb.DebugAnnotation, value: Any, depth: int = 0) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from npu_trace.events import Loss, NpuEvent, RawRecord, TraceEvent
 from npu_trace.ftrace.format import INT, EventFormat
+from npu_trace.ftrace.special import KernelText
 from npu_trace.pipeline.batch import Batch
 from npu_trace.pipeline.blocks import OBJECT, Block
 from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks
@@ -276,7 +277,7 @@ class StreamPrinter:
     system's own events are shown with (see the module docstring; None: by their fields). `records` counts the
     trace records shown, `unformatted` those shown by their raw fields (their text could not be made)."""
 
-    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[Any] = None,
+    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[KernelText] = None,
                  compiled: Optional[bool] = None) -> None:  # fmt: skip
         """`compiled`: assemble the lines with the compiled `_lines` (default: where it was built)."""
         self.out = out
@@ -507,8 +508,8 @@ def printing(timeline: BlockTimeline, printer: StreamPrinter, keep: Optional[Raw
 
 
 def unformatted_summary(unformatted: int) -> str:
-    """ ", 3 of them shown by their raw fields" for a summary line; "" for none."""
-    return f", {unformatted} of them shown by their raw fields (no text could be made)" if unformatted else ""
+    """ ", 3 of them shown by their fields (their text could not be made)" for a summary line; "" for none."""
+    return f", {unformatted} of them shown by their fields (their text could not be made)" if unformatted else ""
 
 
 def scope_summary(scope: Optional[ScopeFilter]) -> str:

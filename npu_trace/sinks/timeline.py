@@ -27,6 +27,11 @@ Layout (Perfetto's track tree; Chrome JSON flattens it, see chrome_json):
       memory              "live bytes" and one counter per process, "allocations" as instants
       health              temperature, ECC counts, PCIe link width and speed (counters)
 
+Tracks are made when first asked for and described to the writer right before their first event (the writer
+the export gives is an `Emitter`: npu_trace.sinks.emit). The export draws a block's hot kinds as columns
+(npu_trace.sinks.drawing), keeping this mapper's state (its lanes, handlers, names, live memory, counts) and
+calling it for everything else: the calls it makes are the calls drawing every row one by one makes.
+
 A slice is given to the writer whole (its begin, then its end) once its end is known: a call at its return,
 a task at its completion, a handler at its exit. `LanePacker` puts it on the first lane of its group where it
 nests properly with what is there, so that overlapping calls land on separate tracks. The window (`lo`, `hi`,
@@ -37,12 +42,11 @@ device's state, handlers entered) is carried into it, and slices that cross its 
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_right
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
-    Deque,
     Dict,
     FrozenSet,
     Iterable,
@@ -53,6 +57,8 @@ from typing import (
     Set,
     Tuple,
 )  # fmt: skip
+
+import numpy as np
 
 from npu_trace.events import NpuEvent
 from npu_trace.sinks.tracks import (
@@ -89,7 +95,8 @@ _MIN, _MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Lane:
-    """One track of a lane group: the outermost slices given to it lately (`roots`: disjoint, in time order).
+    """One track of a lane group: the outermost slices given to it lately (`roots`: disjoint, in time order,
+    so their begins and their ends both ascend: kept as two arrays, searched by bisection).
 
     A new slice [b, e] (e at least every end before) nests properly there when every root that ends after b
     starts after b (the new slice then contains it). Ties are decided by the file order a stable sort keeps:
@@ -97,32 +104,46 @@ class Lane:
     first). Roots older than the last MAX_ROOTS are forgotten: a slice starting before the end of one
     forgotten (`floor`) is refused rather than risked."""
 
-    __slots__ = ("floor", "last_end", "roots", "track")
+    __slots__ = ("begins", "ends", "floor", "last_end", "track")
 
     def __init__(self, track: Track) -> None:
         self.track = track
-        self.roots: Deque[Tuple[int, int]] = deque()
+        self.begins: List[int] = []
+        self.ends: List[int] = []
         self.floor = -(1 << 63)
         self.last_end = -(1 << 63)
+
+    @property
+    def roots(self) -> List[Tuple[int, int]]:
+        return list(zip(self.begins, self.ends))
 
     def fits(self, begin: int, end: int) -> bool:
         if end < self.last_end or begin < self.floor:
             return False
-        for root_begin, root_end in reversed(self.roots):
-            if root_end <= begin:
-                return True
-            if root_begin <= begin:
-                return False
-        return True
+        after = bisect_right(self.ends, begin)  # the roots ending after `begin` follow
+        return after == len(self.ends) or self.begins[after] > begin
 
     def add(self, begin: int, end: int) -> None:
-        roots = self.roots
-        while roots and roots[-1][1] > begin:
-            roots.pop()  # nested in the new slice
-        roots.append((begin, end))
-        self.last_end = end
-        if len(roots) > MAX_ROOTS:
-            self.floor = roots.popleft()[1]
+        keep = bisect_right(self.ends, begin)  # the others are nested in the new slice
+        del self.begins[keep:], self.ends[keep:]
+        self.begins.append(begin)
+        self.ends.append(end)
+        self._forget(end)
+
+    def add_run(self, begins: np.ndarray, ends: np.ndarray) -> None:
+        """add() of slices each beginning at or after the end of every root and of the slice before it (none
+        nests another): all appended (the last MAX_ROOTS + 1 of them say all that is kept)."""
+        self.begins += begins[-MAX_ROOTS - 1 :].tolist()
+        self.ends += ends[-MAX_ROOTS - 1 :].tolist()
+        self._forget(int(ends[-1]))
+
+    def _forget(self, last_end: int) -> None:
+        """The roots past MAX_ROOTS forgotten, the floor at the end of the last of them."""
+        extra = len(self.ends) - MAX_ROOTS
+        if extra > 0:
+            self.floor = self.ends[extra - 1]
+            del self.begins[:extra], self.ends[:extra]
+        self.last_end = last_end
 
 
 class LanePacker:
@@ -143,6 +164,34 @@ class LanePacker:
         lane.add(begin, end)
         return lane.track
 
+    def place_many(self, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """place() of each slice in turn (ends in order): the lane number of each. A slice that begins at or
+        after every end before it fits the first lane (what place() finds there: every root ends before it);
+        runs of those are added to it at once, the others placed one by one."""
+        n = len(begins)
+        lanes: np.ndarray = np.zeros(n, dtype=np.int64)
+        if not n:
+            return lanes
+        top = max((lane.last_end for lane in self.lanes), default=None)
+        before: np.ndarray = np.empty(n, dtype=np.int64)
+        before[0] = _MIN if top is None else top
+        before[1:] = np.maximum.accumulate(ends[:-1])
+        if top is not None:
+            before[1:] = np.maximum(before[1:], top)
+        simple = begins >= before
+        if not self.lanes:
+            simple[0] = False  # the first lane is made by place()
+        others = np.flatnonzero(~simple).tolist()
+        at = 0
+        for i in [*others, n]:
+            if i > at:
+                self.lanes[0].add_run(begins[at:i], ends[at:i])
+            if i < n:
+                track = self.place(int(begins[i]), int(ends[i]))
+                lanes[i] = next(k for k, lane in enumerate(self.lanes) if lane.track is track)
+            at = i + 1
+        return lanes
+
     def first(self) -> Track:
         """The group's first lane (instants of the group go there)."""
         if not self.lanes:
@@ -162,7 +211,7 @@ class TimelineMapper:
     def __init__(self, writer: TraceWriter, comm_of: CommOf, lo: Optional[int] = None, hi: Optional[int] = None,
                  devices: Optional[FrozenSet[int]] = None,
                  info: Optional[Mapping[str, Any]] = None) -> None:  # fmt: skip
-        self.w = writer
+        self.w: TraceWriter = writer  # an Emitter (or what captures an Emitter's calls): tracks described lazily
         self.comm_of = comm_of
         self.lo = _MIN if lo is None else lo
         self.hi = _MAX if hi is None else hi
@@ -171,6 +220,7 @@ class TimelineMapper:
         self.opened = False  # the window has begun: what is seen from now on is shown
         self.last_ts = 0  # the latest stamp seen (an untimed loss is shown there)
         self.tracks: Dict[Tuple[Any, ...], Track] = {}
+        self.by_uuid: Dict[int, Track] = {}  # every track made, by its uuid (the writer's Emitter reads it)
         self.packers: Dict[Tuple[Any, ...], LanePacker] = {}
         self.irq_open: Dict[Tuple[Optional[int], Any], List[Tuple[int, Dict[str, Any]]]] = {}
         self.irq_names: Dict[Tuple[Optional[int], Any], str] = {}
@@ -540,12 +590,13 @@ class TimelineMapper:
     # ---- tracks ---------------------------------------------------------------------------------------------
     def _track(self, key: Tuple[Any, ...], name: str, kind: str, parent: Optional[Track], rank: int,
                unit: str = "") -> Track:  # fmt: skip
+        """The track of `key`, made when new (described to the writer before its first event: `Emitter`)."""
         track = self.tracks.get(key)
         if track is None:
             top = 0 if parent is None else (parent.top or parent.uuid)
             track = Track(track_uuid(*key), name, kind, parent.uuid if parent else 0, rank, unit, top)
             self.tracks[key] = track
-            self.w.track(track)
+            self.by_uuid[track.uuid] = track
         return track
 
     def _packer(self, key: Tuple[Any, ...], new_track: Callable[[int], Track]) -> LanePacker:

@@ -16,7 +16,10 @@ CLOCK_REALTIME now, as a live recording's header anchors them), or the log's clo
 Each event says how exact its place is: `clock_error_ns` (the anchor's error) beside `time_resolution_ns`.
 
 A trace.dat (`npu_trace.ftrace.tracedat`): its raw pages, header_page and format files go into the recording
-unchanged, each CPU's pages in time order and the CPUs interleaved by page time, as a live session reads them.
+unchanged, each CPU's pages in time order and the CPUs interleaved by page time, as a live session reads them;
+its kallsyms, printk formats and saved process names too (its trace_printk messages, trace markers and stacks
+are shown as trace-cmd shows them). A format that fails the format check, of an event no record is of, is left
+out and said (a real 4.x kernel names two fields of regmap:regcache_sync `type`).
 """
 
 from __future__ import annotations

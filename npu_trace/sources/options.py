@@ -18,17 +18,21 @@ on each), `hal_found` says how they were found.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace.bpf.config import BpfConfig
+from npu_trace.device import chips
 from npu_trace.device.irqs import NpuIrq
 from npu_trace.device.profiles import Profile, get_profile
 from npu_trace.errors import UsageError
+from npu_trace.ftrace.context import HOST_CONTEXT
 from npu_trace.ftrace.filters import check_comm
 from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline.scope import Scope, irq_table
 from npu_trace.sources.channels import DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
+from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.hal_search import HalSearch, find_hal
 from npu_trace.sources.npu_irqs import discover_npu_irqs
 from npu_trace.sources.procs import thread_group
@@ -56,6 +60,9 @@ class TraceOptions:
     comms: Tuple[str, ...] = ()  # task names
     devices: Tuple[int, ...] = ()  # NPU device ids
     app_logs: Tuple[str, ...] = ()  # application logs followed by the app_log channel (npu_trace.sources.applog_source)
+    stacktrace: bool = False  # the instance's stacktrace option: a kernel stack (ftrace:kernel_stack) after each event
+    chip: Optional[str] = None  # --chip: the task layout of the HAL's task calls; None: found (chip_search)
+    host_context: bool = False  # the host's scheduler and interrupt events beside (npu_trace.ftrace.context)
 
     def __post_init__(self) -> None:
         if self.duration is not None and self.duration <= 0:
@@ -70,6 +77,8 @@ class TraceOptions:
         self._check_scope()
         if not self.bpf and self.bpf_binary:
             raise UsageError("--hal needs --bpf")
+        if self.chip is not None and self.chip not in (*chips.CHIPS, "unknown"):
+            raise UsageError(f"unknown chip {self.chip!r} (one of {', '.join(chips.CHIPS)}, unknown)")
         if self.bpf and self.bpf_binary is None and profile.name != "sim" and not profile.bpf_irq_prefixes:
             raise UsageError(f"--bpf with the {profile.name} profile needs --hal PATH (the HAL library)")
 
@@ -121,6 +130,9 @@ class TraceOptions:
             comms=_unique(getattr(args, "comm", None) or ()),
             devices=_unique(getattr(args, "device", None) or ()),
             app_logs=_unique(getattr(args, "app_log", None) or ()),
+            stacktrace=bool(getattr(args, "stacktrace", False)),
+            chip=getattr(args, "chip", None),
+            host_context=bool(getattr(args, "host_context", False)),
         )
 
     # ---- what they describe --------------------------------------------------------------------
@@ -156,13 +168,15 @@ class TraceOptions:
             fs=fs,
             buffer_kb=self.buffer_kb,
             layouts=profile.layouts,
-            allow_none=bool(self.channel_names()) and not self.events and not profile.require_events,
+            allow_none=(bool(self.channel_names()) or self.bpf) and not self.events and not profile.require_events,
             exclude=profile.bpf_replaces if self.bpf and not self.events else (),
             scope=self.scope(irqs),
             dev_fields=kernel_dev_fields(profile.mapping),
             irq_events=self.irq_events(),
             # the BPF channel reads the driver's tracepoints too: their switches are the session's to turn on
             switch_systems=driver_systems(profile.bpf_tracepoints) if self.bpf else (),
+            stacktrace=self.stacktrace,
+            context=HOST_CONTEXT if self.host_context else (),
         )
 
     def make_channels(self, on_note: Optional[Note] = None) -> Optional[Channels]:
@@ -185,10 +199,23 @@ class TraceOptions:
             raise UsageError("--bpf with the sim profile: the simulator's binary is not known (give --bpf-binary)")
         if self.hal_found and on_note is not None:
             on_note(f"HAL: {self.hal_found}" + ("" if binary else ": no HAL uprobes (--hal PATH names it)"))
-        return BpfConfig(binary=binary, more_binaries=self.hal_more, hal=binary is not None,
+        # said only for a library that is there (a missing one is the one error said)
+        layout = self.task_layout(on_note if os.path.isfile(binary) else None) if binary is not None else "unknown"
+        return BpfConfig(binary=binary, more_binaries=self.hal_more, hal=binary is not None, task_layout=layout,
                          irq=bool(profile.bpf_irq_prefixes),
                          irq_names=profile.bpf_irq_prefixes, tracepoints=present_tracepoints(profile.bpf_tracepoints,
                          on_note), pids=self.pids, comms=self.comms, devs=self.devices)  # fmt: skip
+
+
+    def task_layout(self, on_note: Optional[Note] = None) -> str:
+        """The chip's task layout (--chip, else found on this host), said once; the sim profile's executor
+        takes its ids in registers (no layout needed)."""
+        if self.profile.name == "sim" and self.chip is None:
+            return "unknown"
+        found = chips.named(self.chip) if self.chip is not None else find_chip(self.npu_smi)
+        if on_note is not None:
+            on_note(f"task layout: {found.describe()}")
+        return found.layout.name
 
 
 def processes(pids: Sequence[int]) -> Tuple[int, ...]:

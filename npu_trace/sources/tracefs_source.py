@@ -24,20 +24,25 @@ from npu_trace.ftrace.filters import all_of, fits, int_in
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.framing import COMMIT_MASK
 from npu_trace.ftrace.select import match_globs, resolve_globs
+from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
 from npu_trace.pipeline.scope import Applied, Scope
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchReport
+from npu_trace.sources.kernel_tables import KernelTables, needs_symbols, read_tables
 from npu_trace.sources.procs import TaskSnapshot, task_snapshot, tasks_of
 from npu_trace.sources.scoping import Part, npu_irqs_in_scope, plan_filters
 
 DEFAULT_BUFFER_KB = 8192
 PARTIAL_SLACK = 256  # bytes: a page with less than (data size - this) committed was not full when read
-# Written to the buffer without being enabled (trace_marker writes): always decoded, never enabled.
-IMPLICIT_EVENTS = ("ftrace:print",)
+# Written to the buffer without being enabled: always decoded, never enabled. trace_marker writes (print); trace_printk
+# (bprint, bputs) where the instance is trace_printk's destination (its option trace_printk_dest, 6.12+).
+IMPLICIT_EVENTS = ("ftrace:print", "ftrace:bprint", "ftrace:bputs")
+STACK_EVENT = "ftrace:kernel_stack"  # with the stacktrace option: the kernel's stack after each event
 # Traced beside every selection, where the kernel has them: the tasks started during the session (the parent's
 # clone: which process each new thread belongs to, npu_trace.detectors.processes). A handful a second.
 COMPANION_EVENTS = ("task:task_newtask",)
 COPY_MARKERS = "copy_trace_marker"  # instance option (Linux 6.17+)
+STACKTRACE = "stacktrace"  # instance option: ftrace:kernel_stack after each event
 STAT_KINDS = (("overrun", "overrun"), ("commit_overrun", "commit_overrun"), ("dropped_events", "dropped"))
 EVENT_FORK = "event-fork"  # instance option: set_event_pid follows the tasks its tasks create
 MAX_TASK_ROUNDS = 1000  # re-reads of a process's threads while writing them (each round: the ones new since)
@@ -104,6 +109,8 @@ class TracefsSession:
         switch_systems: Sequence[str] = (),
         companions: Sequence[str] = COMPANION_EVENTS,
         snapshot: Callable[[], TaskSnapshot] = task_snapshot,
+        stacktrace: bool = False,
+        context: Sequence[str] = (),
     ) -> None:
         """`scope`: what to trace (npu_trace.pipeline.scope): its processes go to the instance's set_event_pid,
         its task names, devices (`dev_fields`: event -> plain device field) and NPU interrupts (on `irq_events`)
@@ -111,7 +118,11 @@ class TracefsSession:
         `switches`: the driver's trace switches (default: this host's), turned on for the scope's devices when the
         session's events, or `switch_systems` (the BPF channel's driver tracepoints), include the driver's;
         restored by close(). `companions`: events traced beside the selection where they exist (not counted as
-        the profile's); `snapshot` reads the tasks alive once tracing is on (`tasks`, `processes`)."""
+        the profile's); `snapshot` reads the tasks alive once tracing is on (`tasks`, `processes`). `stacktrace`:
+        the instance's stacktrace option, a kernel stack (ftrace:kernel_stack) after each event. `context`: the
+        host's context events (npu_trace.ftrace.context) traced beside the selection where they exist, host-wide
+        (none of the scope's per-event filters: only --pid's processes, which the kernel applies to every event);
+        those missing are said once."""
         if not events and not optional and not allow_none:
             raise SourceError("no events selected")
         self.scope = scope or Scope()
@@ -132,6 +143,7 @@ class TracefsSession:
         self.name = f"{INSTANCE_PREFIX}{os.getpid()}" + (f"-{tag}" if tag else "")
         self.ledger = LossLedger()
         self.selected: List[str] = []
+        self._chosen_first: List[str] = []  # what the patterns and the profile chose
         self.formats: List[EventFormat] = []
         self.header: Optional[PageHeader] = None
         self.instance: Optional[Instance] = None
@@ -146,8 +158,12 @@ class TracefsSession:
         self.switch_systems = tuple(dict.fromkeys([*driver_systems([*self.patterns, *self.optional]), *switch_systems]))
         self.switch_report = SwitchReport()
         self.companions = tuple(companions)
+        self.context = tuple(context)
         self._snapshot = snapshot
         self.task_snapshot = TaskSnapshot({}, None)  # the tasks alive when tracing began (read by start())
+        self.stacktrace = stacktrace
+        self.copies_markers = False  # the top level's trace_marker writes are copied here (copy_trace_marker)
+        self.tables = KernelTables()  # the kernel's symbols and trace_printk formats (read by start())
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> TracefsSession:
@@ -165,11 +181,14 @@ class TracefsSession:
             self.notes += restored + problems
         available = fs.available_events()
         self.selected = self._select(available)
+        self._chosen_first = list(self.selected)
         self.selected += [e for e in self.companions if e in available and e not in self.selected]
+        self.selected += self._context(available)
         self.format_texts: Dict[str, str] = {}
         self.formats = load_formats(fs, [*self.selected, *self._implicit(fs)], self.format_texts)
         self.header_page_text = fs.header_page()
         self.header = parse_header_page(self.header_page_text)
+        self.tables = read_tables(fs, needs_symbols([f.full_name for f in self.formats], self.stacktrace))
         self.instance = fs.create_instance(self.name)
         try:
             self._configure(self.instance)
@@ -217,6 +236,13 @@ class TracefsSession:
             raise KernelFeatureError(f"none of the events {', '.join(self.optional)} exists on this host{hint}")
         return chosen
 
+    def _context(self, available: List[str]) -> List[str]:
+        """The host context events to add (those missing here said once)."""
+        missing = [e for e in self.context if e not in available]
+        if missing:
+            self.notes.append(f"host context: not on this host: {', '.join(missing)}")
+        return [e for e in self.context if e in available and e not in self.selected]
+
     def _irq_events_out(self) -> List[str]:
         """The profile's interrupt events when no NPU interrupt is in scope: none is traced, rather than every
         interrupt of the host (said once)."""
@@ -229,7 +255,8 @@ class TracefsSession:
         return list(self.irq_events)
 
     def _implicit(self, fs: Tracefs) -> List[str]:
-        return [e for e in IMPLICIT_EVENTS if e not in self.selected and fs.has_event_format(*e.split(":", 1))]
+        events = [*IMPLICIT_EVENTS, STACK_EVENT] if self.stacktrace else IMPLICIT_EVENTS
+        return [e for e in events if e not in self.selected and fs.has_event_format(*e.split(":", 1))]
 
     def _configure(self, inst: Instance) -> None:
         assert self.header is not None
@@ -238,6 +265,11 @@ class TracefsSession:
         inst.set_buffer_size_kb(self.buffer_kb)
         if inst.has_option(COPY_MARKERS):  # trace_marker writes at the top level land in this instance too
             inst.set_option(COPY_MARKERS, True)
+            self.copies_markers = True
+        if self.stacktrace:
+            if not inst.has_option(STACKTRACE):
+                raise KernelFeatureError("--stacktrace: this kernel's tracefs instances have no stacktrace option")
+            inst.set_option(STACKTRACE, True)  # the instance's own: gone with it
         self._apply_scope(inst)
         for event in self.selected:
             inst.enable_event(event)
@@ -252,8 +284,10 @@ class TracefsSession:
         """Write the scope's filters and tasks into the instance (before any event is enabled)."""
         if self.scope.empty:
             return
-        # the companions unfiltered: a process a task of another name starts is still known to be one
-        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in self.companions]
+        # the companions unfiltered: a process a task of another name starts is still known to be one; the host's
+        # context host-wide (an interrupt event the profile scopes to the NPU's is then scoped in the pipeline)
+        unfiltered = {*self.companions, *self.context}
+        formats = [f for f in self.formats if f.full_name in self.selected and f.full_name not in unfiltered]
         filters = []
         comm_events: List[str] = []
         for event, parts in plan_filters(self.scope, formats, self.dev_fields, self.irq_events).items():
@@ -321,9 +355,26 @@ class TracefsSession:
         """The processes alive when tracing began (None: not known whole)."""
         return self.task_snapshot.processes
 
+    @property
+    def marker_path(self) -> str:
+        """The instance's own trace_marker: a line written to it is an ftrace:print event of this session."""
+        assert self.fs is not None
+        return self.fs.path(f"instances/{self.name}/trace_marker")
+
+    def kernel_text(self) -> KernelText:
+        """The kernel's tables this session's ftrace events are shown with (npu_trace.ftrace.special)."""
+        return self.tables.kernel_text()
+
     def chosen(self) -> List[str]:
-        """The events selected by the patterns and the profile (the companions left out)."""
-        return [e for e in self.selected if e not in self.companions]
+        """The events selected by the patterns and the profile (the companions and the context left out, unless
+        the patterns or the profile chose them too)."""
+        extra = {*self.companions, *self.context_traced()}
+        return [e for e in self.selected if e not in extra]
+
+    def context_traced(self) -> List[str]:
+        """The host context events traced that the patterns or the profile did not choose."""
+        chosen = set(self._chosen_first)
+        return [e for e in self.context if e in self.selected and e not in chosen]
 
     def traces_new_tasks(self) -> bool:
         """The session traces the tasks started during it (task:task_newtask exists here)."""

@@ -16,17 +16,17 @@ from .text import StreamPrinter
 from .timeline import replay_timeline
 
 
-def replay_lines(path: str, fmt: str) -> Tuple[str, int]:
-    """(what `replay --headless --format FMT` prints, the trace records read)."""
+def replay_lines(path: str, fmt: str) -> Tuple[str, int, int]:
+    """(what `replay --headless --format FMT` prints, the trace records read, those shown by their fields)."""
     source = ReplaySource(path)
     timeline, _ = replay_timeline(source, keep_unknown=True)
     scope = source.scope_filter()
     profile = PROFILES.get(str(source.header.get("profile", "")))
     keep = RawScope(scope, profile.mapping) if scope.active and profile is not None else None
     out = io.StringIO()
-    printer = StreamPrinter(out, fmt, source.comm)
+    printer = StreamPrinter(out, fmt, source.comm, source.reader.kernel_text())
     for batch in source.batches():
         items = timeline.push(batch)
         printer.write_batch(keep.keep(items) if keep is not None else items)
     printer.write_batch(timeline.flush())
-    return out.getvalue(), timeline.events
+    return out.getvalue(), timeline.events, printer.unformatted

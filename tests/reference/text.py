@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from npu_trace.events import Loss, NpuEvent, RawRecord, TraceEvent
 from npu_trace.ftrace.format import INT, EventFormat
+from npu_trace.ftrace.special import KernelText
 from npu_trace.sinks.text import channel_dict, channel_text, loss_dict, safe_text
 
 CommOf = Callable[[int], str]
@@ -138,14 +139,29 @@ def _json_literal(text: str) -> str:
     return json.dumps(text).replace("%", "%%")
 
 
-class StreamPrinter:
-    """Writes events and losses to a text stream, as text or NDJSON."""
+# ---- the ftrace system's own events (npu_trace.ftrace.special): their text in place of their fields ----------
+def special_text(ev: TraceEvent, comm: str, body: str) -> str:
+    secs, nsecs = divmod(ev.ts_ns, 1_000_000_000)
+    return f"{secs:6d}.{nsecs:09d} [{ev.cpu:03d}] {safe_text(comm)}-{ev.pid} {ev.fmt.full_name}: {safe_text(body)}"
 
-    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf) -> None:
+
+def special_ndjson(ev: TraceEvent, comm: str, body: str) -> str:
+    """event_dict with the event's text beside its fields (`"text"`)."""
+    return json.dumps(dict(event_dict(ev, comm), text=body))
+
+
+class StreamPrinter:
+    """Writes events and losses to a text stream, as text or NDJSON. `kernel`: the kernel's tables the ftrace
+    system's own events are shown with (None: by their fields); `unformatted` counts those it could not format
+    (shown by their fields) and the records no format describes."""
+
+    def __init__(self, out: TextIO, fmt: str, comm_of: CommOf, kernel: Optional[KernelText] = None) -> None:
         self.out = out
         self.ndjson = fmt == "ndjson"
         self.comm_of = comm_of
+        self.kernel = kernel
         self.lines = 0
+        self.unformatted = 0
 
     def write(self, item: Any) -> None:
         line = self.line(item)
@@ -157,12 +173,17 @@ class StreamPrinter:
         """The item's line (without its newline); None for what is not shown."""
         if isinstance(item, TraceEvent):
             comm = self.comm_of(item.pid)
+            if self.kernel is not None and item.fmt.system == "ftrace":
+                special = self._special(item, comm)
+                if special is not None:
+                    return special
             return format_ndjson(item, comm) if self.ndjson else format_text(item, comm)
         if isinstance(item, Loss):
             return json.dumps(loss_dict(item)) if self.ndjson else self._loss_text(item)
         if isinstance(item, NpuEvent):
             return json.dumps(channel_dict(item), default=str) if self.ndjson else channel_text(item)
         if isinstance(item, RawRecord):  # an event no format describes: as trace-cmd report shows one, its bytes
+            self.unformatted += 1
             comm = self.comm_of(item.pid)
             if self.ndjson:
                 return json.dumps({"ts_ns": item.ts_ns, "cpu": item.cpu, "pid": item.pid, "comm": comm,
@@ -179,6 +200,17 @@ class StreamPrinter:
             self.out.write("\n".join(lines) + "\n")
             self.lines += len(lines)
         self.out.flush()
+
+    def _special(self, ev: TraceEvent, comm: str) -> Optional[str]:
+        assert self.kernel is not None
+        formatter = self.kernel.formatter(ev.fmt)
+        if formatter is None:
+            return None
+        body = formatter.one(ev.values)
+        if body is None:
+            self.unformatted += 1
+            return None
+        return special_ndjson(ev, comm, body) if self.ndjson else special_text(ev, comm, body)
 
     @staticmethod
     def _loss_text(loss: Loss) -> str:

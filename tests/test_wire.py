@@ -1,0 +1,114 @@
+"""The byte assembler (npu_trace.sinks.wire): the compiled one writes what the pure-Python one writes, for any
+template and any values, and refuses what is malformed the same way."""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npu_trace.sinks import wire
+from npu_trace.sinks.wire import Consts, Template, assemble, assemble_py, program
+
+NCOLS = 4
+_I64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def _op(draw: Any, t: Template, depth: int) -> int:
+    """One random operation on `t`; returns the nesting depth after it."""
+    kind = draw(st.sampled_from(["const", "varint", "fixed64", "table", "dec", "micros", "framed", "part", "skip"]))
+    col = draw(st.integers(0, NCOLS - 1))
+    if kind == "const":
+        t.const(draw(st.binary(max_size=20)))
+    elif kind in ("varint", "fixed64", "dec", "micros"):
+        getattr(t, kind)(col)
+    elif kind == "table":
+        t.table(col, 0)
+    elif kind == "framed":
+        t.framed(draw(st.binary(min_size=1, max_size=3)), draw(st.binary(max_size=20)), col)
+    elif kind == "part" and depth < 4:
+        t.begin()
+        for _ in range(draw(st.integers(0, 3))):
+            _op(draw, t, depth + 1)
+        t.end()
+    elif kind == "skip":
+        mark = t.unless_zero(col)
+        for _ in range(draw(st.integers(0, 2))):
+            _op(draw, t, depth + 1)
+        t.until(mark)
+    return depth
+
+
+@st.composite
+def jobs(draw: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Tuple[bytes, ...], Any]:
+    consts = Consts()
+    templates: List[List[int]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        t = Template(consts)
+        for _ in range(draw(st.integers(0, 6))):
+            _op(draw, t, 0)
+        templates.append(t.done())
+    prog, starts = program(templates)
+    n = draw(st.integers(0, 12))
+    table = tuple(draw(st.lists(st.binary(max_size=40), min_size=1, max_size=4)))
+    cols = np.array([[draw(st.one_of(_I64, st.integers(-1, len(table) - 1), st.just(0))) for _ in range(NCOLS)]
+                     for _ in range(n)], dtype=np.int64).reshape(n, NCOLS)  # fmt: skip
+    cols[:, 1] = np.clip(cols[:, 1], -1, len(table) - 1)  # the table's column (others may be out of it: refused)
+    which = np.array([draw(st.integers(0, len(templates) - 1)) for _ in range(n)], dtype=np.int32)
+    return prog, starts, which, cols, tuple(consts.items), (table,)
+
+
+def _either(fn: Any, *args: Any) -> Tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except ValueError as exc:
+        return "error", str(exc)
+
+
+@pytest.mark.skipif(wire.IMPLEMENTATION != "c", reason="the compiled assembler is not built here")
+@settings(max_examples=400, deadline=None)
+@given(jobs())
+def test_the_compiled_assembler_writes_what_the_python_one_writes(job: Any) -> None:
+    prog, starts, which, cols, consts, tables = job
+    out = bytearray(b"\xff" * 7)  # a buffer from an earlier call: written from its start
+    got = _either(lambda: bytes(out[: assemble(prog, starts, which, cols, consts, tables, out)]))
+    want = _either(assemble_py, prog, starts, which, cols, consts, tables)
+    assert got == want
+
+
+def test_the_python_assembler_writes_protobufs_and_texts() -> None:
+    consts = Consts()
+    t = Template(consts).const(b"\x0a").begin().const(b"\x08").varint(0).framed(b"\x12", b"\x08\x01\x20", 1)
+    t.end()
+    mark = t.unless_zero(2)
+    t.const(b"<").dec(2).const(b"|").micros(3).const(b">").until(mark)
+    prog, starts = program([t.done()])
+    cols = np.array([[300, -1, 0, 1], [1, 2, -5, -1234567]], dtype=np.int64)
+    out = assemble_py(prog, starts, np.zeros(2, np.int32), cols, tuple(consts.items), ())
+    neg = b"\xff" * 9 + b"\x01"  # -1 as protobuf writes an int64
+    # 300 in two bytes, then a field of 3 bytes and -1 (ten): 3 + 15 bytes in the outer part
+    first = b"\x0a\x12\x08\xac\x02\x12\x0d\x08\x01\x20" + neg
+    second = b"\x0a\x08\x08\x01\x12\x04\x08\x01\x20\x02<-5|-1234.567>"  # 2 is not 0: what follows is kept
+    assert out == first + second
+
+
+@pytest.mark.parametrize("words", [[99, 0], [wire.VARINT, 7], [wire.CONST, 3], [wire.TABLE, 0, 1], [wire.VARINT]])
+def test_a_malformed_template_is_refused_by_both(words: List[int]) -> None:
+    prog, starts = np.array(words, np.int32), np.array([0, len(words)], np.int32)
+    cols = np.zeros((1, NCOLS), np.int64)
+    for fn in (assemble_py, lambda *a: assemble(*a, bytearray())):
+        with pytest.raises(ValueError):
+            fn(prog, starts, np.zeros(1, np.int32), cols, (b"x",), ((b"y",),))
+
+
+def test_a_template_no_row_uses_is_not_read() -> None:
+    """A program keeps the templates of earlier blocks: those no row uses are not checked against this call."""
+    consts = Consts()
+    prog, starts = program([Template(consts).varint(0).done(), Template(consts).varint(9).done()])
+    cols = np.array([[5]], np.int64)
+    assert assemble_py(prog, starts, np.zeros(1, np.int32), cols, tuple(consts.items), ()) == b"\x05"
+    out = bytearray()
+    assert bytes(out[: assemble(prog, starts, np.zeros(1, np.int32), cols, tuple(consts.items), (), out)]) == b"\x05"
