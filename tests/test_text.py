@@ -115,3 +115,12 @@ def test_channel_events_losses_and_unknown_records_print_one_line_each() -> None
     printer.write_objects([RawRecord(1_000_000_002, 3, 5, 1234, b"\xd2\x04\x00\x00\x05\x00\x00\x00\xff")])
     assert out.getvalue() == "     1.000000002 [003] q\"u\\o%te-5 [UNKNOWN TYPE 1234] d2 04 00 00 05 00 00 00 ff\n"
     assert (printer.records, printer.unformatted) == (1, 1)
+
+
+def test_a_percent_in_a_name_or_a_value_is_text_not_a_template() -> None:
+    """Names and values with % (a format made in code; a task name, a string): printed as they are."""
+    odd = replace(FMT, name="sam%dple", fields=tuple(replace(f, name=f.name + "%s") for f in FMT.fields))
+    ev = TraceEvent(5, 0, 3, odd, (0x1F, -1, "50%", [1, 2]))
+    for fmt in FORMATS:
+        for block in (objects_block([ev]), records_of([ev], plans([odd]))):
+            assert production([block], fmt) == reference([ev], fmt)

@@ -77,11 +77,6 @@ def fields_text(ev: TraceEvent) -> str:
                     for k, v in zip(ev.fmt.field_names, ev.values))  # fmt: skip
 
 
-def _literal(text: str) -> str:
-    """A JSON string literal of `text`, for a %-template."""
-    return json.dumps(text).replace("%", "%%")
-
-
 Column = Union[np.ndarray, List[Any]]  # a field's values: an integer field's as an array, the others' as a list
 
 
@@ -134,7 +129,7 @@ class FormatLines:
             return None
         pieces = self._head(stamps, cpus, pids, comm)
         for k, field in enumerate(self.fmt.fields):
-            name = f"{_literal(field.name)}: " if self.ndjson else f"{field.name}="
+            name = f"{json.dumps(field.name)}: " if self.ndjson else f"{field.name}="
             pieces.append(("", (", " if k else "") + name if self.ndjson else (" " if k else "") + name))
             piece = self._field(field, columns[k])
             if piece is None:
