@@ -280,3 +280,42 @@ def test_task_pairing_at_once_is_pairing_one_by_one(data: Any, wide: bool) -> No
     got = [f for batch in batches(events, bounds) for f in many.feed_block(normalizer.normalize(records_of(batch, {})))]
     assert got == want
     assert many.summary() == one.summary() and list(many.tasks.items()) == list(one.tasks.items())
+
+
+SCOPES = {
+    "device 0": {"devices": (0,)},
+    "NPU interrupts": {"irqs": ((128, 0), (129, None), (133, 1))},  # others left out; 129 has no device
+    "device 1 and interrupts": {"devices": (1,), "irqs": ((128, 0), (144, 1))},
+    "task names": {"comms": ("npu_sim",),
+                   "comm_events": ("ascend:ascend_halMemAlloc", "ascend:ascend_irq_handler_entry")},
+}
+
+
+@pytest.mark.parametrize("scope_name", sorted(SCOPES))
+@pytest.mark.parametrize("scenario", ["irq-storm", "mixed"])
+def test_a_scope_over_blocks_finds_what_the_scope_one_event_at_a_time_finds(scope_name: str, scenario: str) -> None:
+    """Every part of the pipeline's scope (devices, the NPU's interrupts given their device, task names the
+    kernel could not filter) as a stage over blocks, cut anywhere: the reference's report, byte for byte, and
+    the same counts of what was left out."""
+    from npu_trace.pipeline.scope import Applied, Scope, ScopeFilter
+
+    spec = dict(SCOPES[scope_name])
+    applied = Applied(comm_events=spec.pop("comm_events", ()))
+    rng = random.Random(scope_name + scenario)
+    items = sprinkled(scenario, 2, rng)
+    names = {4242: "npu_sim"}
+    comm_of = lambda pid: names.get(pid, "other") if pid % 3 else "other"  # noqa: E731  (some tasks out)
+
+    def run(block: bool, bounds: Sequence[int]) -> str:
+        analysis = (Analysis if block else ReferenceAnalysis)(PROFILE, ScopeFilter(Scope(**spec, applied=applied),
+                                                                                   comm_of))  # fmt: skip
+        for batch in batches(items, bounds):
+            if block:
+                analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
+            else:
+                analysis.feed(batch, batch[-1].ts_ns - 3)
+        return json.dumps(analysis.finish(), sort_keys=True)
+
+    want = run(False, [0, len(items)])
+    assert run(True, cuts(rng, len(items), 9)) == want
+    assert sum(json.loads(want)["summary"]["scope"]["dropped"].values()) > 0
