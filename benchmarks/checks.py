@@ -13,9 +13,13 @@
    OUT.truth.json), start-up subtracted likewise (a generated recording of a few events), with the child's
    peak RSS (wait4's ru_maxrss): the target is < 300 MiB for 10 M events.
 
+On the detector-heavy recording, `npu-trace replay --headless --max --format text|ndjson FILE > /dev/null`
+(every event printed, as report prints every one) is timed the same way, beside report.
+
 `summary.events.total` (what check counted) is printed beside the events the reader read: they must be equal.
 Targets, as figures (never pass/fail): check >= 1.5 M analysed events/s and >= 2.5x trace-cmd report's
-events/s on the same events. Run alone: `scripts/bench check [--repeat R] [--gen-events N] [--no-anchor]`.
+events/s on the same events; replay's text and NDJSON >= 3x report's events/s. Run alone: `scripts/bench check
+[--repeat R] [--gen-events N] [--no-anchor]`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CHECK_RATE_TARGET = 1_500_000.0
 REPORT_RATIO_TARGET = 2.5
+OUTPUT_RATIO_TARGET = 3.0  # replay --headless --max, text and NDJSON, against trace-cmd report
+OUTPUTS = ("text", "ndjson")
 RSS_TARGET_MIB, RSS_TARGET_EVENTS = 300.0, 9_500_000  # "for 10 M events": judged from 9.5 M on
 GEN_RATE = 100_000.0  # generated recordings: background calls/s (about 141,000 events per second of trace)
 
@@ -109,6 +115,14 @@ def npu_check(path: str, repeat: int) -> Dict[str, Any]:
     fig.update(events=int(rep["reading"]["events"]), total=int(summary["events"]["total"]),
                by_kind=dict(summary["events"]["by_kind"]), findings=len(rep["findings"]),
                lost=int(rep["reading"]["lost"]))  # fmt: skip
+    return fig
+
+
+def npu_replay(path: str, fmt: str, events: int, repeat: int) -> Dict[str, Any]:
+    """`npu-trace replay --headless --max --format FMT PATH > /dev/null` timed; `events`: what it reads."""
+    peak = path + ".peak"
+    fig = timed(npu_trace_argv(["replay", "--headless", "--max", "--format", fmt, path], peak), repeat, (0,), peak)
+    fig["events"] = events
     return fig
 
 
@@ -204,6 +218,10 @@ def detector_heavy(bench: Bench, repeat: int, anchor: bool, work: Workload = HEA
     out["npu_check"] = dict(per_event(npu_full, npu_empty), read=npu_full["events"], total=npu_full["total"],
                             by_kind=npu_full["by_kind"], findings=npu_full["findings"], lost=npu_full["lost"],
                             startup=npu_empty)  # fmt: skip
+    for fmt in OUTPUTS:
+        got = npu_replay(full.npt, fmt, npu_full["events"], repeat)
+        none = npu_replay(empty.npt, fmt, npu_empty["events"], repeat)
+        out[f"npu_replay_{fmt}"] = dict(per_event(got, none), read=got["events"], startup=none)
     if full.dat and empty.dat:
         tc_full, tc_empty = tc_report(bench, full.dat, repeat), tc_report(bench, empty.dat, repeat)
         out["trace_cmd_report"] = dict(per_event(tc_full, tc_empty), read=tc_full["events"], startup=tc_empty)
@@ -243,6 +261,8 @@ def check_figures(args: Any, bench: Bench) -> Dict[str, Any]:
     heavy = out["detector_heavy"] = detector_heavy(bench, args.repeat, not args.no_anchor, work)
     rows = [("tool", "events read", "counted", "wall s", "start-up s", "events/s", "CPU ns/event", "peak RSS MiB")]
     rows.append(_row("npu-trace check", heavy["npu_check"]))
+    for fmt in OUTPUTS:
+        rows.append(_row(f"npu-trace replay --max {fmt} > /dev/null", heavy[f"npu_replay_{fmt}"]))
     if "trace_cmd_report" in heavy:
         rows.append(_row("trace-cmd report > /dev/null", heavy["trace_cmd_report"]))
     if args.gen_events or args.gen_file:
@@ -294,6 +314,8 @@ def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[s
         out.append(_target("check / trace-cmd report", r, REPORT_RATIO_TARGET, r >= REPORT_RATIO_TARGET,
                            f"check {r:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s on the same "
                            "events vs target 2.5x"))  # fmt: skip
+    for fmt in OUTPUTS:
+        out += _output_target(fmt, heavy[f"npu_replay_{fmt}"], tc)
     if gen is not None:
         fig = gen["npu_check"]
         g = fig["events_per_s"]
@@ -309,6 +331,17 @@ def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[s
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
         log(f"targets: {t['text']}: {verdict}")
     return out
+
+
+def _output_target(fmt: str, fig: Dict[str, Any], tc: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """replay --max FMT against report on the same events (none without the anchor)."""
+    if tc is None or not tc["events_per_s"]:
+        return []
+    r = fig["events_per_s"] / tc["events_per_s"]
+    return [_target(f"replay {fmt} / trace-cmd report", r, OUTPUT_RATIO_TARGET, r >= OUTPUT_RATIO_TARGET,
+                    f"replay --headless --max --format {fmt}: {fig['events_per_s'] / 1e6:.3f} M ev/s, {r:.2f}x "
+                    f"trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s (start-up subtracted) vs target "
+                    f"{OUTPUT_RATIO_TARGET:g}x")]  # fmt: skip
 
 
 def _target(name: str, value: float, target: float, met: Optional[bool], text: str) -> Dict[str, Any]:

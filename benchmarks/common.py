@@ -19,7 +19,7 @@ ANCHOR_INSTANCE = "npubench"
 GEN_LINE = re.compile(rb"pid=(\d+) n=(\d+) elapsed_ns=(\d+) cpu_ns=(\d+)")
 
 NPU = "npu-trace"
-NPU_UNMERGED = "npu-trace, merge bypassed"
+NPU_NO_TEXT = "npu-trace, no text"
 ANCHOR = "trace-cmd"
 UNTRACED = "untraced"
 
@@ -118,12 +118,12 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
 
 
-def batch_items(timeline: Any, decoders: Any, batch: Any, merge: bool = True) -> List[Any]:
-    """A live batch's items: through the timeline (decoded, then the ordered merge), or without `merge` from the
-    session's per-CPU decoders alone (what the merge costs); counted in `timeline.events` either way."""
-    if merge:
-        out: List[Any] = timeline.push(batch)
-        return out
-    items: List[Any] = []
-    timeline.events += decoders.decode(batch.pages, items)
-    return items
+class PidCount:
+    """Counts the rows of one process in the blocks it is shown (`pid` set once the process started)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.count = 0
+
+    def add(self, block: Any) -> None:
+        self.count += int((block.pid == self.pid).sum())

@@ -37,7 +37,7 @@ def child(args: argparse.Namespace) -> None:
     from npu_trace.detectors.analysis import Analysis
     from npu_trace.device.profiles import PROFILES
     from npu_trace.events import LossLedger
-    from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+    from npu_trace.ftrace.decode import build_decoders
     from npu_trace.ftrace.format import parse_header_page
     from npu_trace.pipeline.blocktimeline import block_timeline
     from npu_trace.sinks.flight.live import LiveFlight
@@ -52,8 +52,8 @@ def child(args: argparse.Namespace) -> None:
         format_texts=texts, header_page_text=header_page, ledger=ledger, update_loss=lambda: None,
         fs=SimpleNamespace(saved_cmdlines=dict), scope_header=lambda: None,
     )  # fmt: skip
-    decoders = CpuDecoders(page_header, build_decoders(fmts, "little", profile.layouts), "little", ledger)
-    blocks = block_timeline(decoders, profile.layouts, cpus=cpus)
+    decoders = build_decoders(fmts, "little", profile.layouts)
+    blocks = block_timeline(page_header, decoders, profile.layouts, "little", ledger=ledger, cpus=cpus)
     analysis = Analysis(profile)
     flight: Optional[FlightRecorder] = None
     if args.ring:

@@ -42,7 +42,7 @@ from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import tasks
-from benchmarks.common import ANCHOR, BenchError, Run, add_common_options, batch_items, cpu_self, log, median
+from benchmarks.common import ANCHOR, BenchError, Run, add_common_options, cpu_self, log, median
 from benchmarks.ingest import Bench, run_bench
 from benchmarks.tasks import EVENTS, PROFILE, Truth
 from npu_trace.pipeline.blocktimeline import TAKE_EVERY_S
@@ -81,11 +81,16 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = Fal
     pids: Counter[Any] = Counter()
     session = TracefsSession(list(EVENTS), buffer_kb=args.buffer_kb, tag="benchlive", companions=())
     with LiveTrace(session) as source:
-        if objects:
-            timeline, decoders = source.timeline(), session.decoders
+        if objects:  # the tests' reference timeline (tests/reference/timeline.py): an object per record
+            from tests.reference.pages import CpuDecoders
+            from tests.reference.timeline import Timeline
+
+            assert session.header is not None and session.decoders is not None
+            timeline = Timeline(CpuDecoders(session.header, session.decoders, ledger=session.ledger),
+                                ledger=session.ledger, cpus=session.cpus)  # fmt: skip
 
             def sink(batch: Batch) -> None:
-                pids.update(map(_pid_of, batch_items(timeline, decoders, batch)))
+                pids.update(map(_pid_of, timeline.push(batch)))
         else:
             live = LiveBlocks(source.block_timeline(), time.monotonic)
 

@@ -11,7 +11,7 @@ On the first full-speed recording (and the first full-speed trace-cmd .dat, kept
 measures:
   * file sizes: whole files as each tool writes them by default (.npt zstd chunks; trace-cmd 3.1.6 writes a
     v7 file, zstd-compressed, by default), the event data alone (compressed), and the raw page bytes;
-  * replay (decode only): `ReplaySource(path).batches()` -> events/s and CPU per event, against
+  * replay (walk and order only): `ReplaySource(path).parts()` -> events/s and CPU per event, against
     `trace-cmd report -i FILE > /dev/null` on the trace-cmd file of the same workload;
   * check: `analyze(path, "sim")` (what `npu-trace check` runs). The getpid events are not in the sim
     profile's mapping, so check counts them without decoding them; the other extreme, recordings where every
@@ -86,16 +86,13 @@ def record_run(bench: Bench, n: int, rate: float) -> Run:
 
 def count_recording(path: str, pid: int) -> Tuple[int, int, int, bool]:
     """(events of `pid`, all events, events lost, incomplete) of a recording, by decoding it."""
-    from operator import itemgetter
-
     from npu_trace.sources.replay_source import ReplaySource
 
     src = ReplaySource(path)
-    timeline = src.timeline()
-    pid_of = itemgetter(2)  # TraceEvent.pid; a Loss has its kind (a str) there
+    timeline = src.block_timeline()
     mine = 0
     for batch in src.batches():
-        mine += list(map(pid_of, timeline.push(batch))).count(pid)
+        mine += int((timeline.push(batch).pid == pid).sum())
     return mine, src.events_read, src.ledger.total, src.ledger.incomplete()
 
 
@@ -141,17 +138,25 @@ def dat_sizes(bench: Bench, dat: str) -> Dict[str, Any]:
 
 
 def time_replay(path: str, repeat: int) -> Dict[str, Any]:
-    """Decode-only replay: every batch of ReplaySource(path).batches(), events counted; median of `repeat`."""
+    """Replay without output: every part of ReplaySource(path).parts() through its block timeline (the walk
+    and the ordered merge, blocks taken as check takes them), events counted; median of `repeat`."""
     from benchmarks.common import cpu_self, median
+    from npu_trace.pipeline.batch import Batch
     from npu_trace.sources.replay_source import ReplaySource
 
     walls, cpus, events = [], [], 0
     for _ in range(repeat):
         t0, c0 = time.monotonic(), cpu_self()
         src = ReplaySource(path)
-        timeline = src.timeline()
-        for batch in src.batches():
-            timeline.push(batch)
+        timeline = src.block_timeline()
+        for part in src.parts():
+            if isinstance(part, Batch):
+                timeline.add(part)
+            else:
+                timeline.add_chunk(part)
+            if timeline.pending_rows >= 1 << 16:
+                timeline.take()
+        timeline.take()
         cpus.append(cpu_self() - c0)
         walls.append(time.monotonic() - t0)
         events = src.events_read

@@ -4,7 +4,7 @@ Two sets of pages, each tiled until there are --records records: the shipped dem
 recorded (the simulator's events as this kernel wrote them; sparse pages, a few records each, as a quiet
 host's reads make them), and the same events packed densely by PageEncoder (full pages, as under load).
 Rows, each over the same pages:
-  PageDecoder.decode   the reference: one TraceEvent per record
+  PageDecoder.decode   the tests' reference (tests/reference/pages.py): one TraceEvent per record
   walk (C) + gather    the compiled walk, then each event type's fixed part gathered into one buffer (what a
                        numpy structured view reads), records grouped by type with one stable argsort
   walk (C)             the walk alone
@@ -24,10 +24,11 @@ import numpy as np
 
 from npu_trace.events import LossLedger, TraceEvent
 from npu_trace.ftrace import walk as W
-from npu_trace.ftrace.decode import PageDecoder, RecordDecoder
+from npu_trace.ftrace.decode import RecordDecoder
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import TAIL, PageHeader
 from npu_trace.recording.reader import RecordingReader, open_decoder
+from tests.reference.pages import PageDecoder  # the per-record reference the walk is measured against
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
 

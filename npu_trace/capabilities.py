@@ -505,6 +505,16 @@ def check_walker(implementation: str = WALKER) -> Check:
     return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
+def check_lines(implementation: str = "") -> Check:
+    """The text and NDJSON lines' assembly: compiled, or one %-formatting per line (the same text, slower)."""
+    if not implementation:
+        from npu_trace.sinks.text import IMPLEMENTATION as implementation
+    if implementation == "c":
+        return Check("text lines", True, "compiled (npu_trace.sinks._lines)")
+    detail = "pure Python: the C extension was not built where npu-trace was installed (same text, slower)"
+    return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
+
+
 def check_assembler(implementation: str = ASSEMBLER) -> Check:
     """The export's byte assembler: compiled, or its pure-Python twin (the same files, slower)."""
     if implementation == "c":
@@ -542,6 +552,7 @@ def run_checks(host: Optional[Host] = None) -> List[Check]:
         check_simulator(events),
         check_kernel_layout(fs),
         check_walker(),
+        check_lines(),
         check_assembler(),
     ]
     return _mark_event_sources(checks)

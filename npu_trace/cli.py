@@ -23,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"npu-trace: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser of every command; with `only`, that command's whole and the others' names alone (the module
+    of a command is imported to build its parser: a run needs its own, the help all of them)."""
     parser = _Parser(
         prog="npu-trace",
         description="Kernel-level tracing for Ascend NPU hosts (ftrace + eBPF).",
@@ -31,12 +33,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"npu-trace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        importlib.import_module(f"npu_trace.commands.{MODULES.get(name, name)}").add_parser(sub)
+        if only is None or name == only:
+            importlib.import_module(f"npu_trace.commands.{MODULES.get(name, name)}").add_parser(sub)
+        else:
+            sub.add_parser(name)
     return parser
 
 
+def command_of(argv: List[str]) -> Optional[str]:
+    """The command a command line runs (its first argument, when it names one)."""
+    first = argv[0] if argv else ""
+    return first if first in COMMANDS else None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

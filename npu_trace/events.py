@@ -115,6 +115,16 @@ class LossLedger:
         return f"loss: {self.total} events lost ({', '.join(parts)})"
 
 
+class RawRecord(NamedTuple):
+    """A trace record of an event id the formats at hand do not describe: shown as its bytes, never dropped."""
+
+    ts_ns: int
+    cpu: int
+    pid: int  # -1: the record is shorter than the common fields
+    id: int  # its event id (common_type)
+    payload: bytes
+
+
 def lost_event(loss: Loss) -> NpuEvent:
     """A Loss as the NpuEvent detectors and sinks see (kind "lost", op = the loss kind)."""
     args = {"source": loss.source, "lost": loss.lost}

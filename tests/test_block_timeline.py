@@ -1,11 +1,11 @@
-"""The columnar timeline releases what the timeline releases: the same items, in the same order, with the
-same losses and the same clock, however the batches were cut and however often its blocks are taken.
+"""The columnar timeline releases what the reference timeline releases: the same items, in the same order, with
+the same losses and the same clock, however the batches were cut and however often its blocks are taken.
 
-The reference is `Timeline` (PageDecoder + the ordered merge). The batches here are hostile on purpose: marks
-that claim a CPU caught up while it still has pages (its next records come late and are dropped), channel
-items with and without stamps, decoded TraceEvents among the channel items (as BPF hands them over), pages
-that say events were missed before them, and bounds small enough that the merge has to go past a stalled
-stream (lag) or past its count (max_held).
+The reference is the tests' `Timeline` (tests/reference/timeline.py: the page decoder, then the ordered merge
+of objects). The batches here are hostile on purpose: marks that claim a CPU caught up while it still has pages
+(its next records come late and are dropped), channel items with and without stamps, decoded TraceEvents among
+the channel items (as BPF hands them over), pages that say events were missed before them, and bounds small
+enough that the merge has to go past a stalled stream (lag) or past its count (max_held).
 """
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, LossLedger, NpuEvent, TraceEvent
 from npu_trace.ftrace.columns import plans
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
-from npu_trace.pipeline import Batch, Mark, OrderedMerge, Timeline
+from npu_trace.pipeline import Batch, Mark
 from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks, chunk_batches
 from npu_trace.recording.format import Chunk
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
+from reference.analysis import ReferenceAnalysis
+from reference.pages import CpuDecoders
+from reference.timeline import OrderedMerge, Timeline
 
 MS = 1_000_000
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
@@ -99,7 +102,7 @@ def reference(batches: List[Batch], cpus: int, **bounds: int) -> Tuple[List[Any]
     ledger = LossLedger()
     timeline = Timeline(CpuDecoders(HEADER, build_decoders(FORMATS.values(), layouts=PROFILE.layouts), ledger=ledger),
                         merge=OrderedMerge(**bounds), cpus=range(cpus), channels=True)  # fmt: skip
-    analysis = Analysis(PROFILE)
+    analysis = ReferenceAnalysis(PROFILE)
     items: List[Any] = []
     clocks = []
     for batch in batches:

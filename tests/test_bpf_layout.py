@@ -18,6 +18,7 @@ from npu_trace.device.profiles import get_profile
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 
 BPF_DIR = Path(__file__).resolve().parents[1] / "bpf"
 HEADER = (BPF_DIR / "npu_trace.h").read_text()
@@ -166,7 +167,7 @@ def test_mapping_in_sim_profile_normalizes() -> None:
     free = _hal_record(9000, 1, (0xABC,), 2, 0)
     ev = Decoder().decode(free)
     assert ev is not None
-    (npu,) = Normalizer(get_profile("sim").mapping).feed([ev])
+    (npu,) = BlockNormalizer(Normalizer(get_profile("sim").mapping)).events([ev])
     assert (npu.kind, npu.op, npu.dev) == ("free", "halMemFree", 2)
     assert npu.args == {"va": 0xABC, "ret": 0, "latency_ns": 1000, "entry_ts_ns": 8000}
     assert formats.ALL["bpf:halMemFree"].hex_fields == frozenset({"va"})

@@ -223,10 +223,10 @@ def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None
     adds them to its ledger: printed + lost == calls made."""
     from npu_trace.bpf.source import BpfStream
     from npu_trace.commands.bpf import Counted
-    from npu_trace.commands.stream import printing
-    from npu_trace.pipeline import Timeline, pump
+    from npu_trace.pipeline import pump
+    from npu_trace.pipeline.blocktimeline import BlockTimeline
     from npu_trace.process import StopFlag
-    from npu_trace.sinks.text import StreamPrinter
+    from npu_trace.sinks.text import StreamPrinter, printing
 
     child = subprocess.Popen(
         [sys.executable, "-c", PERF_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
@@ -244,7 +244,8 @@ def test_perf_buffer_lost_samples_reach_the_loss_ledger(sim_binary: str) -> None
         for calls in (20_000, 10):  # no reading during the first phase: it overflows
             child.stdin.write(f"{calls}\n")
             assert child.stdout.readline() == "done\n"
-            counted = Counted(printing(Timeline(None, ledger=ledger), StreamPrinter(out, "text", lambda _pid: "gen")))
+            timeline = BlockTimeline(None, {}, {}, ledger=ledger)
+            counted = Counted(printing(timeline, StreamPrinter(out, "text", lambda _pid: "gen")))
             pump(stream, counted, stop=stop)
             printed += counted.events
     finally:

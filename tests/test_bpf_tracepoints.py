@@ -40,6 +40,7 @@ from npu_trace.events import TraceEvent
 from npu_trace.ftrace.decode import make_decoder
 from npu_trace.ftrace.format import parse_format
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from test_ftrace_driver_golden import BLOCKS
 
 ROOT = Path(DATA) / "ascend-driver"
@@ -148,9 +149,9 @@ def _raw(name: str) -> bytes:
 
 @pytest.mark.parametrize("name", ["trs_chan:sqe", "trs_core:logic_cqe"])
 def test_bpf_and_ftrace_events_normalize_alike(name: str) -> None:
-    norm = Normalizer(get_profile("ascend").mapping)
-    (via_ftrace,) = norm.feed([_ftrace_event(name, _raw(name), 5000)])
-    (via_bpf,) = norm.feed([_bpf_event(name, _raw(name), 5000)])
+    norm = BlockNormalizer(Normalizer(get_profile("ascend").mapping))
+    (via_ftrace,) = norm.events([_ftrace_event(name, _raw(name), 5000)])
+    (via_bpf,) = norm.events([_bpf_event(name, _raw(name), 5000)])
     assert via_ftrace.kind in ("submit", "complete")
     assert via_bpf._replace(pid=0) == via_ftrace._replace(pid=0)
 
@@ -165,11 +166,11 @@ def _complete_for_the_sqe() -> bytes:
 
 @pytest.mark.parametrize("submit_via", ["bpf", "ftrace"])
 def test_latency_detector_pairs_bpf_submit_and_complete(submit_via: str) -> None:
-    norm = Normalizer(get_profile("ascend").mapping)
+    norm = BlockNormalizer(Normalizer(get_profile("ascend").mapping))
     submit = (_bpf_event if submit_via == "bpf" else _ftrace_event)("trs_chan:sqe", _raw("trs_chan:sqe"), 10_000)
     complete = _bpf_event("trs_core:logic_cqe", _complete_for_the_sqe(), 35_000)
     det = LatencyDetector()
-    det.feed(norm.feed([submit, complete]))
+    det.feed(norm.events([submit, complete]))
     summary = det.summary()
     assert summary["unmatched_completes"] == 0 and summary["pending_tasks"] == 0
     (row,) = summary["ops"]
@@ -181,7 +182,8 @@ def test_other_strings_of_logic_cqe_are_not_completions() -> None:
     raw = bytearray(_raw("trs_core:logic_cqe"))
     loc = struct.unpack_from("<I", raw, 8)[0] & 0xFFFF
     raw[loc : loc + 14] = b"Logic Cq Recv\0"
-    (npu,) = Normalizer(get_profile("ascend").mapping).feed([_bpf_event("trs_core:logic_cqe", bytes(raw), 1)])
+    normalizer = BlockNormalizer(Normalizer(get_profile("ascend").mapping))
+    (npu,) = normalizer.events([_bpf_event("trs_core:logic_cqe", bytes(raw), 1)])
     assert npu.kind == "log"
 
 

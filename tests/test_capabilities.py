@@ -288,6 +288,12 @@ def test_the_page_walker_line() -> None:
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
 
 
+def test_the_text_lines_line() -> None:
+    assert doctor.check_lines() == Check("text lines", True, "compiled (npu_trace.sinks._lines)")
+    slow = doctor.check_lines("python")
+    assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+
+
 def test_the_ring_buffer_layout_of_a_tested_kernel(tmp_path: Path) -> None:
     make_tracefs(tmp_path, kernel="centos-7.6-4.14-aarch64")
     found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]

@@ -18,6 +18,7 @@ from npu_trace.events import NpuEvent
 from npu_trace.sources import channels as channels_mod
 from npu_trace.sources.channels import Channels, parse_channels
 from npu_trace.sources.replay_source import ReplaySource
+from replay_support import replayed_items
 from smi_support import now_ns, wait_for_polls
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -110,7 +111,7 @@ def test_record_without_the_driver_still_records_the_kernel_log_and_check_finds_
     assert "with kmsg, uevent" in rest
     assert "irq:irq_handler_entry" not in ReplaySource(path).header["events"]
     source = ReplaySource(path)
-    got = [e for e in source.items() if isinstance(e, NpuEvent) and e.args.get("comm") == TAG]
+    got = [e for e in replayed_items(source) if isinstance(e, NpuEvent) and e.args.get("comm") == TAG]
     assert [(e.kind, e.op, e.dev) for e in got] == [("timeout", "heartbeat", 5)]
     assert source.header["extra"]["channels"]["running"] == ["kmsg", "uevent"]
     out = str(tmp_path / "r.json")
@@ -173,7 +174,7 @@ def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: A
     assert health["ce_last"] == climb[-1]["ce"] and health["max_temp_c"] == peak["temp_c"]
     source = ReplaySource(path)
     smi_events = [
-        e for e in source.items() if isinstance(e, NpuEvent) and e.args.get("source") == "npu-smi"
+        e for e in replayed_items(source) if isinstance(e, NpuEvent) and e.args.get("source") == "npu-smi"
     ]
     assert {e.kind for e in smi_events} >= {"ecc", "thermal"}
 

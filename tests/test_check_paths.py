@@ -1,5 +1,5 @@
-"""`check` gives one report whichever path analyses the recording: the fast columnar path (the default) and
-the pure-Python reference (`check --reference`) agree byte for byte, on every simulator scenario, on the
+"""`check` gives the report the reference path gives: the columnar path (`npu_trace.ci.analyze`) and the
+per-event reference (tests/reference/analyze.py) agree byte for byte, on every simulator scenario, on the
 golden capture of this kernel (ascend events among sched, syscalls and IRQs) and on corrupted copies of it.
 """
 
@@ -23,14 +23,15 @@ from npu_trace.events import NpuEvent
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.sim.scenarios import SCENARIOS, plan
 from npu_trace.sim.synth import synth_events
+from reference.analyze import analyze as reference_analyze
 from test_recording import ROOT, golden_header, write
 from test_timeline import HEADER, reads, spread, synth_header, write_batches
 
 
 def both(path: str, profile: str = "sim") -> Tuple[str, str]:
     out = []
-    for reference in (False, True):
-        result = analyze(path, profile, progress=False, reference=reference)
+    for run in (analyze, reference_analyze):
+        result = run(path, profile, progress=False)
         latency = {op: (h.count, h.min, h.max, h.total, sorted(h.buckets.items()))
                    for op, h in result["latency"].items()}  # fmt: skip
         out.append(json.dumps({**result, "latency": latency}, sort_keys=True))
@@ -109,8 +110,8 @@ def test_the_rules_judge_both_paths_alike(tmp_path: Any) -> None:
     path = str(tmp_path / "ecc.npt")
     scenario_recording(path, "ecc-reset", 1)
     reports: List[Dict[str, Any]] = []
-    for reference in (False, True):
-        result = analyze(path, "sim", progress=False, reference=reference)
+    for run in (analyze, reference_analyze):
+        result = run(path, "sim", progress=False)
         reports.append(build_report("ecc.npt", result["analysis"], load_rules(None), [], result["reading"]))
     assert reports[0] == reports[1]
 

@@ -30,6 +30,8 @@ from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.pipeline.vnormalize import MISSING, BlockNormalizer, kind_counts
 from npu_trace.sim.scenarios import SCENARIOS, plan
 from npu_trace.sim.synth import formats, synth_events
+from reference.analysis import ReferenceAnalysis
+from reference.normalize import Normalizer as ReferenceNormalizer
 
 PROFILE = PROFILES["sim"]
 PLANS = plans(formats().values(), layouts=PROFILE.layouts)
@@ -84,7 +86,7 @@ def batches(items: Sequence[Any], bounds: Sequence[int]) -> List[Sequence[Any]]:
 def test_a_block_normalizes_to_the_reference_events(scenario: str) -> None:
     rng = random.Random(scenario)
     items = sprinkled(scenario, 3, rng)
-    want = Normalizer(PROFILE.mapping).feed(items)
+    want = ReferenceNormalizer(PROFILE.mapping).feed(items)
     fast = BlockNormalizer(Normalizer(PROFILE.mapping))
     got: List[NpuEvent] = []
     for batch in batches(items, cuts(rng, len(items), 30)):
@@ -110,7 +112,7 @@ def test_a_block_counts_its_kinds_like_its_events() -> None:
 
 # ---- whole analysis --------------------------------------------------------------------------------------------
 def reference(items: Sequence[Any], bounds: Sequence[int]) -> str:
-    analysis = Analysis(PROFILE)
+    analysis = ReferenceAnalysis(PROFILE)
     for batch in batches(items, bounds):
         analysis.feed(batch, batch[-1].ts_ns - 5)
     return json.dumps(analysis.finish(), sort_keys=True)
@@ -233,8 +235,8 @@ def test_histogram_buckets_at_once_are_buckets_one_by_one(values: List[int]) -> 
 
 
 def test_with_a_scope_the_block_path_finds_what_the_scoped_reference_finds() -> None:
-    """A device scope's stage is per event: feed_block takes the reference path then, with the same result;
-    the scope leaves out half the events (the other device's), which changes the findings."""
+    """A device scope over blocks finds what the reference's scope, one event at a time, finds; the scope
+    leaves out half the events (the other device's), which changes the findings."""
     from npu_trace.pipeline.scope import Scope, ScopeFilter
 
     rng = random.Random("scoped")
@@ -242,7 +244,8 @@ def test_with_a_scope_the_block_path_finds_what_the_scoped_reference_finds() -> 
     bounds = cuts(rng, len(items), 20)
 
     def run(block: bool, scope: bool) -> str:
-        analysis = Analysis(PROFILE, ScopeFilter(Scope(devices=(1,))) if scope else None)
+        kind = Analysis if block else ReferenceAnalysis
+        analysis = kind(PROFILE, ScopeFilter(Scope(devices=(1,))) if scope else None)
         for batch in batches(items, bounds):
             if block:
                 analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
@@ -277,3 +280,42 @@ def test_task_pairing_at_once_is_pairing_one_by_one(data: Any, wide: bool) -> No
     got = [f for batch in batches(events, bounds) for f in many.feed_block(normalizer.normalize(records_of(batch, {})))]
     assert got == want
     assert many.summary() == one.summary() and list(many.tasks.items()) == list(one.tasks.items())
+
+
+SCOPES = {
+    "device 0": {"devices": (0,)},
+    "NPU interrupts": {"irqs": ((128, 0), (129, None), (133, 1))},  # others left out; 129 has no device
+    "device 1 and interrupts": {"devices": (1,), "irqs": ((128, 0), (144, 1))},
+    "task names": {"comms": ("npu_sim",),
+                   "comm_events": ("ascend:ascend_halMemAlloc", "ascend:ascend_irq_handler_entry")},
+}
+
+
+@pytest.mark.parametrize("scope_name", sorted(SCOPES))
+@pytest.mark.parametrize("scenario", ["irq-storm", "mixed"])
+def test_a_scope_over_blocks_finds_what_the_scope_one_event_at_a_time_finds(scope_name: str, scenario: str) -> None:
+    """Every part of the pipeline's scope (devices, the NPU's interrupts given their device, task names the
+    kernel could not filter) as a stage over blocks, cut anywhere: the reference's report, byte for byte, and
+    the same counts of what was left out."""
+    from npu_trace.pipeline.scope import Applied, Scope, ScopeFilter
+
+    spec = dict(SCOPES[scope_name])
+    applied = Applied(comm_events=spec.pop("comm_events", ()))
+    rng = random.Random(scope_name + scenario)
+    items = sprinkled(scenario, 2, rng)
+    names = {4242: "npu_sim"}
+    comm_of = lambda pid: names.get(pid, "other") if pid % 3 else "other"  # noqa: E731  (some tasks out)
+
+    def run(block: bool, bounds: Sequence[int]) -> str:
+        analysis = (Analysis if block else ReferenceAnalysis)(PROFILE, ScopeFilter(Scope(**spec, applied=applied),
+                                                                                   comm_of))  # fmt: skip
+        for batch in batches(items, bounds):
+            if block:
+                analysis.feed_block(records_of(batch, PLANS), batch[-1].ts_ns - 3)
+            else:
+                analysis.feed(batch, batch[-1].ts_ns - 3)
+        return json.dumps(analysis.finish(), sort_keys=True)
+
+    want = run(False, [0, len(items)])
+    assert run(True, cuts(rng, len(items), 9)) == want
+    assert sum(json.loads(want)["summary"]["scope"]["dropped"].values()) > 0

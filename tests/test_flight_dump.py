@@ -18,7 +18,7 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import RecordDecoder, build_decoders
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.blocktimeline import block_timeline
@@ -33,7 +33,7 @@ CPUS = (0, 1)
 PROFILE = PROFILES["sim"]
 
 
-def fake_session() -> Tuple[SimpleNamespace, CpuDecoders]:
+def fake_session() -> Tuple[SimpleNamespace, Dict[int, RecordDecoder]]:
     """What the recorder reads of a started TracefsSession, for the generator's formats."""
     formats, texts, header_page = kernel_formats()
     page_header = parse_header_page(header_page)
@@ -45,8 +45,7 @@ def fake_session() -> Tuple[SimpleNamespace, CpuDecoders]:
         fs=SimpleNamespace(saved_cmdlines=lambda: {PID + t: COMM for t in range(8)}), scope_header=lambda: None,
         task_snapshot=TaskSnapshot({}, None),
     )  # fmt: skip
-    table = build_decoders(fmts, "little", PROFILE.layouts)
-    return session, CpuDecoders(page_header, table, "little", ledger)
+    return session, build_decoders(fmts, "little", PROFILE.layouts)
 
 
 def runs() -> List[Run]:
@@ -76,7 +75,8 @@ def fly(directory: str, settings: Dict[str, Any], fed: List[Batch]) -> FlightRec
     session, decoders = fake_session()
     flight = FlightRecorder(session, FlightSettings(directory=directory, **settings), "sim")  # type: ignore[arg-type]
     analysis = Analysis(PROFILE, tasks=dict([GONE_THREAD]), processes=[GONE_THREAD[1]])
-    sink = LiveFlight(flight, block_timeline(decoders, PROFILE.layouts, cpus=CPUS), analysis)
+    timeline = block_timeline(session.header, decoders, PROFILE.layouts, "little", ledger=session.ledger, cpus=CPUS)
+    sink = LiveFlight(flight, timeline, analysis)
     for batch in fed:
         sink(batch)
     flight.close()

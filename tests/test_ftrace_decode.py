@@ -10,9 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from npu_trace.events import Loss, LossLedger, TraceEvent
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import PageHeader, parse_format
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED
+from reference.pages import PageDecoder
 
 HEADER = PageHeader(ts_offset=0, ts_size=8, commit_offset=8, commit_size=8, data_offset=16, data_size=4080)
 COMMON = """\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
@@ -135,19 +137,19 @@ def test_record_running_past_the_commit_is_malformed_not_a_crash() -> None:
     bad = struct.pack("<I", (1 << 5) | 20) + small(1, 2, 2)  # claims 80 bytes, has 16
     evs, losses, dec = decode(page(0, good + bad))
     assert [e.values for e in evs] == [(1, 1)]
-    assert [x.kind for x in losses] == ["malformed"] and dec.malformed == 1
+    assert [x.kind for x in losses] == ["malformed:record_past_commit"] and dec.malformed == 1
 
 
 def test_commit_beyond_the_page_is_malformed() -> None:
     pg = bytearray(page(0, rec(small(1, 1, 1), 1)))
     struct.pack_into("<Q", pg, 8, 9000)
     _, losses, _ = decode(bytes(pg))
-    assert losses and losses[0].kind == "malformed"
+    assert losses and losses[0].kind == "malformed:commit_past_page"
 
 
 def test_short_page_is_malformed() -> None:
     _, losses, _ = decode(b"\x01\x02")
-    assert [x.kind for x in losses] == ["malformed"]
+    assert [x.kind for x in losses] == ["malformed:short_page"]
 
 
 def test_bulk_runs_equal_record_by_record_decoding() -> None:

@@ -14,8 +14,9 @@ import pytest
 from goldens import DATA, by_name, load_formats, read
 from npu_trace.device.profiles import ASCEND_LAYOUTS
 from npu_trace.events import TraceEvent
-from npu_trace.ftrace.decode import PageDecoder, build_decoders, make_decoder
+from npu_trace.ftrace.decode import build_decoders, make_decoder
 from oracle import render_pattern
+from reference.pages import PageDecoder
 
 ROOT = os.path.join(DATA, "ascend-driver")
 Block = Tuple[str, bytes, str, Dict[str, Any]]

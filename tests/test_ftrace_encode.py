@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from goldens import kernel_dirs, read
 from npu_trace.events import Loss, TraceEvent
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
+from reference.pages import CpuDecoders
 
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
 FORMATS = formats()

@@ -14,9 +14,10 @@ import pytest
 
 from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.events import Loss, TraceEvent
-from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader
 from oracle import LINE_RE, render_pattern
+from reference.pages import PageDecoder
 
 # Event names as the kernel's text shows them, where they differ from the format name.
 _TEXT_NAME = {"ftrace:print": "tracing_mark_write"}

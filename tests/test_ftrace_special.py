@@ -150,14 +150,14 @@ def event(name: str, body: bytes) -> TraceEvent:
 def test_the_stream_printer_shows_them_and_counts_what_it_cannot() -> None:
     out = io.StringIO()
     printer = StreamPrinter(out, "text", lambda pid: "bash", KernelText(SYMS, PRINTK))
-    printer.write(event("print", struct.pack("<Q", MARK) + b"red \x1b[31m\n\0"))
-    printer.write(event("bprint", struct.pack("<QQ", ALPHA, 0x1) + b"\0\0\0\0"))
+    printer.write_objects([event("print", struct.pack("<Q", MARK) + b"red \x1b[31m\n\0")])
+    printer.write_objects([event("bprint", struct.pack("<QQ", ALPHA, 0x1) + b"\0\0\0\0")])
     lines = out.getvalue().splitlines()
     assert lines[0] == "     1.000001000 [003] bash-42 ftrace:print: tracing_mark_write: red \\x1b[31m"
     assert lines[1].startswith("     1.000001000 [003] bash-42 ftrace:bprint: ip=") and printer.unformatted == 1
     out = io.StringIO()
     printer = StreamPrinter(out, "ndjson", lambda pid: "bash", KernelText(SYMS, PRINTK))
-    printer.write(event("kernel_stack", struct.pack("<i4xQ", 1, ALPHA)))
+    printer.write_objects([event("kernel_stack", struct.pack("<i4xQ", 1, ALPHA))])
     row = json.loads(out.getvalue())
     assert row["text"] == "<stack trace> => alpha+0x0/0x80" and row["fields"] == {"size": 1, "caller": [ALPHA]}
 

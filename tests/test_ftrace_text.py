@@ -15,9 +15,10 @@ import zstandard
 from goldens import kernel_dirs, load_formats
 from npu_trace.cli import main
 from npu_trace.events import TraceEvent
-from npu_trace.recording.reader import RecordingReader, iter_events
+from npu_trace.recording.reader import RecordingReader
 from npu_trace.recording.writer import RecordingWriter
 from npu_trace.sources.importer import import_header
+from reference.pages import iter_events
 from test_ftrace_oracle import decode_all
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "ftrace-text")

@@ -17,7 +17,7 @@ from npu_trace.cli import main
 from npu_trace.device.profiles import ASCEND_LAYOUTS
 from npu_trace.device.trace_formats import DRIVER
 from npu_trace.events import TraceEvent
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, parse_format, parse_header_page
 from npu_trace.ftrace.known_formats import KERNEL, OLDER
@@ -28,6 +28,7 @@ from npu_trace.recording.reader import RecordingReader
 from npu_trace.sim.synth import format_texts
 from npu_trace.sources.ftrace_text import Catalog, read_ftrace_text
 from npu_trace.sources.importer import TEXT_HEADER_PAGE
+from reference.pages import CpuDecoders
 
 DRIVER_DATA = os.path.join(os.path.dirname(__file__), "data", "ascend-driver")
 HEADER = parse_header_page(TEXT_HEADER_PAGE)

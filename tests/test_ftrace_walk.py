@@ -23,14 +23,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from goldens import kernel_dirs, load_formats, load_pages
-from npu_trace.events import Loss, LossLedger, TraceEvent
+from npu_trace.events import Loss, LossLedger, RawRecord, TraceEvent
 from npu_trace.ftrace import walk as W
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, PageDecoder, RecordDecoder, build_decoders
+from npu_trace.ftrace.decode import RecordDecoder, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats as sim_formats
 from npu_trace.sim.synth import synth_events
+from reference.pages import PageDecoder
 from test_ftrace_decode import FORMATS, HEADER, SMALL, _valid_page, absolute, extend, fmt_text, rec, small
 from test_ftrace_decode import page as make_page
 
@@ -111,7 +113,43 @@ def check(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header:
     assert got_py == want
     same_walks(walk_c, walk_py)
     paged(decoders, pages, header, cpu, byteorder)
+    kept_raw(decoders, pages, header, cpu, byteorder, walk_c, want.state)
     return want
+
+
+def kept_raw(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+             byteorder: str, walk: W.Walk, state: W.WalkState) -> None:  # fmt: skip
+    """With `keep_unknown`, the records of ids no decoder describes come as rows of their raw bytes (the C
+    walker and the Python one alike) instead of being skipped; nothing else changes: the same losses, the same
+    decoded rows, the same state but for the skipped count."""
+    buf, index = pack(pages)
+    runs = []
+    for c_ext in (True, False):
+        walker = W.Walker(header, W.wants(decoders), byteorder, keep_unknown=True)
+        got_state = W.WalkState()
+        got = walker.walk_c(buf, index, cpu, got_state) if c_ext else W.walk_py(
+            buf, index, header, cpu, got_state, walker.wanted, byteorder)  # fmt: skip
+        runs.append(got)
+        known = np.isin(got.etype, np.array(sorted(decoders), dtype=np.uint16))
+        for col, want in zip(got[:4], walk[:4]):
+            assert np.array_equal(col[known], want)
+        assert [loss for _, loss in got.losses] == [loss for _, loss in walk.losses]
+        raw = int((~known).sum())
+        assert (got_state.skipped + raw, got_state.malformed, got_state.last_ts) == (
+            state.skipped, state.malformed, state.last_ts)  # fmt: skip
+        raws = [(ts, etype, buf[o : o + n]) for ts, etype, o, n in zip(*(col[~known].tolist() for col in got[:4]))]
+        assert raws == reference_raws(decoders, pages, header, cpu, byteorder)
+    same_walks(*runs)
+
+
+def reference_raws(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
+                   byteorder: str) -> List[Tuple[int, int, bytes]]:  # fmt: skip
+    """The reference decoder's raw records (keep_unknown) as (ts, event id, bytes)."""
+    dec = PageDecoder(header, decoders, cpu, byteorder, ledger=LossLedger(), keep_unknown=True)
+    out: List[Any] = []
+    for pg in pages:
+        dec.decode(pg, out)
+    return [(x.ts_ns, x.id, x.payload) for x in out if isinstance(x, RawRecord)]
 
 
 def paged(decoders: Mapping[int, RecordDecoder], pages: Sequence[bytes], header: PageHeader, cpu: int,
@@ -328,6 +366,31 @@ def with_commit(pg: bytes, commit: int) -> bytes:
 HAND["commit beyond the page"] = with_commit(make_page(0, rec(small(1, 1, 1), 1)), 9000)
 HAND["commit beyond, missed"] = with_commit(HAND["commit beyond the page"], 9000 | MISSED_EVENTS | MISSED_STORED)
 HAND["commit at the end, missed"] = with_commit(HAND["zeros"], 4080 | MISSED_EVENTS | MISSED_STORED)
+HAND["extend word cut"] = make_page(0, rec(small(1, 1, 1), 1) + struct.pack("<IH", 30, 0))  # 6 bytes left
+
+# why each hand-built page is malformed, the reasons in the order the walk meets them (npu_trace.ftrace.framing)
+REASONS = {
+    "absolute msb": ["ts_overflow", "ts_overflow"],
+    "absolute msb carry": ["ts_overflow"],
+    "commit at the end, missed": ["bad_length"],  # the zeros after the commit read as a long record of length 0
+    "commit beyond the page": ["commit_past_page", "bad_length"],
+    "commit beyond, missed": ["commit_past_page", "bad_length"],
+    "crossing 2**63": ["ts_overflow", "ts_overflow"],
+    "data_loc beyond the record": ["dynamic_outside"],
+    "extend word cut": ["cut_header"],
+    "long length word 0": ["bad_length"],
+    "long length word huge": ["record_past_commit"],
+    "long length word under 4": ["bad_length"],
+    "long past the commit": ["record_past_commit"],
+    "long too short for its format": ["short_record"],
+    "long unknown too short": ["bad_length"],
+    "page ts past 2**63": ["ts_overflow", "ts_overflow"],
+    "record past the commit": ["record_past_commit"],
+    "rel_loc beyond the record": ["dynamic_outside"],
+    "short page": ["short_page"],
+    "short record too short for its format": ["short_record"],
+    "tail too short": ["short_record"],
+}
 
 
 @pytest.mark.parametrize("name", sorted(HAND))
@@ -336,10 +399,30 @@ def test_hand_built_pages(name: str) -> None:
     check(table([SMALL]), [HAND[name]])
 
 
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_a_malformed_page_says_why(name: str) -> None:
+    """Each malformed page or record is a loss of kind "malformed:<reason>", the reason framing.py names; the
+    C walker, the Python one and the reference say the same (check)."""
+    got = check(table(), [HAND[name]])
+    reasons = [loss.kind.split(":", 1)[1] for _, loss in got.losses if loss.kind != "page_missed"]
+    assert reasons == REASONS.get(name, [])
+    assert got.state.malformed == len(reasons)
+
+
+def test_the_walkers_name_the_reasons_framing_names() -> None:
+    """The C walker's reason codes are framing.MALFORMED, in order; the hand-built pages show every one."""
+    from npu_trace.ftrace import _walk
+    from npu_trace.ftrace.framing import MALFORMED
+
+    assert _walk.REASONS == MALFORMED
+    assert ("page_missed", *(f"malformed:{r}" for r in MALFORMED)) == W.LOSS_KINDS
+    assert {r for reasons in REASONS.values() for r in reasons} == set(MALFORMED)
+
+
 def test_hand_built_pages_in_one_batch_and_every_cut() -> None:
     pages = [HAND[name] for name in sorted(HAND)]
     got = check(table(), pages)
-    assert {loss.kind for _, loss in got.losses} == {"malformed", "page_missed"}
+    assert {loss.kind for _, loss in got.losses} == set(W.LOSS_KINDS)
     assert got.state.backwards > 0 and got.state.skipped > 0 and got.state.malformed > 10
     for cut in (0, 7, 15, 16, 17, 20, 23, 100, 500):
         check(table(), [pg[:cut] for pg in pages])
@@ -349,11 +432,12 @@ def test_hand_built_cases_show_what_they_name() -> None:
     """A few of the cases, spelled out: the reference's judgement, which the walkers equal."""
     assert [e.values for e in check(table(), [HAND["data_loc"]]).events] == [([7, 8, 9], "hi", [1, 2], 5)]
     beyond = check(table(), [HAND["data_loc beyond the record"]])
-    assert [loss.kind for _, loss in beyond.losses] == ["malformed"] and len(beyond.events) == 1
+    assert [loss.kind for _, loss in beyond.losses] == ["malformed:dynamic_outside"] and len(beyond.events) == 1
     assert check(table(), [HAND["long unknown too short"]]).state.malformed == 1
     big = check(table(), [HAND["page ts past 2**63"]])
     assert big.state.last_ts == (1 << 64) - 3 + 2 + (1 << 58) + 1  # exact in the state
-    assert not big.events and [(loss.kind, loss.ts_ns) for _, loss in big.losses] == [("malformed", (1 << 63) - 1)] * 2
+    assert not big.events and [(loss.kind, loss.ts_ns) for _, loss in big.losses] == [
+        ("malformed:ts_overflow", (1 << 63) - 1)] * 2  # fmt: skip
     crossing = check(table(), [HAND["crossing 2**63"]])  # the records up to 2**63 - 1 stay, the rest do not
     assert [e.ts_ns for e in crossing.events] == [(1 << 63) - 1] and len(crossing.losses) == 2
     assert [loss.lost for _, loss in check(table(), [HAND["missed stored"]]).losses] == [1234]

@@ -15,7 +15,8 @@ import pytest
 from benchmarks.gen_recording import Generated, Spec, expectations_from_json, generate, main, truth_path
 from npu_trace.device import hal
 from npu_trace.events import TraceEvent
-from npu_trace.recording import RecordingReader, iter_events
+from npu_trace.recording import RecordingReader
+from reference.pages import iter_events
 from test_detectors_truth import check_against_truth
 
 SMALL = Spec(duration_s=3.0, rate=3000.0)  # mixed, 8 devices, host-like on CPUs 0 and 1: ~13,000 events

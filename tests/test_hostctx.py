@@ -24,9 +24,9 @@ from npu_trace.ftrace.context import HOST_CONTEXT, softirq_name, task_state
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, parse_format
 from npu_trace.recording import RecordingReader, RecordingWriter
-from npu_trace.recording.reader import iter_events
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import synth_events
+from reference.pages import iter_events
 from test_export import decode
 from test_timeline import HEADER, reads, spread, synth_header
 

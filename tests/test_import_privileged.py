@@ -100,8 +100,8 @@ def event_kinds(path: str) -> List[Any]:
     from npu_trace.sources.replay_source import ReplaySource
 
     src = ReplaySource(path)
-    timeline = src.timeline()
-    items = [item for batch in src.batches() for item in timeline.push(batch)] + timeline.flush()
+    timeline = src.block_timeline()
+    items = [item for batch in src.batches() for item in timeline.push(batch).items()] + timeline.flush().items()
     return sorted(((ev.event, ev.pid, ev.values) for ev in items if isinstance(ev, TraceEvent)), key=repr)
 
 

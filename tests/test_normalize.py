@@ -1,18 +1,51 @@
-"""The Normalizer: raw simulator/driver/marker events and loss records -> NpuEvents, by the profile's data."""
+"""Normalization: raw simulator/driver/marker events and loss records -> NpuEvents, by the profile's data.
+
+Every case runs the production normalizer (a block at a time: the records re-encoded as columns, and again as
+objects, as BPF hands them over) and the reference (one event at a time, tests/reference/normalize.py): both
+must give the same events and counters."""
 
 from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
 
 import pytest
 
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent
+from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.format import parse_format
-from npu_trace.pipeline.normalize import Normalizer, compile_mapping, field_value
+from npu_trace.pipeline.blocks import records_of
+from npu_trace.pipeline.normalize import Normalizer as Production
+from npu_trace.pipeline.normalize import compile_mapping, field_value
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sim.synth import PID, formats, marker
+from reference.normalize import Normalizer as Reference
 
 F = formats()
 SIM = PROFILES["sim"].mapping
+
+
+class Normalizer:
+    """The production normalizer and the reference over the same items: feed() checks they agree."""
+
+    def __init__(self, mapping: Mapping[str, Any]) -> None:
+        self.mapping = mapping
+        self.reference = Reference(mapping)
+        self.blocks = [BlockNormalizer(Production(mapping)) for _ in range(2)]  # records as columns; as objects
+
+    @property
+    def stats(self) -> Dict[str, int]:
+        return self.reference.stats
+
+    def feed(self, items: Sequence[Any]) -> List[NpuEvent]:
+        want = self.reference.feed(items)
+        columns = plans({x.fmt.id: x.fmt for x in items if isinstance(x, TraceEvent)}.values())
+        for as_objects, normalizer in enumerate(self.blocks):
+            nb = normalizer.normalize(records_of(items, columns, objects_too=range(len(items)) if as_objects else ()))
+            assert [nb.event(i) for i in range(len(nb))] == want
+            assert normalizer.normalizer.stats == self.reference.stats
+        return want
 
 
 def ev(name: str, ts: int, *values: object, pid: int = PID) -> TraceEvent:
@@ -150,12 +183,14 @@ def test_positional_plans_give_what_the_general_rules_give(scenario: str, monkey
     from npu_trace.pipeline import normalize as model
     from npu_trace.sim.scenarios import plan
     from npu_trace.sim.synth import synth_events
+    from reference import normalize as reference
 
     items = synth_events(plan(scenario, seed=5, duration_s=1.0, rate=800, devices=2))
     items += [ret("ascend_halMemFree_ret", 10**12, -5), ret("ascend_halCqReportRecv_ret", 10**12 + 1, -110)]
     planned = Normalizer(SIM)
     fast = planned.feed(items)
-    assert sum(1 for cached in planned._formats.values() if cached[4] is not None) >= 12
-    monkeypatch.setattr(model, "_plan", lambda *a: None)
+    assert sum(1 for cached in planned.reference._formats.values() if cached[4] is not None) >= 12
+    monkeypatch.setattr(model, "positional_plan", lambda *a: None)
+    monkeypatch.setattr(reference, "positional_plan", lambda *a: None)
     general = Normalizer(SIM).feed(items)
     assert fast == general and {e.kind for e in fast} >= {"call", "free", "submit", "timeout"}

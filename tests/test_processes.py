@@ -19,9 +19,11 @@ from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.format import parse_format
 from npu_trace.pipeline.blocks import records_of
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
 from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header, task_snapshot
+from reference.analysis import ReferenceAnalysis
 
 PROFILE = PROFILES["sim"]
 DATA = os.path.join(os.path.dirname(__file__), "data", "task")
@@ -42,7 +44,7 @@ def task(parent: int, tid: int, flags: int) -> NpuEvent:
 
 
 def test_the_newtask_format_decodes_into_a_task_event() -> None:
-    (ev,) = Normalizer(PROFILE.mapping).feed([newtask(10, PROC, 501, PTHREAD)])
+    (ev,) = BlockNormalizer(Normalizer(PROFILE.mapping)).events([newtask(10, PROC, 501, PTHREAD)])
     assert (ev.kind, ev.op, ev.dev, ev.pid) == ("task", "newtask", None, PROC)
     assert ev.args == {"tid": 501, "comm": "npu-sim", "flags": PTHREAD}
     assert PTHREAD & CLONE_THREAD and not FORK & CLONE_THREAD
@@ -120,7 +122,7 @@ def cuts(rng: random.Random, n: int, count: int) -> List[int]:
 
 
 def run(items: Sequence[Any], bounds: Sequence[int], block: bool, tasks: Optional[Dict[int, int]] = None) -> str:
-    analysis = Analysis(PROFILE, tasks=tasks, processes=[PROC])
+    analysis = (Analysis if block else ReferenceAnalysis)(PROFILE, tasks=tasks, processes=[PROC])
     for lo, hi in zip(bounds, bounds[1:]):
         part = items[lo:hi]
         if block:
@@ -153,7 +155,7 @@ def test_threads_started_mid_session_are_their_process_on_both_paths(seed: int) 
 
 def test_a_recording_keeps_the_map_and_check_gives_one_report_on_both_paths(tmp_path: Any) -> None:
     """A recording with the newtask events in its pages and a header knowing PROC (as `record` writes one):
-    `check` and `check --reference` agree byte for byte, and say the threads' memory is PROC's."""
+    `check` and the reference analysis agree byte for byte, and say the threads' memory is PROC's."""
     from npu_trace.ftrace.encode import PageEncoder
     from npu_trace.sources.replay_source import ReplaySource
     from test_check_paths import both

@@ -14,6 +14,7 @@ from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sim import runner
 from npu_trace.sim.scenarios import plan
 
@@ -30,7 +31,7 @@ def record(op: int, args: Tuple[int, ...], dev: int, ret: int = 0, ts: int = 5 *
 def normalized(records: List[bytes], profile: str = "ascend") -> List[NpuEvent]:
     decoder = Decoder()
     events = [decoder.decode(r) for r in records]
-    return Normalizer(PROFILES[profile].mapping).feed([e for e in events if e is not None])
+    return BlockNormalizer(Normalizer(PROFILES[profile].mapping)).events([e for e in events if e is not None])
 
 
 def test_real_hal_calls_are_allocations_frees_failures_and_submits() -> None:

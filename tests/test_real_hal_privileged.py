@@ -32,6 +32,7 @@ import pytest
 from npu_trace import sim
 from npu_trace.sim.synth import accounting_expectations
 from proc_support import read_until
+from replay_support import replayed_items
 from smi_support import now_ns, wait_for_polls
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -94,7 +95,7 @@ def record_all(path: str, smi_dir: Path, lib: str) -> List[Truth]:
 def hal_events(path: str) -> List[Any]:
     from npu_trace.sources.replay_source import ReplaySource
 
-    return [e for e in ReplaySource(path).items() if getattr(e, "args", {}).get("source") == "bpf"]
+    return [e for e in replayed_items(ReplaySource(path)) if getattr(e, "args", {}).get("source") == "bpf"]
 
 
 def within(events: List[Any], truth: Truth) -> collections.Counter:

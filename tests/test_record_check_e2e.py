@@ -25,6 +25,7 @@ from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from proc_support import read_until
+from replay_support import replayed_items
 from smi_support import now_ns, wait_for_polls
 from test_detectors_truth import check_against_truth
 
@@ -89,11 +90,11 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
     session = TracefsSession(["ascend:*"], fs=sim_loaded, layouts=profile.layouts, tag="det")
     with LiveTrace(session) as trace:
         recorder = Recorder(session, path, "sim")
-        timeline = trace.timeline()
+        timeline = trace.block_timeline()
 
         def both(batch: Batch) -> None:  # what live mode does: analyse the timeline, record the same pages
             recorder(batch)
-            live.feed(timeline.push(batch), timeline.now)
+            live.feed_block(timeline.push(batch), timeline.now)
 
         run = sim.start_scenario("mixed", 9, 1.5, 500, 2, ensure_loaded=False)
         pump(trace, both, until=lambda: run.poll() is not None)
@@ -101,13 +102,13 @@ def test_live_findings_equal_the_replayed_findings(sim_loaded: Tracefs, tmp_path
         recorder.close()
     replay = Analysis(profile)
     source = ReplaySource(path)
-    replayed = source.timeline()
+    replayed = source.block_timeline()
     names = set()
     for batch in source.batches():
-        items = replayed.push(batch)
-        names.update(source.comm(item.pid) for item in items
+        block = replayed.push(batch)
+        names.update(source.comm(item.pid) for item in block.items()
                      if isinstance(item, TraceEvent) and item.fmt.system == "ascend")  # fmt: skip
-        replay.feed(items, replayed.now)
+        replay.feed_block(block, replayed.now)
     # the executor started after the header's /proc snapshot: its name comes from the recorder's comms notes,
     # known before the first chunk holding its events
     assert names == {"npu-sim"}
@@ -150,11 +151,11 @@ def test_threads_started_mid_session_are_their_process_live_and_on_replay(sim_lo
         at_start = set(session.tasks) | set(session.processes)
         live = Analysis(profile, tasks=session.tasks, processes=session.processes)
         recorder = Recorder(session, path, "sim")
-        timeline = trace.timeline()
+        timeline = trace.block_timeline()
 
         def both(batch: Batch) -> None:
             recorder(batch)
-            live.feed(timeline.push(batch), timeline.now)
+            live.feed_block(timeline.push(batch), timeline.now)
 
         run = sim.start_scenario("shared-weights", 5, 1.5, 400, 2, ensure_loaded=False)
         pump(trace, both, until=lambda: run.poll() is not None)
@@ -164,9 +165,9 @@ def test_threads_started_mid_session_are_their_process_live_and_on_replay(sim_lo
     assert threads and not threads & at_start  # threads started after tracing began made allocations
     source = ReplaySource(path)
     replay = Analysis(profile, tasks=source.tasks, processes=source.processes)
-    replayed = source.timeline()
+    replayed = source.block_timeline()
     for batch in source.batches():
-        replay.feed(replayed.push(batch), replayed.now)
+        replay.feed_block(replayed.push(batch), replayed.now)
     live_report = live.finish()
     assert live_report == replay.finish()
     checked = analyze(path, progress=False)["analysis"]
@@ -186,8 +187,8 @@ def test_sigkilled_recorder_leaves_a_file_that_reads_to_its_last_chunk(sim_loade
     rec.send_signal(signal.SIGKILL)
     rec.wait()
     source = ReplaySource(path)
-    timeline = source.timeline()
-    items = [item for batch in source.batches() for item in timeline.push(batch)]
+    timeline = source.block_timeline()
+    items = [item for batch in source.batches() for item in timeline.push(batch).items()]
     assert source.reader.truncated and source.events_read > 0 and items
     assert os.stat(path).st_mode & 0o777 == 0o600  # private: its kernel log lines and process names are root's
     proc = subprocess.run([*CLI, "check", path, "--quiet", "--json", str(tmp_path / "r.json")], capture_output=True,
@@ -224,7 +225,7 @@ def test_record_with_bpf_measures_the_hal_calls_in_the_kernel(
     assert not [e for e in source.header["events"] if e.startswith("ascend:ascend_hal")]
     assert source.header["extra"]["channels"]["bpf"]["hal"] is True
     start, end = truth["start_ns"], truth["end_ns"]
-    calls = [e for e in source.items()
+    calls = [e for e in replayed_items(source)
              if getattr(e, "op", "").startswith("hal") and start <= e.args.get("entry_ts_ns", 0) <= end]  # fmt: skip
     assert calls and {e.args["source"] for e in calls} == {"bpf"}
     hal = [r for r in truth["actions"] if r["func"].startswith("hal")]

@@ -17,12 +17,13 @@ import pytest
 from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.errors import InputError, RecordingError
 from npu_trace.events import Loss, TraceEvent
-from npu_trace.ftrace.decode import PageDecoder, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
-from npu_trace.recording import RecordingReader, RecordingWriter, build_header, iter_events
+from npu_trace.recording import RecordingReader, RecordingWriter, build_header
 from npu_trace.recording.format import PREAMBLE
 from npu_trace.sources.replay_source import ReplaySource
+from reference.pages import PageDecoder, iter_events
 
 ROOT = next(d for d in kernel_dirs() if "6.18.44" in d)
 PAGE = 4096
@@ -375,9 +376,9 @@ def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_pa
     write(path, load_pages(ROOT))
     full = Analysis(PROFILES["sim"])
     source = ReplaySource(path)
-    timeline = source.timeline()
+    timeline = source.block_timeline()
     for batch in source.batches():
-        full.feed(timeline.push(batch), timeline.now)
+        full.feed_block(timeline.push(batch), timeline.now)
     got = analyze(path, "sim", progress=False)
     assert got["analysis"] == full.finish()
     assert got["reading"]["events"] == source.events_read
@@ -421,12 +422,12 @@ def test_channel_events_keep_their_place_between_chunks(tmp_path: Any) -> None:
     from npu_trace.device.profiles import PROFILES
 
     analysis = Analysis(PROFILES["sim"])
-    timeline = source.timeline()
+    timeline = source.block_timeline()
     items = []
     for batch in batches:
         released = timeline.push(batch)
-        items += released
-        analysis.feed(released, timeline.now)
+        items += released.items()
+        analysis.feed_block(released, timeline.now)
     assert [x.ts_ns for x in items] == sorted(x.ts_ns for x in items)  # one time order
     at = items.index(got[0])
     assert all(x.ts_ns <= t for x in items[:at]) and all(x.ts_ns >= t for x in items[at:])

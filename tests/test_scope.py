@@ -14,11 +14,16 @@ from goldens import DATA, by_name, load_formats, read
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import Loss, NpuEvent, TraceEvent
+from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.filters import all_of, comm_expr, fits, int_in, int_ranges
 from npu_trace.ftrace.format import EventFormat, parse_format
+from npu_trace.pipeline.blocks import objects_block, records_of
+from npu_trace.pipeline.normalize import Normalizer
 from npu_trace.pipeline.scope import Applied, RawScope, Scope, ScopeFilter, irq_table
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.scoping import kernel_dev_fields, plan_filters
+from reference import scope as ref_scope
 
 KERNEL = os.path.join(DATA, "kernel-6.18.44-x86_64")
 FORMATS = by_name(load_formats(KERNEL)[1])
@@ -95,19 +100,50 @@ def ev(kind: str, dev: Optional[int], op: str = "x", **args: Any) -> NpuEvent:
     return NpuEvent(1, kind, dev, op, 10, 0, dict(args))
 
 
+class Both:
+    """A scope's pipeline part over a block (the production stage) and one event at a time (the reference):
+    each call checks that both keep the same events and count the same, and returns what they kept."""
+
+    def __init__(self, scope: Scope, comm_of: Any = None) -> None:
+        self.flt, self.ref = ScopeFilter(scope, comm_of), ScopeFilter(scope, comm_of)
+
+    @property
+    def dropped(self) -> Any:
+        return self.flt.dropped
+
+    def events(self, events: List[NpuEvent]) -> List[NpuEvent]:
+        want = ref_scope.events(self.ref, events)
+        nb = BlockNormalizer(Normalizer({})).normalize(objects_block(events))
+        kept = self.flt.event_rows(nb)
+        nb = nb if kept is None else nb.select(kept)
+        got = [nb.event(i) for i in range(len(nb))]
+        assert got == want and self.flt.dropped == self.ref.dropped
+        return got
+
+    def raw(self, items: List[Any]) -> List[Any]:
+        want = list(ref_scope.raw(self.ref, items))
+        block = records_of(items, plans({x.fmt.id: x.fmt for x in items if isinstance(x, TraceEvent)}.values()))
+        kept = self.flt.raw_rows(block)
+        got = (block if kept is None else block.select(kept)).items()
+        assert got == want and self.flt.dropped == self.ref.dropped
+        return got
+
+
 def test_device_scope_keeps_that_device_and_the_traces_own_records() -> None:
-    flt = ScopeFilter(Scope(devices=(1,)))
+    flt = Both(Scope(devices=(1,)))
     events = [ev("call", 1), ev("call", 0), ev("timeout", None), ev("lost", None), ev("marker", None), ev("log", None)]
     assert [(e.kind, e.dev) for e in flt.events(events)] == [("call", 1), ("lost", None), ("marker", None)]
     assert flt.dropped == {"device": 3}
 
 
 def test_npu_interrupts_get_their_device_and_the_hosts_others_are_left_out() -> None:
-    flt = ScopeFilter(Scope(irqs=irq_table({130: 0, 160: 1, 170: None})))
-    events = [ev("irq", None, irq=160), ev("irq", None, irq=36), ev("irq", None, irq=170), ev("call", 0)]
-    assert [(e.dev, e.args.get("irq")) for e in flt.events(events)] == [(1, 160), (None, 170), (0, None)]
-    assert flt.dropped == {"irq": 1}
-    assert ScopeFilter(Scope(irqs=())).events([ev("irq", None, irq=5)]) == []  # no NPU interrupt: none kept
+    flt = Both(Scope(irqs=irq_table({130: 0, 160: 1, 170: None})))
+    events = [ev("irq", None, irq=160), ev("irq", None, irq=36), ev("irq", None, irq=170), ev("call", 0),
+              ev("irq", None, irq="160"), ev("irq", 2, irq=130), ev("irq", None)]  # fmt: skip
+    assert [(e.dev, e.args.get("irq")) for e in flt.events(events)] == [(1, 160), (None, 170), (0, None), (2, 130),
+                                                                       (None, None)]  # fmt: skip
+    assert flt.dropped == {"irq": 2}  # 36, and a number that is text (a field of another type)
+    assert Both(Scope(irqs=())).events([ev("irq", None, irq=5)]) == []  # no NPU interrupt: none kept
 
 
 def trace_event(fmt: EventFormat, pid: int, ts: int = 1, **fields: Any) -> TraceEvent:
@@ -117,7 +153,7 @@ def trace_event(fmt: EventFormat, pid: int, ts: int = 1, **fields: Any) -> Trace
 
 def test_task_names_the_kernel_refused_are_matched_on_the_raw_events() -> None:
     applied = Applied(comm_events=("sched:sched_wakeup",))
-    flt = ScopeFilter(Scope(comms=("npu_sim",), applied=applied), comm_of={7: "npu_sim", 8: "bash"}.get)
+    flt = Both(Scope(comms=("npu_sim",), applied=applied), comm_of={7: "npu_sim", 8: "bash"}.get)
     other = FORMATS["ascend:ascend_drv_timeout"]
     items = [trace_event(WAKEUP, 7, comm="bash"), trace_event(WAKEUP, 8, comm="npu_sim"), trace_event(other, 8),
              Loss("tracefs", 0, "overrun", 3)]  # fmt: skip
@@ -133,8 +169,12 @@ def test_raw_scope_keeps_a_call_return_with_its_entrys_device() -> None:
     items = [trace_event(alloc, 5, 1, dev=0, size=4096), trace_event(alloc, 6, 2, dev=1, size=4096),
              trace_event(ret, 6, 3), trace_event(ret, 5, 4), Loss("tracefs", 1, "overrun", 2, 5)]  # fmt: skip
     keep = RawScope(ScopeFilter(Scope(devices=(0,))), PROFILES["sim"].mapping)
-    assert [x.ts_ns for x in keep.keep(items)] == [1, 4, 5]
+    block = records_of(items, plans([alloc, ret]))
+    assert [x.ts_ns for x in keep.keep(block).items()] == [1, 4, 5]
     assert keep.filter.dropped == {"device": 2}
+    reference = ref_scope.RawScope(ScopeFilter(Scope(devices=(0,))), PROFILES["sim"].mapping)
+    assert keep.keep(records_of(items, plans([alloc, ret]))).items() == reference.keep(items)
+    assert reference.filter.dropped == {"device": 2}
 
 
 # ---- the header's entry --------------------------------------------------------------------------------------
@@ -314,7 +354,7 @@ def test_the_host_context_is_traced_host_wide_and_an_irq_event_the_profile_scope
     assert session.chosen() == ["ascend:ascend_halMemAlloc", entry]
     assert session.context_traced() == ["sched:sched_switch"]
     assert "and the host's context (sched_switch)" in announce_lines(session)[-1]
-    assert ScopeFilter(session.scope).events([ev("irq", None, irq=3), ev("irq", None, irq=130)])[0].dev == 0
+    assert Both(session.scope).events([ev("irq", None, irq=3), ev("irq", None, irq=130)])[0].dev == 0
 
 
 def test_a_refused_task_name_filter_is_left_to_the_pipeline_and_said() -> None:
@@ -385,4 +425,4 @@ def test_npu_interrupts_too_many_for_a_filter_are_left_to_the_pipeline_and_said(
     assert inst.filters == {} and session.scope.applied.filters == ()
     assert session.notes == ["1000 NPU interrupts make an irq filter longer than the kernel takes: the host's "
                              "other interrupts are left out after reading"]  # fmt: skip
-    assert ScopeFilter(session.scope).events([ev("irq", None, irq=3), ev("irq", None, irq=4)])[0].dev == 0
+    assert Both(session.scope).events([ev("irq", None, irq=3), ev("irq", None, irq=4)])[0].dev == 0

@@ -18,13 +18,14 @@ from npu_trace import sim
 from npu_trace.device.irqs import NpuIrq
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.pipeline.normalize import normalize
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.sim import build, runner
 from npu_trace.sim.threads import HOST_LIKE
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.options import TraceOptions
 from proc_support import read_until
+from reference.normalize import normalize
+from reference.scope import events as scope_events
 from test_detectors_truth import check_spikes
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -224,17 +225,17 @@ def test_ascend_interrupts_filtered_in_the_kernel_to_the_npus_own(tmp_path: Any)
     session = options.make_session(fs, irqs={busiest: NpuIrq(busiest, "stand-in", 3)})
     with LiveTrace(session) as source:
         filters = [session.instance.event_filter(e) for e in ("irq:irq_handler_entry", "irq:irq_handler_exit")]
-        timeline = source.timeline()
+        timeline = source.block_timeline()
         items: List[Any] = []
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and len(_irq_events(items)) < 4:
             _disk_traffic(tmp_path)
-            items += timeline.push(source.read())
-        items += timeline.push(source.finish())
+            items += timeline.push(source.read()).items()
+        items += timeline.push(source.finish()).items()
     assert filters == [f"irq == {busiest}"] * 2
     irqs = _irq_events(items)
     assert irqs and {i.fields()["irq"] for i in irqs} == {busiest}
-    normalized = ScopeFilter(session.scope).events(normalize(options.profile.mapping, irqs))
+    normalized = scope_events(ScopeFilter(session.scope), normalize(options.profile.mapping, irqs))
     assert {(e.kind, e.dev) for e in normalized} == {("irq", 3)}  # the device the discovery told
 
 

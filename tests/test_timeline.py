@@ -26,13 +26,15 @@ from npu_trace.ci.analyze import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, NpuEvent, TraceEvent
-from npu_trace.ftrace.decode import CpuDecoders, build_decoders
+from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
-from npu_trace.pipeline import CHANNELS, Batch, Mark, OrderedMerge, Timeline
+from npu_trace.pipeline import CHANNELS, Batch, Mark
 from npu_trace.recording import RecordingWriter, build_header
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import format_texts, formats, synth_events
+from reference.pages import CpuDecoders
+from reference.timeline import OrderedMerge, Timeline
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -243,10 +245,10 @@ def test_live_analysis_reports_a_reset_within_3_s_of_its_last_step_with_nothing_
     analysis = Analysis(profile)
     found: List[Tuple[int, str, Any]] = []  # (monotonic ns, what told it: "events" or "time", finding)
     with LiveTrace(session, Channels(["kmsg", "uevent"])) as trace:
-        timeline = trace.timeline()
+        timeline = trace.block_timeline()
 
         def sink(batch: Batch) -> None:
-            told = [("events", analysis.feed(timeline.push(batch))), ("time", analysis.advance(timeline.now))]
+            told = [("events", analysis.feed_block(timeline.push(batch))), ("time", analysis.advance(timeline.now))]
             found.extend((time.monotonic_ns(), why, f) for why, fs in told for f in fs if f.kind == "reset_sequence")
 
         run = sim.start_scenario("ecc-reset", 4, 2.0, 200, 1, ensure_loaded=False, channels=SideChannels())

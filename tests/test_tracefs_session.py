@@ -11,6 +11,7 @@ from npu_trace.events import TraceEvent
 from npu_trace.pipeline import Batch
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
+from reference.pages import CpuDecoders
 
 
 def mine(items: List[Any]) -> int:
@@ -34,13 +35,13 @@ def test_stop_drains_full_pages_behind_a_partly_read_page(timeline: bool) -> Non
             for _ in range(50_000):
                 os.getpid()
             if timeline:
-                line = source.timeline()
-                out = line.push(first) + line.push(source.finish())
+                line = source.block_timeline()
+                out = line.push(first).items() + line.push(source.finish()).items()
                 assert [x.ts_ns for x in out] == sorted(x.ts_ns for x in out)
-            else:
+            else:  # the pages decoded one record at a time (the tests' reference decoder)
                 out = []
-                assert session.decoders is not None
-                session.decoders.decode(first.pages + session.stop(), out)
+                assert session.header is not None and session.decoders is not None
+                CpuDecoders(session.header, session.decoders).decode(first.pages + session.stop(), out)
             assert mine(out) == 51_000
             assert not session.ledger.incomplete()
     finally:

@@ -12,6 +12,7 @@ import pytest
 from npu_trace import sim
 from npu_trace.device.profiles import PROFILES
 from npu_trace.ftrace.tracefs import Tracefs
+from replay_support import replayed_items
 from test_tui_support import wait_for
 from tui.messages import FIELDS, KIND, SourceSpec
 from tui.ui.app import NpuTraceApp
@@ -65,12 +66,12 @@ async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: An
     from npu_trace.sources.replay_source import ReplaySource
 
     source = ReplaySource(str(recording))
-    texts = [str(e.values[-1]) for e in source.items()
+    texts = [str(e.values[-1]) for e in replayed_items(source)
              if isinstance(e, TraceEvent) and e.fmt.full_name == "ftrace:print"]  # fmt: skip
     assert any("tui-mark" in t for t in texts), "the marker is in the recording too"
     assert source.events_read > 0
     manual = ReplaySource(dump)
-    assert manual.header["window"]["trigger"]["kind"] == "manual" and sum(1 for _ in manual.items()) > 100
+    assert manual.header["window"]["trigger"]["kind"] == "manual" and len(replayed_items(manual)) > 100
 
 
 @pytest.mark.privileged

@@ -17,6 +17,7 @@ import pytest
 from textual.command import CommandInput, CommandList, CommandPalette
 
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from test_tui_support import (
     PROFILE,
     batches,
@@ -142,7 +143,7 @@ async def test_the_worker_runs_without_textual(tmp_path: Any) -> None:
 
 async def test_the_filter_sees_every_event_not_only_the_rows_carried() -> None:
     events = mixed_events()
-    timeouts = [ev for ev in Normalizer(PROFILE.mapping).feed(events) if ev.kind == "timeout"]
+    timeouts = [ev for ev in BlockNormalizer(Normalizer(PROFILE.mapping)).events(events) if ev.kind == "timeout"]
     assert len(timeouts) > 5
     app = fake_app(batches(events), rows=5)  # at most 5 rows an update reach the UI
     async with app.run_test(size=SIZE) as pilot:

@@ -9,8 +9,9 @@ adds this venv's site-packages for the dependencies (msgpack, zstandard, pyroute
 downloaded. Every command runs with its cwd in a temporary directory, and each test checks what it imported
 came from the new venv. Everything lives in one temporary directory, removed afterwards.
 
-The wheel is a platform wheel: it carries the compiled page walker (npu_trace.ftrace._walk). A second one is
-built with CC=false, as on a host without a compiler: it installs all the same and runs the pure-Python walker.
+The wheel is a platform wheel: it carries the compiled parts (npu_trace.ftrace._walk, npu_trace.sinks._lines). A
+second one is built with CC=false, as on a host without a compiler: it installs all the same and runs the
+pure-Python walker and lines.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600  # a busy 2-vCPU machine: generous, never a measure
-# *.so: the page walker the editable install built in place (the wheel builds its own)
+COMPILED_SOURCES = ("npu_trace/ftrace/_walk.c", "npu_trace/sinks/_lines.c")  # built into the wheel, not shipped
+# *.so: the compiled parts the editable install built in place (the wheel builds its own)
 NOT_BUILT = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
     ".hypothesis", "*.so",
@@ -139,9 +141,9 @@ def installed_without_compiler() -> Iterator[Installed]:
 
 def package_data() -> Set[str]:
     """Every file of the package that is not Python code (the simulator's C sources and headers, the demo
-    recording, type stubs...), as git tracks them, less the page walker's C source (built, not shipped)."""
+    recording, type stubs...), as git tracks them, less the compiled parts' C sources (built, not shipped)."""
     listed = run(["git", "ls-files", "npu_trace", "tui"], cwd=ROOT).stdout.split()
-    return {n for n in listed if not n.endswith(".py") and n != "npu_trace/ftrace/_walk.c"}
+    return {n for n in listed if not n.endswith(".py") and n not in COMPILED_SOURCES}
 
 
 def checkout_packages() -> List[str]:
@@ -165,8 +167,9 @@ def test_the_wheel_holds_the_code_the_programs_the_simulator_and_the_demo(instal
     code = {p.relative_to(ROOT).as_posix() for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("*.py")}
     assert code | package_data() <= names
     assert not {n for n in names if n.split("/")[0] in ("bpf", "tests", "benchmarks", "scripts")}
-    compiled = [n for n in names if n.startswith("npu_trace/ftrace/_walk.") and n.endswith(".so")]
-    assert len(compiled) == 1 and not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
+    compiled = [n for n in names if n.startswith(("npu_trace/ftrace/_walk.", "npu_trace/sinks/_lines.")) and
+                n.endswith(".so")]  # fmt: skip
+    assert len(compiled) == 2 and not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
 
 
 def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -> None:
@@ -183,8 +186,9 @@ def test_without_a_compiler_the_wheel_runs_the_pure_python_walker(installed_with
         assert not [n for n in whl.namelist() if n.endswith(".so")]
     assert inst.where["walker"] == "python" and Path(inst.where["npu_trace"]).is_relative_to(inst.venv)
     proc = run([inst.bin("npu-trace"), "doctor", "--json"], cwd=inst.run_dir, check=False)
-    line = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "page walker")
-    assert line["status"] == "--" and "pure Python" in line["detail"]
+    for name in ("page walker", "text lines"):  # both compiled parts left out, their pure-Python twins named
+        line = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == name)
+        assert line["status"] == "--" and "pure Python" in line["detail"]
 
 
 def test_installed_doctor(installed: Installed) -> None:

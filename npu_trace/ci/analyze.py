@@ -54,13 +54,11 @@ def profile_for(source: ReplaySource, name: Optional[str]) -> Profile:
 BLOCK_ROWS = 1 << 18  # the fast path analyses the released items in blocks of about this many
 
 
-def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True,
-            reference: bool = False) -> Dict[str, Any]:  # fmt: skip
+def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
     """{"analysis": Analysis.finish(), "reading": {...}, "latency": {op: Histogram}, "ecc_times": the health
-    detector's `ecc_times()`, "header": the recording's header} for one recording.
-
-    The fast path (columns: `BlockTimeline` and `Analysis.feed_block`) by default; `reference`: the
-    pure-Python path it must equal (one object per event), byte for byte."""
+    detector's `ecc_times()`, "header": the recording's header} for one recording: its blocks
+    (`BlockTimeline`) through `Analysis.feed_block` (tests/reference/analyze.py is the same one event at a
+    time, which the tests hold it equal to, byte for byte)."""
     source = ReplaySource(path)
     analysis = Analysis(profile_for(source, profile_name), source.scope_filter(), tasks=source.tasks,
                         processes=source.processes)  # fmt: skip
@@ -68,18 +66,14 @@ def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True
     source.only = analysis.mapped_events()  # unmapped events: counted, not decoded
     bar = Progress(os.path.getsize(path) if progress else 0)
     bar.enabled = bar.enabled and progress
-    skipped = 0
-    if reference:
-        timeline = source.timeline()
-        for batch in source.batches():
-            analysis.feed(timeline.push(batch), timeline.now)
-            analysis.count_unmapped(source.events_skipped - skipped)
-            skipped = source.events_skipped
-            bar.update(source.reader_position(), source.events_read)
-    else:
-        for block, now in blocks_of(source, analysis, BLOCK_ROWS, bar):
-            analysis.feed_block(block, now)
+    for block, now in blocks_of(source, analysis, BLOCK_ROWS, bar):
+        analysis.feed_block(block, now)
     bar.done()
+    return finish(source, analysis)
+
+
+def finish(source: ReplaySource, analysis: Analysis) -> Dict[str, Any]:
+    """analyze()'s result once every block was fed."""
     if source.reader.truncated:
         analysis.truncated(source.reader.truncation)
     result = analysis.finish()

@@ -23,10 +23,10 @@ from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.process import tune_gc
 
 
-def check_recording(path: str, rules: Rules, profile: Optional[str] = None, reference: bool = False,
-                    progress: bool = True, name: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
+def check_recording(path: str, rules: Rules, profile: Optional[str] = None, progress: bool = True,
+                    name: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
     """The report of one recording (`name`: what it is called in the report; default its file name)."""
-    result = analyze(path, profile, progress=progress, reference=reference)
+    result = analyze(path, profile, progress=progress)
     analysis, reading = result["analysis"], result["reading"]
     analysis["summary"]["latency_by_op"] = op_rows(result["latency"])
     violations = evaluate(rules, analysis["findings"], p99_by_op(result["latency"]), reading["lost"],
@@ -44,23 +44,23 @@ class Outcome:
     exit_code: int = 0
 
 
-def _check_one(path: str, name: str, rules: Rules, profile: Optional[str], reference: bool) -> Outcome:
+def _check_one(path: str, name: str, rules: Rules, profile: Optional[str]) -> Outcome:
     tune_gc()
     try:
-        return Outcome(name, check_recording(path, rules, profile, reference, progress=False, name=name))
+        return Outcome(name, check_recording(path, rules, profile, progress=False, name=name))
     except NpuTraceError as exc:
         return Outcome(name, error=str(exc), exit_code=exc.exit_code)
 
 
-def check_many(paths: Sequence[str], rules: Rules, profile: Optional[str] = None, reference: bool = False,
+def check_many(paths: Sequence[str], rules: Rules, profile: Optional[str] = None,
                jobs: Optional[int] = None) -> List[Outcome]:  # fmt: skip
     """Every recording checked, `jobs` processes at once (default: one per CPU, at most one per recording)."""
     names = report_names(paths)
     workers = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
     if workers == 1:
-        return [_check_one(p, n, rules, profile, reference) for p, n in zip(paths, names)]
+        return [_check_one(p, n, rules, profile) for p, n in zip(paths, names)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_check_one, p, n, rules, profile, reference) for p, n in zip(paths, names)]
+        futures = [pool.submit(_check_one, p, n, rules, profile) for p, n in zip(paths, names)]
         return [f.result() for f in futures]
 
 

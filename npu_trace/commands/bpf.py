@@ -11,12 +11,13 @@ from typing import Any, Dict, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource, BpfStream
-from npu_trace.commands.stream import add_chip_option, add_scope_options, note, printing
+from npu_trace.commands.stream import add_chip_option, add_scope_options, note
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
-from npu_trace.pipeline import Batch, Sink, Timeline, pump
+from npu_trace.pipeline import Batch, Sink, pump
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.process import prepare_process
-from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sinks.text import StreamPrinter, printing
 from npu_trace.sources.comm import CommCache
 from npu_trace.sources.options import TraceOptions, processes
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         variant = f" ({bpf.variant.describe()})" if bpf.variant else ""
         print(f"npu-trace: BPF programs attached{variant}; Ctrl-C stops", file=sys.stderr, flush=True)
         source = BpfStream(bpf, READ_BYTES)
-        timeline = Timeline(None, ledger=source.ledger)
+        timeline = BlockTimeline(None, {}, {}, ledger=source.ledger)  # the channels' stream only: no pages
         counted = Counted(printing(timeline, printer))
         pump(source, counted, duration=args.duration, stop=stop, poll_s=POLL_S)
         hists = bpf.histograms()

@@ -38,8 +38,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile", help="profile to analyze with (default: the recording's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no text report on stdout")
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="several recordings: N at once (default: one per CPU)")
-    p.add_argument("--reference", action="store_true",
-                   help="analyse with the pure-Python reference path (an object per event: slower, same report)")
     p.set_defaults(func=run)
 
 
@@ -63,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_one(args: argparse.Namespace, path: str, rules: Rules) -> int:
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
-    report = check_recording(path, rules, args.profile, args.reference)
+    report = check_recording(path, rules, args.profile)
     if args.json:
         _write(args.json, render_json(report))
     if args.junit:
@@ -74,7 +72,7 @@ def run_one(args: argparse.Namespace, path: str, rules: Rules) -> int:
 
 
 def run_many(args: argparse.Namespace, paths: List[str], rules: Rules) -> int:
-    outcomes = check_many(paths, rules, args.profile, args.reference, args.jobs)
+    outcomes = check_many(paths, rules, args.profile, args.jobs)
     summary = batch_summary(outcomes, rules)
     if args.json:
         _write(args.json, render_json(summary))

@@ -10,13 +10,14 @@ from typing import Any, Callable, Optional, Tuple
 
 from npu_trace import sim
 from npu_trace.commands.sim import add_host_options, host_from_args
-from npu_trace.commands.stream import announce, note, print_summary, printing, terminal_printer
+from npu_trace.commands.stream import announce, note, print_summary, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
 from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.cycle import DEMO_CYCLE, CyclePlan, ScenarioCycle, scenario_steps
+from npu_trace.sinks.text import printing
 from npu_trace.sources.channels import Channels
 from npu_trace.sources.live import LiveTrace
 from npu_trace.sources.options import TraceOptions
@@ -90,13 +91,13 @@ def _trace_scenario(args: argparse.Namespace, fs: Tracefs) -> int:
     with LiveTrace(session, channels) as source:
         announce(session, channels=channels)
         printer.kernel = session.kernel_text()
-        timeline = source.timeline()
+        timeline = source.block_timeline(keep_unknown=True)
         cycle = ScenarioCycle(cycle_plan(args), sim.start_scenario, side, on_start=lambda text: note(f"demo: {text}"))
         try:
             pump(source, printing(timeline, printer), stop=stop, until=cycle.poll)
         finally:
             cycle.terminate()
-    print_summary(session, timeline.events, channels, unformatted=printer.unformatted)
+    print_summary(session, timeline, printer, channels)
     print(f"npu-trace: demo: {cycle.index} scenario run(s)", file=sys.stderr)
     return 0
 

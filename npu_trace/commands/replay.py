@@ -1,4 +1,5 @@
-"""`npu-trace replay FILE`: a recording through the same decode path as live tracing, as text or NDJSON."""
+"""`npu-trace replay FILE`: a recording through the same path as live tracing (its blocks, their text or NDJSON
+made from the columns), at its pace or as fast as it reads (--max); or in the TUI."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import argparse
 import sys
 from typing import Any, Optional
 
-from npu_trace.commands.stream import printing
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
-from npu_trace.pipeline import pump
+from npu_trace.pipeline import Batch, pump
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.scope import RawScope
-from npu_trace.process import prepare_process
-from npu_trace.sinks.text import StreamPrinter
+from npu_trace.process import StopFlag, prepare_process
+from npu_trace.sinks.text import StreamPrinter, printing, scope_summary, unformatted_summary
 from npu_trace.sources.replay_source import ReplaySource
 
 
@@ -40,9 +41,35 @@ def run(args: argparse.Namespace) -> int:
     source = ReplaySource(args.file, speed=speed)
     printer = StreamPrinter(sys.stdout, args.format, source.comm, source.reader.kernel_text())
     stop = prepare_process()
-    pump(source, printing(source.timeline(), printer, replay_scope(source)), stop=stop)
-    print_replay_summary(source, printer.unformatted)
+    keep = replay_scope(source)
+    timeline = source.block_timeline(keep_unknown=True)  # every record shown (one no format describes: its bytes)
+    if args.max:
+        print_all(source, timeline, printer, keep, stop)
+    else:
+        pump(source, printing(timeline, printer, keep), stop=stop)
+    print_replay_summary(source, printer, keep)
     return 0
+
+
+PRINT_ROWS = 1 << 16  # --max prints the released rows in blocks of about this many
+
+
+def print_all(source: ReplaySource, timeline: BlockTimeline, printer: StreamPrinter, keep: Optional[RawScope],
+              stop: StopFlag) -> None:  # fmt: skip
+    """The whole recording as fast as it reads (--max): each recorded chunk walked in place (`add_chunk`, as
+    `check` reads), the released rows printed a block at a time."""
+    for part in source.parts():
+        if stop.stopped:
+            break
+        if isinstance(part, Batch):
+            timeline.add(part)
+        else:
+            timeline.add_chunk(part)
+        if timeline.pending_rows >= PRINT_ROWS or timeline.ended:
+            block = timeline.take()
+            printer.write_block(block if keep is None else keep.keep(block))
+    block = timeline.flush()
+    printer.write_block(block if keep is None else keep.keep(block))
 
 
 def replay_scope(source: ReplaySource) -> Optional[RawScope]:
@@ -52,16 +79,14 @@ def replay_scope(source: ReplaySource) -> Optional[RawScope]:
     return RawScope(scope, profile.mapping) if scope.active and profile is not None else None
 
 
-def print_replay_summary(source: ReplaySource, unformatted: int = 0) -> None:
+def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Optional[RawScope] = None) -> None:
+    """What was replayed, on stderr: the records read (every one printed, but what the scope left out), those
+    shown by their raw fields, the malformed ones, the other channels' events, the losses."""
     reader = source.reader
     cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
     more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
-    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages{more}"
-          f"{unformatted_summary(unformatted)}; {source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip
-
-
-def unformatted_summary(unformatted: int) -> str:
-    """ ", 3 of them shown by their fields (their text could not be made)" for a summary line; "" for none."""
-    if not unformatted:
-        return ""
-    return f", {unformatted} of them shown by their fields (their text could not be made: npu_trace.ftrace.special)"
+    malformed = source.block_timeline().malformed
+    bad = f", {malformed} malformed" if malformed else ""
+    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages"
+          f"{unformatted_summary(printer.unformatted)}{bad}{more}{scope_summary(keep.filter if keep else None)}; "
+          f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip

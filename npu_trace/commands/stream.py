@@ -7,10 +7,11 @@ import sys
 from typing import Any, Callable, List, Mapping, Optional
 
 from npu_trace.device.chips import CHIPS
-from npu_trace.pipeline import Batch, Sink, Timeline, pump
+from npu_trace.pipeline import pump
+from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
 from npu_trace.process import prepare_process
-from npu_trace.sinks.text import StreamPrinter
+from npu_trace.sinks.text import StreamPrinter, printing, scope_summary, unformatted_summary
 from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live import LiveTrace
@@ -142,28 +143,15 @@ def announce_lines(session: TracefsSession, doing: str = "", channels: Optional[
     return lines
 
 
-def print_summary(session: TracefsSession, printed: int, channels: Optional[Channels] = None,
-                  scope: Optional[ScopeFilter] = None, unformatted: int = 0) -> None:  # fmt: skip
-    err = sys.stderr
-    extra = f", {session.malformed} malformed" if session.malformed else ""
-    if unformatted:
-        extra += f", {unformatted} shown by their fields (their text could not be made)"
+def print_summary(session: TracefsSession, timeline: BlockTimeline, printer: StreamPrinter,
+                  channels: Optional[Channels] = None, scope: Optional[ScopeFilter] = None) -> None:  # fmt: skip
+    """What was traced and shown, on stderr: the events read (every one printed, but what the scope left
+    out), those shown by their raw fields, the malformed records, the channels, the losses."""
+    extra = f", {timeline.malformed} malformed" if timeline.malformed else ""
     more = channel_summary(channels)
-    print(
-        f"npu-trace: {printed} events from {len(session.selected)} event types{extra}{more}{scope_summary(scope)}; "
-        f"{session.ledger.summary()}",
-        file=err,
-    )
-
-
-def scope_summary(scope: Optional[ScopeFilter]) -> str:
-    """ ", 120 left out by the scope (device 100, irq 20)" for a summary line; "" when the pipeline left
-    nothing out (the kernel's filters never delivered what they left out: not counted)."""
-    dropped = scope.dropped if scope is not None else {}
-    if not sum(dropped.values()):
-        return ""
-    why = ", ".join(f"{k} {n}" for k, n in sorted(dropped.items()))
-    return f", {sum(dropped.values())} left out by the scope ({why})"
+    print(f"npu-trace: {timeline.events} events from {len(session.selected)} event types"
+          f"{unformatted_summary(printer.unformatted)}{extra}{more}{scope_summary(scope)}; "
+          f"{session.ledger.summary()}", file=sys.stderr)  # fmt: skip
 
 
 def scope_keeper(
@@ -188,19 +176,6 @@ def terminal_printer(session: TracefsSession, fmt: str) -> StreamPrinter:
     return StreamPrinter(sys.stdout, fmt, CommCache(lambda: saved_comms(session.fs)))
 
 
-def printing(timeline: Timeline, printer: StreamPrinter, keep: Optional[RawScope] = None) -> Sink:
-    """A pump sink: each batch through the timeline, what it releases (in time order, in scope) printed."""
-
-    def sink(batch: Batch) -> None:
-        items = timeline.push(batch)
-        if keep is not None and items:
-            items = keep.keep(items)
-        if items:
-            printer.write_batch(items)
-
-    return sink
-
-
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     session = options.make_session()
@@ -211,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         announce(session, channels=channels)
         printer.kernel = session.kernel_text()
         keep = scope_keeper(session, options.profile.mapping, printer.comm_of)
-        timeline = source.timeline()
+        timeline = source.block_timeline(keep_unknown=True)
         pump(source, printing(timeline, printer, keep), duration=options.duration, stop=stop)
-    print_summary(session, timeline.events, channels, keep.filter if keep is not None else None, printer.unformatted)
+    print_summary(session, timeline, printer, channels, keep.filter if keep is not None else None)
     return 0

@@ -1,4 +1,4 @@
-"""`Analysis`: the Normalizer and every detector, fed the timeline's items in time order, ending in a report.
+"""`Analysis`: the block normalizer and every detector, fed the timeline's blocks in time order, ending in a report.
 
 The report is a deterministic function of the item sequence, whatever the batch split and however often time
 was advanced: time comes only from event timestamps and the timeline's watermarks, findings are totally
@@ -27,9 +27,9 @@ from npu_trace.detectors.states import DeviceStateDetector
 from npu_trace.detectors.timeouts import TimeoutDetector
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.blocks import Block
+from npu_trace.pipeline.blocks import Block, objects_block
 from npu_trace.pipeline.normalize import Normalizer
-from npu_trace.pipeline.scope import ScopeFilter
+from npu_trace.pipeline.scope import ScopeFilter, scoped
 from npu_trace.pipeline.vnormalize import KIND_CODE, BlockNormalizer, NormBlock, kind_counts, kind_in, time_span
 
 
@@ -57,7 +57,7 @@ class Analysis:
         self.states = DeviceStateDetector(profile.reset)
         self._timeouts = TimeoutDetector(profile.merge_ns)
         self.health = HealthDetector()
-        self.block_normalizer = BlockNormalizer(self.normalizer)  # the fast path's, sharing the pairing state
+        self.block_normalizer = BlockNormalizer(self.normalizer)  # over its rules and call pairing
         self._last_seen = 0  # the latest stamp of the items fed as blocks
         self.detectors: Dict[str, Detector] = {
             "processes": self.processes,
@@ -91,18 +91,9 @@ class Analysis:
         return scope if scope is not None and scope.active else None
 
     def feed(self, items: Sequence[Any], now: Optional[int] = None) -> List[Finding]:
-        """The timeline's items, in time order: the trace's TraceEvents and Losses are normalized here (call
-        entries paired with their returns), the other channels' NpuEvents pass as they are. `now`: the
-        timeline's watermark after them (see advance)."""
-        scope = self.scope
-        if scope is not None:
-            items = scope.raw(items)
-        events, logs = self.normalizer.feed_mapped(items)  # unmapped events: counted as "log", not built
-        if scope is not None:
-            events = scope.events(events)
-        self.count_unmapped(logs)
-        found = self.feed_events(events) if events else []
-        return found + self.advance(now) if now is not None else found
+        """Items as objects, in time order (TraceEvents decoded elsewhere, Losses, the other channels'
+        NpuEvents): as a block of objects (`feed_block`). `now`: the timeline's watermark after them."""
+        return self.feed_block(objects_block(items), now)
 
     def advance(self, now: Optional[int]) -> List[Finding]:
         """Time has reached `now` (the timeline's watermark: nothing earlier is still to come), events or
@@ -137,29 +128,28 @@ class Analysis:
             self.kind_counts["log"] += n
 
     def normalize(self, items: Sequence[Any]) -> List[NpuEvent]:
-        """The timeline's items as the detectors see them, unmapped ones included (as "log" events): normalized
-        and scoped, not fed (the TUI shows them first, then calls feed_events)."""
-        scope = self.scope
-        if scope is None:
-            return self.normalizer.feed(items)
-        return scope.events(self.normalizer.feed(scope.raw(items)))
+        """Items as objects, as the detectors see them, unmapped ones included (as "log" events): normalized and
+        scoped, not fed (a consumer that shows them first, then calls feed_events)."""
+        nb = self.normalize_block(objects_block(items))
+        return [nb.event(i) for i in range(len(nb))]
 
-    # ---- the fast path: a whole block at once, the same state and findings ------------------------------
+    # ---- the path: a whole block at once -----------------------------------------------------------------
     def feed_block(self, block: Block, now: Optional[int] = None) -> List[Finding]:
-        """The timeline's items as a columnar block (`npu_trace.pipeline.blocks`): exactly what feed() would
-        do with them one by one (same counts, pairings, findings and summaries), with arrays for the events
-        that come by the hundred thousand (calls, tasks, IRQs, memory) and objects only for the rare ones."""
+        """The timeline's items as a columnar block (`npu_trace.pipeline.blocks`): what feeding them one by one
+        would do (same counts, pairings, findings and summaries: tests/reference/analysis.py is that), with
+        arrays for the events that come by the hundred thousand (calls, tasks, IRQs, memory) and objects only
+        for the rare ones."""
         if not len(block):
             return self.advance(now) if now is not None else []
-        if self.scope is not None:  # the scope's stage is per event: the reference path, the same findings
-            return self.feed(block.items(), now)
         return self.feed_normalized(self.normalize_block(block), now)
 
     def normalize_block(self, block: Block) -> NormBlock:
-        """A block normalized (pairing state carried from block to block), not yet fed: the TUI's views read
-        it too. Without a scope only (a scope's stage is per event: `normalize` and `feed_events`)."""
-        assert self.scope is None, "a scoped analysis normalizes events one by one"
-        return self.block_normalizer.normalize(block)
+        """A block normalized (pairing state carried from block to block) and scoped, not yet fed: the TUI's
+        views read it too."""
+        scope = self.scope
+        if scope is None:
+            return self.block_normalizer.normalize(block)
+        return scoped(scope, block, self.block_normalizer.normalize)
 
     def feed_normalized(self, nb: NormBlock, now: Optional[int] = None) -> List[Finding]:
         """A normalized block to the detectors (see feed_block)."""

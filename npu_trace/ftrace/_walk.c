@@ -1,7 +1,8 @@
 /* The page walker of npu_trace.ftrace.walk, compiled: a whole batch of one CPU's ring-buffer pages per call.
  *
- * walk.py holds the rules (they are PageDecoder's, rule for rule) and the pure-Python twin, walk_py, whose
- * results are identical. This file trusts nothing it reads: every load from a page is bounds-checked against
+ * npu_trace/ftrace/framing.py specifies the page framing this walks, rule for rule, and the reasons a page or
+ * a record is malformed (enum malformed_reason below, exported as REASONS, in framing.MALFORMED's order);
+ * walk.py holds the pure-Python twin, walk_py, whose results are identical. This file trusts nothing it reads: every load from a page is bounds-checked against
  * that page (a load outside it reads 0; the walk's own checks never ask for one), page and table sizes are
  * checked on entry, and timestamps are 128-bit so that they equal Python's unbounded integers (a page stamp
  * near 2**64 plus extends goes past 64 bits). The GIL is released while walking and gathering; the buffers are
@@ -11,13 +12,14 @@
  *   buf     the bytes holding the pages
  *   pages   int64 pairs (offset, length) of each page in buf, native byte order
  *   layout  (ts_offset, commit_size, data_offset) of the page header
- *   table   int32, native order: need[65536] (minimum payload size, -1: not wanted), then dyn[65536] (0, or
+ *   table   int32, native order: need[65536] (minimum payload size, -1: not wanted, -2: no format describes
+ *           it: judged as one not wanted, but handed on as a raw row), then dyn[65536] (0, or
  *           where in the table this id's dynamic fields are listed: a count, then (where, base) pairs)
  *   big     the pages are big-endian
  *   per_page also say where each page ended
  * -> (ts, etype, offset, length, losses, (last_ts_hi, last_ts_lo, backwards, pages, skipped, malformed), ends)
  *   the four columns as bytearrays (int64, uint16, int64, uint32, native order); losses: a list of
- *   (index of the next event, kind 0 malformed / 1 page_missed, lost, ts_hi, ts_lo, page); the counters are
+ *   (index of the next event, kind: 0 page_missed, 1 + a malformed_reason, lost, ts_hi, ts_lo, page); the counters are
  *   this call's increments, last_ts the new value; ends (None unless per_page): bytes of one PageEnd per page
  *   (int64 events so far, uint64 ts_hi, uint64 ts_lo, int64 backwards so far), native order.
  *
@@ -45,8 +47,26 @@ typedef unsigned __int128 wide;
 #define MISSED_STORED ((uint64_t)1 << 30)
 #define COMMIT_MASK (MISSED_STORED - 1)
 #define NTYPES 65536
-#define LOSS_MALFORMED 0
-#define LOSS_PAGE_MISSED 1
+#define KEEP_RAW (-2) /* need[]: an event no format describes, handed on as its raw bytes (not skipped) */
+#define LOSS_PAGE_MISSED 0
+#define LOSS_MALFORMED 1 /* + the reason */
+
+/* why a page or a record is malformed: framing.MALFORMED, in this order */
+enum malformed_reason {
+    SHORT_PAGE,
+    COMMIT_PAST_PAGE,
+    BAD_LENGTH,
+    RECORD_PAST_COMMIT,
+    CUT_HEADER,
+    SHORT_RECORD,
+    DYNAMIC_OUTSIDE,
+    TS_OVERFLOW,
+    N_REASONS
+};
+static const char *const REASON_NAMES[N_REASONS] = {
+    "short_page", "commit_past_page", "bad_length", "record_past_commit",
+    "cut_header", "short_record", "dynamic_outside", "ts_overflow",
+};
 
 typedef struct {
     const uint8_t *p;
@@ -140,8 +160,9 @@ static int grow(void **arr, int64_t cap, size_t item)
 }
 
 /* The columns hold `cap` records: at most one per 8 bytes of each page's data (an event record takes at least 8:
- * a header word and a payload word, or two header words and the 2-byte id), allocated before the walk and never
- * touched beyond what it writes, so the bound costs address space, not memory. */
+ * a header word and a payload word, or two header words and the 2-byte id; a raw row cut at the commit's end at
+ * least 6, and only the last), allocated before the walk and never touched beyond what it writes, so the bound
+ * costs address space, not memory. */
 static int emit(Walker *w, wide ts, int etype, int64_t offset, int64_t size)
 {
     if (w->n >= w->cap) {
@@ -169,10 +190,10 @@ static int loss(Walker *w, int kind, uint64_t lost, wide ts)
     return 0;
 }
 
-static int malformed(Walker *w, wide ts)
+static int malformed(Walker *w, wide ts, enum malformed_reason why)
 {
     w->malformed++;
-    return loss(w, LOSS_MALFORMED, 1, ts);
+    return loss(w, LOSS_MALFORMED + (int)why, 1, ts);
 }
 
 /* ---- the walk -------------------------------------------------------------------------------------------- */
@@ -224,7 +245,10 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             etype = load16(pg, start);
             need = table_at(t, etype);
             if (need < 0) {
-                w->skipped++;
+                if (need == KEEP_RAW && ts <= TS_MAX) /* its bytes up to the commit's end at most */
+                    rc = emit(w, ts, etype, base + start, (pos > end ? end : pos) - start);
+                else
+                    w->skipped++;
                 continue;
             }
         } else if (tl == 0) {
@@ -238,15 +262,18 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             need = etype >= 0 ? table_at(t, etype) : -1;
             if (need < 0) {
                 if (size < 8 || pos > end) {
-                    rc = malformed(w, ts);
+                    rc = malformed(w, ts, size < 8 ? BAD_LENGTH : RECORD_PAST_COMMIT);
                     break;
                 }
-                w->skipped++;
+                if (need == KEEP_RAW && ts <= TS_MAX)
+                    rc = emit(w, ts, etype, base + start, size);
+                else
+                    w->skipped++;
                 continue;
             }
         } else if (pos + 8 > end) { /* every remaining kind carries a second word */
             if (!(tl == TYPE_PADDING && delta == 0))
-                rc = malformed(w, ts);
+                rc = malformed(w, ts, CUT_HEADER);
             break;
         } else if (tl == TYPE_TIME_EXTEND) {
             ts += ((wide)load32(pg, pos + 4) << TS_SHIFT) | delta;
@@ -265,16 +292,16 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             continue;
         }
         if (pos > end || size < need) {
-            rc = malformed(w, ts);
+            rc = malformed(w, ts, pos > end ? RECORD_PAST_COMMIT : SHORT_RECORD);
             if (pos > end)
                 break;
             continue;
         }
         int ok = dynamic_ok(w, t, pg, etype, start, size);
-        if (ok > 0 && ts > TS_MAX) /* past 2**63 - 1: malformed, stamped there (PageDecoder's rule) */
-            rc = malformed(w, TS_MAX);
+        if (ok > 0 && ts > TS_MAX) /* past 2**63 - 1: malformed, stamped there */
+            rc = malformed(w, TS_MAX, TS_OVERFLOW);
         else
-            rc = ok < 0 ? -1 : ok ? emit(w, ts, etype, base + start, size) : malformed(w, ts);
+            rc = ok < 0 ? -1 : ok ? emit(w, ts, etype, base + start, size) : malformed(w, ts, DYNAMIC_OUTSIDE);
     }
     w->last_ts = ts;
     return rc;
@@ -283,7 +310,7 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
 static int walk_page(Walker *w, const Table *t, const Layout *h, const Page *pg, int64_t base)
 {
     if (pg->len < h->data_offset)
-        return malformed(w, w->last_ts); /* stamped where the stream stands */
+        return malformed(w, w->last_ts, SHORT_PAGE); /* stamped where the stream stands */
     uint64_t page_ts = load64(pg, h->ts_offset);
     uint64_t commit = h->commit_size == 8 ? load64(pg, h->ts_offset + 8) : load32(pg, h->ts_offset + 8);
     if ((wide)page_ts < w->last_ts)
@@ -291,7 +318,7 @@ static int walk_page(Walker *w, const Table *t, const Layout *h, const Page *pg,
     w->pages++;
     int64_t end = h->data_offset + (int64_t)(commit & COMMIT_MASK);
     if (end > pg->len) {
-        if (malformed(w, page_ts))
+        if (malformed(w, page_ts, COMMIT_PAST_PAGE))
             return -1;
         end = pg->len;
     }
@@ -379,8 +406,8 @@ static const char *check_args(const Py_buffer *buf, const Py_buffer *pages, cons
         memcpy(&len, (const char *)pages->buf + 16 * i + 8, 8);
         if (off < 0 || len < 0 || off > buf->len || len > buf->len - off)
             return "pages: a page lies outside the buffer";
-        if (len > h->data_offset)
-            *cap += (len - h->data_offset) / 8;
+        if (len > h->data_offset) /* the last may be a raw row cut at the page's end: 6 bytes at least */
+            *cap += (len - h->data_offset + 2) / 8;
         if (*cap > PY_SSIZE_T_MAX / 8)
             return "pages: too many";
     }
@@ -568,5 +595,18 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__walk(void)
 {
-    return PyModule_Create(&module);
+    PyObject *mod = PyModule_Create(&module), *names = PyTuple_New(N_REASONS);
+    for (int i = 0; mod && names && i < N_REASONS; i++) {
+        PyObject *name = PyUnicode_FromString(REASON_NAMES[i]);
+        if (name == NULL)
+            Py_CLEAR(names);
+        else
+            PyTuple_SET_ITEM(names, i, name);
+    }
+    if (mod == NULL || names == NULL || PyModule_AddObject(mod, "REASONS", names)) {
+        Py_XDECREF(names);
+        Py_XDECREF(mod);
+        return NULL;
+    }
+    return mod;
 }

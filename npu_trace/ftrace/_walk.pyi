@@ -6,6 +6,8 @@ from typing_extensions import Buffer as _Bytes
 
 Buffer = Union[_Bytes, np.ndarray[Any, Any]]  # anything with the buffer protocol, C-contiguous
 
+REASONS: Tuple[str, ...]  # why a page or a record is malformed (npu_trace.ftrace.framing.MALFORMED)
+
 def walk(
     buf: Buffer,
     pages: Buffer,

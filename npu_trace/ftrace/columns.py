@@ -4,8 +4,10 @@
 every integer field, `char[N]` as bytes, integer arrays, `__data_loc`/`__rel_loc` words, struct-typed fields
 expanded member by member when the profile gives their layout: "inst.devid"). `Table` holds the records of
 one format in one block: their fixed parts as a structured array (`cols`), and where each whole record lies
-(buffer, offset, length) so that a single row can be decoded exactly as the reference does (`row_values`:
-strings, dynamic arrays, struct dicts), for the rare rows the detectors need as objects.
+(buffer, offset, length) so that a single row can be decoded exactly as `RecordDecoder` does (`row_values`:
+strings, dynamic arrays, struct dicts), for the rare rows the detectors need as objects. `values(rows)` gives
+the field values of many rows, one list per field, as `RecordDecoder` gives them (integers and fixed strings
+and arrays from the columns, the rest row by row): what text and NDJSON are made from.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, make_decoder
+from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, c_string, make_decoder
 from npu_trace.ftrace.format import ARRAY, BYTES, CHAR_ARRAY, DATA_LOC, INT, REL_LOC, TAIL, EventFormat, Field
 from npu_trace.ftrace.walk import gather
 
@@ -68,7 +70,7 @@ class FormatColumns:
         for member, code in layout:
             size = int(np.dtype(_STRUCT_CODES[code]).itemsize)
             if pos + size > field.offset + field.size:
-                break  # a layout longer than the field: the reference pads with zeros; columns stop here
+                break  # a layout longer than the field: the record decoder pads with zeros; columns stop here
             out.append((f"{field.name}.{member}", _STRUCT_CODES[code], pos))
             pos += size
         return out
@@ -95,8 +97,55 @@ class Table:
         return self.cols[name]
 
     def row_values(self, i: int) -> Tuple[int, Tuple[Any, ...]]:
-        """(pid, values) of row i, exactly as the reference decoder gives them."""
+        """(pid, values) of row i, exactly as the record decoder gives them."""
         return self.plan.decoder.decode(self.bufs[int(self.buf[i])], int(self.offset[i]), int(self.length[i]))
+
+    def values(self, rows: np.ndarray, arrays: bool = False) -> List[Any]:
+        """The field values of these rows (positions in the table), one list per field of the format, each value
+        as `row_values` gives it (`arrays`: an integer field's as its numpy column instead)."""
+        decoded: Optional[List[Tuple[Any, ...]]] = None
+        out: List[Any] = []
+        for k, field in enumerate(self.plan.fmt.fields):
+            if arrays and field.kind == INT and field.name in self.plan.fields:
+                out.append(self.cols[field.name][rows])
+                continue
+            column = self._column_values(field, rows)
+            if column is None:
+                if decoded is None:
+                    decoded = [self.row_values(r)[1] for r in rows.tolist()]
+                column = [values[k] for values in decoded]
+            out.append(column)
+        return out
+
+    def _column_values(self, field: Field, rows: np.ndarray) -> Optional[List[Any]]:
+        """One field's values from its column (None: the field is decoded row by row)."""
+        if field.name not in self.plan.fields:
+            return None
+        if field.kind in (DATA_LOC, REL_LOC):
+            return self._strings(field, rows) if is_text(field) else None
+        if field.kind not in (INT, CHAR_ARRAY, ARRAY):
+            return None
+        values: List[Any] = self.cols[field.name][rows].tolist()
+        if field.kind != CHAR_ARRAY:
+            return values
+        text = {raw: c_string(raw) for raw in set(values)}  # a name repeats: decoded once
+        return [text[raw] for raw in values]
+
+    def _strings(self, field: Field, rows: np.ndarray) -> List[str]:
+        """A `__data_loc char[]` (or __rel_loc) field's strings: its locator from the column, the bytes it
+        names (inside the record: the walk checked it) sliced from the record's buffer."""
+        loc = self.cols[field.name][rows].astype(np.int64)
+        start = self.offset[rows] + (loc & 0xFFFF) + (field.offset + field.size if field.kind == REL_LOC else 0)
+        end = start + (loc >> 16)
+        bufs, which = self.bufs, self.buf[rows].tolist()
+        raws = [bytes(bufs[b][s:e]) for b, s, e in zip(which, start.tolist(), end.tolist())]
+        text = {raw: c_string(raw) for raw in set(raws)}  # a name repeats: decoded once
+        return [text[raw] for raw in raws]
+
+
+def is_text(field: Field) -> bool:
+    """A dynamic field of characters (a string)."""
+    return field.type.replace("const ", "").strip() in ("char", "unsigned char", "signed char")
 
 
 def fixed_parts(plan: FormatColumns, buf: Any, offsets: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""Encoding ftrace ring-buffer pages: the inverse of `npu_trace.ftrace.decode`, for test data, benchmarks and the
-records of an ftrace text import (`npu_trace.sources.ftrace_text`).
+"""Encoding ftrace ring-buffer pages: the inverse of the walk and `npu_trace.ftrace.decode`, for test data,
+benchmarks and the records of an ftrace text import (`npu_trace.sources.ftrace_text`).
 
 Pure: (timestamp, pid, format, values) rows in, page bytes out, laid out as the kernel writes them
 (kernel/trace/ring_buffer.c): a page header (u64 timestamp of the page, local_t commit = bytes of data, with
@@ -9,8 +9,9 @@ time extend record (type 30) before a record whose delta does not fit in 27 bits
 first record's, so that record's delta is 0.
 
 Values follow the format's own fields (as `TraceEvent.values`): integers, `char[N]` and `__data_loc char[]`
-strings, integer arrays (lists), struct-typed fields as raw bytes or their hex text, a last flexible `char name[]`
-(ftrace:print's `buf`) as a string. A row may carry a fifth item, (common_flags, common_preempt_count).
+strings, integer arrays (lists), struct-typed fields as raw bytes or their hex text, a flexible last field
+(ftrace:print's `char buf[]`) as its text or bytes. A row may carry a fifth item, (common_flags,
+common_preempt_count).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import struct
 import sys
 from typing import Any, Iterable, List, Optional, Tuple
 
-from npu_trace.ftrace.decode import MISSED_EVENTS, MISSED_STORED, TS_DELTA_MASK, TS_SHIFT, TYPE_TIME_EXTEND
 from npu_trace.ftrace.format import (
     ARRAY,
     BYTES,
@@ -32,6 +32,7 @@ from npu_trace.ftrace.format import (
     Field,
     PageHeader,
 )
+from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED, TS_DELTA_MASK, TS_SHIFT, TYPE_TIME_EXTEND
 
 _INT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 MAX_INLINE = 28 * 4  # the longest payload whose length fits in type_len
@@ -52,8 +53,8 @@ class RecordEncoder:
         pid_field = fmt.field("common_pid")
         struct.pack_into(self.end + "i", rec, pid_field.offset, pid)
         for field, value in zip(fmt.fields, values):
-            if field.kind == TAIL:
-                rec += str(value).encode() + b"\0"
+            if field.kind == TAIL:  # the last field, the rest of the record
+                rec += (value.encode() + b"\0") if isinstance(value, str) else bytes(value)
             else:
                 self._put(rec, field, value)
         rec += bytes(-len(rec) % 4)

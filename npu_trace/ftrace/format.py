@@ -229,7 +229,7 @@ def check_format(fmt: EventFormat) -> None:
     65535), the names, the common fields of struct trace_entry where the kernel puts them, each field inside
     the record (offset + size within 64 KiB), no two fields overlapping or named alike, a flexible array last.
     `parse_format` calls it: every format parsed from text (tracefs, a recording's header, a trace.dat) is one
-    whose records every decoder (PageDecoder, the page walkers, the columns) can read."""
+    whose records every decoder (the page walkers, the columns, the record decoder) can read."""
     event = fmt.full_name
 
     def bad(what: str, field: Optional[str] = None) -> FormatError:

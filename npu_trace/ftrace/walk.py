@@ -1,21 +1,23 @@
-"""The page walker: one CPU's ring-buffer pages in, one column per record property out (numpy), for analysis
-at kernel speed.
+"""The page walker: one CPU's ring-buffer pages in, one column per record property out (numpy): how every
+consumer reads pages.
 
-Where `PageDecoder` makes a TraceEvent of every record, `walk` only finds the records: for each event record,
-in record order, its timestamp, its event id and where its payload (from common_type on) lies in the caller's
-buffer. The columnar analysis then takes the fixed part of one event type's records at once (`gather`) and
-views it as a numpy structured array.
+The walk does not decode: for each event record, in record order, it gives its timestamp, its event id and
+where its payload (from common_type on) lies in the caller's buffer. A block then takes the fixed part of one
+event type's records at once (`gather`) and views it as a numpy structured array
+(`npu_trace.ftrace.columns`); `RecordDecoder.decode(buf, offset, length)` decodes one record exactly.
 
-The walk follows PageDecoder rule for rule (time deltas, time extends, absolute stamps with the MSB rule,
-padding, long records, a commit beyond the page, short pages, the missed-events flags, `backwards`), so for
-every record it returns, `RecordDecoder.decode(buf, offset, length)` gives PageDecoder's TraceEvent (with
-`ts`), and its losses are PageDecoder's, at the same places. Which records are decodable is PageDecoder's
-judgement too: `wanted` maps each event id to a `Want` (its decoder's minimum payload size and where its
-dynamic fields' locators are: `wants(decoders)`), records of other ids are skipped and counted.
+The rules are the page framing of `npu_trace.ftrace.framing` (time deltas, time extends, absolute stamps with
+the MSB rule, padding, long records, a commit beyond the page, short pages, the missed-events flags,
+`backwards`), and so are the reasons a page or record is malformed: each is a Loss of kind
+"malformed:<reason>" at its place. Which records are decodable is judged by `wanted`: it maps each event id
+to a `Want` (its decoder's minimum payload size and where its dynamic fields' locators are:
+`wants(decoders)`); records of other ids are skipped and counted, or, with `keep_unknown` (a consumer that
+shows every record: the ids no format describes), handed on as rows of their raw bytes (judged as records not
+wanted are: the framing's rules stay one; a fixed-size one running past the commit is cut there).
 
 Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
-int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed, as PageDecoder judges it:
-dropped, counted, its loss stamped 2**63 - 1 (as every loss past it).
+int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed ("ts_overflow"): dropped,
+counted, its loss stamped 2**63 - 1 (as every loss past it).
 
 Two implementations, identical in every result: the C extension `npu_trace.ftrace._walk` (a whole batch per
 call, built by the package's install where a compiler is) and `walk_py` / `gather_py` in pure Python.
@@ -36,19 +38,21 @@ import numpy as np
 import numpy.typing as npt
 
 from npu_trace.events import Loss
-from npu_trace.ftrace.decode import (
+from npu_trace.ftrace.decode import RecordDecoder
+from npu_trace.ftrace.format import DATA_LOC, REL_LOC, PageHeader
+from npu_trace.ftrace.framing import (
     COMMIT_MASK,
+    MALFORMED,
     MISSED_EVENTS,
     MISSED_STORED,
     TS_MAX,
-    TS_MSB,
     TS_SHIFT,
     TYPE_PADDING,
     TYPE_TIME_EXTEND,
     TYPE_TIME_STAMP,
-    RecordDecoder,
+    abs_ts,
+    malformed_kind,
 )
-from npu_trace.ftrace.format import DATA_LOC, REL_LOC, PageHeader
 
 try:
     from npu_trace.ftrace import _walk
@@ -58,24 +62,27 @@ except ImportError:  # installed where no compiler was: the pure-Python walk, wi
 IMPLEMENTATION = "c" if _walk is not None else "python"
 NTYPES = 1 << 16  # event ids are u16
 MASK64 = (1 << 64) - 1
-LOSS_KINDS = ("malformed", "page_missed")  # the C walker's loss codes
+LOSS_KINDS = ("page_missed", *map(malformed_kind, MALFORMED))  # the C walker's loss codes
 
 Buffer = Union[bytes, bytearray, memoryview]
 Pages = Union[Sequence[Tuple[int, int]], npt.NDArray[np.int64]]
 
 
 class Want(NamedTuple):
-    """What makes a record of a wanted event decodable, as PageDecoder judges it: at least `size` payload bytes,
+    """What makes a record of a wanted event decodable (RecordDecoder can decode it): at least `size` payload bytes,
     and the data of each dynamic field inside the record. `dynamic`: one (where, base) per __data_loc or
     __rel_loc field, `where` its u32 locator's offset in the payload, `base` what the locator's offset counts
     from (0; for __rel_loc the end of the field)."""
 
-    size: int
+    size: int  # -2 (RAW): no format describes the event, its records are handed on as raw bytes
     dynamic: Tuple[Tuple[int, int], ...] = ()
 
 
+RAW = Want(-2)  # the C walker's KEEP_RAW
+
+
 def wants(decoders: Mapping[int, RecordDecoder]) -> Dict[int, Want]:
-    """The `wanted` table that makes `walk` judge records as a PageDecoder over these decoders does."""
+    """The `wanted` table that makes `walk` judge records as these decoders would (decodable or malformed)."""
     return {eid: _want(dec) for eid, dec in decoders.items()}
 
 
@@ -91,7 +98,7 @@ def _want(dec: RecordDecoder) -> Want:
 
 @dataclass
 class WalkState:
-    """One CPU's walk, carried from call to call (as a PageDecoder carries its own)."""
+    """One CPU's walk, carried from call to call."""
 
     last_ts: int = 0  # the last record's timestamp (exact)
     backwards: int = 0  # times a page or an absolute stamp went back before the previous record
@@ -114,7 +121,7 @@ Layout = Tuple[int, int, int]  # ts_offset, commit_size, data_offset
 
 
 def layout(header: PageHeader) -> Layout:
-    """The page header as the walk reads it (PageDecoder reads the commit word right after the timestamp)."""
+    """The page header as the walk reads it (the commit word right after the timestamp: framing.py)."""
     if header.commit_offset != header.ts_offset + 8 or header.commit_size not in (4, 8):
         raise ValueError(f"unsupported page header: {header}")
     if header.ts_offset < 0 or header.commit_offset + header.commit_size > header.data_offset:
@@ -161,11 +168,13 @@ class Walker:
     batch after batch: `walk()` then costs the C call and the columns (the pure-Python walk where the
     extension was not built, with the same results)."""
 
-    def __init__(self, header: PageHeader, wanted: Optional[Mapping[int, Want]] = None,
-                 byteorder: str = sys.byteorder, source: str = "tracefs") -> None:  # fmt: skip
+    def __init__(self, header: PageHeader, wanted: Optional[Mapping[int, Want]] = None, byteorder: str = sys.byteorder,
+                 source: str = "tracefs", keep_unknown: bool = False) -> None:  # fmt: skip
+        if keep_unknown and wanted is not None:
+            wanted = Unknown(wanted)
         self.header, self.wanted, self.byteorder, self.source = header, wanted, byteorder, source
         self.layout = layout(header)
-        self.table = _table(None if wanted is None else tuple(sorted(wanted.items())))
+        self.table = _table(None if wanted is None else tuple(sorted(wanted.items())), keep_unknown)
         self.swap = byteorder != "little"
 
     def walk(self, buf: Buffer, pages: Pages, cpu: int, state: WalkState) -> Walk:
@@ -224,11 +233,20 @@ def _column(raw: bytearray, dtype: Any) -> Any:
     return np.frombuffer(raw, dtype=dtype)
 
 
+class Unknown(Dict[int, Want]):
+    """A `wanted` table whose other ids are RAW (no format describes them: handed on as raw bytes)."""
+
+    def get(self, eid: int, default: Optional[Want] = None) -> Optional[Want]:  # type: ignore[override]
+        return super().get(eid, RAW)
+
+
 @lru_cache(maxsize=64)
-def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]]) -> bytes:
-    """The C walker's table: need[65536] (minimum size, -1: not wanted), dyn[65536] (0, or where this id's
-    dynamic fields are listed: a count, then (where, base) pairs), then those lists; int32, native order."""
-    table = array("i", [0 if wanted is None else -1]) * NTYPES + array("i", [0]) * NTYPES
+def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]], keep_unknown: bool = False) -> bytes:
+    """The C walker's table: need[65536] (minimum size, -1: not wanted, -2: kept raw), dyn[65536] (0, or where
+    this id's dynamic fields are listed: a count, then (where, base) pairs), then those lists; int32, native
+    order."""
+    other = 0 if wanted is None else RAW.size if keep_unknown else -1
+    table = array("i", [other]) * NTYPES + array("i", [0]) * NTYPES
     for eid, want in wanted or ():
         _check_want(eid, want)
         table[eid] = want.size
@@ -240,6 +258,8 @@ def _table(wanted: Optional[Tuple[Tuple[int, Want], ...]]) -> bytes:
 
 
 def _check_want(eid: int, want: Want) -> None:
+    if want is RAW:
+        return
     values = (want.size, *(v for pair in want.dynamic for v in pair))
     if not 0 <= eid < NTYPES or any(not 0 <= v < 1 << 31 for v in values) or any(len(p) != 2 for p in want.dynamic):
         raise ValueError(f"wanted: event id {eid}: {want} is not a valid Want")
@@ -272,7 +292,7 @@ def walk_py(
     byteorder: str = sys.byteorder,
     source: str = "tracefs",
 ) -> Walk:
-    """Walk one CPU's pages (`pages`: the (offset, length) of each in `buf`) as PageDecoder decodes them, and
+    """Walk one CPU's pages (`pages`: the (offset, length) of each in `buf`) by framing.py's rules, and
     move `state` on. Records of ids not in `wanted` (None: every id, no minimum size) are skipped and counted.
     The pure-Python walk; `walk_c` gives the same results (see the module docstring)."""
     return walk_py_paged(buf, pages, header, cpu, state, wanted, byteorder, source).walk
@@ -327,14 +347,14 @@ class _PyWalker:
     def loss(self, kind: str, lost: int, ts: int) -> None:
         self.losses.append((len(self.ts), kind, lost, ts, self.page_no))
 
-    def malformed(self, ts: int) -> None:
+    def malformed(self, ts: int, reason: str) -> None:
         self.state.malformed += 1
-        self.loss("malformed", 1, ts)
+        self.loss(malformed_kind(reason), 1, ts)
 
     def page(self, page: memoryview, base: int) -> None:
         ts_offset, word, data_offset = self.lay
         if len(page) < data_offset:
-            self.malformed(self.state.last_ts)
+            self.malformed(self.state.last_ts, "short_page")
             return
         page_ts, commit = self.head(page, ts_offset)
         st = self.state
@@ -342,7 +362,7 @@ class _PyWalker:
         st.pages += 1
         end = data_offset + (commit & COMMIT_MASK)
         if end > len(page):
-            self.malformed(page_ts)
+            self.malformed(page_ts, "commit_past_page")
             end = len(page)
         if commit & MISSED_EVENTS:
             stored = commit & MISSED_STORED and end + word <= len(page)
@@ -350,7 +370,7 @@ class _PyWalker:
         st.last_ts = self.records(page, base, data_offset, end, page_ts)
 
     def records(self, page: memoryview, base: int, pos: int, end: int, ts: int) -> int:
-        """The page's records from `pos` to `end` (PageDecoder._records without the decoding); the last ts."""
+        """The page's records from `pos` to `end` (framing.py's rules); the last ts."""
         u32, u16, get, st = self.u32, self.u16, self.get, self.state
         put_ts, put_etype, put_offset, put_length = (
             self.ts.append,
@@ -368,8 +388,11 @@ class _PyWalker:
                 pos = start + size
                 etype = u16(page, start)[0]
                 want = get(etype)
-                if want is None:
-                    st.skipped += 1
+                if want is None or want is RAW:
+                    if want is None or ts > TS_MAX:
+                        st.skipped += 1
+                    else:  # its bytes up to the commit's end at most
+                        self.emit(ts, etype, base + start, min(pos, end) - start)
                     continue
             elif tl == 0:
                 if pos + 8 > end:
@@ -380,22 +403,25 @@ class _PyWalker:
                 pos = start + size
                 etype = u16(page, start)[0] if size >= 2 and pos <= end else -1
                 want = get(etype) if etype >= 0 else None
-                if want is None:
+                if want is None or want is RAW:
                     if size < 8 or pos > end:
-                        self.malformed(ts)
+                        self.malformed(ts, "bad_length" if size < 8 else "record_past_commit")
                         break
-                    st.skipped += 1
+                    if want is None or ts > TS_MAX:
+                        st.skipped += 1
+                    else:
+                        self.emit(ts, etype, base + start, size)
                     continue
             elif pos + 8 > end:  # every remaining kind carries a second word
                 if not (tl == TYPE_PADDING and hdr >> 5 == 0):
-                    self.malformed(ts)
+                    self.malformed(ts, "cut_header")
                 break
             elif tl == TYPE_TIME_EXTEND:
                 ts += (u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5)
                 pos += 8
                 continue
             elif tl == TYPE_TIME_STAMP:
-                before, ts = ts, _abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
+                before, ts = ts, abs_ts((u32(page, pos + 4)[0] << TS_SHIFT) | (hdr >> 5), ts)
                 st.backwards += ts < before
                 pos += 8
                 continue
@@ -405,21 +431,27 @@ class _PyWalker:
                 pos += 4 + u32(page, pos + 4)[0]
                 continue
             if pos > end or size < want.size:
-                self.malformed(ts)
+                self.malformed(ts, "record_past_commit" if pos > end else "short_record")
                 if pos > end:
                     break
                 continue
             if want.dynamic and not self.dynamic_ok(page, start, size, want.dynamic):
-                self.malformed(ts)
+                self.malformed(ts, "dynamic_outside")
                 continue
             if ts > TS_MAX:
-                self.malformed(TS_MAX)
+                self.malformed(TS_MAX, "ts_overflow")
                 continue
             put_ts(ts)
             put_etype(etype)
             put_offset(base + start)
             put_length(size)
         return ts
+
+    def emit(self, ts: int, etype: int, offset: int, size: int) -> None:
+        self.ts.append(ts)
+        self.etype.append(etype)
+        self.offset.append(offset)
+        self.length.append(size)
 
     def dynamic_ok(self, page: memoryview, start: int, size: int, dynamic: Tuple[Tuple[int, int], ...]) -> bool:
         """Each dynamic field's data inside the record (RecordDecoder raises ValueError otherwise)."""
@@ -430,15 +462,6 @@ class _PyWalker:
             if (loc & 0xFFFF) + base + (loc >> 16) > size:
                 return False
         return True
-
-
-def _abs_ts(stamp: int, prev: int) -> int:
-    """PageDecoder's MSB rule: an absolute stamp keeps the previous time's top bits (and carries past them)."""
-    if prev & TS_MSB:
-        stamp |= prev & TS_MSB
-        if stamp < prev:
-            stamp += 1 << 59
-    return stamp
 
 
 def gather_py(buf: Buffer, offset: npt.ArrayLike, size: int) -> bytes:

@@ -14,8 +14,10 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 # commits it; a writer interrupted in between (its virtual CPU descheduled, on a busy host) commits late.
 # A stream read empty at time T therefore promises only T - COMMIT_MARGIN_NS. Measured on a 2-vCPU VM with
 # three CPU hogs beside the simulator on 2 CPUs (7 runs, 1.2 M events): with no margin at all, no event came
-# late; 2 ms leaves a vCPU preemption of that length inside the microsecond window, and holds little.
-COMMIT_MARGIN_NS = 2_000_000
+# late. At the tracepoint bench's full speed (5 M getpid events at 1.8-1.9 M/s, the reader on the other CPU,
+# load 2-4 from other work): with no margin, 11 records came late, up to 0.8 ms; with 2 ms, one 2.2 ms late in
+# three runs, and 6 to 23 a run under more load; with 10 ms, none. 10 ms holds 20,000 records at 2 M/s.
+COMMIT_MARGIN_NS = 10_000_000
 
 
 class Mark(NamedTuple):

@@ -4,17 +4,19 @@ A `Block` holds n items in time order (the ordered merge's order: equal stamps b
 arrival), as columns: `ts`, `cpu`, `pid`, `etype` (the record's event id, or OBJECT for an item that is not a
 raw record: a channel's NpuEvent, a Loss) and `ref` (the record's row in its format's `Table`, or the
 object's index in `objects`). `tables[etype]` holds that format's records of the block in block order
-(`npu_trace.ftrace.columns`). `item(i)` gives item i as the reference pipeline has it (a TraceEvent, an
-NpuEvent, a Loss), for the rare items the detectors take one by one.
+(`npu_trace.ftrace.columns`), or, for an event id no format describes (a consumer that shows every record
+walks them too), a `RawTable` of their bytes. `item(i)` gives item i as an object (a TraceEvent, an NpuEvent,
+a Loss, a RawRecord), for the rare items the detectors take one by one.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.events import Loss, TraceEvent
+from npu_trace.events import Loss, RawRecord, TraceEvent
 from npu_trace.ftrace.columns import FormatColumns, Table, fixed_parts
 from npu_trace.ftrace.walk import gather_rows
 from npu_trace.pipeline.order import stable_order
@@ -37,21 +39,60 @@ class Block:
         return len(self.ts)
 
     def item(self, i: int) -> Any:
-        """Item i as the reference pipeline has it."""
+        """Item i as an object (a TraceEvent, an NpuEvent, a Loss, a RawRecord)."""
         etype = int(self.etype[i])
         if etype == OBJECT:
             return self.objects[int(self.ref[i])]
         table = self.tables[etype]
+        if isinstance(table, RawTable):
+            payload = table.payload(int(self.ref[i]))
+            return RawRecord(int(self.ts[i]), int(self.cpu[i]), int(self.pid[i]), etype, payload)
         pid, values = table.row_values(int(self.ref[i]))
         return TraceEvent(int(self.ts[i]), int(self.cpu[i]), pid, table.plan.fmt, values)
 
     def items(self) -> List[Any]:
         return [self.item(i) for i in range(len(self))]
 
+    def select(self, rows: np.ndarray) -> Block:
+        """The block of these rows (positions, ascending): the same tables and objects, fewer rows."""
+        return Block(self.ts[rows], self.cpu[rows], self.pid[rows], self.etype[rows], self.ref[rows], self.tables,
+                     self.objects)  # fmt: skip
+
+
+class RawTable:
+    """The records of one event id no format describes, in block order: where each lies (as `Table`), its
+    bytes (`payload`) and its pid (the payload's bytes 4..8 in the records' byte order, -1 when shorter)."""
+
+    __slots__ = ("buf", "bufs", "length", "offset", "pids")
+    plan = None
+
+    def __init__(self, bufs: List[Any], buf: np.ndarray, offset: np.ndarray, length: np.ndarray,
+                 byteorder: str) -> None:  # fmt: skip
+        self.bufs, self.buf, self.offset, self.length = bufs, buf, offset, length
+        self.pids = np.array([int.from_bytes(p[4:8], byteorder, signed=True) if len(p) >= 8 else -1  # type: ignore[arg-type]
+                              for p in map(self.payload, range(len(offset)))], dtype=np.int32)  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def payload(self, i: int) -> bytes:
+        start = int(self.offset[i])
+        return bytes(memoryview(self.bufs[int(self.buf[i])])[start : start + int(self.length[i])])
+
 
 def empty_block() -> Block:
     z: np.ndarray = np.zeros(0, dtype=np.int64)
     return Block(z, z.astype(np.int16), z.astype(np.int32), z.astype(np.int32), z, {}, [])
+
+
+def objects_block(items: Sequence[Any]) -> Block:
+    """A block of items that are objects (TraceEvents decoded elsewhere, NpuEvents, Losses), in their order."""
+    n = len(items)
+    ts = np.array([int(item.ts_ns) for item in items], dtype=np.int64)
+    cpu = np.array([int(getattr(item, "cpu", -1)) for item in items], dtype=np.int16)
+    pid = np.array([-1 if isinstance(item, Loss) else int(getattr(item, "pid", -1)) for item in items], dtype=np.int32)
+    every = np.arange(n, dtype=np.int64)
+    return Block(ts, cpu, pid, np.full(n, OBJECT, dtype=np.int32), every, {}, list(items), [(OBJECT, every)])
 
 
 def build_block(
@@ -64,16 +105,17 @@ def build_block(
     bufs: Sequence[Any],
     plans: Mapping[int, FormatColumns],
     objects: Sequence[Any] = (),
+    byteorder: str = sys.byteorder,
 ) -> Block:
     """A block of items already in time order (the merge's output), as columns: for a record, `ref` is where
     its payload starts in `bufs[buf]` and `length` its size; for an object (etype OBJECT), `ref` is its index
-    in `objects` (its cpu column is the object's own)."""
+    in `objects` (its cpu column is the object's own). A record of an id `plans` lacks is a raw row."""
     n = len(ts)
     etype = etype.astype(np.int32, copy=False)
     out_ref = np.array(ref, dtype=np.int64)
     pid: np.ndarray = np.full(n, -1, dtype=np.int32)
-    tables: Dict[int, Table] = {}
-    if n and etype[0] != OBJECT and (etype == etype[0]).all():  # the common live case: one format, no object
+    tables: Dict[int, Any] = {}
+    if n and int(etype[0]) in plans and (etype == etype[0]).all():  # the common live case: one format, no object
         e = int(etype[0])
         tables[e] = table = _table(plans[e], out_ref, length, buf, bufs)
         every = np.arange(n, dtype=np.int64)
@@ -89,10 +131,13 @@ def build_block(
                 obj = objects[int(out_ref[r])]
                 pid[r] = -1 if isinstance(obj, Loss) else int(getattr(obj, "pid", -1))
             continue
-        table = _table(plans[e], out_ref[rows], length[rows], buf[rows], bufs)
-        tables[e] = table
+        if e in plans:
+            table = tables[e] = _table(plans[e], out_ref[rows], length[rows], buf[rows], bufs)
+            pid[rows] = table.cols["common_pid"]
+        else:
+            raw = tables[e] = _raw_table(out_ref[rows], length[rows], buf[rows], bufs, byteorder)
+            pid[rows] = raw.pids
         out_ref[rows] = np.arange(len(rows))
-        pid[rows] = table.cols["common_pid"]
     return Block(ts, cpu.astype(np.int16, copy=False), pid, etype, out_ref, tables, list(objects), groups)
 
 
@@ -104,6 +149,12 @@ def _table(plan: FormatColumns, offset: np.ndarray, length: np.ndarray, buf: np.
         return Table(plan, cols, list(bufs[:1]), np.zeros(len(offset), np.int32), offset, length)
     cols = np.frombuffer(gather_rows(bufs, buf, offset, plan.size), dtype=plan.dtype)
     return Table(plan, cols, list(bufs), buf.astype(np.int32, copy=False), offset, length)
+
+
+def _raw_table(offset: np.ndarray, length: np.ndarray, buf: np.ndarray, bufs: Sequence[Any],
+               byteorder: str) -> RawTable:  # fmt: skip
+    which: np.ndarray = buf.astype(np.int32, copy=False) if len(bufs) > 1 else np.zeros(len(offset), np.int32)
+    return RawTable(list(bufs), which, offset, length, byteorder)
 
 
 def records_of(items: Sequence[Any], plans: Mapping[int, FormatColumns], encode: Optional[Any] = None,

@@ -1,8 +1,8 @@
-"""The columnar timeline: `Timeline`'s batches in, `Timeline`'s items in `Timeline`'s order out, as Blocks.
+"""The timeline: a source's batches in, every item in one time order out, as Blocks (what every consumer reads).
 
-`BlockTimeline` is the fast path's twin of `npu_trace.pipeline.timeline.Timeline`: the same batches (raw
-pages per CPU, the channels' items, marks), the same watermarks, bounds and late-item rule as the ordered
-merge (`npu_trace.pipeline.merge`), and the same released sequence, but no object per record. Each CPU's
+`BlockTimeline` takes the batches (raw pages per CPU, the channels' items, marks), sets the watermarks, and
+releases by the ordered merge's rules (`npu_trace.pipeline.merge`: bounds, the late-item rule), with no object
+per record (tests/reference/timeline.py holds the per-item merge it is held equal to). Each CPU's
 pages are walked in compiled code (`npu_trace.ftrace.walk`: timestamps, event ids, offsets), each record stays
 where it lies in the batch's bytes until a `Block` gathers its format's fixed fields as numpy columns
 (`npu_trace.pipeline.blocks`); only the channels' items and the losses are objects.
@@ -227,7 +227,7 @@ def _offsets(pages: Sequence[bytes], start: int) -> List[int]:
 class BlockTimeline:
     def __init__(
         self,
-        header: PageHeader,
+        header: Optional[PageHeader],
         decoders: Mapping[int, RecordDecoder],
         plans: Mapping[int, FormatColumns],
         *,
@@ -238,14 +238,17 @@ class BlockTimeline:
         channels: bool = False,
         max_held: int = MAX_HELD,
         max_lag_ns: int = MAX_LAG_NS,
+        keep_unknown: bool = False,
     ) -> None:
-        """`decoders`: the record decoders of the events to decode (the others are stepped over and counted,
-        as a PageDecoder over them does); `plans`: their column plans. `cpus`, `channels`: the streams that
-        exist from the start (see Timeline)."""
+        """`decoders`: the record decoders of the events to decode (the others are stepped over and counted);
+        `plans`: their column plans; `keep_unknown`: the records of ids no decoder describes come as raw rows
+        instead (a consumer that shows every record). `cpus`, `channels`: the streams that exist from the
+        start (nothing is released before each has told its progress). No `header`: a timeline of the
+        channels' items only (BPF's), no pages."""
         self.header = header
         self.plans = plans
         self.byteorder = byteorder
-        self.walker = Walker(header, wants(decoders), byteorder)
+        self.walker = Walker(header, wants(decoders), byteorder, keep_unknown=keep_unknown) if header else None
         self.margin_ns = margin_ns
         self.ledger = ledger if ledger is not None else LossLedger()
         self.max_held = max_held
@@ -377,6 +380,7 @@ class BlockTimeline:
         if state is None:
             state = self.states[cpu] = WalkState()
         before = state.backwards
+        assert self.walker is not None, "a chunk with pages needs a page header"
         got = self.walker.walk_paged(raw, index, cpu, state)
         walk = got.walk
         self.events += len(walk.ts)
@@ -430,7 +434,8 @@ class BlockTimeline:
             ref[at] = np.arange(len(at))
         bufs = self._arena.buffers
         ids, local = _local_ids(buf, ~is_obj)
-        block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects)
+        block = build_block(ts, cpu, etype, ref, length, local, [bufs[b] for b in ids], self.plans, objects,
+                            self.byteorder)
         self._arena.keep_only(r.buf for part in self._rows.values() for r in part if isinstance(r.buf, int))
         return block
 
@@ -477,6 +482,8 @@ class BlockTimeline:
 
     # ---- pushing ---------------------------------------------------------------------------------------------
     def _walk(self, pages: Sequence[Tuple[int, bytes]], late: Dict[Tuple[str, int], int], front: List[_Rows]) -> None:
+        assert self.walker is not None, "a batch with pages needs a page header"
+        walker = self.walker
         bid, buffer, offsets = self._arena.put([page for _, page in pages])
         per_cpu: Dict[int, List[Tuple[int, int]]] = {}
         for (cpu, page), offset in zip(pages, offsets):
@@ -486,7 +493,7 @@ class BlockTimeline:
             if state is None:
                 state = self.states[cpu] = WalkState()
             backwards = state.backwards
-            got = self.walker.walk(buffer, index, cpu, state)
+            got = walker.walk(buffer, index, cpu, state)
             self.events += len(got.ts)
             ts, etype, ref, length = got.ts, got.etype, got.offset, got.length
             if got.losses:
@@ -671,13 +678,14 @@ def chunk_batches(chunk: Chunk) -> Iterator[Batch]:
         yield Batch(chunk.pages[lo:hi], [], mark)
 
 
-def block_timeline(decoders: Any, layouts: Any = None, **kwargs: Any) -> BlockTimeline:
-    """A BlockTimeline over the same formats and page header as `decoders` (a CpuDecoders)."""
+def block_timeline(header: PageHeader, decoders: Mapping[int, RecordDecoder], layouts: Any = None,
+                   byteorder: str = sys.byteorder, **kwargs: Any) -> BlockTimeline:  # fmt: skip
+    """A BlockTimeline of pages with this header, of the events `decoders` describe (their column plans made
+    with the struct layouts given)."""
     from npu_trace.ftrace.columns import plans
 
-    table = decoders.decoders
-    return BlockTimeline(decoders.header, table, plans([d.fmt for d in table.values()], decoders.byteorder, layouts),
-                         byteorder=decoders.byteorder, ledger=decoders.ledger, **kwargs)  # fmt: skip
+    return BlockTimeline(header, decoders, plans([d.fmt for d in decoders.values()], byteorder, layouts),
+                         byteorder=byteorder, **kwargs)  # fmt: skip
 
 
 TAKE_ROWS = 1 << 16  # a live consumer takes a block once this many rows are pending...

@@ -1,8 +1,12 @@
 """Normalization: raw trace records into the event model's `NpuEvent`s (`npu_trace.events`), by rules as data.
 
-`Normalizer(mapping)` turns raw `TraceEvent`/`Loss` items into NpuEvents. The mapping is data (a profile's
-`mapping`): event "system:name" -> a rule dict, or a list of rule dicts tried in order (the first whose
-`match` holds wins). Rule keys:
+`Normalizer(mapping)` holds a profile's rules and the call pairing's state, for the one production path
+(`npu_trace.pipeline.vnormalize.BlockNormalizer`: a block at a time); it shapes one record by its rule
+(`shape`, `planned_shape`) and keeps the call entries waiting for their return (`pairing`: `CallPairing`).
+The tests keep a per-event reference normalizer beside it (tests/reference/normalize.py).
+
+The mapping is data (a profile's `mapping`): event "system:name" -> a rule dict, or a list of rule dicts tried
+in order (the first whose `match` holds wins). Rule keys:
 
     kind      the NpuEvent kind (required)
     op        the operation name (default: the event's name)
@@ -20,7 +24,9 @@
 Call pairing is done here, once: an "entry" event is remembered per (pid, op) (a stack, for nesting); its
 "return" takes the entry's device and args, plus `ret` fields, `latency_ns` and `entry_ts_ns`. Return probes
 carry no device, so this is where they get one. A return without an entry keeps dev None and has no latency.
-Pending entries are bounded (`MAX_PENDING`); evicted ones are counted in `stats["unpaired_entries"]`.
+Pending entries are bounded (`MAX_PENDING` in all, `MAX_DEPTH` per (pid, op)); evicted ones (the oldest
+pushed first, deterministic for a given input) are counted in `stats["unpaired_entries"]`, returns without
+an entry in `stats["unpaired_returns"]`.
 
 Events without a rule become kind "log" (op = "system:name", args = their fields): nothing is dropped
 silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss kind, args source/lost);
@@ -30,10 +36,10 @@ silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from npu_trace.errors import UsageError
-from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
+from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent
 from npu_trace.ftrace.format import EventFormat
 
 MAX_PENDING = 100_000  # call entries waiting for their return, all (pid, op) together
@@ -77,7 +83,7 @@ def compile_rule(spec: Mapping[str, Any]) -> Rule:
     if unknown or spec.get("kind") not in KINDS:
         raise UsageError(f"bad mapping rule {dict(spec)!r}: unknown keys {sorted(unknown)} or kind")
     for cond in spec.get("kind_if", ()):
-        if len(cond) != 4 or cond[1] not in _CMP or cond[3] not in KINDS or not _is_int(cond[2]):
+        if len(cond) != 4 or cond[1] not in _CMP or cond[3] not in KINDS or not is_int(cond[2]):
             raise UsageError(f"bad kind_if condition {cond!r}")
     if spec.get("pair", "") not in ("", "entry", "return"):
         raise UsageError(f"bad pair {spec['pair']!r} (entry or return)")
@@ -116,32 +122,32 @@ def field_value(fields: Mapping[str, Any], path: str) -> Any:
     return None
 
 
-def _matches(rule: Rule, fields: Mapping[str, Any]) -> bool:
+def rule_matches(rule: Rule, fields: Mapping[str, Any]) -> bool:
     return not rule.match or all(field_value(fields, f) == v for f, v in rule.match)
 
 
-def _kind(rule: Rule, fields: Mapping[str, Any]) -> str:
+def rule_kind(rule: Rule, fields: Mapping[str, Any]) -> str:
     if not rule.kind_if:
         return rule.kind
     for name, cmp, value, kind in rule.kind_if:
         got = field_value(fields, name)
-        if _is_int(got) and _CMP[cmp](got, value):
+        if is_int(got) and _CMP[cmp](got, value):
             return kind
     return rule.kind
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _op(rule: Rule, fields: Mapping[str, Any], default: str) -> str:
+def rule_op(rule: Rule, fields: Mapping[str, Any], default: str) -> str:
     if not rule.op_field:
         return rule.op or default
     value = field_value(fields, rule.op_field)
     return dict(rule.op_names).get(str(value), f"{rule.op_field}={value}")
 
 
-def _args(rule: Rule, fields: Mapping[str, Any]) -> Dict[str, Any]:
+def rule_args(rule: Rule, fields: Mapping[str, Any]) -> Dict[str, Any]:
     if rule.args:
         out = {name: field_value(fields, path) for name, path in rule.args}
     else:
@@ -150,7 +156,7 @@ def _args(rule: Rule, fields: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _dev(rule: Rule, fields: Mapping[str, Any]) -> Optional[int]:
+def rule_dev(rule: Rule, fields: Mapping[str, Any]) -> Optional[int]:
     value = field_value(fields, rule.dev) if rule.dev else None
     return int(value) if isinstance(value, int) else None
 
@@ -162,7 +168,7 @@ _Plan = Tuple[str, str, int, Tuple[Tuple[str, int], ...], Tuple[Tuple[str, Any],
 _new = tuple.__new__
 
 
-def _plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optional[_Plan]:
+def positional_plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optional[_Plan]:
     """A positional plan for a format with one rule that names plain fields and needs no match or op_field:
     the same NpuEvent as the general path, without building a fields dict."""
     if len(rules) != 1:
@@ -187,108 +193,121 @@ def _plan(names: Sequence[str], event_name: str, rules: Sequence[Rule]) -> Optio
 
 
 Item = Union[TraceEvent, Loss, NpuEvent]
-_Pending = Tuple[int, Optional[int], Dict[str, Any]]  # (entry ts, dev, args)
+Key = Tuple[int, str]  # (pid, op)
+Entry = Tuple[int, Optional[int], Any]  # (entry ts, dev, its args: a dict, or where they are while a block holds them)
+
+
+class CallPairing:
+    """The call entries waiting for their return, per (pid, op) a stack (nested calls), bounded: `push` an
+    entry, `take` the latest of a key for its return. The stacks are kept in the order their keys were first
+    pushed (since their last emptying): the oldest key's oldest entry is the one evicted at the bound."""
+
+    def __init__(self) -> None:
+        self._stacks: Dict[Key, List[Entry]] = {}
+        self.count = 0  # entries pending, all keys together
+        self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
+
+    def push(self, key: Key, entry: Entry) -> None:
+        """An entry waits for its return (evicting the oldest at a bound)."""
+        stack = self._stacks.setdefault(key, [])
+        if len(stack) >= MAX_DEPTH or self.count >= MAX_PENDING:
+            self._evict(key if len(stack) >= MAX_DEPTH else next(iter(self._stacks)))
+            stack = self._stacks.setdefault(key, [])
+        stack.append(entry)
+        self.count += 1
+
+    def _evict(self, key: Key) -> None:
+        stack = self._stacks[key]
+        stack.pop(0)
+        self.count -= 1
+        self.stats["unpaired_entries"] += 1
+        if not stack:
+            del self._stacks[key]
+
+    def take(self, key: Key) -> Optional[Entry]:
+        """The latest pending entry of `key`, removed (None, counted as an unpaired return, when there is none)."""
+        stack = self._stacks.get(key)
+        if not stack:
+            self.stats["unpaired_returns"] += 1
+            return None
+        entry = stack.pop()
+        self.count -= 1
+        if not stack:
+            del self._stacks[key]
+        return entry
+
+    def depth(self, key: Key) -> int:
+        """How many entries of `key` are pending."""
+        return len(self._stacks.get(key, ()))
+
+    def settle(self, key: Key, entry: Optional[Entry]) -> None:
+        """After a run of calls of `key` paired elsewhere (a block's, at once): its stack as they left it, empty
+        or holding `entry` alone (placed after every other key, as a fresh push would be)."""
+        self.count -= len(self._stacks.pop(key, ()))
+        if entry is not None:
+            self._stacks[key] = [entry]
+            self.count += 1
+
+    def resolve(self, key: Key, args_of: Callable[[Any], Any]) -> None:
+        """Replace the args of `key`'s pending entries by `args_of(args)` (a block's references made dicts)."""
+        stack = self._stacks.get(key, [])
+        for k, (ts, dev, args) in enumerate(stack):
+            stack[k] = (ts, dev, args_of(args))
+
+    def pending_entries(self) -> List[Tuple[int, str, int, Optional[int], Dict[str, Any]]]:
+        """The call entries still waiting for their return (calls in flight): (pid, op, entry ts, device, args),
+        oldest first."""
+        out = [(pid, op, ts, dev, dict(args)) for (pid, op), stack in self._stacks.items() for ts, dev, args in stack]
+        return sorted(out, key=lambda e: (e[2], e[0], e[1]))
+
+
+FormatInfo = Tuple[str, Tuple[Rule, ...], Optional[_Plan]]
 
 
 class Normalizer:
-    """Raw TraceEvent/Loss items -> NpuEvents, by a profile's mapping (see the module docstring)."""
+    """A profile's rules (`rules`), one record shaped by them (`shape`), and the call pairing's state
+    (`pairing`), for the block normalizer (see the module docstring)."""
 
     def __init__(self, mapping: Mapping[str, Any]) -> None:
         self.rules = compile_mapping(mapping)
-        self._formats: Dict[int, Tuple[Any, Tuple[str, ...], str, Tuple[Rule, ...], Optional[_Plan]]] = {}
-        self._pending: Dict[Tuple[int, str], List[_Pending]] = {}
-        self._pending_count = 0
-        self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
-        self._plans: Dict[int, Tuple[Any, _Plan]] = {}  # id(format) -> (format, its plan), for feed_mapped
-        self._unmapped: Set[int] = set()  # ids of formats without a rule (their EventFormat stays referenced)
+        self.pairing = CallPairing()
+        self._formats: Dict[int, Tuple[EventFormat, FormatInfo]] = {}
 
-    def feed(self, items: Iterable[Item]) -> List[NpuEvent]:
-        """Raw items -> NpuEvents (an NpuEvent, already normalized by its channel, passes as it is)."""
-        out: List[NpuEvent] = []
-        for item in items:
-            cls = item.__class__
-            if cls is TraceEvent:
-                out.append(self._event(item))  # type: ignore[arg-type]
-            elif cls is NpuEvent:
-                out.append(item)  # type: ignore[arg-type]
-            else:
-                out.append(lost_event(item))  # type: ignore[arg-type]
-        return out
+    @property
+    def stats(self) -> Dict[str, int]:
+        return self.pairing.stats
 
-    def feed_mapped(self, items: Iterable[Item]) -> Tuple[List[NpuEvent], int]:
-        """Like feed(), without building the "log" events of formats that have no rule (analysis ignores
-        them): (the other events, how many were left out)."""
-        out: List[NpuEvent] = []
-        logs = 0
-        unmapped, planned, plans = self._unmapped, self._planned, self._plans
-        for any_item in items:
-            cls = any_item.__class__
-            if cls is not TraceEvent:
-                out.append(any_item if cls is NpuEvent else lost_event(any_item))  # type: ignore[arg-type]
-                continue
-            item: TraceEvent = any_item  # type: ignore[assignment]
-            fmt = item.fmt
-            hit = plans.get(id(fmt))
-            if hit is not None and hit[0] is fmt:  # the common case, without the general path's lookups
-                out.append(planned(item, hit[1]))
-            elif id(fmt) in unmapped:
-                logs += 1
-            else:
-                ev = self._event(item)
-                if ev.kind == "log" and not self._format(item)[2]:  # no rule: counted, like those after it
-                    unmapped.add(id(item.fmt))
-                    logs += 1
-                    continue
-                out.append(ev)
-        return out, logs
+    def pending_entries(self) -> List[Tuple[int, str, int, Optional[int], Dict[str, Any]]]:
+        return self.pairing.pending_entries()
 
-    def _format(self, ev: TraceEvent) -> Tuple[Tuple[str, ...], str, Tuple[Rule, ...], Optional[_Plan]]:
-        cached = self._formats.get(id(ev.fmt))
-        if cached is None or cached[0] is not ev.fmt:
-            name = ev.fmt.full_name
+    def format_info(self, fmt: EventFormat) -> FormatInfo:
+        """(its "system:name", its rules, its positional plan or None) for a format (cached)."""
+        cached = self._formats.get(id(fmt))
+        if cached is None or cached[0] is not fmt:
+            name = fmt.full_name
             rules = self.rules.get(name, ())
-            cached = (ev.fmt, ev.fmt.field_names, name, rules, _plan(ev.fmt.field_names, ev.fmt.name, rules))
-            self._formats[id(ev.fmt)] = cached
-            if cached[4] is not None:
-                self._plans[id(ev.fmt)] = (ev.fmt, cached[4])
-        return cached[1], cached[2], cached[3], cached[4]
+            cached = self._formats[id(fmt)] = (fmt, (name, rules, positional_plan(fmt.field_names, fmt.name, rules)))
+        return cached[1]
 
-    def _event(self, ev: TraceEvent) -> NpuEvent:
-        shaped, pair = self._shape(ev)
-        return self._paired(ev, shaped, pair) if pair else shaped
-
-    def _paired(self, ev: TraceEvent, shaped: NpuEvent, pair: str) -> NpuEvent:
-        """An entry waits for its return (and is passed on as it is); a return takes its entry's device and args."""
-        if pair == "entry":
-            self._push((ev.pid, shaped.op), (ev.ts_ns, shaped.dev, shaped.args))
-        elif pair == "return":
-            dev, args = self._pop((ev.pid, shaped.op), ev.ts_ns, shaped.args)
-            return shaped._replace(dev=dev, args=args)
-        return shaped
-
-    def _shape(self, ev: TraceEvent) -> Tuple[NpuEvent, str]:
-        """The event as its rule makes it, before call pairing, and its rule's `pair` ("", entry, return)."""
-        names, full_name, rules, plan = self._format(ev)
+    def shape(self, ev: TraceEvent) -> Tuple[NpuEvent, str]:
+        """The record as its rule makes it, before call pairing, and the rule's `pair` ("", entry, return)."""
+        full_name, rules, plan = self.format_info(ev.fmt)
         if plan is not None:
-            return self._planned_shape(ev, plan), plan[5]
-        fields = dict(zip(names, ev.values))
-        rule = next((r for r in rules if _matches(r, fields)), None)
+            return self.planned_shape(ev, plan), plan[5]
+        fields = dict(zip(ev.fmt.field_names, ev.values))
+        rule = next((r for r in rules if rule_matches(r, fields)), None)
         if rule is None:
             args = {k: v for k, v in fields.items() if not k.startswith("__")}
             return NpuEvent(ev.ts_ns, "log", None, full_name, ev.pid, ev.cpu, args), ""
-        op = _op(rule, fields, ev.fmt.name)
-        kind, dev, args = _kind(rule, fields), _dev(rule, fields), _args(rule, fields)
+        op = rule_op(rule, fields, ev.fmt.name)
+        kind, dev, args = rule_kind(rule, fields), rule_dev(rule, fields), rule_args(rule, fields)
         if kind == "marker" and isinstance(args.get("text"), str):
             args["text"] = args["text"].rstrip("\n")
         return NpuEvent(ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args), rule.pair
 
-    def _planned(self, ev: TraceEvent, plan: _Plan) -> NpuEvent:
-        """The common case, precompiled: one rule, constant kind and op, fields taken by position."""
-        shaped = self._planned_shape(ev, plan)
-        return self._paired(ev, shaped, plan[5]) if plan[5] else shaped
-
     @staticmethod
-    def _planned_shape(ev: TraceEvent, plan: _Plan) -> NpuEvent:
+    def planned_shape(ev: TraceEvent, plan: _Plan) -> NpuEvent:
+        """A record of a format with a positional plan: one rule, constant kind and op, fields by position."""
         kind, op, dev_at, arg_at, const, _, kind_if = plan
         values = ev.values
         for at, cmp, value, other in kind_if:
@@ -303,56 +322,3 @@ class Normalizer:
         if not isinstance(dev, int):
             dev = None
         return _new(NpuEvent, (ev.ts_ns, kind, dev, op, ev.pid, ev.cpu, args))
-
-    def format_info(self, fmt: EventFormat) -> Tuple[str, Tuple[Rule, ...], Optional[_Plan]]:
-        """(its "system:name", its rules, its positional plan or None) for a format (cached)."""
-        _, name, rules, plan = self._format(TraceEvent(0, 0, 0, fmt, ()))
-        return name, rules, plan
-
-    def _push(self, key: Tuple[int, str], entry: _Pending) -> None:
-        stack = self._pending.setdefault(key, [])
-        if len(stack) >= MAX_DEPTH or self._pending_count >= MAX_PENDING:
-            self._evict(key if len(stack) >= MAX_DEPTH else next(iter(self._pending)))
-            stack = self._pending.setdefault(key, [])
-        stack.append(entry)
-        self._pending_count += 1
-
-    def _evict(self, key: Tuple[int, str]) -> None:
-        """Forget the oldest pending entry of `key` (insertion order: deterministic for a given input)."""
-        stack = self._pending[key]
-        stack.pop(0)
-        self._pending_count -= 1
-        self.stats["unpaired_entries"] += 1
-        if not stack:
-            del self._pending[key]
-
-    def _pop(self, key: Tuple[int, str], ts_ns: int, ret_args: Dict[str, Any]) -> Tuple[Optional[int], Dict]:
-        entry = self._take(key)
-        if entry is None:
-            return None, ret_args
-        entry_ts, dev, args = entry
-        merged = {**args, **ret_args, "latency_ns": ts_ns - entry_ts, "entry_ts_ns": entry_ts}
-        return dev, merged
-
-    def pending_entries(self) -> List[Tuple[int, str, int, Optional[int], Dict[str, Any]]]:
-        """The call entries still waiting for their return (calls in flight): (pid, op, entry ts, device, args),
-        oldest first."""
-        out = [(pid, op, ts, dev, dict(args)) for (pid, op), stack in self._pending.items() for ts, dev, args in stack]
-        return sorted(out, key=lambda e: (e[2], e[0], e[1]))
-
-    def _take(self, key: Tuple[int, str]) -> Optional[_Pending]:
-        """The latest pending entry of `key`, removed (None, counted unpaired, when there is none)."""
-        stack = self._pending.get(key)
-        if not stack:
-            self.stats["unpaired_returns"] += 1
-            return None
-        entry = stack.pop()
-        self._pending_count -= 1
-        if not stack:
-            del self._pending[key]
-        return entry
-
-
-def normalize(mapping: Mapping[str, Any], items: Sequence[Item]) -> List[NpuEvent]:
-    """One-shot convenience: a fresh Normalizer over `items`."""
-    return Normalizer(mapping).feed(items)

@@ -5,14 +5,16 @@
 kernel's filters and task list, what the pipeline matches instead). A recording keeps it in its header (`header()`,
 `Scope.from_header`) so a replay and `check` apply the same pipeline part and say what was traced.
 
-`ScopeFilter(scope)` is that pipeline part, a pure stage:
-- `raw(items)`: the task-name match for the trace events whose kernel filter was refused (`Applied.comm_events`),
-  by the task's name from `comm_of(pid)`, before normalization;
-- `events(events)`, after normalization: an interrupt (kind "irq" with an "irq" arg) gets its device from `irqs`,
-  and one that is not the NPU's is left out; with `devices`, an event of another device, or of none, is left
-  out, except the trace's own records (kind "lost", "marker", "task"). An event the kernel already filtered passes again
-  unchanged, so the stage needs to know only what the kernel could not do for the task name.
-What it leaves out is counted in `dropped`, by reason.
+`ScopeFilter(scope)` is that pipeline part, a pure stage over blocks (`scoped` runs it around normalization):
+- `raw_rows(block)`: the task-name match for the trace events whose kernel filter was refused
+  (`Applied.comm_events`), by the task's name from `comm_of(pid)`, before normalization;
+- `event_rows(nb)`, after normalization: an interrupt (kind "irq" with an "irq" arg) gets its device from
+  `irqs`, and one that is not the NPU's is left out; with `devices`, an event of another device, or of none, is
+  left out, except the trace's own records (kind "lost", "marker", "task"). An event the kernel already
+  filtered passes again unchanged, so the stage needs to know only what the kernel could not do for the task
+  name.
+What it leaves out is counted in `dropped`, by reason. (tests/reference/scope.py applies the same rules to one
+event at a time: the tests' reference.)
 
 The other channels' events (kernel log, uevents, npu-smi and PCIe readings) tell of a device, not of a task:
 processes and task names do not scope them; a device scope does, as any event's.
@@ -22,12 +24,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+
+import numpy as np
 
 from npu_trace.errors import InputError
-from npu_trace.events import NpuEvent, TraceEvent
+from npu_trace.events import TraceEvent
 from npu_trace.ftrace.filters import int_ranges
+from npu_trace.pipeline.blocks import OBJECT, Block
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, BlockNormalizer, NormBlock, kind_in
 
 # the trace's own records (and the tasks started, which say which process a thread is): in every device's scope
 KEEP_KINDS: FrozenSet[str] = frozenset(("lost", "marker", "task"))
@@ -136,7 +142,7 @@ def irq_table(irqs: Mapping[int, Optional[int]]) -> IrqTable:
 
 
 class ScopeFilter:
-    """The pipeline's part of a scope (see the module docstring)."""
+    """The pipeline's part of a scope (see the module docstring), a block at a time."""
 
     def __init__(self, scope: Scope, comm_of: Optional[Callable[[int], str]] = None) -> None:
         self.comm_of = comm_of or (lambda pid: "")
@@ -156,67 +162,100 @@ class ScopeFilter:
         """Whether the pipeline has anything to do (else every event passes as it is)."""
         return bool(self.devices or self.comm_events) or self.irqs is not None
 
-    def raw(self, items: Sequence[Any]) -> Sequence[Any]:
-        """The trace's items without the events of a task whose name is out of scope (for the events whose
-        kernel filter was refused); `items` itself when there are none."""
+    def raw_rows(self, block: Block) -> Optional[np.ndarray]:
+        """The rows of a block (before normalization) not left out by their task's name, for the events whose
+        kernel filter was refused; None when none is left out."""
         if not self.comm_events:
-            return items
-        out = []
-        for item in items:
-            if self._other_task(item):
-                self.dropped["comm"] += 1
-                continue
-            out.append(item)
-        return out
-
-    def _other_task(self, item: Any) -> bool:
-        """A trace event, of an event matched here, that fired in a task whose name is out of scope."""
-        if item.__class__ is not TraceEvent or item.fmt.full_name not in self.comm_events:
-            return False
-        return self.comm_of(item.pid) not in self.comms
-
-    def events(self, events: Iterable[NpuEvent]) -> List[NpuEvent]:
-        """Normalized events in scope, interrupts with their device."""
-        out = []
-        for ev in events:
-            kept = self.placed(ev)
-            if kept is not None:
-                out.append(kept)
-        return out
-
-    def placed(self, ev: NpuEvent) -> Optional[NpuEvent]:
-        """The event as the scope has it (an interrupt with its device), or None when it is out of scope."""
-        if self.irqs is not None and ev.kind == "irq" and "irq" in ev.args:
-            irq = ev.args["irq"]
-            if irq not in self.irqs:
-                self.dropped["irq"] += 1
-                return None
-            if ev.dev is None and self.irqs[irq] is not None:
-                ev = ev._replace(dev=self.irqs[irq])
-        if self.devices and ev.dev not in self.devices and not (ev.dev is None and ev.kind in KEEP_KINDS):
-            self.dropped["device"] += 1
             return None
-        return ev
+        out: np.ndarray = np.zeros(len(block), dtype=bool)
+        names = {e: t.plan.fmt.full_name for e, t in block.tables.items() if t.plan is not None}
+        for e in (e for e, name in names.items() if name in self.comm_events):
+            out |= block.etype == e
+        for r in np.flatnonzero(block.etype == OBJECT).tolist():
+            item = block.objects[int(block.ref[r])]
+            out[r] = item.__class__ is TraceEvent and item.fmt.full_name in self.comm_events
+        out[out] = self._other_tasks(block.pid[out])
+        if not out.any():
+            return None
+        self.dropped["comm"] += int(out.sum())
+        return np.flatnonzero(~out)
+
+    def _other_tasks(self, pids: np.ndarray) -> np.ndarray:
+        """Which of these tasks' names are out of scope."""
+        unique, inverse = np.unique(pids, return_inverse=True)
+        other = np.array([self.comm_of(int(pid)) not in self.comms for pid in unique.tolist()], dtype=bool)
+        return other[inverse]
+
+    def event_rows(self, nb: NormBlock) -> Optional[np.ndarray]:
+        """The rows of a normalized block in scope, the NPU's interrupts given their device (`NormBlock.place`);
+        None when every row is (what is left out is counted by reason)."""
+        keep: np.ndarray = np.ones(len(nb), dtype=bool)
+        if self.irqs is not None:
+            self._interrupts(nb, keep)
+        if self.devices:
+            in_scope = np.isin(nb.dev, np.array(sorted(self.devices), dtype=np.int64))
+            in_scope |= (nb.dev < 0) & kind_in(nb.kind, KEEP_CODES)
+            self.dropped["device"] += int((keep & ~in_scope).sum())
+            keep &= in_scope
+        return None if keep.all() else np.flatnonzero(keep)
+
+    def _interrupts(self, nb: NormBlock, keep: np.ndarray) -> None:
+        """An interrupt (kind "irq" with an "irq" arg) that is not the NPU's is left out; one of a device is
+        given it when it names none."""
+        rows = np.flatnonzero(nb.kind == KIND_CODE["irq"])
+        if not len(rows) or self.irqs is None:
+            return
+        irqs, left, placed, devs = self.irqs, [], [], []
+        for r, irq in zip(rows.tolist(), nb.int_arg(rows, "irq")):
+            if irq is MISSING:
+                continue
+            dev = irqs.get(irq, OUT) if isinstance(irq, int) else OUT
+            if dev is OUT:
+                left.append(r)
+            elif dev is not None and nb.dev[r] < 0:
+                placed.append(r)
+                devs.append(dev)
+        keep[left] = False
+        self.dropped["irq"] += len(left)
+        if placed:
+            nb.place(np.array(placed, dtype=np.int64), np.array(devs, dtype=np.int64))
 
     def summary(self) -> Dict[str, Any]:
         return {"scope": self.scope.describe(), "dropped": dict(sorted(self.dropped.items()))}
 
 
+OUT = object()  # an interrupt that is not the NPU's
+KEEP_CODES = [KIND_CODE[k] for k in sorted(KEEP_KINDS)]
+
+
+def scoped(scope_filter: ScopeFilter, block: Block, normalize: Callable[[Block], NormBlock]) -> NormBlock:
+    """A block normalized (by `normalize`) within the scope: the rows left out by task name before, those out
+    of the device and interrupt scope after."""
+    rows = scope_filter.raw_rows(block)
+    nb = normalize(block if rows is None else block.select(rows))
+    kept = scope_filter.event_rows(nb)
+    return nb if kept is None else nb.select(kept)
+
+
 class RawScope:
-    """The scope over the timeline's raw items, for the consumers that show them as they are (`stream`): each
-    item is normalized (call entries paired with their returns, as the analysis does) only to tell whether it is
-    in scope; the items kept are the raw ones."""
+    """The scope over the timeline's raw rows, for the consumers that show them as they are (`stream`): each
+    block is normalized (call entries paired with their returns, as the analysis does) only to tell which
+    rows are in scope; the rows kept are the raw ones."""
 
     def __init__(self, scope_filter: ScopeFilter, mapping: Mapping[str, Any]) -> None:
         self.filter = scope_filter
-        self.normalizer = Normalizer(mapping)
+        self.normalizer = BlockNormalizer(Normalizer(mapping))
 
-    def keep(self, items: Sequence[Any]) -> List[Any]:
-        items = self.filter.raw(items)
-        if not (self.filter.devices or self.filter.irqs is not None):
-            return list(items)
-        events = self.normalizer.feed(items)  # one NpuEvent per item, in order
-        return [item for item, ev in zip(items, events) if self.filter.placed(ev) is not None]
+    def keep(self, block: Block) -> Block:
+        """The block's rows in scope."""
+        flt = self.filter
+        raw = flt.raw_rows(block)
+        if raw is not None:
+            block = block.select(raw)
+        if not (flt.devices or flt.irqs is not None):
+            return block
+        kept = flt.event_rows(self.normalizer.normalize(block))
+        return block if kept is None else block.select(kept)
 
 
 def _join(values: Iterable[Any]) -> str:

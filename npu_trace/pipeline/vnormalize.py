@@ -1,12 +1,14 @@
-"""Normalization of a whole block at once: the columnar twin of `Normalizer` (`npu_trace.pipeline.normalize`).
+"""Normalization, a whole block at once: the one normalizer of the production path, over the rules and the call
+pairing of `npu_trace.pipeline.normalize.Normalizer`.
 
 For the formats whose rule has a positional plan (one rule naming plain fields: every simulator event, the IRQ
 tracepoints), kind, op and device come from columns in a few array operations; the other formats (rules that
-match on strings, take op from a field, markers) are shaped row by row by the reference normalizer. Call
-pairing runs once over the block's entries and returns in time order, with the reference's own stacks,
-eviction rules and counters (`Normalizer._push`/`_take`), so every pairing is the reference's. Nothing builds
-an NpuEvent per row: `NormBlock.event(i)` makes the exact reference event of one row when a detector needs it
-as an object, `NormBlock.int_arg` gives one integer argument for a set of rows.
+match on strings, take op from a field, markers) and the records that come as objects (BPF's) are shaped row
+by row (`Normalizer.shape`). Call pairing runs once over the block's entries and returns in time order, on the
+pairing's stacks (`CallPairing`: push, take, settle), so every pairing, eviction and counter is what pairing
+the events one by one gives (tests/reference/normalize.py is that, and the tests hold the two equal). Nothing
+builds an NpuEvent per row: `NormBlock.event(i)` makes the event of one row when a detector needs it as an
+object, `NormBlock.int_arg` gives one integer argument for a set of rows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
-from npu_trace.pipeline.blocks import OBJECT, Block
+from npu_trace.pipeline.blocks import OBJECT, Block, objects_block
 from npu_trace.pipeline.normalize import MAX_PENDING, Normalizer
 from npu_trace.pipeline.order import stable_order
 
@@ -70,21 +72,50 @@ class NormBlock:
         self.shaped: Dict[int, NpuEvent] = {}  # rows shaped one by one (objects, formats without a plan)
         self.group_of: np.ndarray = np.full(n, -1, dtype=np.int32)  # row -> index in `groups`
         self.groups: List[_Group] = []
+        self.placed: np.ndarray = np.zeros(n, dtype=bool)  # the device in `dev` was given by the scope (an IRQ's)
 
     def __len__(self) -> int:
         return len(self.kind)
 
-    # ---- the reference event of a row ---------------------------------------------------------------------
+    def select(self, rows: np.ndarray) -> NormBlock:
+        """The normalized block of these rows (positions, ascending), as if only they had been normalized with
+        the pairing the whole block had: a paired return whose entry is left out keeps the entry's args."""
+        out = NormBlock.__new__(NormBlock)
+        out.block, out.norm, out.groups = self.block.select(rows), self.norm, self.groups
+        for name in ("kind", "op", "dev", "counted_only", "role", "paired", "latency", "entry_ts", "group_of",
+                     "placed"):  # fmt: skip
+            setattr(out, name, getattr(self, name)[rows])
+        new_at: np.ndarray = np.full(len(self), -1, dtype=np.int64)
+        new_at[rows] = np.arange(len(rows))
+        out.shaped = {int(new_at[r]): ev for r, ev in self.shaped.items() if new_at[r] >= 0}
+        out.entry_args = {int(new_at[r]): args for r, args in self.entry_args.items() if new_at[r] >= 0}
+        entry = self.entry_pos[rows]
+        out.entry_pos = np.where(entry >= 0, new_at[np.maximum(entry, 0)], -1)
+        for k in np.flatnonzero((entry >= 0) & (out.entry_pos < 0)).tolist():  # the entry was left out
+            out.entry_args[k] = self.event(int(entry[k])).args
+        return out
+
+    def place(self, rows: np.ndarray, devs: np.ndarray) -> None:
+        """Give these rows (events without a device) these devices: the scope's (an NPU interrupt's device)."""
+        self.dev[rows] = devs
+        self.placed[rows] = True
+        for r, dev in zip(rows.tolist(), devs.tolist()):
+            if r in self.shaped:
+                self.shaped[r] = self.shaped[r]._replace(dev=int(dev))
+
+    # ---- the event of a row -------------------------------------------------------------------------------
     def event(self, i: int) -> NpuEvent:
-        """Row i as the reference normalizer makes it (pairing applied)."""
+        """Row i as an event (pairing applied)."""
         shaped = self.shaped.get(i)
         if shaped is not None:
             return shaped  # objects and rows shaped alone (their pairing was applied when it happened)
-        if self.counted_only[i]:  # a format without a rule: the "log" event the reference builds for views
-            return self.norm.normalizer._shape(self.block.item(i))[0]
+        if self.counted_only[i]:  # a format without a rule: its "log" event, for views
+            return self.norm.normalizer.shape(self.block.item(i))[0]
         ev = self._planned_event(i)
         if self.paired[i]:
             return ev._replace(dev=self._entry_dev(i), args=self._merged_args(i, ev.args))
+        if self.placed[i]:
+            return ev._replace(dev=self._entry_dev(i))
         return ev
 
     def _planned_event(self, i: int) -> NpuEvent:
@@ -92,7 +123,7 @@ class NormBlock:
         block = self.block
         pid, values = group.table.row_values(int(block.ref[i]))
         trace = TraceEvent(int(block.ts[i]), int(block.cpu[i]), pid, group.table.plan.fmt, values)
-        return self.norm.normalizer._planned_shape(trace, group.plan)
+        return self.norm.normalizer.planned_shape(trace, group.plan)
 
     def _entry_dev(self, i: int) -> Optional[int]:
         dev = int(self.dev[i])
@@ -190,7 +221,7 @@ class NormBlock:
         return col.astype(np.int64), np.ones(n, dtype=bool)
 
     def int_arg(self, rows: np.ndarray, name: str) -> List[Any]:
-        """Argument `name` of each of `rows` as the reference event's args has it (MISSING when absent)."""
+        """Argument `name` of each of `rows` as the row's event's args has it (MISSING when absent)."""
         out: List[Any] = [MISSING] * len(rows)
         if not len(rows):
             return out
@@ -254,6 +285,12 @@ class BlockNormalizer:
             self.ops.append(op)
         return code
 
+    def events(self, items: Sequence[Any]) -> List[NpuEvent]:
+        """Items that come as objects (TraceEvents decoded elsewhere, Losses, NpuEvents) as their events, in
+        order, paired with the calls before them (a channel's decoded records: BPF's)."""
+        nb = self.normalize(objects_block(items))
+        return [nb.event(i) for i in range(len(nb))]
+
     def normalize(self, block: Block) -> NormBlock:
         nb = NormBlock(self, block)
         for etype, rows in block.groups if block.groups is not None else _split_by(block.etype):
@@ -267,6 +304,12 @@ class BlockNormalizer:
     # ---- per format ---------------------------------------------------------------------------------------
     def _format(self, nb: NormBlock, rows: np.ndarray, etype: int) -> None:
         table = nb.block.tables[etype]
+        if table.plan is None:  # an event no format describes (raw rows): a "log" event of its bytes
+            for r in rows.tolist():
+                raw = nb.block.item(r)
+                self._put(nb, r, NpuEvent(raw.ts_ns, "log", None, f"unknown:{raw.id}", raw.pid, raw.cpu,
+                                          {"raw": raw.payload.hex()}))  # fmt: skip
+            return
         name, rules, plan = self.normalizer.format_info(table.plan.fmt)
         if not rules:
             nb.kind[rows] = LOG
@@ -301,7 +344,7 @@ class BlockNormalizer:
     def _shape_rows(self, nb: NormBlock, rows: np.ndarray) -> None:
         block = nb.block
         for r in rows.tolist():
-            shaped, pair = self.normalizer._shape(block.item(r))
+            shaped, pair = self.normalizer.shape(block.item(r))
             self._put(nb, r, shaped)
             nb.role[r] = _ROLE[pair]
 
@@ -313,10 +356,10 @@ class BlockNormalizer:
             item = block.objects[int(block.ref[r])]
             if isinstance(item, TraceEvent):
                 name, rules, _ = self.normalizer.format_info(item.fmt)
-                if not rules:  # counted as "log", never built (as feed_mapped does)
+                if not rules:  # counted as "log", never built (as the formats without a rule are)
                     nb.kind[r], nb.op[r], nb.counted_only[r] = LOG, self.op_code(name), True
                     continue
-                shaped, pair = self.normalizer._shape(item)
+                shaped, pair = self.normalizer.shape(item)
                 self._put(nb, r, shaped)
                 nb.role[r] = _ROLE[pair]
             else:
@@ -328,7 +371,7 @@ class BlockNormalizer:
         nb.op[r] = self.op_code(ev.op)
         nb.dev[r] = -1 if ev.dev is None else ev.dev
 
-    # ---- call pairing: the reference's stacks, in time order ------------------------------------------------
+    # ---- call pairing: the pairing's stacks, in time order ---------------------------------------------------
     def _pair(self, nb: NormBlock) -> None:
         rows = np.flatnonzero(nb.role)
         if not len(rows):
@@ -337,8 +380,8 @@ class BlockNormalizer:
             self._pair_one_by_one(nb, rows)
 
     def _pair_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> None:
-        """The reference's algorithm, entry by entry (nested calls of one op on one thread, huge backlogs)."""
-        norm, block, ops = self.normalizer, nb.block, self.ops
+        """Pairing entry by entry (nested calls of one op on one thread, huge backlogs)."""
+        pairing, block, ops = self.normalizer.pairing, nb.block, self.ops
         keys = zip(block.pid[rows].tolist(), nb.op[rows].tolist(), nb.role[rows].tolist(), rows.tolist())
         stamps, devs = block.ts.tolist(), nb.dev.tolist()
         pushed = set()
@@ -346,19 +389,19 @@ class BlockNormalizer:
             key = (pid, ops[op])
             if role == _ENTRY:
                 ref: Any = _Ref(r)  # the args, still in the block's columns
-                norm._push(key, (stamps[r], None if devs[r] < 0 else devs[r], ref))
+                pairing.push(key, (stamps[r], None if devs[r] < 0 else devs[r], ref))
                 pushed.add(key)
             else:
-                self._return(nb, r, key, norm._take(key))
+                self._return(nb, r, key, pairing.take(key))
         self._materialize_pending(nb, pushed)
 
     def _pair_alternating(self, nb: NormBlock, rows: np.ndarray) -> bool:
         """The common case at once: no (pid, op) nests calls, so a return pairs with the entry just before it of
         its (pid, op), in the block or pending from before; False (nothing done) when that does not hold, or
-        when the pending entries could reach the reference's bound (its evictions are then replayed exactly)."""
-        norm, block = self.normalizer, nb.block
+        when the pending entries could reach the pairing's bound (its evictions are then replayed exactly)."""
+        block = nb.block
         is_entry = nb.role[rows] == _ENTRY
-        if norm._pending_count + int(is_entry.sum()) >= MAX_PENDING:
+        if self.normalizer.pairing.count + int(is_entry.sum()) >= MAX_PENDING:
             return False
         pid, op = block.pid[rows].astype(np.int64), nb.op[rows].astype(np.int64)
         key = (pid - pid.min()) * (int(op.max()) + 1) + op  # (pid, op) as one small number: a radix order
@@ -383,21 +426,20 @@ class BlockNormalizer:
 
     def _carried(self, nb: NormBlock, first_rows: np.ndarray) -> Optional[np.ndarray]:
         """For each (pid, op) of the block (by its first row): has it a pending entry (None: one is nested)."""
-        pending, ops, block = self.normalizer._pending, self.ops, nb.block
+        pairing, ops, block = self.normalizer.pairing, self.ops, nb.block
         out: np.ndarray = np.zeros(len(first_rows), dtype=bool)
         for i, r in enumerate(first_rows.tolist()):
-            stack = pending.get((int(block.pid[r]), ops[int(nb.op[r])]))
-            if stack:
-                if len(stack) > 1:
-                    return None
-                out[i] = True
+            depth = pairing.depth((int(block.pid[r]), ops[int(nb.op[r])]))
+            if depth > 1:
+                return None
+            out[i] = depth == 1
         return out
 
     def _apply_pairs(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, prev_entry: np.ndarray,
                      start: np.ndarray) -> None:  # fmt: skip
-        norm, block = self.normalizer, nb.block
+        pairing, block = self.normalizer.pairing, nb.block
         returns = ~is_entry
-        norm.stats["unpaired_returns"] += int((returns & ~prev_entry).sum())
+        pairing.stats["unpaired_returns"] += int((returns & ~prev_entry).sum())
         matched = np.flatnonzero(returns & prev_entry)
         inside = matched[~start[matched]]  # the entry is the row just before, in this block
         ret_rows, entry_rows = rows[inside], rows[inside - 1]
@@ -408,7 +450,7 @@ class BlockNormalizer:
         nb.entry_pos[ret_rows] = entry_rows
         for r in rows[matched[start[matched]]].tolist():  # the entry was pending from before the block
             key = (int(block.pid[r]), self.ops[int(nb.op[r])])
-            self._return(nb, r, key, norm._take(key))
+            self._return(nb, r, key, pairing.take(key))
         if not nb.shaped:
             return
         returned: np.ndarray = np.zeros(len(nb), dtype=bool)
@@ -418,9 +460,9 @@ class BlockNormalizer:
             nb.shaped[r] = nb.shaped[r]._replace(dev=dev, args=nb._merged_args(r, nb.shaped[r].args))
 
     def _settle_pending(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, start: np.ndarray) -> None:
-        """The stacks after the block, as the reference leaves them: a (pid, op) whose last row is an entry has
-        that entry pending (re-inserted where its push put it), the others none."""
-        norm, block, pending = self.normalizer, nb.block, self.normalizer._pending
+        """The stacks after the block, as pairing one by one leaves them: a (pid, op) whose last row is an entry
+        has that entry pending (placed where its push put it: after the others, in row order), the others none."""
+        pairing, block = self.normalizer.pairing, nb.block
         last: np.ndarray = np.ones(len(rows), dtype=bool)
         last[:-1] = start[1:]
         ends = np.flatnonzero(last)
@@ -428,14 +470,12 @@ class BlockNormalizer:
         for i in ends.tolist():
             r = int(rows[i])
             key = (int(block.pid[r]), self.ops[int(nb.op[r])])
-            stack = pending.pop(key, None)
-            norm._pending_count -= len(stack) if stack else 0
+            pairing.settle(key, None)
             if is_entry[i]:
                 dev = None if nb.dev[r] < 0 else int(nb.dev[r])
                 opened.append((r, key, (int(block.ts[r]), dev, nb.event(r).args)))
         for _, key, entry in sorted(opened, key=lambda o: o[0]):
-            pending[key] = [entry]
-            norm._pending_count += 1
+            pairing.settle(key, entry)
 
     def _return(self, nb: NormBlock, r: int, key: Tuple[int, str], entry: Any) -> None:
         shaped = nb.shaped.get(r)
@@ -457,11 +497,12 @@ class BlockNormalizer:
 
     def _materialize_pending(self, nb: NormBlock, keys: Any) -> None:
         """Entries of this block still pending get their arguments as dicts: the stacks outlive the block."""
-        pending = self.normalizer._pending
+
+        def args_of(args: Any) -> Any:
+            return nb.event(args.pos).args if isinstance(args, _Ref) else args
+
         for key in keys:
-            for k, (ts, dev, args) in enumerate(pending.get(key, ())):
-                if isinstance(args, _Ref):
-                    pending[key][k] = (ts, dev, nb.event(args.pos).args)
+            self.normalizer.pairing.resolve(key, args_of)
 
 
 def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:

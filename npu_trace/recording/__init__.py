@@ -6,7 +6,7 @@ See docs/recording-format.md for the on-disk layout.
 from __future__ import annotations
 
 from npu_trace.recording.format import MAGIC, SCHEMA_VERSION, SUPPORTED_SCHEMAS, Chunk
-from npu_trace.recording.reader import RecordingReader, iter_events, open_decoder
+from npu_trace.recording.reader import RecordingReader, open_decoder
 from npu_trace.recording.writer import RecordingWriter, build_header, clock_anchor
 
 __all__ = [
@@ -18,6 +18,5 @@ __all__ = [
     "RecordingWriter",
     "build_header",
     "clock_anchor",
-    "iter_events",
     "open_decoder",
 ]

@@ -14,8 +14,7 @@ from typing import IO, Any, Dict, Iterator, List, Optional, Set, Tuple
 import msgpack
 
 from npu_trace.errors import FormatError, RecordingError
-from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts, build_decoders
+from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
 from npu_trace.ftrace.printk import parse_formats
 from npu_trace.ftrace.special import KernelText
@@ -29,7 +28,6 @@ from npu_trace.recording.format import (
     decode_chunk,
     decode_events,
     decode_loss,
-    event_losses,
     fail,
     kallsyms_text,
     make_unpacker,
@@ -237,24 +235,3 @@ def _parse_entry(entry: Dict[str, str]) -> EventFormat:
         raise RecordingError(f"recording header: format of {name}: its text names the event {fmt.name!r}")
     return fmt
 
-
-def iter_events(
-    reader: RecordingReader, layouts: Optional[StructLayouts] = None, ledger: Optional[LossLedger] = None
-) -> Iterator[Any]:
-    """TraceEvents, Loss items and the other channels' NpuEvents in file order, each CPU's pages decoded by its
-    own PageDecoder (as live)."""
-    page_header, table = open_decoder(reader, layouts)
-    decoders = CpuDecoders(page_header, table, reader.byteorder, ledger)
-    out: List[Any] = []
-    for kind, item in reader.records():
-        if kind == "loss":
-            decoders.ledger.add(item)
-            yield item
-        elif kind == "chunk":
-            decoders.decode(item.pages, out)
-            yield from out
-            out.clear()
-        elif kind == "events":
-            for loss in event_losses(item):
-                decoders.ledger.add(loss)
-            yield from item

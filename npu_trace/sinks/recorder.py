@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from npu_trace.events import Loss
+from npu_trace.ftrace.framing import is_malformed
 from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.host import SimulatedHost
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, build_header
@@ -165,7 +166,7 @@ def new_losses(rows: Iterable[Sequence[Any]], reported: Dict[Tuple[str, str, int
     reappear on decode."""
     out = []
     for source, kind, cpu, total in rows:
-        if kind in ("page_missed", "malformed"):
+        if kind == "page_missed" or is_malformed(kind):
             continue
         key = (source, kind, cpu)
         delta = total - reported.get(key, 0)

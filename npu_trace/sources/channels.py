@@ -36,6 +36,7 @@ from npu_trace.errors import UsageError
 from npu_trace.events import Loss, NpuEvent, lost_event
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.vnormalize import BlockNormalizer
 from npu_trace.sources.applog_source import AppLogSource
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.npusmi_source import HealthSource, mono_ns
@@ -76,7 +77,7 @@ class Channels:
         self.app_log: Optional[AppLogSource] = None
         self.bpf_config = bpf
         self.bpf: Optional[Any] = None  # npu_trace.bpf.source.BpfSource (imported only when asked for)
-        self._bpf_normalizer = Normalizer(mapping if mapping is not None else BPF_MAPPING)
+        self._bpf_normalizer = BlockNormalizer(Normalizer(mapping if mapping is not None else BPF_MAPPING))
         self.npu_smi = npu_smi
         self.health_interval_s = health_interval_s
         self.on_note = on_note
@@ -239,7 +240,7 @@ class Channels:
         if not self.bpf.pending():  # type: ignore[union-attr]
             self._bpf_wm = started - COMMIT_MARGIN_NS  # drained: what is not reserved yet is stamped later
         out = []
-        for ev in self._bpf_normalizer.feed(batch):
+        for ev in self._bpf_normalizer.events(batch):
             if ev.kind != "lost":
                 ev.args["source"] = "bpf"
             out.append(ev)

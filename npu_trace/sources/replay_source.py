@@ -2,11 +2,11 @@
 
 A recording keeps the raw pages in the order they were read, each read's mark (which CPUs were caught up, the
 channels' watermark) and the other channels' events before the pages they preceded. `batches()` rebuilds the
-live batches from them, so the timeline (`timeline()`) decodes and orders exactly as it did live, and the
-analysis finds what the live session found. As a pump `Source`, `read()` hands over one batch at a time,
-paced (real time, N x, or as fast as possible) by the reads' own times, without ever blocking (an empty batch
-while the next is not due), so a consumer answers its UI meanwhile; pause, speed and fast-forward are
-controls of this pace (the TUI's replay).
+live batches from them (`parts()`: the same with each chunk whole), so the timeline (`block_timeline()`) walks
+and orders exactly as it did live, and the analysis finds what the live session found. As a pump `Source`,
+`read()` hands over one batch at a time, paced (real time, N x, or as fast as possible) by the reads' own
+times, without ever blocking (an empty batch while the next is not due), so a consumer answers its UI
+meanwhile; pause, speed and fast-forward are controls of this pace (the TUI's replay).
 
 Recordings written before marks existed have none: their timeline orders by the bounds alone (count, lag).
 """
@@ -19,12 +19,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Un
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, LossLedger
 from npu_trace.ftrace.columns import plans
-from npu_trace.ftrace.decode import CpuDecoders, RecordDecoder, StructLayouts
+from npu_trace.ftrace.decode import RecordDecoder, StructLayouts
 from npu_trace.ftrace.format import PageHeader
 from npu_trace.pipeline.batch import Batch, empty_batch
 from npu_trace.pipeline.blocktimeline import BlockTimeline, chunk_batches
 from npu_trace.pipeline.scope import Scope, ScopeFilter
-from npu_trace.pipeline.timeline import Timeline
 from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
 from npu_trace.sources.procs import snapshot_from_header
@@ -55,8 +54,7 @@ class ReplaySource:
         self.first_ns: Optional[int] = None  # the first batch's time
         self.position_ns = 0  # the time of the last batch handed over
         self.target_ns: Optional[int] = None  # fast forward up to this time
-        self._decoders: Optional[CpuDecoders] = None
-        self._timeline: Optional[Union[Timeline, BlockTimeline]] = None
+        self._timeline: Optional[BlockTimeline] = None
         self._batches: Optional[Iterator[Batch]] = None
         self._next: Optional[Batch] = None
         self._waiting = False
@@ -66,34 +64,24 @@ class ReplaySource:
     def header(self) -> Dict[str, Any]:
         return self.reader.header
 
-    def timeline(self) -> Timeline:
-        """The timeline that decodes this recording's pages (with its own formats) and orders them (once)."""
+    def block_timeline(self, keep_unknown: bool = False) -> BlockTimeline:
+        """The timeline that walks this recording's pages (with its own formats) and orders them, as Blocks
+        (made once; `keep_unknown`: see BlockTimeline)."""
         if self._timeline is None:
-            page_header, table = self._decoder_table()
-            self._decoders = CpuDecoders(page_header, table, self.reader.byteorder, self.ledger)
-            self._timeline = Timeline(self._decoders, ledger=self.ledger, cpus=self._cpus(),
-                                      channels=self.had_channels())  # fmt: skip
-        assert isinstance(self._timeline, Timeline), "this replay was opened with block_timeline()"
-        return self._timeline
-
-    def block_timeline(self) -> BlockTimeline:
-        """The columnar twin of timeline(): the same items in the same order, as Blocks (the fast analysis)."""
-        if self._timeline is None:
-            page_header, table = self._decoder_table()
+            page_header, table = self.decoder_table()
             columns = plans([dec.fmt for dec in table.values()], self.reader.byteorder, self.layouts)
             self._timeline = BlockTimeline(page_header, table, columns, byteorder=self.reader.byteorder,
-                                           ledger=self.ledger, cpus=self._cpus(),
-                                           channels=self.had_channels())  # fmt: skip
-        assert isinstance(self._timeline, BlockTimeline), "this replay was opened with timeline()"
+                                           ledger=self.ledger, cpus=self.trace_cpus(),
+                                           channels=self.had_channels(), keep_unknown=keep_unknown)  # fmt: skip
         return self._timeline
 
-    def _decoder_table(self) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
+    def decoder_table(self) -> Tuple[PageHeader, Dict[int, RecordDecoder]]:
         page_header, table = open_decoder(self.reader, self.layouts)
         if self.only is not None:
             table = {eid: dec for eid, dec in table.items() if dec.fmt.full_name in self.only}
         return page_header, table
 
-    def _cpus(self) -> List[int]:
+    def trace_cpus(self) -> List[int]:
         cpus = self.header.get("trace_cpus")
         return [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) else []
 
@@ -117,16 +105,14 @@ class ReplaySource:
 
     @property
     def events_read(self) -> int:
-        """Trace records read: decoded by the timeline, or stepped over (not in `only`)."""
+        """Trace records read: walked by the timeline, or stepped over (not in `only`)."""
         if self._timeline is None:
             return 0
         return self._timeline.events + self.events_skipped
 
     @property
     def events_skipped(self) -> int:
-        if isinstance(self._timeline, BlockTimeline):
-            return self._timeline.skipped
-        return self._decoders.skipped if self._decoders is not None else 0
+        return self._timeline.skipped if self._timeline is not None else 0
 
     def batches(self) -> Iterator[Batch]:
         """The live batches, rebuilt in file order: a chunk's pages cut at its marks, the channels' events,
@@ -154,12 +140,6 @@ class ReplaySource:
             elif kind == "note":
                 self.comms.update(_comms(item))
         yield Batch([], [], None, final=True)
-
-    def items(self) -> Iterator[Any]:
-        """Every item of the recording in one time order, as the timeline releases them (not paced)."""
-        timeline = self.timeline()
-        for batch in self.batches():
-            yield from timeline.push(batch)
 
     # ---- the pump's side: paced, never blocking -----------------------------------------------------------
     def read(self) -> Batch:

@@ -1,10 +1,10 @@
 """The tracefs source: a private instance, events chosen by glob, per-CPU trace_pipe_raw decoded in binary.
 
 Never wakes up per event: `read_pass()` drains every CPU's pipe without blocking and the caller polls it on a
-few-millisecond interval; the raw pages go to the timeline (`npu_trace.pipeline`), which decodes them with this
-session's `decoders` and puts them in time order, and to a recorder unchanged. Loss is counted three ways and
-kept in `ledger`: the missed-events flag of a page (where, in the stream), the per-CPU `overrun`/`dropped
-events` counters (how many), and malformed records.
+few-millisecond interval; the raw pages go to the timeline (`npu_trace.pipeline.blocktimeline`), which walks
+them with this session's record `decoders` (its formats) and puts them in time order, and to a recorder
+unchanged. Loss is counted three ways and kept in `ledger`: the missed-events flag of a page (where, in the
+stream), the per-CPU `overrun`/`dropped events` counters (how many), and malformed records (the timeline's).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Map
 from npu_trace.device.switches import DRIVER_EVENTS
 from npu_trace.errors import FormatError, KernelFeatureError, SourceError, UsageError
 from npu_trace.events import LossLedger
-from npu_trace.ftrace.decode import COMMIT_MASK, CpuDecoders, StructLayouts, build_decoders
+from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.filters import all_of, fits, int_in
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
+from npu_trace.ftrace.framing import COMMIT_MASK
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
@@ -147,7 +148,7 @@ class TracefsSession:
         self.header: Optional[PageHeader] = None
         self.instance: Optional[Instance] = None
         self._fds: Dict[int, int] = {}
-        self.decoders: Optional[CpuDecoders] = None
+        self.decoders: Optional[Dict[int, RecordDecoder]] = None  # event id -> its record decoder, once started
         self._read_size = 4096
         self.pages_read = 0
         self.full_pages = 0
@@ -273,8 +274,7 @@ class TracefsSession:
         for event in self.selected:
             inst.enable_event(event)
         self._read_size = self._subbuf_size(inst, self.header)
-        table = build_decoders(self.formats, sys.byteorder, self.layouts)
-        self.decoders = CpuDecoders(self.header, table, ledger=self.ledger)
+        self.decoders = build_decoders(self.formats, sys.byteorder, self.layouts)
         for cpu in inst.cpus():
             self._fds[cpu] = inst.open_raw(cpu)
         inst.tracing_on(True)
@@ -487,10 +487,3 @@ class TracefsSession:
         """The CPUs whose buffers this session reads (each one's pipe is open)."""
         return tuple(self._fds)
 
-    @property
-    def malformed(self) -> int:
-        return self.decoders.malformed if self.decoders is not None else 0
-
-    @property
-    def skipped(self) -> int:
-        return self.decoders.skipped if self.decoders is not None else 0

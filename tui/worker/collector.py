@@ -7,7 +7,6 @@ of an interval, spike context, closed resets, allocation failures).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -19,7 +18,7 @@ from npu_trace.detectors.base import Finding
 from npu_trace.detectors.links import AFTER_NS, CAUSES, explain
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.blocks import Block
+from npu_trace.pipeline.blocks import Block, objects_block
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from tui.fmt import log_row, row_plain
@@ -59,21 +58,18 @@ CommOf = Callable[[int], str]
 
 class NewestRows:
     """The newest `limit` log rows matched since the last update, held as references (a block and its row
-    numbers, or events already made) and made into events only when an update carries them: a busy interval
-    matches far more rows than it shows, and making each one an event would cost more than analysing it."""
+    numbers) and made into events only when an update carries them: a busy interval matches far more rows than
+    it shows, and making each one an event would cost more than analysing it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(0, limit)
-        self.parts: Deque[Tuple[Any, int]] = deque()  # (a list of events, or (NormBlock, rows)), its row count
+        self.parts: Deque[Tuple[Tuple[NormBlock, np.ndarray], int]] = deque()  # ((NormBlock, rows), row count)
         self.held = 0
-
-    def add_events(self, events: Sequence[NpuEvent]) -> None:
-        self._add(events, len(events))
 
     def add_block(self, nb: NormBlock, rows: np.ndarray) -> None:
         self._add((nb, rows), len(rows))
 
-    def _add(self, part: Any, n: int) -> None:
+    def _add(self, part: Tuple[NormBlock, np.ndarray], n: int) -> None:
         if not n or not self.limit:
             return
         self.parts.append((part, n))
@@ -97,11 +93,8 @@ class NewestRows:
         for part, _ in reversed(self.parts):
             if need <= 0:
                 break
-            if isinstance(part, tuple):
-                nb, rows = part
-                got = [nb.event(i) for i in rows[-need:].tolist()]
-            else:
-                got = list(part[-need:])
+            nb, rows = part
+            got = [nb.event(i) for i in rows[-need:].tolist()]
             newest.append(got)
             need -= len(got)
         return [ev for got in reversed(newest) for ev in got]
@@ -145,23 +138,18 @@ class Collector:
 
     # ---- in ------------------------------------------------------------------------------------
     def add(self, items: Sequence[Any], now: Optional[int] = None) -> None:
-        """The timeline's items in time order (trace and channels together) and its watermark."""
-        if items:
-            self._events(items)
-        if now is not None:
-            self._note(self.analysis.advance(now))
-        self.analysis.findings.clear()  # kept by Analysis for a final report the TUI never asks for: bounded
+        """Items as objects in time order (trace and channels together) and the timeline's watermark: as a
+        block of objects (`add_block`)."""
+        self.add_block(objects_block(items), now)
 
     def add_block(self, block: Block, now: Optional[int] = None) -> None:
-        """The timeline's items as a columnar block (the fast path): the same analysis and the same views as
-        add(items), with objects made only for what is carried to the UI."""
-        if self.analysis.scope is not None:  # a scope's stage is per event
-            self.add(block.items(), now)
-            return
+        """The timeline's items as a columnar block, and its watermark: analysed (normalized and scoped by the
+        analysis), its views updated, objects made only for what is carried to the UI."""
         if len(block):
             nb = self.analysis.normalize_block(block)
             self._note(self.analysis.feed_normalized(nb))
-            self._block_views(nb)
+            if len(nb):  # not all out of scope
+                self._block_views(nb)
         if now is not None:
             self._note(self.analysis.advance(now))
         self.analysis.findings.clear()
@@ -204,22 +192,6 @@ class Collector:
             starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
             for i, v in zip(idx[starts].tolist(), np.maximum.reduceat(val, starts).tolist()):
                 _bin(self.lat_bins, dev, i, v, max)
-
-    def _events(self, items: Sequence[Any]) -> None:
-        events = self.analysis.normalize(items)  # normalized (and scoped) here: the log shows unmapped events too
-        if not events:  # all out of scope
-            return
-        self._note(self.analysis.feed_events(events))
-        self.ring.add(events)
-        matched = events if self.filter.empty() else self.filter.select(events, self.comm_of)
-        self.rows.add_events(matched)
-        self.interval_matched += len(matched)
-        self.interval_events += len(events)
-        self.total += len(events)
-        self.last_ts = max(self.last_ts, events[-1].ts_ns)
-        self.dev_counts.update(map(_dev_of, events))
-        self._scan(events)
-        self._memory_bins()
 
     def set_filter(self, query: str) -> LogWindow:
         """A new log filter: from now on it selects the rows carried; the answer is its first window, the
@@ -392,11 +364,8 @@ class Ring:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.batches: Deque[Any] = deque()  # _Events or _BlockEvents, oldest first
+        self.batches: Deque[_BlockEvents] = deque()  # oldest first
         self.size = 0
-
-    def add(self, events: List[NpuEvent]) -> None:
-        self._add(_Events(events), len(events))
 
     def add_block(self, nb: NormBlock) -> None:
         """A normalized block: its events are made only when asked for (a filter's window, a spike's context)."""
@@ -434,30 +403,6 @@ class Ring:
         return found[:most], count
 
 
-class _Events:
-    """A batch of the ring as NpuEvents."""
-
-    __slots__ = ("events", "stamps")
-
-    def __init__(self, events: List[NpuEvent]) -> None:
-        self.events = events
-        self.stamps: Optional[List[int]] = None
-
-    def __len__(self) -> int:
-        return len(self.events)
-
-    def last(self) -> int:
-        return int(self.events[-1].ts_ns)
-
-    def span(self, lo: int, hi: int) -> Tuple[int, int]:
-        if self.stamps is None:
-            self.stamps = list(map(_ts_of, self.events))
-        return bisect_left(self.stamps, lo), bisect_right(self.stamps, hi)
-
-    def slice(self, i: int, j: int) -> List[NpuEvent]:
-        return self.events[i:j]
-
-
 class _BlockEvents:
     """A batch of the ring as a normalized block (events made on demand)."""
 
@@ -480,7 +425,6 @@ class _BlockEvents:
         return [self.nb.event(k) for k in range(i, j)]
 
 
-_dev_of = itemgetter(2)  # NpuEvent.dev
 
 
 def _bin(bins: Dict[int, Deque[List[int]]], dev: int, index: int, value: int, merge: Callable[[int, int], int]) -> None:

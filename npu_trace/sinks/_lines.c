@@ -1,0 +1,343 @@
+/* Text lines from columns, compiled: what npu_trace.sinks.text's line templates make, without an object per
+ * line. text.py holds the templates (which parts a line has, how each value is shown) and the pure-Python twin
+ * (one %-formatting per row), whose output is identical; this file only assembles the parts.
+ *
+ * render(parts, n) -> (bytes, offsets)
+ *   parts   a tuple, each part one of:
+ *             bytes                a literal, the same on every line
+ *             (code, column)       a value per row: code b"d" (int64, %d), b"u" (uint64, %d), b"x" (int64,
+ *                                  %#x: "0x1f", "-0x5"), b"X" (uint64, %#x), b"9" (int64 >= 0, %09d), b"6"
+ *                                  (int64, %6d); the column a C-contiguous array of n of that type, native
+ *                                  order; or code b"s" and a list of n str (written as UTF-8); or code b"k"
+ *                                  and (an int64 array of n indexes, a list of str): row i writes
+ *                                  list[index[i]] (text made once per distinct value)
+ *   n       the number of lines
+ *   -> every line followed by "\n", one after the other, and int64 offsets (n + 1) of where each begins
+ * interleave(chunks, offsets, which, index) -> bytes
+ *   the lines of several renders put in one order: line i of the result is line index[i] of render
+ *   which[i] (int32 and int64 arrays of one length; chunks a tuple of bytes, offsets a tuple of their offsets)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    int code;               /* 0: a literal */
+    const char *lit;        /* the literal, or NULL */
+    Py_ssize_t lit_len;
+    Py_buffer col;          /* a numeric column, or the indexes of a keyed one */
+    int held;               /* col is held */
+    PyObject *list;         /* a str column, or the distinct str of a keyed one */
+} Part;
+
+static int digits_u(uint64_t v)
+{
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+static int hexits(uint64_t v)
+{
+    int n = 1;
+    while (v >= 16) {
+        v >>= 4;
+        n++;
+    }
+    return n;
+}
+
+static uint64_t magnitude(int64_t v)
+{
+    return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+}
+
+/* The width of row i's value of a numeric part. */
+static Py_ssize_t width(const Part *p, Py_ssize_t i)
+{
+    const int64_t *s = (const int64_t *)p->col.buf;
+    const uint64_t *u = (const uint64_t *)p->col.buf;
+    switch (p->code) {
+    case 'd': return (s[i] < 0) + digits_u(magnitude(s[i]));
+    case 'u': return digits_u(u[i]);
+    case 'x': return (s[i] < 0) + 2 + hexits(magnitude(s[i]));
+    case 'X': return 2 + hexits(u[i]);
+    case '9': { int w = (s[i] < 0) + digits_u(magnitude(s[i])); return w < 9 ? 9 : w; }
+    default: { int w = (s[i] < 0) + digits_u(magnitude(s[i])); return w < 6 ? 6 : w; } /* '6' */
+    }
+}
+
+static char *put_u(char *out, uint64_t v, int n)
+{
+    for (int k = n - 1; k >= 0; k--) {
+        out[k] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return out + n;
+}
+
+static char *put_x(char *out, uint64_t v)
+{
+    int n = hexits(v);
+    *out++ = '0';
+    *out++ = 'x';
+    for (int k = n - 1; k >= 0; k--) {
+        out[k] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    }
+    return out + n;
+}
+
+/* Writes row i's value of a numeric part (Python's %d, %#x, %09d, %6d). */
+static char *put(const Part *p, Py_ssize_t i, char *out)
+{
+    const int64_t *s = (const int64_t *)p->col.buf;
+    const uint64_t *u = (const uint64_t *)p->col.buf;
+    if (p->code == 'u')
+        return put_u(out, u[i], digits_u(u[i]));
+    if (p->code == 'X')
+        return put_x(out, u[i]);
+    int64_t v = s[i];
+    uint64_t m = magnitude(v);
+    int n = digits_u(m), pad = 0;
+    if (p->code == '9' || p->code == '6') {
+        int want = p->code == '9' ? 9 : 6, w = (v < 0) + n;
+        pad = w < want ? want - w : 0;
+        if (p->code == '6') {
+            memset(out, ' ', (size_t)pad);
+            out += pad;
+            pad = 0;
+        }
+    }
+    if (v < 0)
+        *out++ = '-';
+    if (p->code == 'x')
+        return put_x(out, m);
+    memset(out, '0', (size_t)pad); /* %09d: zeros after the sign */
+    return put_u(out + pad, m, n);
+}
+
+static void release(Part *parts, Py_ssize_t count)
+{
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (parts[k].held)
+            PyBuffer_Release(&parts[k].col);
+    }
+    PyMem_Free(parts);
+}
+
+/* Reads one part; 0 or -1 with an exception set. */
+static int read_part(PyObject *item, Part *p, Py_ssize_t n)
+{
+    if (PyBytes_Check(item)) {
+        p->lit = PyBytes_AS_STRING(item);
+        p->lit_len = PyBytes_GET_SIZE(item);
+        return 0;
+    }
+    const char *code;
+    Py_ssize_t code_len;
+    PyObject *column;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(item, 0))) {
+        PyErr_SetString(PyExc_TypeError, "render: a part is bytes or (code, column)");
+        return -1;
+    }
+    PyBytes_AsStringAndSize(PyTuple_GET_ITEM(item, 0), (char **)&code, &code_len);
+    column = PyTuple_GET_ITEM(item, 1);
+    if (code_len != 1 || !strchr("duxX96sk", code[0])) {
+        PyErr_SetString(PyExc_ValueError, "render: unknown code");
+        return -1;
+    }
+    p->code = code[0];
+    if (p->code == 's') {
+        if (!PyList_Check(column) || PyList_GET_SIZE(column) != n) {
+            PyErr_SetString(PyExc_ValueError, "render: a str column is a list of n str");
+            return -1;
+        }
+        p->list = column;
+        return 0;
+    }
+    if (p->code == 'k') {
+        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 2 || !PyList_Check(PyTuple_GET_ITEM(column, 1))) {
+            PyErr_SetString(PyExc_ValueError, "render: a keyed column is (indexes, list of str)");
+            return -1;
+        }
+        p->list = PyTuple_GET_ITEM(column, 1);
+        column = PyTuple_GET_ITEM(column, 0);
+    }
+    if (PyObject_GetBuffer(column, &p->col, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    p->held = 1;
+    if (p->col.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "render: a numeric or index column holds n 8-byte values");
+        return -1;
+    }
+    if (p->code == 'k') { /* every index names one of the list's str */
+        const int64_t *at = (const int64_t *)p->col.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (at[i] < 0 || at[i] >= PyList_GET_SIZE(p->list)) {
+                PyErr_SetString(PyExc_ValueError, "render: an index outside its list");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The UTF-8 of row i of a str part (NULL with an exception when it is not a str). */
+static const char *str_at(const Part *p, Py_ssize_t i, Py_ssize_t *len)
+{
+    PyObject *s = PyList_GET_ITEM(p->list, p->code == 'k' ? ((const int64_t *)p->col.buf)[i] : i);
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "render: a str column holds str");
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(s, len);
+}
+
+static Py_ssize_t part_len(const Part *p, Py_ssize_t i)
+{
+    if (p->code == 0)
+        return p->lit_len;
+    if (p->code == 's' || p->code == 'k') {
+        Py_ssize_t len;
+        return str_at(p, i, &len) ? len : -1;
+    }
+    return width(p, i);
+}
+
+static char *part_put(const Part *p, Py_ssize_t i, char *out)
+{
+    if (p->code == 0) {
+        memcpy(out, p->lit, (size_t)p->lit_len);
+        return out + p->lit_len;
+    }
+    if (p->code == 's' || p->code == 'k') {
+        Py_ssize_t len;
+        const char *s = str_at(p, i, &len);
+        memcpy(out, s, (size_t)len);
+        return out + len;
+    }
+    return put(p, i, out);
+}
+
+/* The lines' total length and each line's start; -1 with an exception set. */
+static Py_ssize_t measure(const Part *parts, Py_ssize_t count, Py_ssize_t n, int64_t *starts)
+{
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        starts[i] = total;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            Py_ssize_t len = part_len(&parts[k], i);
+            if (len < 0)
+                return -1;
+            total += len;
+        }
+        total += 1; /* the newline */
+    }
+    starts[n] = total;
+    return total;
+}
+
+static PyObject *py_render(PyObject *self, PyObject *args)
+{
+    PyObject *tuple, *out = NULL, *offsets = NULL;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!n:render", &PyTuple_Type, &tuple, &n))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(tuple);
+    Part *parts = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Part));
+    if (parts == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (read_part(PyTuple_GET_ITEM(tuple, k), &parts[k], n) < 0)
+            goto done;
+    }
+    if (n < 0 || (offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8)) == NULL)
+        goto done;
+    int64_t *starts = (int64_t *)PyBytes_AS_STRING(offsets);
+    Py_ssize_t total = measure(parts, count, n, starts);
+    if (total < 0 || (out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
+        goto done;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t k = 0; k < count; k++)
+            w = part_put(&parts[k], i, w);
+        *w++ = '\n';
+    }
+done:
+    release(parts, count);
+    if (out == NULL) {
+        Py_XDECREF(offsets);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, offsets);
+}
+
+/* interleave(chunks, offsets, which, index) -> bytes */
+static PyObject *py_interleave(PyObject *self, PyObject *args)
+{
+    PyObject *chunks, *offsets, *out = NULL;
+    Py_buffer which, index;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*:interleave", &PyTuple_Type, &chunks, &PyTuple_Type, &offsets, &which,
+                          &index))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(chunks), n = index.len / 8, total = 0;
+    const int32_t *w = (const int32_t *)which.buf;
+    const int64_t *at = (const int64_t *)index.buf;
+    if (PyTuple_GET_SIZE(offsets) != count || which.len != n * 4 || index.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "interleave: chunks and offsets alike, int32 which and int64 index alike");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* every line named is inside its chunk */
+        if (w[i] < 0 || w[i] >= count || at[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "interleave: a line that is not there");
+            goto done;
+        }
+        PyObject *off = PyTuple_GET_ITEM(offsets, w[i]), *chunk = PyTuple_GET_ITEM(chunks, w[i]);
+        if (!PyBytes_Check(off) || !PyBytes_Check(chunk) || (at[i] + 2) * 8 > PyBytes_GET_SIZE(off)) {
+            PyErr_SetString(PyExc_ValueError, "interleave: a line that is not there");
+            goto done;
+        }
+        const int64_t *o = (const int64_t *)PyBytes_AS_STRING(off);
+        if (o[at[i]] < 0 || o[at[i]] > o[at[i] + 1] || o[at[i] + 1] > PyBytes_GET_SIZE(chunk)) {
+            PyErr_SetString(PyExc_ValueError, "interleave: offsets outside their chunk");
+            goto done;
+        }
+        total += o[at[i] + 1] - o[at[i]];
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
+        goto done;
+    char *dst = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *o = (const int64_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(offsets, w[i]));
+        Py_ssize_t len = (Py_ssize_t)(o[at[i] + 1] - o[at[i]]);
+        memcpy(dst, PyBytes_AS_STRING(PyTuple_GET_ITEM(chunks, w[i])) + o[at[i]], (size_t)len);
+        dst += len;
+    }
+done:
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&index);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"render", py_render, METH_VARARGS, "Lines from literal parts and columns (see npu_trace.sinks.text)."},
+    {"interleave", py_interleave, METH_VARARGS, "The lines of several renders in one order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_lines", "Text lines from columns, compiled (npu_trace.sinks.text).", -1, methods, NULL,
+    NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__lines(void)
+{
+    return PyModule_Create(&module);
+}
