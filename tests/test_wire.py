@@ -112,3 +112,25 @@ def test_a_template_no_row_uses_is_not_read() -> None:
     assert assemble_py(prog, starts, np.zeros(1, np.int32), cols, tuple(consts.items), ()) == b"\x05"
     out = bytearray()
     assert bytes(out[: assemble(prog, starts, np.zeros(1, np.int32), cols, tuple(consts.items), (), out)]) == b"\x05"
+
+
+@pytest.mark.skipif(wire.IMPLEMENTATION != "c", reason="the compiled assembler is not built here")
+def test_numbers_at_every_count_of_digits_are_written_alike() -> None:
+    """Decimal and microsecond text at each digit count's edges (the compiled one writes digits in pairs from a
+    table, after counting them), both signs, the int64 extremes; constants of every length about the
+    compiled copy's sizes (16 and 32 bytes)."""
+    edges = {0, 1, (1 << 63) - 1, -(1 << 63), -(1 << 63) + 1}
+    for k in range(19):
+        edges |= {10**k - 1, 10**k, 10**k + 1, 2 * 10**k, 10**k + 99}
+    values = sorted(v for e in edges for v in (e, -e) if -(1 << 63) <= v < 1 << 63)
+    consts = Consts()
+    templates = [Template(consts).const(b"a" * n).dec(0).const(b"|" * n).micros(0).const(b"\n").done()
+                 for n in range(0, 40)]  # fmt: skip
+    prog, starts = program(templates)
+    cols = np.array([[v] for v in values for _ in templates], dtype=np.int64)
+    which = np.array([t for _ in values for t in range(len(templates))], dtype=np.int32)
+    out = bytearray()
+    got = bytes(out[: assemble(prog, starts, which, cols, tuple(consts.items), (), out)])
+    assert got == assemble_py(prog, starts, which, cols, tuple(consts.items), ())
+    assert b"\na-9223372036854775808|-9223372036854775.808\n" in got  # the Python one's text, as it says it
+    assert b"\na1000000000|1000000.000\n" in got and b"\na-99|-0.099\n" in got

@@ -71,17 +71,35 @@ static size_t varint_size(uint64_t v)
     return n;
 }
 
+/* The decimal digits of v written two at a time from a table, back to front from the last (no reversal). */
+static const char PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                               "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                               "8081828384858687888990919293949596979899";
+
+static size_t digits_of(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 10000) {
+        v /= 10000;
+        n += 4;
+    }
+    return n + (v >= 10) + (v >= 100) + (v >= 1000);
+}
+
 static size_t decimal_at(uint8_t *at, uint64_t v)
 {
-    char tmp[24];
-    size_t n = 0, k = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        at[k++] = (uint8_t)tmp[--n];
-    return k;
+    size_t n = digits_of(v), k = n;
+    while (v >= 100) {
+        uint64_t pair = v % 100;
+        v /= 100;
+        k -= 2;
+        memcpy(at + k, PAIRS + 2 * pair, 2);
+    }
+    if (v >= 10)
+        memcpy(at + k - 2, PAIRS + 2 * v, 2);
+    else
+        at[k - 1] = (uint8_t)('0' + v);
+    return n;
 }
 
 static uint64_t magnitude(int64_t v)
@@ -89,13 +107,15 @@ static uint64_t magnitude(int64_t v)
     return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 }
 
-/* A few bytes copied (constants and table entries are mostly a handful of bytes: no call for them). */
-/* A constant or a table entry copied: a short one as 16 bytes at once (each lies in an arena with PAD bytes
- * after it, and the output has PAD bytes of room past every row's bound). */
-#define PAD 16
+/* A constant or a table entry copied: a short one as 16 or 32 bytes at once, a fixed size that compiles to a
+ * move or two (each lies in an arena with PAD bytes after it, and the output has PAD bytes of room past every
+ * row's bound). */
+#define PAD 32
 static inline size_t copy(uint8_t *to, const uint8_t *from, size_t len)
 {
-    if (len <= PAD)
+    if (len <= 16)
+        memcpy(to, from, 16);
+    else if (len <= PAD)
         memcpy(to, from, PAD);
     else
         memcpy(to, from, len);
@@ -119,12 +139,12 @@ static size_t number_at(uint8_t *at, int op, int64_t v)
     uint64_t m = magnitude(v);
     if (op == OP_DEC)
         return k + decimal_at(at + k, m);
+    uint64_t frac = m % 1000;
     k += decimal_at(at + k, m / 1000);
-    at[k++] = '.';
-    at[k++] = (uint8_t)('0' + m % 1000 / 100);
-    at[k++] = (uint8_t)('0' + m % 100 / 10);
-    at[k++] = (uint8_t)('0' + m % 10);
-    return k;
+    at[k] = '.';
+    at[k + 1] = (uint8_t)('0' + frac / 100);
+    memcpy(at + k + 2, PAIRS + 2 * (frac % 100), 2);
+    return k + 4;
 }
 
 /* A part ends: its length goes in the byte kept in front of it when it opened (its bytes move up when the
