@@ -135,21 +135,23 @@ class PerfettoPieces:
 
     def _count(self, p: Pieces, lo: int, hi: int) -> None:
         what = p.what[lo:hi]
-        slices = what == SLICE
+        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
         counts = self.w.counts
-        counts["slices"] += int(slices.sum())
-        counts["instants"] += int((what == INSTANT).sum())
-        counts["counters"] += int((what == COUNTER).sum())
-        counts["flows"] += int((slices & (p.flow_in[lo:hi] != 0)).sum())
+        counts["slices"] += int(made[SLICE])
+        counts["instants"] += int(made[INSTANT])
+        counts["counters"] += int(made[COUNTER])
+        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
 
     # ---- templates ---------------------------------------------------------------------------------------------
     def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
         """The template of each piece, by its kind and layout."""
-        combo = p.what[lo:hi] * (len(drawn.layouts.items) + 1) + p.layout[lo:hi] + 1
-        uniq, inverse = np.unique(combo, return_inverse=True)
         width = len(drawn.layouts.items) + 1
-        ids = [self._template(int(c) // width, int(c) % width - 1, drawn) for c in uniq.tolist()]
-        return np.array(ids, dtype=np.int32)[inverse.reshape(-1)]
+        combo = p.what[lo:hi] * width + p.layout[lo:hi] + 1  # small: a table by combination
+        used = np.bincount(combo)
+        table: np.ndarray = np.zeros(len(used), dtype=np.int32)
+        for c in np.flatnonzero(used).tolist():
+            table[c] = self._template(c // width, c % width - 1, drawn)
+        return table[combo]
 
     def _template(self, what: int, layout: int, drawn: Any) -> int:
         got = self._template_of.get((what, layout))
