@@ -103,11 +103,35 @@ def field_column(table: Any, refs: np.ndarray, field: Field, strings: Strings) -
 
 
 def _codes(raw: np.ndarray, strings: Strings) -> np.ndarray:
-    """String codes of fixed-width byte values (C strings: up to the first NUL), one decode per distinct value."""
+    """String codes of fixed-width byte values (C strings: up to the first NUL), one decode per distinct value,
+    the new ones numbered in the values' byte order (as np.unique orders them)."""
     if not len(raw):
         return np.zeros(0, np.int64)
-    uniq, inverse = np.unique(raw, return_inverse=True)
-    return strings.codes([_c_string(bytes(u)) for u in uniq.tolist()])[inverse.reshape(-1)]
+    groups, first = _distinct_rows(raw.view(np.uint8).reshape(len(raw), -1))
+    uniq = raw[first]
+    order = np.argsort(uniq, kind="stable")  # a few values: their byte order
+    codes: np.ndarray = np.empty(len(uniq), dtype=np.int64)
+    codes[order] = strings.codes([_c_string(bytes(u)) for u in uniq[order].tolist()])
+    return codes[groups]
+
+
+def _distinct_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) of a matrix of bytes: by a hash of each row's 8-byte words,
+    checked against the rows (np.unique over the rows' bytes where two differ under one hash)."""
+    n, width = rows.shape
+    words: np.ndarray = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    words[:, :width] = rows
+    packed = words.view(np.uint64)
+    h = packed[:, 0].copy()
+    for k in range(1, packed.shape[1]):
+        h = h * np.uint64(0x9E3779B97F4A7C15) ^ packed[:, k]
+    _, first, groups = np.unique(h, return_index=True, return_inverse=True)
+    groups = groups.reshape(-1)
+    if not (packed == packed[first][groups]).all():
+        _, first, groups = np.unique(words.view(f"V{words.shape[1]}").reshape(-1), return_index=True,
+                                     return_inverse=True)  # fmt: skip
+        groups = groups.reshape(-1)
+    return groups, first
 
 
 def _c_string(raw: bytes) -> str:
@@ -125,19 +149,33 @@ def _dynamic_strings(table: Any, refs: np.ndarray, field: Field, loc: np.ndarray
         offset = offset + field.offset + field.size
     if len(refs) and (offset + length > table.length[refs]).any():
         return None  # beyond the record: the decoder raises (the rows go one by one)
-    width = int(length.max()) if len(length) else 0
-    raw: np.ndarray = np.zeros((len(refs), max(width, 1)), dtype=np.uint8)
+    width = max(int(length.max()) if len(length) else 0, 1)
+    raw: np.ndarray = np.zeros((len(refs), width), dtype=np.uint8)
     start = table.offset[refs] + offset
     which = table.buf[refs]
-    inside = np.arange(max(width, 1)) < length[:, None]
     for b in np.unique(which).tolist():
-        mine = which == b
-        data = np.frombuffer(table.bufs[b], dtype=np.uint8)
-        index = start[mine, None] + np.arange(max(width, 1))
-        got = data[np.minimum(index, len(data) - 1)]
-        raw[mine] = np.where(inside[mine], got, 0)
-    fixed: np.ndarray = raw.view(f"S{max(width, 1)}").reshape(-1)
+        mine = np.flatnonzero(which == b)
+        raw[mine] = _windows(np.frombuffer(table.bufs[b], dtype=np.uint8), start[mine], width)
+    raw[np.arange(width) >= length[:, None]] = 0  # past each value's length
+    fixed: np.ndarray = raw.view(f"S{width}").reshape(-1)
     return (STR, _codes(fixed, strings)), None
+
+
+def _windows(data: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+    """The `width` bytes of `data` from each start, a row each (a window that passes the end reads the last
+    byte again: only bytes past the value's length, cleared by the caller)."""
+    if len(data) >= width:
+        view = np.lib.stride_tricks.sliding_window_view(data, width)
+        out: np.ndarray = view[np.minimum(start, len(data) - width)]
+        late = np.flatnonzero(start > len(data) - width)
+        if not len(late):
+            return out
+    else:
+        late = np.arange(len(start))
+        out = np.zeros((len(start), width), dtype=np.uint8)
+    index = start[late, None] + np.arange(width)
+    out[late] = data[np.minimum(index, len(data) - 1)]
+    return out
 
 
 # ---- the dict operations, on sets -----------------------------------------------------------------------
