@@ -629,3 +629,24 @@ def test_annotations_kept_for_equal_values_of_other_types_are_not_reused() -> No
     values = [a.WhichOneof("value") for e in events for a in e.debug_annotations]
     assert values == ["int_value", "bool_value", "double_value", "string_value", "int_value", "int_value", "int_value",
                       "string_value"]  # fmt: skip
+
+
+def test_string_values_are_numbered_as_np_unique_numbers_them_even_when_their_hashes_collide() -> None:
+    """rowargs._codes finds distinct byte values by a hash of their 8-byte words, checked against the values:
+    two values made to share a hash (words (0, x) and (1, K ^ x) both hash to x) stay two, and the codes are
+    those np.unique's byte order gives."""
+    from npu_trace.sinks.pieces import Strings
+    from npu_trace.sinks.rowargs import _codes, _distinct_rows
+
+    k, x = 0x9E3779B97F4A7C15, 0x6162636465666768
+    words = np.array([[0, x], [1, k ^ x], [0, x], [1, k ^ x]], dtype=np.uint64)
+    rows = words.view(np.uint8).reshape(4, 16)
+    groups, first = _distinct_rows(rows)
+    assert len(first) == 2 and groups[0] == groups[2] != groups[1] == groups[3]
+    rng = np.random.default_rng(7)
+    raw = rng.choice(np.array([b"irq-b", b"irq-a", b"", b"irq-a\0x", b"\xff\xfe", b"irq-aa"], dtype="S7"), 500)
+    got, want = Strings(), Strings()
+    uniq, inverse = np.unique(raw, return_inverse=True)
+    expected = want.codes([bytes(u).split(b"\0")[0].decode("utf-8", "backslashreplace") for u in uniq.tolist()])
+    assert _codes(raw, got).tolist() == expected[inverse.reshape(-1)].tolist()
+    assert got.items == want.items
