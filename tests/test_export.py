@@ -650,3 +650,24 @@ def test_string_values_are_numbered_as_np_unique_numbers_them_even_when_their_ha
     expected = want.codes([bytes(u).split(b"\0")[0].decode("utf-8", "backslashreplace") for u in uniq.tolist()])
     assert _codes(raw, got).tolist() == expected[inverse.reshape(-1)].tolist()
     assert got.items == want.items
+
+
+def test_running_memory_totals_are_each_keys_own_running_sum() -> None:
+    """part_memory._running (one running sum in key order) gives what a running sum per key gives, from the
+    totals carried in and leaving each key's total, over keys of one and two columns."""
+    from npu_trace.sinks.part_memory import _running
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        n = int(rng.integers(0, 40))
+        dev, pid, delta = rng.integers(-2, 5, n), rng.integers(0, 4, n), rng.integers(-(1 << 40), 1 << 40, n)
+        keys = [dev] if trial % 2 else [dev, pid]
+        carried = {0: 7, 3: -2} if trial % 2 else {(0, 1): 5, (4, 3): 9}
+        want, live = [], dict(carried)
+        for i in range(n):
+            key = int(dev[i]) if trial % 2 else (int(dev[i]), int(pid[i]))
+            live[key] = live.get(key, 0) + int(delta[i])
+            want.append(live[key])
+        got_live = dict(carried)
+        assert _running(got_live, keys, delta).tolist() == want
+        assert got_live == live

@@ -100,7 +100,7 @@ class Irqs(Part):
         """Within each (line, level), in row order: entries and exits alternate; each entry followed by an exit
         is a handler; a first exit at a level held before the block goes one by one; an entry not followed is
         left open."""
-        order = np.lexsort((at, level, ln))
+        order = _order_by(ln, level, at)
         at, ln, en, level = at[order], ln[order], en[order], level[order]
         first: np.ndarray = np.ones(len(at), dtype=bool)
         first[1:] = (ln[1:] != ln[:-1]) | (level[1:] != level[:-1])
@@ -152,6 +152,21 @@ class Irqs(Part):
         for (key, ts, _), args in zip(self._opened, dicts):
             self.m.irq_open.setdefault(key, []).append((ts, args))
         self._opened = []
+
+
+def _order_by(*cols: np.ndarray) -> np.ndarray:
+    """np.lexsort(cols[::-1]) of integer columns whose last is distinct in every row (the row's position): one
+    sort of the columns packed into an int64 when their ranges fit in 63 bits (any sort: no two keys equal)."""
+    if not len(cols[0]):
+        return np.zeros(0, np.int64)
+    low = [int(c.min()) for c in cols]
+    bits = [max(1, (int(c.max()) - lo).bit_length()) for c, lo in zip(cols, low)]
+    if sum(bits) > 63:
+        return np.lexsort(cols[::-1])
+    key: np.ndarray = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, b in zip(cols, low, bits):
+        key = (key << b) | (c.astype(np.int64) - lo)
+    return np.argsort(key)
 
 
 def _edged(nb: NormBlock, rows: np.ndarray) -> np.ndarray:

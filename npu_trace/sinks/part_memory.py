@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import numpy as np
 
+from npu_trace.pipeline.order import stable_order
 from npu_trace.sinks.parts import Part
 from npu_trace.sinks.pieces import COUNTER, SUBKEYS, Pieces, factorize, split
 
@@ -95,15 +96,24 @@ class Memory(Part):
 
 
 def _running(live: Dict[Any, int], keys: Sequence[np.ndarray], delta: np.ndarray) -> np.ndarray:
-    """After each change: its key's total so far (from `live`, updated to the totals at the end)."""
+    """After each change: its key's total so far (from `live`, updated to the totals at the end): one running
+    sum in key order, each key's sums taken from where its rows begin."""
+    if not len(delta):
+        return np.zeros(0, dtype=np.int64)
     groups, first = factorize(keys)
     names: List[Any] = [tuple(int(k[f]) for k in keys) for f in first.tolist()]
     names = [n if len(n) > 1 else n[0] for n in names]
-    out: np.ndarray = np.zeros(len(delta), dtype=np.int64)
-    for name, at in zip(names, split(groups, len(first))):
-        sums = np.cumsum(delta[at]) + live.get(name, 0)
-        out[at] = sums
-        live[name] = int(sums[-1])
+    order = stable_order(groups)
+    g = groups[order]
+    sums = np.cumsum(delta[order])
+    begins = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])  # each key's first row in key order
+    before = np.array([live.get(name, 0) for name in names], dtype=np.int64)
+    before[g[begins]] -= sums[begins] - delta[order][begins]  # the running sum before each key's rows
+    out: np.ndarray = np.empty(len(delta), dtype=np.int64)
+    out[order] = sums + before[g]
+    ends = np.r_[begins[1:], len(g)] - 1
+    for code, total in zip(g[ends].tolist(), out[order][ends].tolist()):
+        live[names[code]] = total
     return out
 
 
