@@ -98,8 +98,8 @@ def sim_loaded() -> Generator[Any, None, None]:
     kernel's 0.75 s); unloaded afterwards only if this fixture loaded them. Use from privileged tests (it needs
     root); a test of loading and unloading the simulator loads it itself."""
     from npu_trace import sim
-    from npu_trace.ftrace.tracefs import Tracefs
     from npu_trace.device import hal
+    from npu_trace.ftrace.tracefs import Tracefs
     from uprobe_hold import hold, release
 
     fs = Tracefs.find()
