@@ -106,19 +106,23 @@ class Pieces:
         self._parts.append(rows)
 
     def done(self) -> Pieces:
-        """The rows added, in key order: side by side (the narrower parts' values padded with zeros), then
-        taken whole rows at a time in key order (each part's keys rise: the stable sort merges runs)."""
+        """The rows added, in key order."""
         parts, self._parts = self._parts, []
         if not parts:
             return self
         width = max(p.shape[1] for p in parts)
         order = np.argsort(np.concatenate([p[:, KEY] for p in parts]), kind="stable")
-        side: np.ndarray = np.zeros((len(order), width), dtype=np.int64)
+        where: np.ndarray = np.empty(len(order), dtype=np.int64)
+        where[order] = np.arange(len(order))
+        rows: np.ndarray = np.empty((len(order), width), dtype=np.int64)
         at = 0
-        for p in parts:
-            side[at : at + len(p), : p.shape[1]] = p
+        for p in parts:  # each part's rows straight to their place in key order
+            mine = where[at : at + len(p)]
+            rows[mine, : p.shape[1]] = p
+            if p.shape[1] < width:
+                rows[mine, p.shape[1] :] = 0
             at += len(p)
-        self.rows = side.take(order, axis=0)
+        self.rows = rows
         return self
 
 
