@@ -1,4 +1,4 @@
-/* The byte assembler of npu_trace.sinks.wire, compiled: many rows of an exported trace's packets or lines,
+/* The byte assembler of npu_trace.export.wire, compiled: many rows of an exported trace's packets or lines,
  * each laid out by its template, in one call.
  *
  * wire.py holds the rules and the pure-Python twin, assemble_py, whose output is identical. A template is a
@@ -428,12 +428,12 @@ out:
 }
 
 static PyMethodDef methods[] = {
-    {"assemble", py_assemble, METH_VARARGS, "Rows of bytes laid out by templates (see npu_trace.sinks.wire)."},
+    {"assemble", py_assemble, METH_VARARGS, "Rows of bytes laid out by templates (see npu_trace.export.wire)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_wire", "The compiled byte assembler (npu_trace.sinks.wire).", -1, methods, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_wire", "The compiled byte assembler (npu_trace.export.wire).", -1, methods, NULL, NULL,
     NULL, NULL,
 };
 

@@ -1,4 +1,4 @@
-# The compiled byte assembler (_wire.c); npu_trace.sinks.wire wraps it.
+# The compiled byte assembler (_wire.c); npu_trace.export.wire wraps it.
 from typing import Any, Tuple, Union
 
 import numpy as np

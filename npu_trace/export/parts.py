@@ -1,4 +1,4 @@
-"""What the columnar drawing of a block (npu_trace.sinks.drawing) is made of: a `Part` draws one hot kind as
+"""What the columnar drawing of a block (npu_trace.export.drawing) is made of: a `Part` draws one hot kind as
 columns, in key order, keeping the mapper's state as the mapper does; the helpers its kinds share."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.pieces import INT as INT_ARG
+from npu_trace.export.pieces import Pieces
+from npu_trace.export.rowargs import ArgSet
 from npu_trace.pipeline.order import stable_order
-from npu_trace.sinks.pieces import INT as INT_ARG
-from npu_trace.sinks.pieces import Pieces
-from npu_trace.sinks.rowargs import ArgSet
 
 if TYPE_CHECKING:
-    from npu_trace.sinks.drawing import BlockDrawing
-    from npu_trace.sinks.timeline import LanePacker
+    from npu_trace.export.drawing import BlockDrawing
+    from npu_trace.export.track_map import LanePacker
 
 MIN = -(1 << 63)
 

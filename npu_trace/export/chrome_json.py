@@ -4,7 +4,7 @@ The format has processes and threads where Perfetto has a tree of tracks: each t
 tracer) is a process (`pid` 1, 2, ... in the order they come, named and ordered by metadata events), each
 track under it a thread (its name prefixed by the sub-groups it sits in: "interrupts: cq_update_irq (130)"),
 and each counter a counter series of its process. Slices are complete events (`X`, written at their end with
-their duration: begin/end pairs come properly nested, see `npu_trace.sinks.tracks`), instants `i` (thread
+their duration: begin/end pairs come properly nested, see `npu_trace.export.tracks`), instants `i` (thread
 scope), counters `C`, flows `s`/`f` (bound to the enclosing slices: the submitting call and the task). Times
 are microseconds with three decimals: the nanoseconds, exact.
 
@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any, Dict, List, Mapping, Sequence, TextIO, Tuple
 
-from npu_trace.sinks.tracks import COUNTER, GROUP, Track, Value, tally
+from npu_trace.export.tracks import COUNTER, GROUP, Track, Value, tally
 
 FLOW_MASK = (1 << 53) - 1  # flow ids as JSON numbers every viewer reads exactly
 FLUSH_CHARS = 1 << 20
@@ -139,10 +139,10 @@ class ChromeJsonWriter:
         self.counts["counters"] += 1
 
     def pieces(self, p: Any, lo: int, hi: int, drawn: Any) -> None:
-        """Pieces [lo, hi) of a block (npu_trace.sinks.pieces): the lines the calls above write for each,
-        written at once (npu_trace.sinks.chrome_json_pieces)."""
+        """Pieces [lo, hi) of a block (npu_trace.export.pieces): the lines the calls above write for each,
+        written at once (npu_trace.export.chrome_json_pieces)."""
         if self._columns is None:
-            from npu_trace.sinks.chrome_json_pieces import ChromeJsonPieces
+            from npu_trace.export.chrome_json_pieces import ChromeJsonPieces
 
             self._columns = ChromeJsonPieces(self)
         self._columns.write(p, lo, hi, drawn)

@@ -2,9 +2,9 @@
 
 The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
 `Analysis` normalizes and analyses each block, and the block is drawn as a timeline from its columns
-(`BlockDrawing`, npu_trace.sinks.drawing): the normalized rows, the tasks the latency detector paired and the
+(`BlockDrawing`, npu_trace.export.drawing): the normalized rows, the tasks the latency detector paired and the
 memory detector's changes (told through their watches), the hot kinds as columns written at once by the
-writer, the rare ones one by one through `TimelineMapper` (npu_trace.sinks.timeline), which also draws the
+writer, the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the
 findings and the device-state transitions. A recording with a scope takes the per-event path, as `check`
 does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
 the writers stream. The tests keep the reference: every row drawn one by one through the mapper, Perfetto
@@ -34,15 +34,15 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
+from npu_trace.export.chrome_json import ChromeJsonWriter
+from npu_trace.export.drawing import BlockDrawing, Drawn
+from npu_trace.export.emit import Capture, Emitter
+from npu_trace.export.hostctx import ChromeContext, PerfettoContext, context_names
+from npu_trace.export.pieces import Pieces, as_calls
+from npu_trace.export.track_map import TimelineMapper
+from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
-from npu_trace.sinks.chrome_json import ChromeJsonWriter
-from npu_trace.sinks.drawing import BlockDrawing, Drawn
-from npu_trace.sinks.emit import Capture, Emitter
-from npu_trace.sinks.hostctx import ChromeContext, PerfettoContext, context_names
-from npu_trace.sinks.pieces import Pieces, as_calls
-from npu_trace.sinks.timeline import TimelineMapper
-from npu_trace.sinks.tracks import BlockWriter, TraceWriter
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
@@ -199,7 +199,7 @@ class Exporter:
         self.emitter = Emitter(writer, {})  # describes each track before its first event
         self.drawn = Drawn(self.emitter)
         self.drawing: Optional[BlockDrawing] = None
-        self.host: Any = None  # the host's context (npu_trace.sinks.hostctx), when the recording holds it
+        self.host: Any = None  # the host's context (npu_trace.export.hostctx), when the recording holds it
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
         self._scoped_block: Optional[Block] = None
@@ -263,7 +263,7 @@ class Exporter:
             self._host(self.mapper, info)
 
     def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
-        """The mapping, its calls kept while a block is drawn (see npu_trace.sinks.drawing)."""
+        """The mapping, its calls kept while a block is drawn (see npu_trace.export.drawing)."""
         capture = Capture(self.emitter)
         mapper = TimelineMapper(capture, self.source.comm, self.lo, self.hi, self.req.devices, info)
         self.emitter.tracks = mapper.by_uuid
@@ -309,7 +309,7 @@ class Exporter:
         self._note_shown(nb.block.ts)
 
     def _draw_context(self, block: Block) -> None:
-        """The block's host context, after everything else of the block (see npu_trace.sinks.hostctx)."""
+        """The block's host context, after everything else of the block (see npu_trace.export.hostctx)."""
         if isinstance(self.host, PerfettoContext):
             assert self.lo is not None
             put = self.writer.put  # type: ignore[union-attr]  # a writer without put gets no host context
@@ -468,7 +468,7 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     try:
         binary = request.fmt == "perfetto"
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.sinks.perfetto import PerfettoWriter
+        from npu_trace.export.perfetto import PerfettoWriter
 
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
             writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]

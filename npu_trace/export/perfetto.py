@@ -9,14 +9,14 @@ the sequence's first packet, the track descriptors, annotations of nested values
 messages (the schema the `perfetto` package ships): the bytes are the same as the tests' reference writer's,
 which builds every packet as a message through the package's `TraceProtoBuilder` (tests/export_reference.py;
 tests/test_export.py holds them equal, byte for byte). A block's hot packets come at once from columns
-(`pieces`: npu_trace.sinks.perfetto_pieces), the same bytes again.
+(`pieces`: npu_trace.export.perfetto_pieces), the same bytes again.
 
 The file: a clock snapshot first (the recording's trace clock as Perfetto's builtin clock, with its
 CLOCK_REALTIME anchor when the clock is CLOCK_MONOTONIC, so the UI can show wall time), then one packet
 sequence whose first packet clears its incremental state and sets every packet's clock
 (TracePacketDefaults), then the track descriptors and events. Event and argument names are interned (sent
 once, then by id); timestamps are absolute nanoseconds. Events need not be in time order: Perfetto's trace
-processor sorts a file's packets by timestamp (ties keep their file order), which `npu_trace.sinks.timeline`
+processor sorts a file's packets by timestamp (ties keep their file order), which `npu_trace.export.track_map`
 relies on.
 """
 
@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from npu_trace.sinks.tracks import COUNTER, GROUP, Track, Value, tally
+from npu_trace.export.tracks import COUNTER, GROUP, Track, Value, tally
 
 SEQUENCE = 1  # the trusted_packet_sequence_id of every packet
 FLUSH_PACKETS = 4096  # packets built before they are written
@@ -50,7 +50,7 @@ def clock_packet(packet: pb.TracePacket, info: Mapping[str, Any]) -> Optional[in
     """The clock snapshot of the recording's trace clock (the packet left unset when it has none Perfetto
     knows: returns None). With the host's context (`info["host_context"]`: ftrace packets, whose stamps the
     trace processor reads as CLOCK_BOOTTIME), a CLOCK_MONOTONIC recording's snapshot says CLOCK_BOOTTIME is the
-    same clock (its stamps are the recording's trace clock: npu_trace.sinks.hostctx)."""
+    same clock (its stamps are the recording's trace clock: npu_trace.export.hostctx)."""
     clock = CLOCKS.get(str(info.get("clock")))
     if clock is not None:
         snapshot = packet.clock_snapshot
@@ -259,10 +259,10 @@ class PerfettoWriter:
 
     # ---- a block's pieces at once ----------------------------------------------------------------------
     def pieces(self, p: Any, lo: int, hi: int, drawn: Any) -> None:
-        """Pieces [lo, hi) of a block (npu_trace.sinks.pieces): the packets the calls above write for each,
-        written at once (npu_trace.sinks.perfetto_pieces)."""
+        """Pieces [lo, hi) of a block (npu_trace.export.pieces): the packets the calls above write for each,
+        written at once (npu_trace.export.perfetto_pieces)."""
         if self._columns is None:
-            from npu_trace.sinks.perfetto_pieces import PerfettoPieces
+            from npu_trace.export.perfetto_pieces import PerfettoPieces
 
             self._columns = PerfettoPieces(self)
         self._columns.write(p, lo, hi, drawn)

@@ -1,4 +1,4 @@
-"""The memory detector's changes of a block drawn as columns (npu_trace.sinks.drawing): the mapper's
+"""The memory detector's changes of a block drawn as columns (npu_trace.export.drawing): the mapper's
 memory()."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import numpy as np
 
-from npu_trace.sinks.parts import Part
-from npu_trace.sinks.pieces import COUNTER, SUBKEYS, Pieces, factorize, split
+from npu_trace.export.parts import Part
+from npu_trace.export.pieces import COUNTER, SUBKEYS, Pieces, factorize, split
 
 if TYPE_CHECKING:
-    from npu_trace.sinks.drawing import BlockDrawing
+    from npu_trace.export.drawing import BlockDrawing
 
 
 class Memory(Part):

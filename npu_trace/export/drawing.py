@@ -2,11 +2,11 @@
 
 `BlockDrawing.draw(nb, tasks, changes)` draws what the exporter would draw by calling the mapper for each of
 the block's rows, then each task the latency detector paired, each completion it could not pair, each change
-of live memory (npu_trace.ci.export), and gives the writer the same calls in the same order:
-- the hot kinds are drawn as columns (`npu_trace.sinks.pieces`): calls paired with their entry (slices on their
+of live memory (npu_trace.export.run), and gives the writer the same calls in the same order:
+- the hot kinds are drawn as columns (`npu_trace.export.pieces`): calls paired with their entry (slices on their
   device's lanes), interrupt handlers (entry -> exit, per line), submits and allocations (instants), tasks
   (slices on their stream's lanes, a flow from their submit), live memory (counters), their arguments made as
-  the normalizer and the mapper make them (`npu_trace.sinks.rowargs`);
+  the normalizer and the mapper make them (`npu_trace.export.rowargs`);
 - everything else (the rare kinds, rows whose values cannot be columns, a line whose entries and exits do not
   alternate, a device's first memory change in the window) goes through the mapper one by one, its calls kept
   with the row's key (`Capture`);
@@ -25,13 +25,12 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
-from npu_trace.sinks.emit import Call, Capture, Emitter
-from npu_trace.sinks.part_calls import Allocs, Calls, Submits, Tasks
-from npu_trace.sinks.part_irqs import Irqs
-from npu_trace.sinks.part_memory import Memory
-from npu_trace.sinks.pieces import INT as INT_ARG
-from npu_trace.sinks.pieces import (
+from npu_trace.export.emit import Call, Capture, Emitter
+from npu_trace.export.part_calls import Allocs, Calls, Submits, Tasks
+from npu_trace.export.part_irqs import Irqs
+from npu_trace.export.part_memory import Memory
+from npu_trace.export.pieces import INT as INT_ARG
+from npu_trace.export.pieces import (
     STR,
     SUBKEYS,
     Layouts,
@@ -40,8 +39,9 @@ from npu_trace.sinks.pieces import (
     Strings,
     factorize,
 )
-from npu_trace.sinks.rowargs import ArgSet, drop, layouts, put, width_of
-from npu_trace.sinks.timeline import _HIDDEN_ARGS, TimelineMapper
+from npu_trace.export.rowargs import ArgSet, drop, layouts, put, width_of
+from npu_trace.export.track_map import _HIDDEN_ARGS, TimelineMapper
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 
 FRONT = -SUBKEYS  # the key of the window's opening: before every row of the block
 _CALL_CODES = [KIND_CODE[k] for k in ("call", "submit", "free")]  # a timeout's slice comes with an instant: alone
@@ -64,7 +64,7 @@ _MIN = -(1 << 63)
 
 
 class Parts(NamedTuple):
-    """A block's parts drawn as columns (npu_trace.sinks.parts), in the order they are worked through."""
+    """A block's parts drawn as columns (npu_trace.export.parts), in the order they are worked through."""
 
     irqs: Irqs
     calls: Calls
@@ -102,7 +102,7 @@ class BlockDrawing:
         """The block's `drawn_rows` (the rows the mapper's `event` draws, in order), then `tasks` (the
         completions the latency detector paired and their submits' times), the completions it did not pair,
         then the memory detector's `changes`; `after(pieces, base)` adds what follows them all, keyed from
-        `base` (the host's context: npu_trace.sinks.hostctx)."""
+        `base` (the host's context: npu_trace.export.hostctx)."""
         task_rows, submitted = tasks if tasks is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
         unmatched = _unmatched(nb, task_rows)
         base = (len(nb), len(nb) + len(task_rows), len(nb) + len(task_rows) + len(unmatched))

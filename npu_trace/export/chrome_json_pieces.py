@@ -1,9 +1,9 @@
-"""A run of a block's pieces (npu_trace.sinks.pieces) as Chrome JSON lines, written at once.
+"""A run of a block's pieces (npu_trace.export.pieces) as Chrome JSON lines, written at once.
 
 The lines are those `ChromeJsonWriter` writes for each piece one by one (a slice: its `X` event, then the
 flows it starts and ends; an instant: its `i` event, then the flow it starts; a counter: its `C` event),
 character for character: each piece laid out by the template of its kind and argument layout
-(`npu_trace.sinks.wire`), its numbers written from columns, its names and texts from tables of their JSON.
+(`npu_trace.export.wire`), its numbers written from columns, its names and texts from tables of their JSON.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from npu_trace.sinks import chrome_json as cj
-from npu_trace.sinks.pieces import (
+from npu_trace.export import chrome_json as cj
+from npu_trace.export.pieces import (
     CONST,
     COUNTER,
     END,
@@ -30,7 +30,7 @@ from npu_trace.sinks.pieces import (
     Pieces,
     first_of,
 )
-from npu_trace.sinks.wire import Consts, Template, assemble, program
+from npu_trace.export.wire import Consts, Template, assemble, program
 
 # the columns the templates read: the pieces' own, their spare columns a slice's duration and the flow ids as
 # JSON shows them (masked)

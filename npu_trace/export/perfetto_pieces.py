@@ -1,10 +1,10 @@
-"""A run of a block's pieces (npu_trace.sinks.pieces) as Perfetto packets, written at once.
+"""A run of a block's pieces (npu_trace.export.pieces) as Perfetto packets, written at once.
 
 The packets are those `PerfettoWriter` writes for each piece one by one (a slice: its begin, with its debug
 annotations, interned names and flows, then its end; an instant; a counter), byte for byte: the names and
 argument names new in the run are interned in the writer's own tables on the first piece that uses them, as
 `PerfettoWriter._named` does, then each piece is laid out by the template of its kind and argument layout
-(`npu_trace.sinks.wire`), its values read from columns.
+(`npu_trace.export.wire`), its values read from columns.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from npu_trace.sinks import perfetto as pf
-from npu_trace.sinks.pieces import (
+from npu_trace.export import perfetto as pf
+from npu_trace.export.pieces import (
     CONST,
     COUNTER,
     END,
@@ -31,7 +31,7 @@ from npu_trace.sinks.pieces import (
     Pieces,
     first_of,
 )
-from npu_trace.sinks.wire import Consts, Template, assemble, program
+from npu_trace.export.wire import Consts, Template, assemble, program
 
 # the columns the templates read: the pieces' own, their first spare column the interned data of each
 _TS, _END, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, END, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS

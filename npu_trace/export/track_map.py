@@ -1,7 +1,7 @@
 """A recording's analysed events as an exported timeline: which track, slice, instant or counter each becomes.
 
 `TimelineMapper` is pure (no I/O, no clock): it is handed, in time order, what the replay pipeline and the
-`Analysis` of `check` made of a recording (npu_trace.ci.export drives it) and calls a `TraceWriter`:
+`Analysis` of `check` made of a recording (npu_trace.export.run drives it) and calls a `TraceWriter`:
 - `event(ev)`: each normalized event (NpuEvent) as the detectors saw it;
 - `task(complete, submitted_ns)`: a task the latency detector paired (its completion, its submit's time);
   `unmatched_complete(ev)` for a completion it could not pair;
@@ -28,8 +28,8 @@ Layout (Perfetto's track tree; Chrome JSON flattens it, see chrome_json):
       health              temperature, ECC counts, PCIe link width and speed (counters)
 
 Tracks are made when first asked for and described to the writer right before their first event (the writer
-the export gives is an `Emitter`: npu_trace.sinks.emit). The export draws a block's hot kinds as columns
-(npu_trace.sinks.drawing), keeping this mapper's state (its lanes, handlers, names, live memory, counts) and
+the export gives is an `Emitter`: npu_trace.export.emit). The export draws a block's hot kinds as columns
+(npu_trace.export.drawing), keeping this mapper's state (its lanes, handlers, names, live memory, counts) and
 calling it for everything else: the calls it makes are the calls drawing every row one by one makes.
 
 A slice is given to the writer whole (its begin, then its end) once its end is known: a call at its return,
@@ -61,7 +61,7 @@ from typing import (
 import numpy as np
 
 from npu_trace.events import NpuEvent
-from npu_trace.sinks.tracks import (
+from npu_trace.export.tracks import (
     COUNTER,
     GROUP,
     INSTANTS,

@@ -1,4 +1,4 @@
-"""The interrupt handlers of a block drawn as columns (npu_trace.sinks.drawing): the mapper's _irq and
+"""The interrupt handlers of a block drawn as columns (npu_trace.export.drawing): the mapper's _irq and
 _handler, line by line."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.parts import Part, _int_arg, place
+from npu_trace.export.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
+from npu_trace.export.pieces import INT as INT_ARG
+from npu_trace.export.rowargs import ArgSet, args_of, as_dicts, merge, put
+from npu_trace.export.track_map import MAX_OPEN_IRQS, _hashable
 from npu_trace.pipeline.order import stable_order
 from npu_trace.pipeline.vnormalize import NormBlock
-from npu_trace.sinks.parts import Part, _int_arg, place
-from npu_trace.sinks.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
-from npu_trace.sinks.pieces import INT as INT_ARG
-from npu_trace.sinks.rowargs import ArgSet, args_of, as_dicts, merge, put
-from npu_trace.sinks.timeline import MAX_OPEN_IRQS, _hashable
 
 if TYPE_CHECKING:
-    from npu_trace.sinks.drawing import BlockDrawing
+    from npu_trace.export.drawing import BlockDrawing
 
 
 class Irqs(Part):

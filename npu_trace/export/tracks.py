@@ -1,7 +1,7 @@
 """What an exported timeline is made of, whatever its file format: tracks, slices, instants, counters, flows.
 
-The mapping (`npu_trace.sinks.timeline`) decides what goes where and calls a `TraceWriter`; the writers
-(`npu_trace.sinks.perfetto`, `npu_trace.sinks.chrome_json`) only encode. A `Track` is a value: its uuid is a
+The mapping (`npu_trace.export.track_map`) decides what goes where and calls a `TraceWriter`; the writers
+(`npu_trace.export.perfetto`, `npu_trace.export.chrome_json`) only encode. A `Track` is a value: its uuid is a
 hash of a stable key (`track_uuid`), so the same recording always exports to the same bytes.
 
 Writers' contract: `track(t)` comes once per track, before any event on it (a group's before its children);
@@ -136,8 +136,8 @@ class TraceWriter(Protocol):
 
 
 class BlockWriter(TraceWriter, Protocol):
-    """A writer that also takes a block's pieces at once (npu_trace.sinks.pieces) and packets or lines made
-    elsewhere (the host's context: npu_trace.sinks.hostctx)."""
+    """A writer that also takes a block's pieces at once (npu_trace.export.pieces) and packets or lines made
+    elsewhere (the host's context: npu_trace.export.hostctx)."""
 
     def pieces(self, p: Any, lo: int, hi: int, drawn: Any) -> None: ...
 

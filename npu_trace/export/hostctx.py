@@ -20,6 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.pieces import INSTANT, INT, SLICE, STR, SUBKEYS, Pieces, Strings, factorize, split
+from npu_trace.export.rowargs import field_column
+from npu_trace.export.tracks import GROUP, SLICES, Track
+from npu_trace.export.wire import Consts, Template, assemble, program
 from npu_trace.ftrace.context import (
     HOST_CONTEXT,
     IRQ_ENTRY,
@@ -33,10 +37,6 @@ from npu_trace.ftrace.context import (
 )
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.order import stable_order
-from npu_trace.sinks.pieces import INSTANT, INT, SLICE, STR, SUBKEYS, Pieces, Strings, factorize, split
-from npu_trace.sinks.rowargs import field_column
-from npu_trace.sinks.tracks import GROUP, SLICES, Track
-from npu_trace.sinks.wire import Consts, Template, assemble, program
 
 SEQUENCE = 2  # the ftrace bundles' packet sequence (the track events' is 1)
 _MIN = -(1 << 63)
@@ -105,7 +105,7 @@ class PerfettoContext:
     docstring): `bundles(block, lo, hi)` -> the framed packets; `counts`: events written by name."""
 
     def __init__(self, clock: Optional[str]) -> None:
-        from npu_trace.sinks import perfetto as pf
+        from npu_trace.export import perfetto as pf
 
         self.pf = pf
         self.strings = Strings()
@@ -194,7 +194,7 @@ class PerfettoContext:
 
 
 def _tag(field: int, wire: int) -> bytes:
-    from npu_trace.sinks.perfetto import varint
+    from npu_trace.export.perfetto import varint
 
     return varint(field << 3 | wire)
 

@@ -1,7 +1,7 @@
 """A block's drawn timeline as columns: what the exporters write without an object per slice, instant or counter.
 
 `Pieces` holds one row per thing drawn: its `key` (where it goes among the block's writer calls: see
-`npu_trace.sinks.emit`), `what` (SLICE: its begin and its end; INSTANT; COUNTER, its value in the first value
+`npu_trace.export.emit`), `what` (SLICE: its begin and its end; INSTANT; COUNTER, its value in the first value
 column), its track (the `Emitter`'s number of it), `ts` and `end`, its name (a number in `Names`), its
 arguments' `layout` (a number in `Layouts`) and their values (`vals`: a column per argument position), and
 the flow it starts or ends (`flow_out`, `flow_in`: 0 for none). A layout is a tuple of (argument name, kind,

@@ -16,10 +16,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.pieces import CONST, STR, Layouts, Strings, present
+from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.ftrace.decode import RecordDecoder
 from npu_trace.ftrace.format import CHAR_ARRAY, DATA_LOC, INT, REL_LOC, Field
-from npu_trace.sinks.pieces import CONST, STR, Layouts, Strings, present
-from npu_trace.sinks.pieces import INT as INT_ARG
 
 Value = Tuple[int, Any]  # (INT_ARG, int64 column) | (STR, string codes) | (CONST, the value)
 _I64_MAX = (1 << 63) - 1
@@ -196,7 +196,7 @@ def put(sets: Sequence[ArgSet], name: str, kind: int, values: Any,
 
 
 def layouts(sets: Sequence[ArgSet], n: int, width: int, registry: Layouts) -> Tuple[np.ndarray, np.ndarray]:
-    """(the layout of each position, its values: `width` rows of n) (see npu_trace.sinks.pieces)."""
+    """(the layout of each position, its values: `width` rows of n) (see npu_trace.export.pieces)."""
     codes: np.ndarray = np.full(n, -1, dtype=np.int64)
     vals: np.ndarray = np.zeros((width, n), dtype=np.int64)
     for s in sets:

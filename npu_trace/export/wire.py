@@ -8,7 +8,7 @@ every column, the rows one after the other, into the bytearray `out` (kept from 
 costs its pages' first touch each time): a Perfetto packet or a Chrome JSON line per row, no Python object
 per row.
 
-Two implementations, identical in every result: the C extension `npu_trace.sinks._wire` (built by the
+Two implementations, identical in every result: the C extension `npu_trace.export._wire` (built by the
 package's install where a compiler is; the GIL is released while it writes) and `assemble_py` in pure Python.
 `assemble` is the C one when the extension imports; `IMPLEMENTATION` says which ("c" or "python").
 """
@@ -20,7 +20,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 try:
-    from npu_trace.sinks import _wire
+    from npu_trace.export import _wire
 except ImportError:  # installed where no compiler was: the pure-Python assembler, with the same results
     _wire = None  # type: ignore[assignment]
 

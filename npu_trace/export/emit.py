@@ -1,12 +1,12 @@
 """Between the timeline's mapping and a writer: tracks described when first used, and a block's drawing put in order.
 
-`Emitter` is the `TraceWriter` the mapping (`npu_trace.sinks.timeline`) calls: it describes a track to the
+`Emitter` is the `TraceWriter` the mapping (`npu_trace.export.track_map`) calls: it describes a track to the
 writer right before the first event on it, its groups first (a track made and never used is never described),
 and numbers the tracks for the columnar drawing (`code`).
 
-`Capture` stands in for the Emitter while a block is drawn as columns (`npu_trace.sinks.drawing`): the calls
+`Capture` stands in for the Emitter while a block is drawn as columns (`npu_trace.export.drawing`): the calls
 the mapping makes for the rows drawn one by one are kept with the key of the row they belong to (`at`), so that
-`flush` puts them among the block's columnar pieces (`npu_trace.sinks.pieces`) in key order: the order in
+`flush` puts them among the block's columnar pieces (`npu_trace.export.pieces`) in key order: the order in
 which drawing every row one by one calls the writer. Outside a block it passes every call straight on.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.sinks.tracks import Track, Value
+from npu_trace.export.tracks import Track, Value
 
 
 class Emitter:

@@ -1,4 +1,4 @@
-"""The calls, submits, allocations and tasks of a block drawn as columns (npu_trace.sinks.drawing): the
+"""The calls, submits, allocations and tasks of a block drawn as columns (npu_trace.export.drawing): the
 mapper's _call, _submit, _alloc and task."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.parts import MIN, Part, _int_arg, _keep, place
+from npu_trace.export.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
+from npu_trace.export.pieces import INT as INT_ARG
+from npu_trace.export.rowargs import ArgSet, args_of, merge, put
+from npu_trace.export.tracks import INSTANTS, flow_ids
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
-from npu_trace.sinks.parts import MIN, Part, _int_arg, _keep, place
-from npu_trace.sinks.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
-from npu_trace.sinks.pieces import INT as INT_ARG
-from npu_trace.sinks.rowargs import ArgSet, args_of, merge, put
-from npu_trace.sinks.tracks import INSTANTS, flow_ids
 
 if TYPE_CHECKING:
-    from npu_trace.sinks.drawing import BlockDrawing
+    from npu_trace.export.drawing import BlockDrawing
 
 _SUBMIT = KIND_CODE["submit"]
 _PAIRING_ARGS = ("latency_ns", "entry_ts_ns")
