@@ -232,7 +232,7 @@ class Bench:
         from npu_trace.pipeline.blocktimeline import LiveBlocks
         from npu_trace.sinks.text import StreamPrinter, printing
         from npu_trace.sources.comm import CommCache
-        from npu_trace.sources.live import LiveTrace
+        from npu_trace.sources.live_trace import LiveTrace
         from npu_trace.sources.tracefs_source import TracefsSession
 
         mine = PidCount()

@@ -16,7 +16,7 @@ from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from tui.worker.feed import Sink
-from tui.worker.live import LiveSource
+from tui.worker.live_feed import LiveSource
 from tui.worker.sources import BaseSource
 
 TICK_S = 0.002

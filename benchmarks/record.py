@@ -42,8 +42,8 @@ def record_run(bench: Bench, n: int, rate: float) -> Run:
     """One traced generator run recorded to an .npt file (kept when it is the first full-speed run)."""
     from benchmarks.common import EVENT, BenchError, Run, cpu_self, parse_gen
     from npu_trace.pipeline import pump
-    from npu_trace.sinks.recorder import Recorder
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sinks.npt_sink import Recorder
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     run = Run(REC, n, rate)

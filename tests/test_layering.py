@@ -48,7 +48,7 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
     [
         ("npu_trace/sources/comm.py", "from npu_trace.detectors import analysis", "sources never import detectors"),
         ("npu_trace/events.py", "import textual", "npu_trace runs headless"),
-        ("npu_trace/sim/scenarios.py", "from npu_trace.sources import live", "the simulator never imports"),
+        ("npu_trace/sim/scenarios.py", "from npu_trace.sources import live_trace", "the simulator never imports"),
         ("npu_trace/device/hal.py", "from npu_trace.pipeline import merge", "device knowledge imports nothing"),
         ("tui/worker/feed.py", "from tui.ui import app", "worker process never imports textual"),
         ("npu_trace/ci/report.py", "from npu_trace.cluster import incidents", "nothing below it imports it"),

@@ -307,7 +307,7 @@ def test_saved_cmdlines_parsing() -> None:
 
 def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
     from npu_trace.events import LossLedger
-    from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sinks import npt_sink as recorder_mod
     from npu_trace.sources.procs import TaskSnapshot
 
     page_header, formats = load_formats(ROOT)
@@ -340,7 +340,7 @@ def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, 
     one the tasks alive at its opening over the file before's (a thread gone meanwhile may still have events
     in the pages read next)."""
     from npu_trace.events import LossLedger
-    from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sinks import npt_sink as recorder_mod
     from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header
 
     page_header, formats = load_formats(ROOT)

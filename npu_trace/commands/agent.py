@@ -46,11 +46,11 @@ from npu_trace.sinks.exposition import (
     registry_of,
     stale_temporaries,
 )
-from npu_trace.sinks.flight.live import analysis_tasks, judge_analysis
-from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.live_flight import analysis_tasks, judge_analysis
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9834"

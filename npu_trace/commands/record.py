@@ -16,9 +16,7 @@ from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import prepare_process
 from npu_trace.recording.host import load_simulated
 from npu_trace.recording.writer import DEFAULT_MODE
-from npu_trace.sinks.flight.incidents import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
-from npu_trace.sinks.flight.live import LiveFlight
-from npu_trace.sinks.flight.recorder import (
+from npu_trace.sinks.flight.flight_recorder import (
     DEFAULT_AFTER_S,
     DEFAULT_FLIGHT_BYTES,
     DEFAULT_GAP_S,
@@ -27,9 +25,11 @@ from npu_trace.sinks.flight.recorder import (
     FlightRecorder,
     FlightSettings,
 )
-from npu_trace.sinks.recorder import Recorder
+from npu_trace.sinks.flight.incidents import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
+from npu_trace.sinks.flight.live_flight import LiveFlight
+from npu_trace.sinks.npt_sink import Recorder
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

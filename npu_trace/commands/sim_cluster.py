@@ -28,8 +28,8 @@ from npu_trace import sim
 from npu_trace.errors import SimulatorError, UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import build, cluster
-from npu_trace.sim.channels import AppLogChannel
 from npu_trace.sim.runner import ScenarioRun, write_truth
+from npu_trace.sim.side_channels import AppLogChannel
 
 READY_TIMEOUT_S = 60.0  # a recorder must say it traces within this (8 of them start at once on 2 CPUs)
 STOP_TIMEOUT_S = 60.0

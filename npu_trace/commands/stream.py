@@ -12,9 +12,9 @@ from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.pipeline.scope import RawScope, ScopeFilter
 from npu_trace.process import prepare_process
 from npu_trace.sinks.text import StreamPrinter, printing, scope_summary, unformatted_summary
-from npu_trace.sources.channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.host_channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S, Channels
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession
 

@@ -84,7 +84,7 @@ HCCL_SOCKET = (
 SOCKET_SHARE = 0.25  # ranks that report EI0006 rather than EI0002
 REPORT_AFTER_NS = 25 * MS  # the application reports this long after its wait timed out (its sync call returned)
 
-Report = Tuple[int, int, str, str]  # (offset ns, device, what, template): sim.channels.AppLogChannel's reports
+Report = Tuple[int, int, str, str]  # (offset ns, device, what, template): sim.side_channels.AppLogChannel's reports
 
 
 @dataclass(frozen=True)

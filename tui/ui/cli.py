@@ -12,15 +12,15 @@ from npu_trace.device.profiles import get_profile
 from npu_trace.errors import KernelFeatureError, NpuTraceError, UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.process import tune_gc
-from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sources.replay_source import ReplaySource
 from tui.messages import SourceSpec
 from tui.ui.app import NpuTraceApp
 from tui.ui.terminal import QuitSignals
 
 # the worker's sources, by name: the UI process never imports the worker's modules
-LIVE = "tui.worker.live:live_source"
-DEMO = "tui.worker.live:demo_source"
+LIVE = "tui.worker.live_feed:live_source"
+DEMO = "tui.worker.live_feed:demo_source"
 REPLAY = "tui.worker.replay:ReplayFeedSource"
 DEMO_RECORDING = os.path.join(os.path.dirname(sim.__file__), os.pardir, "data", "demo.npt")
 

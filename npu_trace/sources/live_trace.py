@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Tuple
 from npu_trace.events import LossLedger
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.blocktimeline import BlockTimeline, block_timeline
-from npu_trace.sources.channels import Channels
+from npu_trace.sources.host_channels import Channels
 from npu_trace.sources.npusmi_source import mono_ns
 from npu_trace.sources.tracefs_source import TracefsSession
 

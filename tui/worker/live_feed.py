@@ -23,13 +23,13 @@ from npu_trace.pipeline import Batch, pump
 from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import StopFlag
-from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.cycle import CyclePlan, ScenarioCycle
-from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
-from npu_trace.sinks.recorder import Recorder
-from npu_trace.sources.channels import Channels
+from npu_trace.sim.side_channels import SideChannels
+from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.npt_sink import Recorder
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.host_channels import Channels
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import TracefsSession
 from tui.worker.feed import Sink

@@ -25,7 +25,7 @@ Using it from a long-running service (the agent's `--spool DIR`):
     # the pump's sink, for every Batch the live source hands over (raw pages, channel events, the mark):
     flight(batch)
     blocks.add(batch); found = analysis.feed_block(blocks.take(), blocks.now)   # the service's own analysis
-    judge_analysis(flight, analysis, found, blocks.now)  # npu_trace.sinks.flight.live: findings + open resets
+    judge_analysis(flight, analysis, found, blocks.now)  # npu_trace.sinks.flight.live_flight: findings + open resets
     ...
     flight.close()                                        # at the end: the dump being written is finished
 
@@ -65,7 +65,7 @@ from npu_trace.sinks.flight.incidents import (
     OpenReset,
 )
 from npu_trace.sinks.flight.ring import FlightRing, Segment, window_batches
-from npu_trace.sinks.recorder import new_losses, proc_comms, session_header
+from npu_trace.sinks.npt_sink import new_losses, proc_comms, session_header
 from npu_trace.sources.comm import saved_comms
 from npu_trace.sources.procs import TaskSnapshot, task_snapshot
 from npu_trace.sources.tracefs_source import TracefsSession
