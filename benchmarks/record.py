@@ -178,7 +178,7 @@ def time_output(path: str, fmt: str, events: int, repeat: int) -> Dict[str, Any]
 def time_check(path: str, repeat: int) -> Dict[str, Any]:
     """analyze(path, "sim") as `npu-trace check` runs it (no progress bar); median of `repeat`."""
     from benchmarks.common import cpu_self, median
-    from npu_trace.ci.analyze import analyze
+    from npu_trace.ci.recording_analysis import analyze
 
     walls, cpus = [], []
     result: Dict[str, Any] = {}

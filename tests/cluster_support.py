@@ -21,7 +21,7 @@ from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.recording.writer import RecordingWriter
-from npu_trace.sim.cluster import ClusterHost, ClusterPlan
+from npu_trace.sim.cluster_plan import ClusterHost, ClusterPlan
 from npu_trace.sim.side_channels import app_schedule, wall_text
 from npu_trace.sim.synth import probe_rows
 from npu_trace.sim.threads import Host

@@ -22,7 +22,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import npu_trace.export.run as export_module
 from export_reference import ProtoPerfettoWriter, reference_export
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal

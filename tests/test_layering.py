@@ -51,7 +51,7 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("npu_trace/sim/scenarios.py", "from npu_trace.sources import live_trace", "the simulator never imports"),
         ("npu_trace/device/hal.py", "from npu_trace.pipeline import merge", "device knowledge imports nothing"),
         ("tui/worker/feed.py", "from tui.ui import app", "worker process never imports textual"),
-        ("npu_trace/ci/report.py", "from npu_trace.cluster import incidents", "nothing below it imports it"),
+        ("npu_trace/ci/check_report.py", "from npu_trace.cluster import incidents", "nothing below it imports it"),
     ],
 )
 def test_a_deliberate_violation_breaks_its_contract(tmp_path: Path, module: str, line: str, contract: Any) -> None:

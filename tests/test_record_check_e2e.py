@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence, Tuple
 import pytest
 
 from npu_trace import sim
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent

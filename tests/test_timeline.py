@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goldens import kernel_dirs, read
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, NpuEvent, TraceEvent

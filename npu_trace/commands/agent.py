@@ -37,7 +37,6 @@ from npu_trace.pipeline import Batch, pump
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import HupFlag, ServiceLog, pid_alive, prepare_process
 from npu_trace.recording.host import read_identity
-from npu_trace.sinks.agent import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.exposition import (
     EndpointCollector,
     MetricsServer,
@@ -48,6 +47,7 @@ from npu_trace.sinks.exposition import (
 )
 from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
 from npu_trace.sinks.flight.live_flight import analysis_tasks, judge_analysis
+from npu_trace.sinks.live_metrics import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live_trace import LiveTrace

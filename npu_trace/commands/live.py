@@ -24,9 +24,9 @@ def add_parser(sub: Any) -> None:
 
 
 def tui_entry(name: str) -> Callable[[argparse.Namespace], int]:
-    """tui.ui.cli.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
+    """tui.ui.launch.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
     try:
-        module = importlib.import_module("tui.ui.cli")
+        module = importlib.import_module("tui.ui.launch")
     except ImportError:
         print(MISSING, file=sys.stderr)
         raise SystemExit(EXIT_PRIVILEGE) from None

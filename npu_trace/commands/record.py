@@ -25,7 +25,7 @@ from npu_trace.sinks.flight.flight_recorder import (
     FlightRecorder,
     FlightSettings,
 )
-from npu_trace.sinks.flight.incidents import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
+from npu_trace.sinks.flight.incident_policy import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
 from npu_trace.sinks.flight.live_flight import LiveFlight
 from npu_trace.sinks.npt_sink import Recorder
 from npu_trace.sources.comm import CommCache, saved_comms

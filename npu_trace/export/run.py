@@ -29,7 +29,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, U
 import numpy as np
 
 from npu_trace import __version__
-from npu_trace.ci.analyze import Progress, blocks_of, profile_for
+from npu_trace.ci.recording_analysis import Progress, blocks_of, profile_for
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError

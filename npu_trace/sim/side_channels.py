@@ -204,7 +204,7 @@ class AppLogChannel(_TimedWriter):
     def __init__(self, actions: Sequence[Action], path: str, pid: int = 0,
                  extra: Sequence[Tuple[int, int, str, str]] = ()) -> None:  # fmt: skip
         """`extra`: more reports (offset, device, what, template) beside those of the actions' driver errors (a
-        simulated cluster's collective failures, npu_trace.sim.cluster)."""
+        simulated cluster's collective failures, npu_trace.sim.cluster_plan)."""
         self.reports = sorted([*app_schedule(actions), *extra])
         self.path, self.pid = path, pid
         super().__init__([offset for offset, _, _, _ in self.reports])  # times: (mono, wall) of each write

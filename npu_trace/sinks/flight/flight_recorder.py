@@ -55,7 +55,7 @@ from npu_trace.pipeline.batch import Batch
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter, clock_anchor
 from npu_trace.sinks.batch_writer import BatchWriter
 from npu_trace.sinks.flight.dumps import PARTIAL, dump_name, is_dump, shipped_mark, to_remove
-from npu_trace.sinks.flight.incidents import (
+from npu_trace.sinks.flight.incident_policy import (
     DEFAULT_DUMP_ON,
     Close,
     Decision,

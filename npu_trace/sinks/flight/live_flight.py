@@ -16,7 +16,7 @@ from npu_trace.detectors.base import Finding
 from npu_trace.pipeline.batch import Batch
 from npu_trace.pipeline.blocktimeline import BlockTimeline
 from npu_trace.sinks.flight.flight_recorder import FlightRecorder
-from npu_trace.sinks.flight.incidents import OpenReset
+from npu_trace.sinks.flight.incident_policy import OpenReset
 from npu_trace.sources.procs import TaskSnapshot
 
 ANALYSE_EVERY_NS = 100_000_000  # the analysis takes the timeline's released items this often (trace time)

@@ -21,7 +21,7 @@ from tui.ui.terminal import QuitSignals
 # the worker's sources, by name: the UI process never imports the worker's modules
 LIVE = "tui.worker.live_feed:live_source"
 DEMO = "tui.worker.live_feed:demo_source"
-REPLAY = "tui.worker.replay:ReplayFeedSource"
+REPLAY = "tui.worker.replay_feed:ReplayFeedSource"
 DEMO_RECORDING = os.path.join(os.path.dirname(sim.__file__), os.pardir, "data", "demo.npt")
 
 
