@@ -15,7 +15,7 @@ import pytest
 
 from npu_trace.ci.check_report import render_json
 from npu_trace.ci.checking import check_many, check_recording, recordings, report_names
-from npu_trace.ci.rules import parse_rules, rule_names
+from npu_trace.detectors.rules import parse_rules, rule_names
 from npu_trace.errors import InputError
 from test_check_paths import scenario_recording
 

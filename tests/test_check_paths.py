@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from goldens import load_pages
 from npu_trace.ci.check_report import build_report
 from npu_trace.ci.recording_analysis import analyze
-from npu_trace.ci.rules import load_rules
+from npu_trace.detectors.rules import load_rules
 from npu_trace.events import NpuEvent
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.sim.scenarios import SCENARIOS, plan

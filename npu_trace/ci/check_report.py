@@ -7,7 +7,7 @@ import json
 from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from npu_trace.ci.rules import Rules, Violation, rule_names
+from npu_trace.detectors.rules import Rules, Violation, rule_names
 from npu_trace.pipeline.scope import Scope
 
 

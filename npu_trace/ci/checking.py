@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from npu_trace.ci.check_report import build_report
-from npu_trace.ci.recording_analysis import analyze, op_rows, p99_by_op
-from npu_trace.ci.rules import Rules, evaluate
+from npu_trace.ci.recording_analysis import analyze
+from npu_trace.detectors.op_latency import op_rows, p99_by_op
+from npu_trace.detectors.rules import Rules, evaluate
 from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.process import tune_gc
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
 
 from npu_trace.detectors.analysis import Analysis
-from npu_trace.detectors.histogram import Histogram
+from npu_trace.detectors.op_latency import op_histograms
 from npu_trace.device.profiles import PROFILES, Profile, get_profile
 from npu_trace.errors import UsageError
 from npu_trace.pipeline.batch import Batch
@@ -135,22 +135,3 @@ def window_of(source: ReplaySource) -> Optional[Dict[str, Any]]:
         out["principal"] = incident.get("principal")
         out["triggers"] = incident.get("counts")
     return out
-
-
-def op_histograms(analysis: Analysis) -> Dict[str, Histogram]:
-    """Latency per operation over every device (the per-device histograms merged bucket by bucket)."""
-    merged: Dict[str, Histogram] = {}
-    for (_dev, op), hist in sorted(analysis.latency.histograms().items(), key=lambda kv: (kv[0][1], kv[0][0] or -1)):
-        merged.setdefault(op, Histogram()).merge(hist)
-    return merged
-
-
-def p99_by_op(histograms: Dict[str, Histogram]) -> Dict[str, int]:
-    return {op: h.percentile(0.99) for op, h in sorted(histograms.items())}
-
-
-def op_rows(histograms: Dict[str, Histogram]) -> List[Dict[str, Any]]:
-    return [
-        {"op": op, "count": h.count, "p50_ns": h.percentile(0.5), "p99_ns": h.percentile(0.99), "max_ns": h.max}
-        for op, h in sorted(histograms.items())
-    ]

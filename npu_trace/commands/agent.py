@@ -25,12 +25,12 @@ from typing import Any, List, Optional, Tuple
 from prometheus_client import ProcessCollector
 
 from npu_trace import __version__
-from npu_trace.ci.rules import Rules, load_rules
 from npu_trace.cluster.ship import Shipper
 from npu_trace.cluster.store import Location, client, parse_url
 from npu_trace.commands.record import add_flight_options, flight_settings
 from npu_trace.commands.stream import add_trace_options, announce, channel_summary, options_from_args
 from npu_trace.detectors.analysis import Analysis
+from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.detectors.states import Transition
 from npu_trace.errors import NpuTraceError, UsageError
 from npu_trace.pipeline import Batch, pump

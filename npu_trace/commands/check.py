@@ -20,7 +20,7 @@ from npu_trace.ci.check_report import (
     render_text,
 )
 from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_recording, recordings
-from npu_trace.ci.rules import Rules, load_rules
+from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, InputError, UsageError
 from npu_trace.process import tune_gc
 

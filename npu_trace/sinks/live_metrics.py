@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from npu_trace.ci.recording_analysis import op_histograms, p99_by_op
-from npu_trace.ci.rules import Rules, evaluate_counts, rule_names
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.base import Finding
+from npu_trace.detectors.op_latency import op_histograms, p99_by_op
+from npu_trace.detectors.rules import Rules, evaluate_counts, rule_names
 from npu_trace.detectors.states import Transition
 from npu_trace.events import LossLedger
 from npu_trace.pipeline.batch import Batch
