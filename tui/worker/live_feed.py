@@ -32,7 +32,7 @@ from npu_trace.sources.host_channels import Channels
 from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import TracefsSession
-from tui.worker.feed import Sink
+from tui.worker.feed import UpdateSink
 from tui.worker.sources import BaseSource
 
 LOSS_EVERY_S = 1.0
@@ -124,7 +124,7 @@ class LiveSource(BaseSource):
         self.note = text
 
     # ---- worker --------------------------------------------------------------------------------
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         with LiveTrace(self.session, self.channels) as source:
             self.scope_filter.set_scope(self.session.scope)
             sink.begin(self.session.task_snapshot)
@@ -153,7 +153,7 @@ class LiveSource(BaseSource):
             self.note = f"flight recorder off: {exc}"
             return None
 
-    def _batch(self, batch: Batch, blocks: LiveBlocks, sink: Sink) -> None:
+    def _batch(self, batch: Batch, blocks: LiveBlocks, sink: UpdateSink) -> None:
         self._apply_recording()
         if self.recorder is not None:
             self.recorder(batch)

@@ -16,7 +16,7 @@ from npu_trace.pipeline.blocktimeline import LiveBlocks
 from npu_trace.process import StopFlag
 from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
-from tui.worker.feed import Sink
+from tui.worker.feed import UpdateSink
 from tui.worker.sources import IDLE_S, BaseSource
 
 SPEEDS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
@@ -64,7 +64,7 @@ class ReplayFeedSource(BaseSource):
         return f"{state} {speed} at {pos:.1f} s"
 
     # ---- worker --------------------------------------------------------------------------------
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         while not stop.stopped:
             sink.begin(TaskSnapshot(self.replay.tasks, self.replay.processes))
             pump(self, _through(LiveBlocks(self.replay.block_timeline(), time.monotonic), sink), stop=stop,
@@ -79,7 +79,7 @@ class ReplayFeedSource(BaseSource):
                     return
             self._restart(sink, self._back)
 
-    def _restart(self, sink: Sink, target: int) -> None:
+    def _restart(self, sink: UpdateSink, target: int) -> None:
         paused = self.replay.paused
         self.replay = ReplaySource(self.path, speed=self.speed)
         self.replay.set_paused(paused)
@@ -89,7 +89,7 @@ class ReplayFeedSource(BaseSource):
         self._back = None
         sink.restart()
 
-    def _idle(self, sink: Sink, stop: StopFlag) -> Optional[int]:
+    def _idle(self, sink: UpdateSink, stop: StopFlag) -> Optional[int]:
         """At the end: wait for a seek back (its target) or stop (None)."""
         while not stop.stopped:
             if self._seek_s < 0:
@@ -124,7 +124,7 @@ class ReplayFeedSource(BaseSource):
         return empty_batch() if self._back is not None else self.replay.finish()
 
 
-def _through(blocks: LiveBlocks, sink: Sink) -> Callable[[Batch], None]:
+def _through(blocks: LiveBlocks, sink: UpdateSink) -> Callable[[Batch], None]:
     """A pump sink: each batch through the (columnar) timeline, taken as a live consumer takes it (a block
     and its watermark to the feed), the UI's requests served in between."""
 
