@@ -28,7 +28,8 @@ from npu_trace import __version__
 from npu_trace.cluster.ship import Shipper
 from npu_trace.cluster.store import Location, client, parse_url
 from npu_trace.commands.record import add_flight_options, flight_settings
-from npu_trace.commands.stream import add_trace_options, announce, channel_summary, options_from_args
+from npu_trace.commands.session_text import announce, channel_summary
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.detectors.states import Transition

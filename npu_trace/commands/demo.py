@@ -9,8 +9,8 @@ import sys
 from typing import Any, Callable, Optional, Tuple
 
 from npu_trace import sim
+from npu_trace.commands.session_text import announce, note, print_summary, terminal_printer
 from npu_trace.commands.sim import add_host_options, host_from_args
-from npu_trace.commands.stream import announce, note, print_summary, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump

@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-from npu_trace.commands.stream import add_trace_options
+from npu_trace.commands.trace_options import add_trace_options
 from npu_trace.errors import EXIT_PRIVILEGE
 
 MISSING = "npu-trace: the TUI needs textual: pip install npu-trace[tui]"

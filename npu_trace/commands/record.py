@@ -8,7 +8,8 @@ import re
 import sys
 from typing import Any, Optional
 
-from npu_trace.commands.stream import add_trace_options, announce, channel_summary, note, options_from_args
+from npu_trace.commands.session_text import announce, channel_summary, note
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump

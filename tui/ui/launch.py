@@ -48,7 +48,7 @@ def _app(spec: SourceSpec, profile_name: str, signals: QuitSignals, record_dir: 
 
 
 def run_live(args: argparse.Namespace) -> int:
-    from npu_trace.commands.stream import options_from_args
+    from npu_trace.commands.trace_options import options_from_args
 
     signals = QuitSignals().install()
     options = options_from_args(args)  # checked here, before the UI starts; the worker builds the session
