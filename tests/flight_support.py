@@ -39,8 +39,8 @@ def check_the_reset_dump(path: str, exp: Dict[str, Any], dev: int, also: Optiona
     check_resets(of_kind(report, "reset_sequence"), {**exp, "resets": {dev: exp["resets"][dev]}})
     assert not reading["truncated"] and reading["lost"] == 0 and not reading["incomplete"]
     window = reading["window"]
-    assert window["closed"] == "quiet" and window["principal"]["kind"] == "reset"
-    assert window["trigger"]["kind"] == "timeout" and window["trigger"]["device"] == dev
+    assert window["closed"] == "quiet" and window["principal"]["kind"] == "reset", window
+    assert window["trigger"]["kind"] == "timeout" and window["trigger"]["device"] == dev, window
     return {"report": report, "reading": reading}
 
 

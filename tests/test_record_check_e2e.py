@@ -75,6 +75,8 @@ def test_record_then_check_reports_exactly_the_injected_faults(
     check_against_truth(report, truth_expectations(truth), live=truth)
     assert (proc.returncode == 1) == bool(report["violations"])
     assert not report["reading"]["truncated"] and report["reading"]["lost"] == 0
+    if scenario != "mixed":  # the one that injects every kind of fault
+        return
     # the same inputs give a byte-identical report
     again = str(tmp_path / "again.json")
     subprocess.run([*CLI, "check", path, "--json", again, "--quiet"], capture_output=True, timeout=120)

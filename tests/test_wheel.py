@@ -7,7 +7,8 @@ carry). The venv is made with `--system-site-packages` from the interpreter of t
 (the distro's Python, whose bcc it sees); the wheel goes in with `--no-index --no-deps`, then a `.pth` file
 adds this venv's site-packages for the dependencies (msgpack, zstandard, pyroute2, numpy, textual). Nothing is
 downloaded. Every command runs with its cwd in a temporary directory, and each test checks what it imported
-came from the new venv. Everything lives in one temporary directory, removed afterwards.
+came from the new venv. Each wheel is built and installed once per test run, in pytest's temporary directory
+of the run (shared by its workers).
 
 The wheel is a platform wheel: it carries the compiled parts (npu_trace.ftrace._walk, npu_trace.sinks._lines). A
 second one is built with CC=false, as on a host without a compiler: it installs all the same and runs the
@@ -16,6 +17,7 @@ pure-Python walker and lines.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -117,26 +119,44 @@ with program_dir() as folder:
 """
 
 
-def install(**env: str) -> Iterator[Installed]:
-    with tempfile.TemporaryDirectory(prefix="npu-trace-wheel-") as name:
-        tmp = Path(name)
-        wheel = build_wheel(tmp, **env)
-        venv = make_venv(tmp, wheel)
-        run_dir = tmp / "run"
-        run_dir.mkdir()
-        where = json.loads(run([str(venv / "bin" / "python"), "-c", WHERE], cwd=run_dir).stdout)
-        yield Installed(wheel, venv, run_dir, where)
+def install(root: Path, variant: str, **env: str) -> Iterator[Installed]:
+    """The wheel built and installed once per test run (xdist's workers share `root`: the first to get the lock
+    builds, the others wait for it and use the same venv); each module runs its commands in a directory of its own."""
+    base = root / f"wheel-{variant}"
+    done = base / "installed.json"
+    with open(root / f"wheel-{variant}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(base, ignore_errors=True)  # a build that failed half way
+            base.mkdir()
+            wheel = build_wheel(base, **env)
+            venv = make_venv(base, wheel)
+            done.write_text(json.dumps({"wheel": str(wheel), "venv": str(venv)}))
+    paths = json.loads(done.read_text())
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=base))
+    try:
+        where = json.loads(run([str(Path(paths["venv"]) / "bin" / "python"), "-c", WHERE], cwd=run_dir).stdout)
+        yield Installed(Path(paths["wheel"]), Path(paths["venv"]), run_dir, where)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def wheel_root(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The directory this run's workers share (pytest's base temporary directory of the run)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
 
 
 @pytest.fixture(scope="module")
-def installed() -> Iterator[Installed]:
-    yield from install()
+def installed(wheel_root: Path) -> Iterator[Installed]:
+    yield from install(wheel_root, "compiled")
 
 
 @pytest.fixture(scope="module")
-def installed_without_compiler() -> Iterator[Installed]:
+def installed_without_compiler(wheel_root: Path) -> Iterator[Installed]:
     """CC=false: the extension's build fails, the install goes on (setup.py: optional=True)."""
-    yield from install(CC="false")
+    yield from install(wheel_root, "no-compiler", CC="false")
 
 
 def package_data() -> Set[str]:

@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-from npu_trace.commands.trace_options import add_trace_options
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.errors import EXIT_PRIVILEGE
 
 MISSING = "npu-trace: the TUI needs textual: pip install npu-trace[tui]"
@@ -23,16 +23,17 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def tui_entry(name: str) -> Callable[[argparse.Namespace], int]:
+def tui_entry(name: str) -> Callable[..., int]:
     """tui.ui.launch.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
     try:
         module = importlib.import_module("tui.ui.launch")
     except ImportError:
         print(MISSING, file=sys.stderr)
         raise SystemExit(EXIT_PRIVILEGE) from None
-    entry: Callable[[argparse.Namespace], int] = getattr(module, name)
+    entry: Callable[..., int] = getattr(module, name)
     return entry
 
 
 def run(args: argparse.Namespace) -> int:
-    return tui_entry("run_live")(args)
+    options = options_from_args(args)  # a bad option is one line before the TUI (and textual) is even imported
+    return tui_entry("run_live")(args, options)

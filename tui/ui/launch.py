@@ -13,6 +13,7 @@ from npu_trace.errors import KernelFeatureError, NpuTraceError, UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.process import tune_gc
 from npu_trace.sim.side_channels import SideChannels
+from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.replay_source import ReplaySource
 from tui.messages import SourceSpec
 from tui.ui.app import NpuTraceApp
@@ -47,11 +48,10 @@ def _app(spec: SourceSpec, profile_name: str, signals: QuitSignals, record_dir: 
     return NpuTraceApp(spec, get_profile(profile_name), record_dir=record_dir, quiet=True, signals=signals)
 
 
-def run_live(args: argparse.Namespace) -> int:
-    from npu_trace.commands.trace_options import options_from_args
-
+def run_live(args: argparse.Namespace, options: TraceOptions) -> int:
+    """`npu-trace live` with its options (checked by the command before the UI starts; the worker builds the
+    session)."""
     signals = QuitSignals().install()
-    options = options_from_args(args)  # checked here, before the UI starts; the worker builds the session
     spec = SourceSpec(LIVE, (options,), label="live")
     return _run(_app(spec, options.profile_name, signals, getattr(args, "record_dir", ".")))
 
