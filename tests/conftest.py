@@ -93,15 +93,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="module")
 def sim_loaded() -> Generator[Any, None, None]:
-    """The simulated NPU's uprobe events registered (tracefs found or mounted); unloaded afterwards only if
-    this fixture loaded them. Use from privileged tests (it needs root)."""
+    """The simulated NPU's uprobe events registered (tracefs found or mounted), held enabled by an instance of
+    the tests' own while the module runs (tests/uprobe_hold.py: each session's stop then takes 0.03 s, not the
+    kernel's 0.75 s); unloaded afterwards only if this fixture loaded them. Use from privileged tests (it needs
+    root); a test of loading and unloading the simulator loads it itself."""
     from npu_trace import sim
+    from npu_trace.device import hal
     from npu_trace.ftrace.tracefs import Tracefs
+    from uprobe_hold import hold, release
 
     fs = Tracefs.find()
     was_loaded = sim.is_loaded(fs)
     sim.load(fs)
+    holder = hold(fs, hal.GROUP)
     yield fs
+    release(fs, holder)
     if not was_loaded:
         sim.unload(fs)
 

@@ -66,9 +66,9 @@ def test_walk_benchmark_runs() -> None:
 
 
 @pytest.mark.privileged
-def test_bench_check_part_runs(tmp_path: object) -> None:
+def test_bench_check_part_runs(tmp_path: object, sim_loaded: Any) -> None:
     """The check figures (benchmarks.checks): the simulator recorded (1 s of the detector-heavy workload), a small
-    generated recording, both checked."""
+    generated recording, both checked. The simulator loaded (and held) by the fixture: the bench leaves it so."""
     _, result = run_ingest(tmp_path, "--check-only", "--gen-events", "20000", "--heavy-duration", "1")
     check = result["check"]
     heavy, gen = check["detector_heavy"]["npu_check"], check["generated"]["npu_check"]
