@@ -17,7 +17,7 @@ from test_tui_support import wait_for
 from tui.messages import FIELDS, KIND, SourceSpec
 from tui.ui.app import NpuTraceApp
 from tui.ui.widgets.eventlog import EventLog
-from tui.worker.live import session_source
+from tui.worker.live_feed import session_source
 
 
 @contextlib.contextmanager
@@ -86,7 +86,7 @@ async def test_live_with_a_device_scope_gets_its_options_as_one_value(tmp_path: 
     from tui.messages import DEV
 
     with simulating(4) as fs:
-        spec = SourceSpec("tui.worker.live:live_source", (TraceOptions(devices=(1,), channels=()), fs.root))
+        spec = SourceSpec("tui.worker.live_feed:live_source", (TraceOptions(devices=(1,), channels=()), fs.root))
         app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("r")
