@@ -1,9 +1,9 @@
 """The compiled parts: the page walker (npu_trace/ftrace/_walk.c), the text lines' assembly
-(npu_trace/sinks/_lines.c) and the exporters' byte assembler (npu_trace/sinks/_wire.c); everything else is
+(npu_trace/sinks/_lines.c) and the exporters' byte assembler (npu_trace/export/_wire.c); everything else is
 declared in pyproject.toml.
 
 optional=True: where no compiler is, the install goes on without them and npu_trace.ftrace.walk runs its
-pure-Python walk, npu_trace.sinks.text its pure-Python lines, npu_trace.sinks.wire its pure-Python assembler
+pure-Python walk, npu_trace.sinks.text its pure-Python lines, npu_trace.export.wire its pure-Python assembler
 (the same results, slower); `npu-trace doctor` says which ones run. (Kept here: declaring extensions in
 pyproject.toml needs setuptools 74, newer than the distributions' own.)
 """
@@ -14,6 +14,6 @@ setup(
     ext_modules=[
         Extension("npu_trace.ftrace._walk", ["npu_trace/ftrace/_walk.c"], optional=True),
         Extension("npu_trace.sinks._lines", ["npu_trace/sinks/_lines.c"], optional=True),
-        Extension("npu_trace.sinks._wire", ["npu_trace/sinks/_wire.c"], optional=True),
+        Extension("npu_trace.export._wire", ["npu_trace/export/_wire.c"], optional=True),
     ]
 )

@@ -157,8 +157,8 @@ def record_both(bench: Bench, binary: str, work: Workload, tag: str, anchor: boo
     from npu_trace.pipeline import pump
     from npu_trace.sim import runner, scenarios
     from npu_trace.sim.threads import HOST_LIKE
-    from npu_trace.sinks.recorder import Recorder
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sinks.npt_sink import Recorder
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     actions = scenarios.plan(work.scenario, 1, work.duration_s, work.rate, work.devices, host=HOST_LIKE)

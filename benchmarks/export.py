@@ -30,7 +30,7 @@ GEN_RATE = 20_000.0  # the generator's default background calls/s
 
 def _events(path: str) -> int:
     """The events a recording holds, as check reads them."""
-    from npu_trace.ci.analyze import analyze
+    from npu_trace.ci.recording_analysis import analyze
 
     return int(analyze(path, progress=False)["reading"]["events"])
 

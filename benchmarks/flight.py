@@ -2,7 +2,7 @@
 
 A simulated live session (the generator's reads of the simulator's `steady` plan, pages laid out as the kernel
 lays them out, `benchmarks.gen_recording.Run`) of --minutes of trace time is fed to `record --flight`'s sink
-(`npu_trace.sinks.flight.live.LiveFlight`: the ring, the columnar timeline, the live analysis), as fast as it
+(`npu_trace.sinks.flight.live_flight.LiveFlight`: the ring, the columnar timeline, the live analysis), as fast as it
 is made. Each run is a process of its own; the anchor, in the same invocation, is the same session through
 the same timeline and analysis without the ring. Rows every --every seconds of trace time: the ring's bytes
 and span, what it let go, and both processes' RSS; then the growth of each over the second half of the run
@@ -40,8 +40,8 @@ def child(args: argparse.Namespace) -> None:
     from npu_trace.ftrace.decode import build_decoders
     from npu_trace.ftrace.format import parse_header_page
     from npu_trace.pipeline.blocktimeline import block_timeline
-    from npu_trace.sinks.flight.live import LiveFlight
-    from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+    from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
+    from npu_trace.sinks.flight.live_flight import LiveFlight
 
     profile = PROFILES["sim"]
     formats, texts, header_page = kernel_formats()

@@ -15,7 +15,7 @@ What it writes is what a live recording of the simulator on a host-like executor
   lays them out;
 - the recording: a simulated reader drains every CPU every `read_ms` (5 ms) of trace time, as the live source
   does: each read's pages (every event stamped before the read began), then its `Mark` (every CPU caught up,
-  no channels), kept as `sinks.recorder.Recorder` keeps them (every read with pages, a quiet one every 100 ms),
+  no channels), kept as `sinks.npt_sink.Recorder` keeps them (every read with pages, a quiet one every 100 ms),
   through `RecordingWriter` (1 MiB zstd chunks, and one at least every second of trace time); no loss; the
   header holds the formats, `trace_cpus`, the profile `sim`, and fixed host, clock and process names;
 - the truth (`OUT.truth.json` beside it from the command line; `Generated.expectations` from code): what the
@@ -175,7 +175,7 @@ class Reader:
 
 
 class Keeper:
-    """The recorder's part: each read's pages and mark kept as `sinks.recorder.Recorder` keeps them, chunks
+    """The recorder's part: each read's pages and mark kept as `sinks.npt_sink.Recorder` keeps them, chunks
     flushed by trace time (at least one every FLUSH_NS)."""
 
     def __init__(self, writer: RecordingWriter) -> None:

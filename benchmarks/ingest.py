@@ -225,14 +225,14 @@ class Bench:
         self, run: Run, patterns: List[str], argv: List[str], by_pid: bool, text: bool = True
     ) -> Tuple[bytes, int]:
         """Trace `argv` as `npu-trace stream` does, to /dev/null (the live source, the one pump, the block
-        timeline, each block's text made and written: `npu_trace.commands.stream.printing`), or without `text`
+        timeline, each block's text made and written: `npu_trace.sinks.text.printing`), or without `text`
         only the blocks taken (what the text costs); fills run.events (the child's, or all when not `by_pid`),
         lost, CPU and wall time. Returns (the child's stdout, every event walked)."""
         from npu_trace.pipeline import Batch, pump
         from npu_trace.pipeline.blocktimeline import LiveBlocks
         from npu_trace.sinks.text import StreamPrinter, printing
         from npu_trace.sources.comm import CommCache
-        from npu_trace.sources.live import LiveTrace
+        from npu_trace.sources.live_trace import LiveTrace
         from npu_trace.sources.tracefs_source import TracefsSession
 
         mine = PidCount()

@@ -73,7 +73,7 @@ def inprocess(bench: Bench, exe: str, analyse: bool = False, objects: bool = Fal
 
     from npu_trace.pipeline import Batch, pump
     from npu_trace.pipeline.blocktimeline import LiveBlocks
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     args = bench.args
@@ -238,8 +238,8 @@ def record_workload(bench: Bench, exe: str) -> Tuple[str, int]:
     """The workload recorded by npu-trace (LiveTrace + Recorder in-process): the TUI replay's input, and the
     events it holds."""
     from npu_trace.pipeline import pump
-    from npu_trace.sinks.recorder import Recorder
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sinks.npt_sink import Recorder
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     path = os.path.join(bench.tmp, "tasks.npt")

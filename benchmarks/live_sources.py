@@ -15,8 +15,8 @@ from npu_trace.process import StopFlag
 from npu_trace.sources.procs import TaskSnapshot
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
-from tui.worker.feed import Sink
-from tui.worker.live import LiveSource
+from tui.worker.feed import UpdateSink
+from tui.worker.live_feed import LiveSource
 from tui.worker.sources import BaseSource
 
 TICK_S = 0.002
@@ -38,7 +38,7 @@ def parse_detail(text: str) -> Dict[str, float]:
 class _Counting:
     """The feed's sink, counting the items handed to it."""
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: UpdateSink) -> None:
         self.sink = sink
         self.items = 0
 
@@ -73,7 +73,7 @@ class WorkloadSource(LiveSource):
         self.counting: Optional[_Counting] = None
         self.times: Dict[str, Any] = {"started": None, "ended": None, "done": None, "at_end": None}
 
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         self.counting = _Counting(sink)
         try:
             super().run(self.counting, stop)
@@ -113,7 +113,7 @@ class PacedReplay(BaseSource):
         self.sent = 0
         self.times: Dict[str, Any] = {"started": None, "ended": None, "at_end": None, "done": None}
 
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         source = ReplaySource(self.path, PROFILE.layouts)
         blocks = LiveBlocks(source.block_timeline(), time.monotonic)
         timeline = blocks.timeline

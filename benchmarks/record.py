@@ -42,8 +42,8 @@ def record_run(bench: Bench, n: int, rate: float) -> Run:
     """One traced generator run recorded to an .npt file (kept when it is the first full-speed run)."""
     from benchmarks.common import EVENT, BenchError, Run, cpu_self, parse_gen
     from npu_trace.pipeline import pump
-    from npu_trace.sinks.recorder import Recorder
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sinks.npt_sink import Recorder
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     run = Run(REC, n, rate)
@@ -178,7 +178,7 @@ def time_output(path: str, fmt: str, events: int, repeat: int) -> Dict[str, Any]
 def time_check(path: str, repeat: int) -> Dict[str, Any]:
     """analyze(path, "sim") as `npu-trace check` runs it (no progress bar); median of `repeat`."""
     from benchmarks.common import cpu_self, median
-    from npu_trace.ci.analyze import analyze
+    from npu_trace.ci.recording_analysis import analyze
 
     walls, cpus = [], []
     result: Dict[str, Any] = {}

@@ -25,12 +25,12 @@ from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
 from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.export.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
 from npu_trace.sim import hal_install
-from npu_trace.sinks.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
 from npu_trace.sources.hal_search import find_hal
@@ -518,7 +518,7 @@ def check_lines(implementation: str = "") -> Check:
 def check_assembler(implementation: str = ASSEMBLER) -> Check:
     """The export's byte assembler: compiled, or its pure-Python twin (the same files, slower)."""
     if implementation == "c":
-        return Check("export assembler", True, "compiled (npu_trace.sinks._wire)")
+        return Check("export assembler", True, "compiled (npu_trace.export._wire)")
     detail = "pure Python: the C extension was not built where npu-trace was installed (same files, slower)"
     return Check("export assembler", False, detail, "install gcc and python3-dev, then reinstall npu-trace")
 

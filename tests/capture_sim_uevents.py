@@ -1,7 +1,7 @@
 """Regenerate tests/data/uevent/sim_reset.json: the simulator's synthetic reset uevents as the kernel sends them.
 
 Run as root: `.venv/bin/python tests/capture_sim_uevents.py`. For the reset of device 0 (`ecc-reset`) and of
-device 2 (`mixed` with 3 devices) it writes each planned uevent (npu_trace.sim.channels.UeventChannel's text,
+device 2 (`mixed` with 3 devices) it writes each planned uevent (npu_trace.sim.side_channels.UeventChannel's text,
 with fixed UUIDs) into the sysfs `uevent` file the simulator uses, receives the kernel's datagram on a
 NETLINK_KOBJECT_UEVENT socket and saves it as hex, with the step, device and simulated variables it stands for.
 """
@@ -16,8 +16,8 @@ from typing import Any, Dict, List
 
 from pyroute2.netlink import NETLINK_KOBJECT_UEVENT
 
-from npu_trace.sim.channels import UEVENT_PATH, UeventChannel
 from npu_trace.sim.scenarios import plan
+from npu_trace.sim.side_channels import UEVENT_PATH, UeventChannel
 
 DEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "uevent", "sim_reset.json")
 

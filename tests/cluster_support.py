@@ -4,7 +4,7 @@ would write it (`npu-trace sim cluster` does it live).
 Per host: its plan replayed on the executor's ideal timing (npu_trace.sim.timing), the probe events encoded as
 the ring buffer lays them out with the captured kernel's formats, read every 5 ms as the live source reads
 (benchmarks.gen_recording's reader and recorder); its application log (the job's reports and those of its own
-driver errors, npu_trace.sim.channels.app_schedule) written as text with the host's true wall clock, read back
+driver errors, npu_trace.sim.side_channels.app_schedule) written as text with the host's true wall clock, read back
 by the application-log parser and stamped on the trace clock as the live channel stamps it; the header with the
 host's simulated identity, its clock anchor off by the host's offset, its declared uncertainty.
 """
@@ -21,8 +21,8 @@ from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.recording.writer import RecordingWriter
-from npu_trace.sim.channels import app_schedule, wall_text
-from npu_trace.sim.cluster import ClusterHost, ClusterPlan
+from npu_trace.sim.cluster_plan import ClusterHost, ClusterPlan
+from npu_trace.sim.side_channels import app_schedule, wall_text
 from npu_trace.sim.synth import probe_rows
 from npu_trace.sim.threads import Host
 from npu_trace.sim.timing import HostTiming

@@ -18,9 +18,7 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from npu_trace.ci.export import Exporter, Request, _drawn_rows, export
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
-from npu_trace.sinks.perfetto import (
+from npu_trace.export.perfetto import (
     _BEGIN,
     _COUNTER,
     _END,
@@ -36,8 +34,10 @@ from npu_trace.sinks.perfetto import (
     set_value,
     start_packet,
 )
-from npu_trace.sinks.timeline import TimelineMapper
-from npu_trace.sinks.tracks import Track, Value, tally
+from npu_trace.export.run import Exporter, Request, _drawn_rows, export
+from npu_trace.export.track_map import TimelineMapper
+from npu_trace.export.tracks import Track, Value, tally
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
 
 _COMPLETE = KIND_CODE["complete"]
 

@@ -6,7 +6,7 @@ import collections
 import os
 from typing import Any, Dict, List, Optional
 
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.sinks.flight.dumps import is_dump
 from test_detectors_truth import check_resets, of_kind
 

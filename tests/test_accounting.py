@@ -154,7 +154,7 @@ def test_the_chips_view_holds_each_chips_last_reading() -> None:
 
 
 def test_the_tuis_memory_view_shows_npu_smis_numbers_and_the_mismatch() -> None:
-    from tui.ui.widgets.memory import memory_text
+    from tui.ui.widgets.memory_panel import memory_text
     from tui.worker.collector import Collector
 
     collector = Collector(PROFILES["sim"], lambda pid: "serve")

@@ -29,7 +29,7 @@ from npu_trace import sim
 from npu_trace.cluster.store import client, list_dumps, parse_url
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.recording.host import read_identity
-from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sinks.flight.dumps import is_dump
 from s3_support import BUCKET, PREFIX
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from npu_trace.sources.applog_source import AppLogSource
-from npu_trace.sources.channels import Channels
+from npu_trace.sources.host_channels import Channels
 
 HB = ("[PID: 9] {t} Device_Absent/Abnormal(EL0001): Device not found or invalid.\n"
       "        Device[{d}] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc][LINE:407]\n")  # fmt: skip

@@ -29,7 +29,7 @@ from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline import Batch, Mark
 from npu_trace.pipeline.blocktimeline import BlockTimeline, LiveBlocks, chunk_batches
-from npu_trace.recording.format import Chunk
+from npu_trace.recording.schema import Chunk
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats, synth_events
 from reference.analysis import ReferenceAnalysis

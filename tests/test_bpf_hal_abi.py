@@ -13,7 +13,7 @@ import pytest
 
 from npu_trace.bpf import abi, layout
 from npu_trace.bpf.config import OPTIONAL_HAL_SYMBOLS, BpfConfig
-from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.records import Decoder
 from npu_trace.device import chips
 from npu_trace.errors import InputError, UsageError
 from npu_trace.sim import build

@@ -12,7 +12,7 @@ import pytest
 
 from npu_trace.bpf import formats, layout
 from npu_trace.bpf.config import BpfConfig
-from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.records import Decoder
 from npu_trace.device.bpf_rules import BPF_MAPPING
 from npu_trace.device.profiles import get_profile
 from npu_trace.errors import UsageError

@@ -173,9 +173,10 @@ def test_direct_reader_streams_while_the_ring_wraps() -> None:
         src.start_bench()
         assert src.readers == {"bench_getpid": "mmap"}
         os.set_blocking(child.stdout.fileno(), False)
+        held: List[str] = []
         for calls in rounds:
             child.stdin.write(f"{calls}\n")
-            while not _line(child.stdout):  # read while it writes: the reader and the writer share the ring
+            while not _line(child.stdout, held):  # read while it writes: the reader and the writer share the ring
                 drain()
                 select.select([child.stdout], [], [], 0.002)
             drain()  # the round's every record is in the ring (the tracepoint fires inside the syscall)
@@ -196,11 +197,16 @@ def test_direct_reader_streams_while_the_ring_wraps() -> None:
     assert disorder == [] and seqs[0] >= 1
 
 
-def _line(stream: Any) -> bool:
-    """A whole line from a non-blocking text stream ("done"), False when there is none yet."""
-    line = stream.readline()
-    assert line in ("", "done\n"), line
-    return line == "done\n"
+def _line(stream: Any, held: List[str]) -> bool:
+    """True once a whole "done" line came from a non-blocking text stream, False while there is none yet. A
+    line may arrive in parts (a read between the writer's two): `held` keeps the part read so far."""
+    held.append(stream.readline())
+    line = "".join(held)
+    assert "done\n".startswith(line), line
+    if line == "done\n":
+        held.clear()
+        return True
+    return False
 
 
 # the generator of the ring and perf buffer tests: getpid() in rounds on CPU 0 (the seq counter is per CPU; a perf

@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Tuple
 import pytest
 
 from npu_trace.bpf import layout, ringbuf
-from npu_trace.bpf.decode import Decoder, RunSpec
+from npu_trace.bpf.records import Decoder, RunSpec
 from npu_trace.bpf.ringbuf import (
     BULK_MIN_RUN,
     BUSY_BIT,

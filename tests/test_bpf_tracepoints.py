@@ -29,7 +29,7 @@ from goldens import DATA
 from npu_trace.bpf import layout
 from npu_trace.bpf import source as bpf_source
 from npu_trace.bpf.config import BpfConfig
-from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.records import Decoder
 from npu_trace.bpf.source import BpfSource, with_variant
 from npu_trace.bpf.tracepoints import ROLES, TRS_SPECS, TpPlan, TpSpec, TpValue, by_tracepoint, plan
 from npu_trace.detectors.latency import LatencyDetector

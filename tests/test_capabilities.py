@@ -283,7 +283,7 @@ def test_the_page_walker_line() -> None:
     assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
     slow = doctor.check_walker("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
-    assert doctor.check_assembler() == Check("export assembler", True, "compiled (npu_trace.sinks._wire)")
+    assert doctor.check_assembler() == Check("export assembler", True, "compiled (npu_trace.export._wire)")
     slow = doctor.check_assembler("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
 

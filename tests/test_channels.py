@@ -15,8 +15,8 @@ import pytest
 from npu_trace.device.kmsg import write_kmsg
 from npu_trace.errors import UsageError
 from npu_trace.events import NpuEvent
-from npu_trace.sources import channels as channels_mod
-from npu_trace.sources.channels import Channels, parse_channels
+from npu_trace.sources import host_channels as channels_mod
+from npu_trace.sources.host_channels import Channels, parse_channels
 from npu_trace.sources.replay_source import ReplaySource
 from replay_support import replayed_items
 from smi_support import now_ns, wait_for_polls
@@ -131,7 +131,7 @@ def test_ecc_reset_is_one_sequence_told_by_ftrace_kmsg_and_uevents(sim_loaded: A
     precursor window shows the ECC climb and the temperature peak the simulator injected (probe and npu-smi)."""
     from npu_trace import sim
     from npu_trace.device.hal import RESET_STEPS
-    from npu_trace.sim.channels import SideChannels
+    from npu_trace.sim.side_channels import SideChannels
 
     path, report_path = str(tmp_path / "ecc.npt"), str(tmp_path / "report.json")
     side = SideChannels(npu_smi_dir=str(tmp_path / "bin"))

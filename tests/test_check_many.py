@@ -13,9 +13,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from npu_trace.ci.check_report import render_json
 from npu_trace.ci.checking import check_many, check_recording, recordings, report_names
-from npu_trace.ci.report import render_json
-from npu_trace.ci.rules import parse_rules, rule_names
+from npu_trace.detectors.rules import parse_rules, rule_names
 from npu_trace.errors import InputError
 from test_check_paths import scenario_recording
 

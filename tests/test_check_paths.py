@@ -1,4 +1,4 @@
-"""`check` gives the report the reference path gives: the columnar path (`npu_trace.ci.analyze`) and the
+"""`check` gives the report the reference path gives: the columnar path (`npu_trace.ci.recording_analysis`) and the
 per-event reference (tests/reference/analyze.py) agree byte for byte, on every simulator scenario, on the
 golden capture of this kernel (ascend events among sched, syscalls and IRQs) and on corrupted copies of it.
 """
@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from goldens import load_pages
-from npu_trace.ci.analyze import analyze
-from npu_trace.ci.report import build_report
-from npu_trace.ci.rules import load_rules
+from npu_trace.ci.check_report import build_report
+from npu_trace.ci.recording_analysis import analyze
+from npu_trace.detectors.rules import load_rules
 from npu_trace.events import NpuEvent
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.sim.scenarios import SCENARIOS, plan

@@ -17,7 +17,7 @@ import pytest
 from cluster_support import write_cluster
 from npu_trace.cli import main
 from npu_trace.recording import RecordingReader, RecordingWriter
-from npu_trace.sim.cluster import MAX_OFFSET_NS, ClusterPlan, plan_cluster
+from npu_trace.sim.cluster_plan import MAX_OFFSET_NS, ClusterPlan, plan_cluster
 from npu_trace.sim.threads import HOST_LIKE, SINGLE
 
 S = 1_000_000_000

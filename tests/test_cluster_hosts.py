@@ -15,7 +15,6 @@ from npu_trace.cluster.incidents import Item, incidents
 from npu_trace.device.applog import AppLogParser
 from npu_trace.errors import RecordingError
 from npu_trace.recording import RecordingReader, RecordingWriter
-from npu_trace.recording.format import validate_header
 from npu_trace.recording.host import (
     SimulatedHost,
     adjtimex_state,
@@ -26,6 +25,7 @@ from npu_trace.recording.host import (
     read_identity,
     this_host,
 )
+from npu_trace.recording.schema import validate_header
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 MS, S = 1_000_000, 1_000_000_000

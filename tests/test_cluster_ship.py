@@ -18,7 +18,7 @@ from npu_trace.cli import main
 from npu_trace.cluster.ship import Shipper
 from npu_trace.cluster.store import client, dump_time_ns, list_dumps, parse_url
 from npu_trace.recording import RecordingReader
-from npu_trace.sim.cluster import plan_cluster
+from npu_trace.sim.cluster_plan import plan_cluster
 from npu_trace.sim.threads import SINGLE
 from npu_trace.sinks.flight.dumps import dump_name, shipped_mark, to_remove
 from npu_trace.sinks.metrics import AGENT_FIGURES

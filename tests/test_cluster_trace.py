@@ -12,7 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from cluster_support import write_cluster
 from npu_trace.cli import main
-from npu_trace.sim.cluster import plan_cluster
+from npu_trace.sim.cluster_plan import plan_cluster
 from npu_trace.sim.threads import SINGLE
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sources.driver_switches import PROCFS_ENV, STATE_ENV, DriverSwitches, SwitchState
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
 from test_driver_switches import LAYOUT, make_proc, values
 

@@ -20,28 +20,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-import npu_trace.ci.export as export_module
+import npu_trace.export.run as export_module
 from export_reference import ProtoPerfettoWriter, reference_export
-from npu_trace.ci.analyze import analyze
-from npu_trace.ci.export import Request, export, parse_time
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
+from npu_trace.export.chrome_json import _dumps, _name, _plain
+from npu_trace.export.perfetto import PerfettoWriter
+from npu_trace.export.pieces import Strings
+from npu_trace.export.rowargs import args_of, as_dicts
+from npu_trace.export.run import Request, export, parse_time
+from npu_trace.export.track_map import Lane, LanePacker
+from npu_trace.export.tracks import COUNTER, GROUP, SLICES, Track, flow_id, flow_ids
 from npu_trace.ftrace.columns import plans
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.pipeline.blocks import records_of
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import SCENARIOS, Action, plan
 from npu_trace.sim.synth import formats, synth_events, truth_expectations
-from npu_trace.sinks.chrome_json import _dumps, _name, _plain
-from npu_trace.sinks.perfetto import PerfettoWriter
-from npu_trace.sinks.pieces import Strings
-from npu_trace.sinks.rowargs import args_of, as_dicts
-from npu_trace.sinks.timeline import Lane, LanePacker
-from npu_trace.sinks.tracks import COUNTER, GROUP, SLICES, Track, flow_id, flow_ids
 from test_timeline import HEADER, reads, spread, synth_header
 
 LOST = 7  # events the lossy recording says were lost
@@ -635,8 +635,8 @@ def test_string_values_are_numbered_as_np_unique_numbers_them_even_when_their_ha
     """rowargs._codes finds distinct byte values by a hash of their 8-byte words, checked against the values:
     two values made to share a hash (words (0, x) and (1, K ^ x) both hash to x) stay two, and the codes are
     those np.unique's byte order gives."""
-    from npu_trace.sinks.pieces import Strings
-    from npu_trace.sinks.rowargs import _codes, _distinct_rows
+    from npu_trace.export.pieces import Strings
+    from npu_trace.export.rowargs import _codes, _distinct_rows
 
     k, x = 0x9E3779B97F4A7C15, 0x6162636465666768
     words = np.array([[0, x], [1, k ^ x], [0, x], [1, k ^ x]], dtype=np.uint64)
@@ -655,7 +655,7 @@ def test_string_values_are_numbered_as_np_unique_numbers_them_even_when_their_ha
 def test_running_memory_totals_are_each_keys_own_running_sum() -> None:
     """part_memory._running (one running sum in key order) gives what a running sum per key gives, from the
     totals carried in and leaving each key's total, over keys of one and two columns."""
-    from npu_trace.sinks.part_memory import _running
+    from npu_trace.export.part_memory import _running
 
     rng = np.random.default_rng(3)
     for trial in range(200):

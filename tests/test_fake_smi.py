@@ -14,8 +14,8 @@ import pytest
 from npu_trace.device.npusmi import HealthTracker, error_codes, parse_fields, parse_info, temperature
 from npu_trace.device.npusmi_info import parse_table as parse_info_table
 from npu_trace.sim import fake_smi
-from npu_trace.sim.channels import bdf_of
 from npu_trace.sim.scenarios import plan
+from npu_trace.sim.side_channels import bdf_of
 from npu_trace.sources.npusmi_source import QUERIES, HealthSource
 
 T0 = 1_000_000_000_000

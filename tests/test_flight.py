@@ -13,7 +13,7 @@ from npu_trace.errors import UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.sinks.flight.dumps import dump_name, is_dump, to_remove
-from npu_trace.sinks.flight.incidents import Close, IncidentPolicy, Open, parse_kinds, trigger_kind
+from npu_trace.sinks.flight.incident_policy import Close, IncidentPolicy, Open, parse_kinds, trigger_kind
 from npu_trace.sinks.flight.ring import FlightRing
 
 S = 1_000_000_000

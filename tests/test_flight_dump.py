@@ -22,8 +22,8 @@ from npu_trace.ftrace.decode import RecordDecoder, build_decoders
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.pipeline.batch import Batch, Mark
 from npu_trace.pipeline.blocktimeline import block_timeline
-from npu_trace.sinks.flight.live import LiveFlight
-from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.live_flight import LiveFlight
 from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header
 from npu_trace.sources.replay_source import ReplaySource
 

@@ -22,7 +22,7 @@ from flight_support import check_the_reset_dump, ecc_expectations, the_one_dump
 from npu_trace import sim
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import fake_smi
-from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sim.synth import truth_expectations
 from npu_trace.sources.replay_source import ReplaySource
 

@@ -28,7 +28,7 @@ from npu_trace import cli
 from npu_trace.errors import FormatError, InputError, RecordingError
 from npu_trace.ftrace.format import parse_format
 from npu_trace.recording import RecordingReader
-from npu_trace.recording.format import PREAMBLE, pack_header
+from npu_trace.recording.schema import PREAMBLE, pack_header
 from reference.analyze import analyze as reference_analyze
 from reference.pages import iter_events
 

@@ -16,7 +16,7 @@ import pytest
 from npu_trace.device.npusmi import parse_table
 from npu_trace.device.npusmi_events import PROCESS, READING
 from npu_trace.events import NpuEvent
-from npu_trace.sources.channels import Channels
+from npu_trace.sources.host_channels import Channels
 from npu_trace.sources.npusmi_source import QUERIES, HealthSource
 
 FIELD = Path(__file__).parent / "data" / "npusmi" / "field"

@@ -1,4 +1,4 @@
-"""The host's context in an export (npu_trace.sinks.hostctx): a recording of a simulator scenario with the host's
+"""The host's context in an export (npu_trace.export.hostctx): a recording of a simulator scenario with the host's
 scheduler and interrupt events beside it (this kernel's own formats: tests/data/hostctx), exported to Perfetto
 and decoded with Perfetto's own schema (perfetto_trace_pb2): an FtraceEventBundle per CPU whose events carry
 each record's stamp, pid and fields (cpu, prev_state, ...); and to Chrome JSON: each CPU's running thread,
@@ -16,10 +16,10 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-import npu_trace.ci.export as export_module
+import npu_trace.export.run as export_module
 from goldens import read
-from npu_trace.ci.export import Request, export, parse_time
 from npu_trace.events import TraceEvent
+from npu_trace.export.run import Request, export, parse_time
 from npu_trace.ftrace.context import HOST_CONTEXT, softirq_name, task_state
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, parse_format

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from npu_trace.ci.export import Request, export
+from npu_trace.export.run import Request, export
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.recording import RecordingReader
 from test_record_check_e2e import record_scenario

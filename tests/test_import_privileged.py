@@ -18,7 +18,7 @@ import pytest
 
 from npu_trace import sim
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.sim.channels import SideChannels
+from npu_trace.sim.side_channels import SideChannels
 from proc_support import read_until
 
 CLI = [sys.executable, "-m", "npu_trace"]

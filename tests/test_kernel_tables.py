@@ -17,7 +17,7 @@ from npu_trace.cli import build_parser
 from npu_trace.errors import InputError, RecordingError
 from npu_trace.ftrace import tracedat
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
-from npu_trace.recording.format import kallsyms_entry
+from npu_trace.recording.schema import kallsyms_entry
 from npu_trace.sources.kernel_tables import MARKER_FUNCTIONS, KernelTables, cut, needs_symbols, read_kallsyms
 from npu_trace.sources.options import TraceOptions
 from test_recording import golden_header

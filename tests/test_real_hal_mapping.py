@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from npu_trace.bpf import layout
-from npu_trace.bpf.decode import Decoder
+from npu_trace.bpf.records import Decoder
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import NpuEvent

@@ -13,15 +13,15 @@ from typing import Any, Dict, Sequence, Tuple
 import pytest
 
 from npu_trace import sim
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import TraceEvent
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import Batch, pump
 from npu_trace.sim.synth import truth_expectations
-from npu_trace.sinks.recorder import Recorder
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sinks.npt_sink import Recorder
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.replay_source import ReplaySource
 from npu_trace.sources.tracefs_source import TracefsSession
 from proc_support import read_until

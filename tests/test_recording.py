@@ -21,7 +21,7 @@ from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
-from npu_trace.recording.format import PREAMBLE
+from npu_trace.recording.schema import PREAMBLE
 from npu_trace.sources.replay_source import ReplaySource
 from reference.pages import PageDecoder, iter_events
 
@@ -307,7 +307,7 @@ def test_saved_cmdlines_parsing() -> None:
 
 def test_recorder_notes_new_process_names(tmp_path: Any, monkeypatch: Any) -> None:
     from npu_trace.events import LossLedger
-    from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sinks import npt_sink as recorder_mod
     from npu_trace.sources.procs import TaskSnapshot
 
     page_header, formats = load_formats(ROOT)
@@ -340,7 +340,7 @@ def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, 
     one the tasks alive at its opening over the file before's (a thread gone meanwhile may still have events
     in the pages read next)."""
     from npu_trace.events import LossLedger
-    from npu_trace.sinks import recorder as recorder_mod
+    from npu_trace.sinks import npt_sink as recorder_mod
     from npu_trace.sources.procs import TaskSnapshot, snapshot_from_header
 
     page_header, formats = load_formats(ROOT)
@@ -368,7 +368,7 @@ def test_a_rotated_recordings_files_each_start_from_the_task_map(tmp_path: Any, 
 def test_check_decoding_only_mapped_events_gives_the_full_decoding_report(tmp_path: Any) -> None:
     """analyze() decodes only the events the profile maps (the rest are counted): same report, same counts,
     on the golden capture that mixes ascend:* with syscalls, sched and irq events."""
-    from npu_trace.ci.analyze import analyze
+    from npu_trace.ci.recording_analysis import analyze
     from npu_trace.detectors import Analysis
     from npu_trace.device.profiles import PROFILES
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from goldens import load_pages
 from npu_trace.errors import RecordingError
 from npu_trace.recording import RecordingReader
-from npu_trace.recording.format import MAX_CHUNK_RAW, MAX_DATA_BYTES, PREAMBLE
+from npu_trace.recording.schema import MAX_CHUNK_RAW, MAX_DATA_BYTES, PREAMBLE
 from test_recording import PAGE, ROOT, golden_header, write
 
 EXAMPLES = int(os.environ.get("NPT_FUZZ_EXAMPLES", "60"))

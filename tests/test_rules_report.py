@@ -8,10 +8,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from npu_trace.ci.report import build_report, render_json, render_junit, render_text
-from npu_trace.ci.rules import Rules, RulesError, evaluate, parse_rules
+from npu_trace.ci.check_report import build_report, render_json, render_junit, render_text
 from npu_trace.commands.diff import compare
 from npu_trace.commands.record import parse_size
+from npu_trace.detectors.rules import Rules, RulesError, evaluate, parse_rules
 
 
 def finding(kind: str, ts: int = 1, dev: int = 0, op: str = "halMemAlloc") -> Dict[str, Any]:

@@ -333,7 +333,7 @@ def test_the_tasks_started_are_traced_unfiltered_by_the_task_name() -> None:
 def test_the_host_context_is_traced_host_wide_and_an_irq_event_the_profile_scopes_is_scoped_after_reading() -> None:
     """--host-context: its events take none of the scope's per-event filters (the NPU's interrupts included: the
     pipeline keeps the analysis to them), the ones missing on the host are said, the start line names them."""
-    from npu_trace.commands.stream import announce_lines
+    from npu_trace.commands.session_text import announce_lines
     from npu_trace.ftrace.context import HOST_CONTEXT
     from npu_trace.sources.tracefs_source import TracefsSession
 

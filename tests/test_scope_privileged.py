@@ -21,7 +21,7 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.sim import build, runner
 from npu_trace.sim.threads import HOST_LIKE
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 from proc_support import read_until
 from reference.normalize import normalize

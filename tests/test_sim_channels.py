@@ -6,8 +6,8 @@ import time
 
 from npu_trace.device.hal import RESET_STEPS
 from npu_trace.device.kmsg import KmsgMatcher
-from npu_trace.sim.channels import KmsgChannel, schedule
 from npu_trace.sim.scenarios import plan
+from npu_trace.sim.side_channels import KmsgChannel, schedule
 
 
 def test_ecc_reset_lines_parse_into_the_truth_steps() -> None:

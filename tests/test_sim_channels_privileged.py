@@ -20,7 +20,7 @@ import pytest
 from npu_trace.device.hal import RESET_STEPS
 from npu_trace.device.kmsg import KmsgMatcher
 from npu_trace.events import NpuEvent
-from npu_trace.sim.channels import UEVENT_PATH, bdf_of
+from npu_trace.sim.side_channels import UEVENT_PATH, bdf_of
 from npu_trace.sources.kmsg_source import KmsgSource
 from npu_trace.sources.npusmi_source import HealthSource
 from npu_trace.sources.uevent_source import UeventSource

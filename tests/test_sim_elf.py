@@ -10,9 +10,9 @@ from typing import Dict
 import pytest
 
 from npu_trace.device import hal
+from npu_trace.elf import Elf, Segment
 from npu_trace.errors import SimulatorError
 from npu_trace.sim import build
-from npu_trace.sim.elf import Elf, Segment
 from npu_trace.sim.runner import start
 from npu_trace.sim.threads import SINGLE
 

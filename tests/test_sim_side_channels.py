@@ -14,7 +14,7 @@ import pytest
 
 from npu_trace import cli
 from npu_trace.device.npusmi import parse_fields
-from npu_trace.sim import build, channels
+from npu_trace.sim import build, side_channels
 from npu_trace.sim.runner import start
 from npu_trace.sim.scenarios import plan
 
@@ -33,15 +33,15 @@ def binary() -> str:
 
 
 def test_not_root_turns_kmsg_and_uevents_off_with_one_note(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(channels, "is_root", lambda: False)
-    side = channels.SideChannels(npu_smi_dir=str(tmp_path))
+    monkeypatch.setattr(side_channels, "is_root", lambda: False)
+    side = side_channels.SideChannels(npu_smi_dir=str(tmp_path))
     assert side.notes == ["not root: the simulator's kmsg and uevent channel(s) are off"]
     assert (side.kmsg_on, side.uevents_on, side.smi_dir) == (False, False, str(tmp_path))
 
 
 def test_unwritable_paths_turn_their_channel_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(channels, "is_root", lambda: True)
-    side = channels.SideChannels(npu_smi=False, kmsg_path=str(tmp_path / "no" / "kmsg"),
+    monkeypatch.setattr(side_channels, "is_root", lambda: True)
+    side = side_channels.SideChannels(npu_smi=False, kmsg_path=str(tmp_path / "no" / "kmsg"),
                                  uevent_path=str(tmp_path / "no" / "uevent"))  # fmt: skip
     assert len(side.notes) == 2 and not side.kmsg_on and not side.uevents_on and side.smi_dir is None
 
@@ -56,9 +56,9 @@ def _plain_files(tmp_path: Path) -> Dict[str, str]:
 def test_run_starts_the_channels_at_the_executors_t0(
     binary: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(channels, "is_root", lambda: True)
+    monkeypatch.setattr(side_channels, "is_root", lambda: True)
     files = _plain_files(tmp_path)
-    side = channels.SideChannels(npu_smi_dir=str(tmp_path / "bin"), kmsg_path=files["kmsg_path"],
+    side = side_channels.SideChannels(npu_smi_dir=str(tmp_path / "bin"), kmsg_path=files["kmsg_path"],
                                  uevent_path=files["uevent_path"])  # fmt: skip
     run = start("ecc-reset", 1, 0.5, 300, 1, binary=binary, channels=side)
     truth = run.wait(timeout=60)
@@ -68,11 +68,11 @@ def test_run_starts_the_channels_at_the_executors_t0(
     ch = truth["channels"]
     assert (ch["t0_ns"], ch["pid"], ch["notes"]) == (t0, run.pid, [])
     actions = plan("ecc-reset", 1, 0.5, 300, 1)
-    assert ch["kmsg"]["written"] == len(ch["kmsg"]["lines"]) == len(channels.schedule(actions, 0))
+    assert ch["kmsg"]["written"] == len(ch["kmsg"]["lines"]) == len(side_channels.schedule(actions, 0))
     assert ch["uevent"]["written"] == len(ch["uevent"]["events"]) == 6
     for item in ch["kmsg"]["lines"] + ch["uevent"]["events"]:
         assert item["written_ns"] >= item["t_ns"]
-    assert [e["step"] for e in ch["uevent"]["events"]] == list(channels.UEVENT_STEPS)
+    assert [e["step"] for e in ch["uevent"]["events"]] == list(side_channels.UEVENT_STEPS)
     assert side.uevent is not None and Path(side.uevent_path).read_text() == side.uevent.texts[-1]
     smi = ch["npu_smi"]
     assert [c["ce"] for c in smi["ecc_climb"]] == [1, 3, 7, 15, 31, 63, 127, 255, 255]
@@ -97,7 +97,7 @@ def test_cli_no_channels(binary: str, tmp_path: Path, capsys: pytest.CaptureFixt
 def test_cli_not_root_notes_once_and_serves_npu_smi(
     binary: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(channels, "is_root", lambda: False)
+    monkeypatch.setattr(side_channels, "is_root", lambda: False)
     smi_dir = tmp_path / "bin"
     err = _cli(["--npu-smi-dir", str(smi_dir), "--truth", str(tmp_path / "t.json")], capsys)
     lines = err.splitlines()
@@ -141,7 +141,7 @@ def test_the_application_log_holds_what_the_parser_reads_back(scenario: str, tmp
     from npu_trace.device.applog import AppLogParser
 
     actions = plan(scenario, 1, 6.0, 200, 1)
-    log = channels.AppLogChannel(actions, str(tmp_path / "app.log"))
+    log = side_channels.AppLogChannel(actions, str(tmp_path / "app.log"))
     assert log.reports, "the scenario's driver errors give application reports"
     log.start(time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 3600 * 10**9, 4242)  # every planned time has passed
     log.join(timeout=10)

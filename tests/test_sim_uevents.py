@@ -11,8 +11,8 @@ from typing import Any, Dict, List
 import pytest
 
 from npu_trace.device.uevents import parse_uevent, simulated, synth_args, to_event
-from npu_trace.sim.channels import UEVENT_STEPS, UeventChannel, davinci_env, pci_env, slot_name, uevent_schedule
 from npu_trace.sim.scenarios import plan
+from npu_trace.sim.side_channels import UEVENT_STEPS, UeventChannel, davinci_env, pci_env, slot_name, uevent_schedule
 
 DATA = Path(__file__).parent / "data" / "uevent" / "sim_reset.json"
 STEP_OF = {"unbind": "unbind", "remove": "remove", "bus_remove": "bus_remove", "rescan": "rescan",

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goldens import kernel_dirs, read
-from npu_trace.ci.analyze import analyze
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.detectors import Analysis
 from npu_trace.device.profiles import PROFILES
 from npu_trace.events import Loss, NpuEvent, TraceEvent
@@ -235,9 +235,9 @@ def test_live_analysis_reports_a_reset_within_3_s_of_its_last_step_with_nothing_
     watermark alone (the analysis told the time, no event), within 3 s of the last step."""
     from npu_trace import sim
     from npu_trace.pipeline import pump
-    from npu_trace.sim.channels import SideChannels
-    from npu_trace.sources.channels import Channels
-    from npu_trace.sources.live import LiveTrace
+    from npu_trace.sim.side_channels import SideChannels
+    from npu_trace.sources.host_channels import Channels
+    from npu_trace.sources.live_trace import LiveTrace
     from npu_trace.sources.tracefs_source import TracefsSession
 
     profile = PROFILES["sim"]

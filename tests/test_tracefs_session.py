@@ -9,7 +9,7 @@ import pytest
 
 from npu_trace.events import TraceEvent
 from npu_trace.pipeline import Batch
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.tracefs_source import TracefsSession
 from reference.pages import CpuDecoders
 

@@ -177,7 +177,7 @@ async def test_untrusted_text_is_shown_literally() -> None:
 
 
 async def test_recorded_session_replays_in_the_tui(demo_recording: str) -> None:
-    from tui.worker.replay import ReplayFeedSource
+    from tui.worker.replay_feed import ReplayFeedSource
 
     app = NpuTraceApp(SourceSpec(ReplayFeedSource, (demo_recording, None)), PROFILE)
     async with app.run_test(size=SIZE) as pilot:

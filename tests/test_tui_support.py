@@ -20,7 +20,7 @@ from npu_trace.process import StopFlag
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import synth_events
 from tui.messages import ROWS_PER_UPDATE, SourceSpec
-from tui.worker.feed import Sink
+from tui.worker.feed import UpdateSink
 from tui.worker.sources import IDLE_S, BaseSource, FakeSource
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class ResourceSource(BaseSource):
         self.fail = fail
         self.name = f"npu-trace-{os.getpid()}-test"
 
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         path = os.path.join(self.root, "instances", self.name)
         os.makedirs(path)
         try:

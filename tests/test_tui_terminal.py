@@ -456,18 +456,18 @@ def test_a_signal_while_the_demo_loads_the_simulator_unloads_it_and_starts_nothi
     from npu_trace import sim
     from npu_trace.cli import build_parser
     from npu_trace.ftrace.tracefs import Tracefs
-    from tui.ui import cli
+    from tui.ui import launch
     from tui.ui.app import NpuTraceApp
 
     done: List[str] = []
     signal.signal(signal.SIGHUP, lambda *_: done.append("SIGHUP not handled"))  # what a regression gets (not killed)
-    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
     monkeypatch.setattr(Tracefs, "find", classmethod(lambda _cls, *a, **k: Tracefs("/nonexistent")))
     monkeypatch.setattr(sim, "is_loaded", lambda fs: False)
     monkeypatch.setattr(sim, "load", lambda fs: (done.append("load"), os.kill(os.getpid(), signal.SIGHUP)))
     monkeypatch.setattr(sim, "unload", lambda fs: done.append("unload"))
     monkeypatch.setattr(NpuTraceApp, "run", lambda self, *a, **k: done.append("app ran"))
-    assert cli.run_demo(build_parser().parse_args(["demo"])) == 0
+    assert launch.run_demo(build_parser().parse_args(["demo"])) == 0
     assert done == ["load", "unload"]
 
 

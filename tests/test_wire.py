@@ -1,4 +1,4 @@
-"""The byte assembler (npu_trace.sinks.wire): the compiled one writes what the pure-Python one writes, for any
+"""The byte assembler (npu_trace.export.wire): the compiled one writes what the pure-Python one writes, for any
 template and any values, and refuses what is malformed the same way."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npu_trace.sinks import wire
-from npu_trace.sinks.wire import Consts, Template, assemble, assemble_py, program
+from npu_trace.export import wire
+from npu_trace.export.wire import Consts, Template, assemble, assemble_py, program
 
 NCOLS = 4
 _I64 = st.integers(-(1 << 63), (1 << 63) - 1)

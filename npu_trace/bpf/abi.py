@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from npu_trace.elf import Elf
 from npu_trace.errors import InputError, SimulatorError
-from npu_trace.sim.elf import Elf
 
 REAL = "real"
 SIM = "sim"

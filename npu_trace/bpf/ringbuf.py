@@ -44,7 +44,7 @@ from functools import lru_cache
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from npu_trace.bpf import layout
-from npu_trace.bpf.decode import RunSpec
+from npu_trace.bpf.records import RunSpec
 
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from npu_trace.bpf import abi, kernel, layout
 from npu_trace.bpf.config import OPTIONAL_HAL_SYMBOLS, BpfConfig
-from npu_trace.bpf.decode import Decoder
 from npu_trace.bpf.files import program_dir
+from npu_trace.bpf.records import Decoder
 from npu_trace.bpf.ringbuf import RawRecords, RingBufError, RingBufReader
 from npu_trace.bpf.tracepoints import TRS_SPECS, StructLayouts, TpPlan, TpSpec, plan
+from npu_trace.elf import Elf
 from npu_trace.errors import InputError, KernelFeatureError, SimulatorError, SourceError
 from npu_trace.events import Loss, LossLedger
 from npu_trace.pipeline.batch import COMMIT_MARGIN_NS, Batch, Mark
-from npu_trace.sim.elf import Elf
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable

@@ -1,12 +1,12 @@
 """`check` on one recording, and on many in parallel processes.
 
 `check_recording(path, rules, ...)` is what `npu-trace check FILE` does: the detectors over the recording
-(`npu_trace.ci.analyze`), judged by the rules, as one report (`npu_trace.ci.report`). `check_many(paths, ...)`
-runs it over several recordings in worker processes (one recording each at a time, `jobs` at once) and returns
-their outcomes in the order of `paths`, whatever order they finish in: a report, or the one-line error of a
-recording that could not be read (it fails the batch, the others are still checked). `recordings(args)`
-turns the command line's files and directories into the recordings to check (a directory: every `.npt` in it
-and below, sorted; the flight recorder's unfinished `.partial` dumps left out).
+(`npu_trace.ci.recording_analysis`), judged by the rules, as one report (`npu_trace.ci.check_report`).
+`check_many(paths, ...)` runs it over several recordings in worker processes (one recording each at a time,
+`jobs` at once) and returns their outcomes in the order of `paths`, whatever order they finish in: a report, or
+the one-line error of a recording that could not be read (it fails the batch, the others are still checked).
+`recordings(args)` turns the command line's files and directories into the recordings to check (a directory: every
+`.npt` in it and below, sorted; the flight recorder's unfinished `.partial` dumps left out).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from npu_trace.ci.analyze import analyze, op_rows, p99_by_op
-from npu_trace.ci.report import build_report
-from npu_trace.ci.rules import Rules, evaluate
+from npu_trace.ci.check_report import build_report
+from npu_trace.ci.recording_analysis import analyze
+from npu_trace.detectors.op_latency import op_rows, p99_by_op
+from npu_trace.detectors.rules import Rules, evaluate
 from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.process import tune_gc
 

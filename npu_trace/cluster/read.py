@@ -1,5 +1,6 @@
-"""Recordings in, each one's host and evidence out: check's analysis (`npu_trace.ci.analyze`, the columnar path)
-of every recording, one worker process per recording at a time (`jobs` at once), the results in input order.
+"""Recordings in, each one's host and evidence out: check's analysis (`npu_trace.ci.recording_analysis`, the
+columnar path) of every recording, one worker process per recording at a time (`jobs` at once), the results in
+input order.
 
 A recording that cannot be read is an error of the whole run (exit 2), named with its file: a cluster's origin
 cannot be judged with a host's evidence silently missing.
@@ -12,8 +13,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from npu_trace.ci.analyze import analyze
 from npu_trace.ci.checking import report_names
+from npu_trace.ci.recording_analysis import analyze
 from npu_trace.cluster.evidence import Evidence, evidence_of
 from npu_trace.cluster.hosts import RecordingHost, host_of
 from npu_trace.cluster.incidents import Item

@@ -2,7 +2,7 @@
 top-level group of its own (a process in Chrome JSON), on one time axis, with flows from each incident's origin
 to each consequence.
 
-Built on export's public entry points: every recording goes through `npu_trace.ci.export.Exporter` (check's
+Built on export's public entry points: every recording goes through `npu_trace.export.run.Exporter` (check's
 reading and analysis, drawn by the timeline mapper) into one shared writer (`PerfettoWriter` or
 `ChromeJsonWriter`) through a `HostWriter`, which puts the host's tracks under its group (track and flow ids
 made the host's own: two hosts' NPU 0 are two tracks) and moves its times from its trace clock to the cluster's
@@ -19,11 +19,11 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace import __version__
-from npu_trace.ci.export import Exporter, Request
 from npu_trace.cluster.read import RecordingView, host_groups
 from npu_trace.errors import InputError
-from npu_trace.sinks.chrome_json import ChromeJsonWriter
-from npu_trace.sinks.tracks import GROUP, SLICES, TraceWriter, Track, Value, flow_id, tally, track_uuid
+from npu_trace.export.chrome_json import ChromeJsonWriter
+from npu_trace.export.run import Exporter, Request
+from npu_trace.export.tracks import GROUP, SLICES, TraceWriter, Track, Value, flow_id, tally, track_uuid
 
 MARK_NS = 1_000  # a consequence's mark on its host's incident track
 
@@ -121,7 +121,7 @@ def _draw_incidents(out: TraceWriter, tracks: Dict[str, Track], findings: Sequen
 
 def _writer(stream: Any, fmt: str) -> TraceWriter:
     if fmt == "perfetto":
-        from npu_trace.sinks.perfetto import PerfettoWriter
+        from npu_trace.export.perfetto import PerfettoWriter
 
         return PerfettoWriter(stream)
     return ChromeJsonWriter(stream)

@@ -25,19 +25,19 @@ from typing import Any, List, Optional, Tuple
 from prometheus_client import ProcessCollector
 
 from npu_trace import __version__
-from npu_trace.ci.rules import Rules, load_rules
 from npu_trace.cluster.ship import Shipper
 from npu_trace.cluster.store import Location, client, parse_url
 from npu_trace.commands.record import add_flight_options, flight_settings
-from npu_trace.commands.stream import add_trace_options, announce, channel_summary, options_from_args
+from npu_trace.commands.session_text import announce, channel_summary
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.detectors.analysis import Analysis
+from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.detectors.states import Transition
 from npu_trace.errors import NpuTraceError, UsageError
 from npu_trace.pipeline import Batch, pump
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import HupFlag, ServiceLog, pid_alive, prepare_process
 from npu_trace.recording.host import read_identity
-from npu_trace.sinks.agent import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.exposition import (
     EndpointCollector,
     MetricsServer,
@@ -46,11 +46,12 @@ from npu_trace.sinks.exposition import (
     registry_of,
     stale_temporaries,
 )
-from npu_trace.sinks.flight.live import analysis_tasks, judge_analysis
-from npu_trace.sinks.flight.recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.flight_recorder import FlightRecorder, FlightSettings
+from npu_trace.sinks.flight.live_flight import analysis_tasks, judge_analysis
+from npu_trace.sinks.live_metrics import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9834"

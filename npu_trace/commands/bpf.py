@@ -11,7 +11,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from npu_trace.bpf.config import BpfConfig
 from npu_trace.bpf.source import BpfSource, BpfStream
-from npu_trace.commands.stream import add_chip_option, add_scope_options, note
+from npu_trace.commands.session_text import note
+from npu_trace.commands.trace_options import add_chip_option, add_scope_options
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
 from npu_trace.pipeline import Batch, Sink, pump

@@ -11,8 +11,7 @@ import argparse
 import sys
 from typing import Any, Dict, List
 
-from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_recording, recordings
-from npu_trace.ci.report import (
+from npu_trace.ci.check_report import (
     junit_error_suite,
     junit_suite,
     render_json,
@@ -20,7 +19,8 @@ from npu_trace.ci.report import (
     render_junit_batch,
     render_text,
 )
-from npu_trace.ci.rules import Rules, load_rules
+from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_recording, recordings
+from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, InputError, UsageError
 from npu_trace.process import tune_gc
 

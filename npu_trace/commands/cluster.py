@@ -14,11 +14,11 @@ import sys
 from typing import Any, List, Optional
 
 from npu_trace.ci.checking import recordings
-from npu_trace.ci.export import TimeSpec, output_format, parse_time
 from npu_trace.cluster.incidents import Item
 from npu_trace.cluster.read import read_all
 from npu_trace.cluster.report import build, render_json, render_junit, render_text
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError, UsageError
+from npu_trace.export.run import TimeSpec, output_format, parse_time
 from npu_trace.process import tune_gc
 
 

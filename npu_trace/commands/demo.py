@@ -9,17 +9,17 @@ import sys
 from typing import Any, Callable, Optional, Tuple
 
 from npu_trace import sim
+from npu_trace.commands.session_text import announce, note, print_summary, terminal_printer
 from npu_trace.commands.sim import add_host_options, host_from_args
-from npu_trace.commands.stream import announce, note, print_summary, terminal_printer
 from npu_trace.errors import UsageError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.pipeline import pump
 from npu_trace.process import prepare_process
-from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.cycle import DEMO_CYCLE, CyclePlan, ScenarioCycle, scenario_steps
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sinks.text import printing
-from npu_trace.sources.channels import Channels
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.host_channels import Channels
+from npu_trace.sources.live_trace import LiveTrace
 from npu_trace.sources.options import TraceOptions
 
 

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from npu_trace.ci.analyze import analyze, op_rows
+from npu_trace.ci.recording_analysis import analyze
+from npu_trace.detectors.op_latency import op_rows
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
 from npu_trace.process import tune_gc
 

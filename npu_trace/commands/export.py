@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any, Dict
 
-from npu_trace.ci.export import FORMATS, Request, export, output_format, parse_devices, parse_time
 from npu_trace.errors import EXIT_OK, UsageError
+from npu_trace.export.run import FORMATS, Request, export, output_format, parse_devices, parse_time
 from npu_trace.process import tune_gc
 
 

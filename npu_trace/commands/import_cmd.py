@@ -20,7 +20,7 @@ from npu_trace.events import NpuEvent
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
-from npu_trace.recording.format import MAX_KALLSYMS_STORED, kallsyms_entry
+from npu_trace.recording.schema import MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
 from npu_trace.sources import ftrace_text, importer

@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-from npu_trace.commands.stream import add_trace_options, options_from_args
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.errors import EXIT_PRIVILEGE
 
 MISSING = "npu-trace: the TUI needs textual: pip install npu-trace[tui]"
@@ -24,9 +24,9 @@ def add_parser(sub: Any) -> None:
 
 
 def tui_entry(name: str) -> Callable[..., int]:
-    """tui.ui.cli.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
+    """tui.ui.launch.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
     try:
-        module = importlib.import_module("tui.ui.cli")
+        module = importlib.import_module("tui.ui.launch")
     except ImportError:
         print(MISSING, file=sys.stderr)
         raise SystemExit(EXIT_PRIVILEGE) from None

@@ -8,7 +8,8 @@ import re
 import sys
 from typing import Any, Optional
 
-from npu_trace.commands.stream import add_trace_options, announce, channel_summary, note, options_from_args
+from npu_trace.commands.session_text import announce, channel_summary, note
+from npu_trace.commands.trace_options import add_trace_options, options_from_args
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.errors import UsageError
 from npu_trace.pipeline import pump
@@ -16,9 +17,7 @@ from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.process import prepare_process
 from npu_trace.recording.host import load_simulated
 from npu_trace.recording.writer import DEFAULT_MODE
-from npu_trace.sinks.flight.incidents import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
-from npu_trace.sinks.flight.live import LiveFlight
-from npu_trace.sinks.flight.recorder import (
+from npu_trace.sinks.flight.flight_recorder import (
     DEFAULT_AFTER_S,
     DEFAULT_FLIGHT_BYTES,
     DEFAULT_GAP_S,
@@ -27,9 +26,11 @@ from npu_trace.sinks.flight.recorder import (
     FlightRecorder,
     FlightSettings,
 )
-from npu_trace.sinks.recorder import Recorder
+from npu_trace.sinks.flight.incident_policy import DEFAULT_DUMP_ON, RESET_AFTER_NS, TRIGGER_KINDS, parse_kinds
+from npu_trace.sinks.flight.live_flight import LiveFlight
+from npu_trace.sinks.npt_sink import Recorder
 from npu_trace.sources.comm import CommCache, saved_comms
-from npu_trace.sources.live import LiveTrace
+from npu_trace.sources.live_trace import LiveTrace
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

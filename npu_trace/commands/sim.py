@@ -11,7 +11,7 @@ from npu_trace import sim
 from npu_trace.commands import sim_cluster
 from npu_trace.errors import SimulatorError
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.sim import build, channels, hal_install, probes
+from npu_trace.sim import build, hal_install, probes, side_channels
 from npu_trace.sim.threads import HOST_LIKE, Host, validate_host
 
 
@@ -46,7 +46,8 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument(
         "--npu-smi-dir",
         metavar="DIR",
-        help=f"where to put the fake npu-smi (default {channels.default_smi_dir()}); prepend DIR to PATH to use it",
+        help=f"where to put the fake npu-smi (default {side_channels.default_smi_dir()}); prepend DIR to PATH to "
+        "use it",
     )
     run.add_argument(
         "--app-log",
@@ -136,7 +137,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    side = None if args.no_channels else channels.SideChannels(npu_smi_dir=args.npu_smi_dir, app_log=args.app_log)
+    side = None if args.no_channels else side_channels.SideChannels(npu_smi_dir=args.npu_smi_dir, app_log=args.app_log)
     shown = 0
     if side is not None:
         shown = _notes(side.notes, 0)

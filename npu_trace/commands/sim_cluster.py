@@ -1,5 +1,5 @@
 """`npu-trace sim cluster --hosts N --devices D --scenario ecc-reset -o DIR --truth FILE`: N simulated hosts of one
-job on this machine at once (npu_trace.sim.cluster plans them).
+job on this machine at once (npu_trace.sim.cluster_plan plans them).
 
 Each host is its own executor process (the simulator's C program) and its own recorder: an `npu-trace record`
 process with a private tracefs instance scoped to that executor (`--pid`), following that host's application
@@ -27,9 +27,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from npu_trace import sim
 from npu_trace.errors import SimulatorError, UsageError
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.sim import build, cluster
-from npu_trace.sim.channels import AppLogChannel
+from npu_trace.sim import build, cluster_plan
 from npu_trace.sim.runner import ScenarioRun, write_truth
+from npu_trace.sim.side_channels import AppLogChannel
 
 READY_TIMEOUT_S = 60.0  # a recorder must say it traces within this (8 of them start at once on 2 CPUs)
 STOP_TIMEOUT_S = 60.0
@@ -45,7 +45,7 @@ def add_parser(sub: Any, add_host_options: Any) -> None:
                        "(uprobes).")  # fmt: skip
     p.add_argument("--hosts", type=int, default=2, help="simulated hosts (default 2)")
     p.add_argument("--devices", type=int, default=2, help="devices per host, each a rank of the job (default 2)")
-    p.add_argument("--scenario", choices=cluster.SCENARIOS, default="ecc-reset",
+    p.add_argument("--scenario", choices=cluster_plan.SCENARIOS, default="ecc-reset",
                    help="ecc-reset (one card fails, the job's other ranks time out) or steady (a healthy cluster)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--duration", type=float, default=8.0, help="seconds (default 8)")
@@ -69,7 +69,7 @@ def parse_lag(text: str) -> Tuple[float, float]:
 class _Recorder:
     """One host's `npu-trace record` process; its stderr in a file (read for its start line)."""
 
-    def __init__(self, host: cluster.ClusterHost, pid: int, out: str, work: str) -> None:
+    def __init__(self, host: cluster_plan.ClusterHost, pid: int, out: str, work: str) -> None:
         self.host, self.out = host, out
         self.app_log = os.path.join(os.path.dirname(out), "app.log")
         ident = os.path.join(work, f"{host.name}.json")
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from npu_trace.commands.sim import host_from_args
 
     lag = parse_lag(args.lag)
-    plan = cluster.plan_cluster(args.hosts, args.devices, args.scenario, args.seed, args.duration, args.rate, lag,
+    plan = cluster_plan.plan_cluster(args.hosts, args.devices, args.scenario, args.seed, args.duration, args.rate, lag,
                                 host_from_args(args))  # fmt: skip
     os.makedirs(args.output, exist_ok=True)
     truth = run_cluster(plan, args.output, sim.load(Tracefs.find()).binary)
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_cluster(plan: cluster.ClusterPlan, out_dir: str, binary: Optional[str] = None) -> Dict[str, Any]:
+def run_cluster(plan: cluster_plan.ClusterPlan, out_dir: str, binary: Optional[str] = None) -> Dict[str, Any]:
     """Run the plan (see the module docstring); its truth."""
     started = time.monotonic()
     meta = {"scenario": plan.scenario, "seed": plan.seed, "clock": "mono",
@@ -183,7 +183,7 @@ def _stop(logs: Sequence[AppLogChannel], recorders: Sequence[_Recorder]) -> None
                                  f"{r.said().strip()[-400:]}")  # fmt: skip
 
 
-def _truth(plan: cluster.ClusterPlan, executed: Dict[str, Any], recorders: Sequence[_Recorder],
+def _truth(plan: cluster_plan.ClusterPlan, executed: Dict[str, Any], recorders: Sequence[_Recorder],
            logs: Sequence[AppLogChannel], ready_s: float, wall_s: float) -> Dict[str, Any]:  # fmt: skip
     truth = plan.truth(int(executed["t0_ns"]))
     for entry, r, log, proc in zip(truth["hosts"], recorders, logs, executed["processes"]):

@@ -1,7 +1,7 @@
 """Which process each thread belongs to: the `pid` of trace events is a thread id.
 
 ftrace's `common_pid` is the thread id of the task an event fired in, and so is the pid of the simulator's
-uprobe events and of the BPF channel's HAL calls (npu_trace.bpf.decode keeps the thread id); npu-smi's process
+uprobe events and of the BPF channel's HAL calls (npu_trace.bpf.records keeps the thread id); npu-smi's process
 table, the driver's per-process accounting and a user asking "which process holds the memory" mean the process
 (the thread group, tgid). The map has two parts, both in what a session analyses and a recording keeps:
 

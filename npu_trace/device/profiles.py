@@ -60,7 +60,7 @@ class Profile:
     reset: Mapping[str, Any] = field(default_factory=dict)
     # latency detector settings (npu_trace.detectors.latency documents the keys); empty: the detector's defaults
     latency: Mapping[str, Any] = field(default_factory=dict)
-    # the other channels read beside the ftrace events (npu_trace.sources.channels): kmsg, uevent, health
+    # the other channels read beside the ftrace events (npu_trace.sources.host_channels): kmsg, uevent, health
     channels: Tuple[str, ...] = ()
     # False: a host where none of `events` exists still traces markers and the channels (the real driver may be
     # unloaded mid-incident); True: none of them is an error with `hint` (the simulator must be loaded)

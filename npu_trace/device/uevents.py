@@ -12,7 +12,7 @@ success." kmsg line tells, so both channels tell one step)
     change (PCI/davinci) -> link "uevent_change"; thermal zone change -> thermal (temp_c from TEMP, m°C)
 Device: davinciN -> N; PCI -> `bdf_dev[PCI_SLOT_NAME]` (seeded from sysfs `dev_id` when present), else None.
 
-The simulated NPU (npu_trace.sim.channels) has no PCI device: it writes synthetic uevents into the sysfs `uevent`
+The simulated NPU (npu_trace.sim.side_channels) has no PCI device: it writes synthetic uevents into the sysfs `uevent`
 file of a harmless device (`change <uuid> KEY=VALUE ...`), and the kernel sends them for that device with
 SYNTH_UUID and SYNTH_ARG_<KEY>=<VALUE>. The kernel accepts only alphanumeric keys and values, so `synth_args`
 writes each variable of the uevent the simulator stands for with its key's underscores removed and its value as

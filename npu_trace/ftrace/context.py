@@ -2,7 +2,7 @@
 
 A spike is often a preempted submitter. These kernel tracepoints (`record`/`stream`/`live --host-context`)
 let an exported timeline show each CPU's running thread, the threads' states and the interrupts that took
-the CPU (npu_trace.sinks.hostctx): they are traced beside the profile's events, host-wide (no scope filter
+the CPU (npu_trace.export.hostctx): they are traced beside the profile's events, host-wide (no scope filter
 of the session's applies to them but the processes of --pid, which the kernel applies to every event).
 """
 

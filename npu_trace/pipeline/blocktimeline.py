@@ -48,7 +48,7 @@ I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Chunk(Protocol):
-    """A recorded chunk as `npu_trace.recording.format.Chunk` holds it: its pages in read order, the marks of
+    """A recorded chunk as `npu_trace.recording.schema.Chunk` holds it: its pages in read order, the marks of
     the reads (number of the chunk's pages read before each), and the pages' bytes one after the other."""
 
     @property

@@ -19,7 +19,7 @@ from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse
 from npu_trace.ftrace.printk import parse_formats
 from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.symbols import Symbols
-from npu_trace.recording.format import (
+from npu_trace.recording.schema import (
     CHECKSUM_KEY,
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,

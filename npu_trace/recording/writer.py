@@ -22,7 +22,8 @@ import npu_trace
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger, NpuEvent
 from npu_trace.pipeline.batch import Mark
-from npu_trace.recording.format import (
+from npu_trace.recording.host import SimulatedHost, this_host
+from npu_trace.recording.schema import (
     CHECKSUM_KEY,
     CODECS,
     MAGIC,
@@ -40,7 +41,6 @@ from npu_trace.recording.format import (
     pack_mark,
     validate_header,
 )
-from npu_trace.recording.host import SimulatedHost, this_host
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0

@@ -30,7 +30,7 @@ Python API:
     Both take `hal_lib=PATH`: the HAL calls go through the real-ABI library at PATH (`npu-sim -H`), as an
     application calls the driver's libascend_hal.so; `hal_install` puts it where the driver installs its own.
     Both take `channels=SideChannels(...)` to run the side channels next to the executor (kmsg lines,
-    synthetic uevents, a fake npu-smi: npu_trace.sim.channels); without it only the executor runs.
+    synthetic uevents, a fake npu-smi: npu_trace.sim.side_channels); without it only the executor runs.
     Both take `host=Host(...)`: the executor's threads and CPU moves (npu_trace.sim.threads). HOST_LIKE (the
     default) behaves like a real host: application threads,
     completions in an interrupt thread on another CPU than their submit, calls that change CPU between entry
@@ -44,10 +44,10 @@ from typing import Optional
 
 from npu_trace.device.hal import RESET_STEPS, event_names
 from npu_trace.ftrace.tracefs import Tracefs
-from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.probes import LoadedSim, is_loaded, load, unload
 from npu_trace.sim.runner import ScenarioRun, Truth, expected_events
 from npu_trace.sim.scenarios import SCENARIOS
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sim.threads import HOST_LIKE, SINGLE, Host
 
 __all__ = [

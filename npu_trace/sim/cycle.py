@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
-from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.runner import ScenarioRun
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sim.threads import HOST_LIKE, Host
 
 # (scenario, seconds): long enough for each incident to show, short enough that a newcomer sees them all

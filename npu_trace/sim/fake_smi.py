@@ -268,7 +268,7 @@ def _row(a: str, b: str, c: str) -> str:
 
 
 def bus_id(npu: int) -> str:
-    """The device's PCI address as npu-smi prints it (the simulator's bdf, npu_trace.sim.channels.bdf_of)."""
+    """The device's PCI address as npu-smi prints it (the simulator's bdf, npu_trace.sim.side_channels.bdf_of)."""
     return f"0000:{0x3B + npu:02X}:00.0"
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from npu_trace.device import hal
+from npu_trace.elf import Elf
 from npu_trace.errors import KernelFeatureError, SimulatorError, SourceError
 from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.sim import build
-from npu_trace.sim.elf import Elf
 
 ARG_REGISTERS: Dict[str, Tuple[str, ...]] = {
     "x86_64": ("%di", "%si", "%dx", "%cx", "%r8", "%r9"),

@@ -24,7 +24,7 @@ The executor's t0 (its clock's origin: the planned offsets count from it) is tak
 plan. The plan is therefore handed over through a FIFO: once the executor has taken every byte from the pipe,
 closing the write end gives it end-of-file, and it takes t0 at once. `t0_ns` is the time just before that close:
 never later than the executor's t0, typically tens of microseconds earlier. The side channels
-(npu_trace.sim.channels) start on it. The truth carries it and `t0_bound_ns`, the latest t0 the executor's own
+(npu_trace.sim.side_channels) start on it. The truth carries it and `t0_bound_ns`, the latest t0 the executor's own
 timestamps allow (min over actions of start_ns - t_ns): the executor's t0 lies between the two.
 """
 
@@ -46,8 +46,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from npu_trace.device import hal
 from npu_trace.errors import SimulatorError
 from npu_trace.sim import build
-from npu_trace.sim.channels import SideChannels
 from npu_trace.sim.scenarios import Action, Share, plan_run
+from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sim.threads import HOST_LIKE, Host
 
 OPEN_TIMEOUT_S = 10.0  # the executor must open its plan within this

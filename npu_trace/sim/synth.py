@@ -46,7 +46,7 @@ _COMMON = """\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
 \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
 """
 
-Source = Union[Mapping[str, Any], Sequence[Mapping[str, Any]], Sequence[Action]]
+ActionSource = Union[Mapping[str, Any], Sequence[Mapping[str, Any]], Sequence[Action]]
 
 
 def _field(decl: str, offset: int, size: int, signed: int) -> str:
@@ -103,7 +103,7 @@ def formats() -> Dict[str, EventFormat]:
 _FORMATS = formats()
 
 
-def records(source: Source) -> List[Dict[str, Any]]:
+def records(source: ActionSource) -> List[Dict[str, Any]]:
     """Uniform action records: func, kind, dev, args (dict), ret, delay_ns, t_ns, start_ns?, end_ns?."""
     items: Iterable[Any] = source["actions"] if isinstance(source, Mapping) else source
     out = []
@@ -134,7 +134,7 @@ def _entry_values(func: hal.Func, args: Mapping[str, Any], ip: int) -> Tuple[Any
     return (ip, *(args[p.name] if p.type == "string" else int(args[p.name]) for p in func.params))
 
 
-def synth_events(source: Source, pid: int = PID, cpu: int = 0) -> List[TraceEvent]:
+def synth_events(source: ActionSource, pid: int = PID, cpu: int = 0) -> List[TraceEvent]:
     """The TraceEvents (entry and return probes) of every action, sorted by timestamp (stable)."""
     evs: List[Tuple[int, int, TraceEvent]] = []
     for seq, (start, end, rec) in enumerate(timed(records(source))):
@@ -184,7 +184,7 @@ _MARKER = marker_format()
 
 
 # ---- what the detectors must find -----------------------------------------------------------------------
-def truth_expectations(source: Source) -> Dict[str, Any]:
+def truth_expectations(source: ActionSource) -> Dict[str, Any]:
     """What the truth implies, as Counters/dicts comparable with the findings:
 
     spikes      Counter[(dev, func)] of actions of kind "spike" (the HAL call carrying the injected delay)

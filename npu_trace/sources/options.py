@@ -31,9 +31,9 @@ from npu_trace.ftrace.context import HOST_CONTEXT
 from npu_trace.ftrace.filters import check_comm
 from npu_trace.ftrace.tracefs import Tracefs, find_optional
 from npu_trace.pipeline.scope import Scope, irq_table
-from npu_trace.sources.channels import DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.hal_search import HalSearch, find_hal
+from npu_trace.sources.host_channels import DEFAULT_HEALTH_INTERVAL_S, Channels, parse_channels
 from npu_trace.sources.npu_irqs import discover_npu_irqs
 from npu_trace.sources.procs import thread_group
 from npu_trace.sources.scoping import kernel_dev_fields

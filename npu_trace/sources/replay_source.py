@@ -24,8 +24,8 @@ from npu_trace.ftrace.format import PageHeader
 from npu_trace.pipeline.batch import Batch, empty_batch
 from npu_trace.pipeline.blocktimeline import BlockTimeline, chunk_batches
 from npu_trace.pipeline.scope import Scope, ScopeFilter
-from npu_trace.recording.format import Chunk, event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
+from npu_trace.recording.schema import Chunk, event_losses
 from npu_trace.sources.procs import snapshot_from_header
 
 

@@ -1,13 +1,13 @@
 """`check`'s analysis of a recording by the reference path: the recording's batches through the reference
 timeline (per-record page decoding, the ordered merge of objects) into the reference analysis (one event at a
-time). `npu_trace.ci.analyze.analyze` (blocks, columns) is held equal to it, byte for byte."""
+time). `npu_trace.ci.recording_analysis.analyze` (blocks, columns) is held equal to it, byte for byte."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Dict, Optional
 
-from npu_trace.ci.analyze import Progress, finish, profile_for
+from npu_trace.ci.recording_analysis import Progress, finish, profile_for
 from npu_trace.sources.replay_source import ReplaySource
 
 from .analysis import ReferenceAnalysis

@@ -26,8 +26,8 @@ from npu_trace.ftrace.framing import (
     TYPE_TIME_STAMP,
     malformed_kind,
 )
-from npu_trace.recording.format import event_losses
 from npu_trace.recording.reader import RecordingReader, open_decoder
+from npu_trace.recording.schema import event_losses
 
 BULK_MIN_RUN = 8  # records: below this, the scalar loop is as fast
 BULK_MIN_BYTES = 128  # bytes left in the page before a bulk run is tried

@@ -30,7 +30,7 @@ from tui.ui.client import FeedClient
 from tui.ui.terminal import QUIT_GRACE_S, QuitSignals, TerminalDriver
 from tui.ui.widgets.eventlog import EventLog
 from tui.ui.widgets.lanes import Lanes
-from tui.ui.widgets.memory import MemoryPanel
+from tui.ui.widgets.memory_panel import MemoryPanel
 from tui.ui.widgets.ops import OpsTable
 from tui.ui.widgets.resets import ResetsPanel
 from tui.ui.widgets.screens import HelpScreen, PromptScreen

@@ -34,7 +34,7 @@ from tui.worker.collector import Collector, fresh_counters
 IDLE_S = 0.05  # after the source ended: how often requests are looked at
 
 
-class Sink(Protocol):
+class UpdateSink(Protocol):
     def __call__(self, items: Union[List[Any], Block], now: Optional[int] = None) -> None: ...
 
     def restart(self) -> None: ...
@@ -46,14 +46,14 @@ class Sink(Protocol):
     def begin(self, tasks: TaskSnapshot) -> None: ...
 
 
-class Source(Protocol):
+class FeedSource(Protocol):
     """What the feed runs (in the worker process). Controls return False (or None) when the source cannot
     do them; they are called between batches, from the thread that runs the source."""
 
     label: str
     ledger: LossLedger
 
-    def run(self, sink: Sink, stop: StopFlag) -> None: ...
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None: ...
 
     def comm(self, pid: int) -> str: ...
 
@@ -91,7 +91,7 @@ SOURCE_CALLS = frozenset(("mark", "start_recording", "stop_recording", "dump_now
 class Feed:
     def __init__(
         self,
-        source: Source,
+        source: FeedSource,
         profile: Profile,
         channel: Channel,
         stop: StopFlag,

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from npu_trace.events import LossLedger, TraceEvent
 from npu_trace.ftrace.format import EventFormat, parse_format
 from npu_trace.process import StopFlag
-from tui.worker.feed import Sink
+from tui.worker.feed import UpdateSink
 
 IDLE_S = 0.02
 PRINT_FORMAT = """name: print
@@ -39,7 +39,7 @@ class BaseSource:
     def __init__(self) -> None:
         self.ledger = LossLedger()
 
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         raise NotImplementedError
 
     def comm(self, pid: int) -> str:
@@ -103,7 +103,7 @@ class FakeSource(BaseSource):
         self._last_ts = 0
         self.paused = False
 
-    def run(self, sink: Sink, stop: StopFlag) -> None:
+    def run(self, sink: UpdateSink, stop: StopFlag) -> None:
         for batch in self.batches:
             while self.paused and not stop.stopped:
                 sink(self._take_marks())

@@ -28,7 +28,7 @@ import zstandard
 
 from npu_trace.errors import RecordingError
 from npu_trace.pipeline.batch import Batch, Mark
-from npu_trace.recording.format import decode_events, events_record, pack_mark, unpack_marks
+from npu_trace.recording.schema import decode_events, events_record, pack_mark, unpack_marks
 from npu_trace.recording.writer import ZSTD_LEVEL
 from npu_trace.sinks.batch_writer import keeps
 

@@ -1,0 +1,463 @@
+/* The byte assembler of npu_trace.export.wire, compiled: many rows of an exported trace's packets or lines,
+ * each laid out by its template, in one call.
+ *
+ * wire.py holds the rules and the pure-Python twin, assemble_py, whose output is identical. A template is a
+ * sequence of int32 words (opcodes and their operands); row i is written by template which[i], reading its
+ * values from column c at cols[i * ncols + c]. Every operand is checked before the GIL is released (a column, a
+ * constant or a table that does not exist is a ValueError), every table code per row while writing (one out
+ * of its table is a ValueError after the call), and nesting is checked per row. Only the templates the rows
+ * use are checked (and need their columns).
+ *
+ * assemble(prog, starts, which, cols, ncols, consts, tables, out) -> the number of bytes written
+ *   (into `out`, a bytearray, from its start: it is grown when too small, never shrunk, so that the pages
+ *   it holds are used again from call to call)
+ *   prog    int32 words of every template, one after the other
+ *   starts  int32: template t is prog[starts[t]:starts[t + 1]]
+ *   which   int32: the template of each row (n rows)
+ *   cols    int64: n rows of ncols values, row after row (a row's values side by side: one cache line)
+ *   consts  a tuple of bytes; tables: a tuple of tuples of bytes
+ * Opcodes (operands after them):
+ *   CONST k          consts[k]
+ *   VARINT c         the column's value as protobuf's base-128 varint (its 64 bits unsigned: a negative value
+ *                    takes ten bytes, as protobuf writes an int64)
+ *   FIXED64 c        its 64 bits, little-endian
+ *   TABLE c t        tables[t][value] (a negative value: nothing)
+ *   BEGIN / END      a length-delimited part: what lies between them, after its length as a varint
+ *   SKIPZ c k        skip the next k operations when the value is 0
+ *   DEC c            the value in decimal (signed)
+ *   MICROS c         a signed count of nanoseconds as microseconds with three decimals ("-12.345")
+ *   FRAMED a b c     consts[a], then a part holding consts[b] and the value as a varint (BEGIN, CONST b,
+ *                    VARINT c, END after CONST a, in one operation: a protobuf field of a small message
+ *                    that ends in an integer)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_CONST = 1, OP_VARINT, OP_FIXED64, OP_TABLE, OP_BEGIN, OP_END, OP_SKIPZ, OP_DEC, OP_MICROS, OP_FRAMED };
+#define MAX_DEPTH 32
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t len;
+} Piece;
+
+typedef struct {
+    Piece *items;
+    Py_ssize_t len;
+    uint8_t *arena; /* the entries' bytes, each followed by PAD zero bytes */
+} Table;
+
+static size_t varint_at(uint8_t *at, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        at[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    at[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* The decimal digits of v written two at a time from a table, back to front from the last (no reversal). */
+static const char PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                               "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                               "8081828384858687888990919293949596979899";
+
+static size_t digits_of(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 10000) {
+        v /= 10000;
+        n += 4;
+    }
+    return n + (v >= 10) + (v >= 100) + (v >= 1000);
+}
+
+static size_t decimal_at(uint8_t *at, uint64_t v)
+{
+    size_t n = digits_of(v), k = n;
+    while (v >= 100) {
+        uint64_t pair = v % 100;
+        v /= 100;
+        k -= 2;
+        memcpy(at + k, PAIRS + 2 * pair, 2);
+    }
+    if (v >= 10)
+        memcpy(at + k - 2, PAIRS + 2 * v, 2);
+    else
+        at[k - 1] = (uint8_t)('0' + v);
+    return n;
+}
+
+static uint64_t magnitude(int64_t v)
+{
+    return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+}
+
+/* A constant or a table entry copied: a short one as 16 or 32 bytes at once, a fixed size that compiles to a
+ * move or two (each lies in an arena with PAD bytes after it, and the output has PAD bytes of room past every
+ * row's bound). */
+#define PAD 32
+static inline size_t copy(uint8_t *to, const uint8_t *from, size_t len)
+{
+    if (len <= 16)
+        memcpy(to, from, 16);
+    else if (len <= PAD)
+        memcpy(to, from, PAD);
+    else
+        memcpy(to, from, len);
+    return len;
+}
+
+/* A number written by VARINT, FIXED64, DEC or MICROS at `at` (room for 32 bytes): how many bytes. */
+static size_t number_at(uint8_t *at, int op, int64_t v)
+{
+    size_t k = 0;
+    if (op == OP_VARINT)
+        return varint_at(at, (uint64_t)v);
+    if (op == OP_FIXED64) {
+        uint64_t u = (uint64_t)v;
+        for (int b = 0; b < 8; b++)
+            at[b] = (uint8_t)(u >> (8 * b));
+        return 8;
+    }
+    if (v < 0)
+        at[k++] = '-';
+    uint64_t m = magnitude(v);
+    if (op == OP_DEC)
+        return k + decimal_at(at + k, m);
+    uint64_t frac = m % 1000;
+    k += decimal_at(at + k, m / 1000);
+    at[k] = '.';
+    at[k + 1] = (uint8_t)('0' + frac / 100);
+    memcpy(at + k + 2, PAIRS + 2 * (frac % 100), 2);
+    return k + 4;
+}
+
+/* A part ends: its length goes in the byte kept in front of it when it opened (its bytes move up when the
+ * length takes more: room was reserved). */
+static size_t close_part(uint8_t *buf, size_t start, size_t pos)
+{
+    size_t len = pos - start - 1, size = varint_size(len);
+    if (size == 1) {
+        buf[start] = (uint8_t)len;
+        return pos;
+    }
+    memmove(buf + start + size, buf + start + 1, len);
+    varint_at(buf + start, len);
+    return pos + size - 1;
+}
+
+static int operands(int op)
+{
+    switch (op) {
+    case OP_BEGIN:
+    case OP_END:
+        return 0;
+    case OP_TABLE:
+    case OP_SKIPZ:
+        return 2;
+    case OP_FRAMED:
+        return 3;
+    case OP_CONST:
+    case OP_VARINT:
+    case OP_FIXED64:
+    case OP_DEC:
+    case OP_MICROS:
+        return 1;
+    default:
+        return -1;
+    }
+}
+
+typedef struct {
+    const int32_t *prog, *starts, *which;
+    const int64_t *cols;
+    Py_ssize_t n, ncols, ntemplates;
+    Table consts;
+    Table *tables;
+    size_t *bound; /* per template: the most bytes a row can take */
+} Job;
+
+/* Row i written at buf + pos (room for its template's bound): the position after it, or 0 with *failed set
+ * (2: a value out of its table, 3: BEGIN and END that do not match). */
+static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *failed)
+{
+    int t = j->which[i];
+    const int32_t *w = j->prog + j->starts[t], *end = j->prog + j->starts[t + 1];
+    const int64_t *row_values = j->cols + i * j->ncols;
+    size_t open[MAX_DEPTH];
+    int depth = 0;
+    while (w < end) {
+        int op = *w++;
+        switch (op) {
+        case OP_CONST: {
+            Piece c = j->consts.items[*w++];
+            pos += copy(buf + pos, c.p, (size_t)c.len);
+            break;
+        }
+        case OP_BEGIN:
+            if (depth == MAX_DEPTH) {
+                *failed = 3;
+                return 0;
+            }
+            open[depth++] = pos++;
+            break;
+        case OP_END:
+            if (depth == 0) {
+                *failed = 3;
+                return 0;
+            }
+            pos = close_part(buf, open[--depth], pos);
+            break;
+        case OP_TABLE: {
+            int64_t v = row_values[w[0]];
+            Table tab = j->tables[w[1]];
+            w += 2;
+            if (v >= tab.len) {
+                *failed = 2;
+                return 0;
+            }
+            if (v >= 0)
+                pos += copy(buf + pos, tab.items[v].p, (size_t)tab.items[v].len);
+            break;
+        }
+        case OP_FRAMED: {
+            Piece tag = j->consts.items[w[0]], body = j->consts.items[w[1]];
+            uint64_t v = (uint64_t)row_values[w[2]];
+            w += 3;
+            pos += copy(buf + pos, tag.p, (size_t)tag.len);
+            pos += varint_at(buf + pos, (uint64_t)body.len + varint_size(v));
+            pos += copy(buf + pos, body.p, (size_t)body.len);
+            pos += varint_at(buf + pos, v);
+            break;
+        }
+        case OP_SKIPZ: {
+            int64_t v = row_values[w[0]];
+            int32_t skip = w[1];
+            w += 2;
+            for (; v == 0 && skip > 0 && w < end; skip--)
+                w += 1 + operands(*w);
+            break;
+        }
+        default:
+            pos += number_at(buf + pos, op, row_values[*w++]);
+        }
+    }
+    if (depth) {
+        *failed = 3;
+        return 0;
+    }
+    return pos;
+}
+
+/* ---- checking what the call was given, with the GIL -------------------------------------------------- */
+static Py_ssize_t longest(Table tab)
+{
+    Py_ssize_t most = 0;
+    for (Py_ssize_t k = 0; k < tab.len; k++)
+        most = tab.items[k].len > most ? tab.items[k].len : most;
+    return most;
+}
+
+/* Checks template t's operations and operands; sets its bound (the most bytes a row of it takes). */
+static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
+{
+    const int32_t *w = j->prog + j->starts[t], *end = j->prog + j->starts[t + 1];
+    size_t bound = 0;
+    while (w < end) {
+        int op = *w++, k = operands(op);
+        if (k < 0 || w + k > end)
+            return 0;
+        if ((op == OP_CONST || op == OP_FRAMED) && (w[0] < 0 || w[0] >= nconsts))
+            return 0;
+        if (op == OP_FRAMED && (w[1] < 0 || w[1] >= nconsts || w[2] < 0 || w[2] >= j->ncols))
+            return 0;
+        if (op != OP_CONST && op != OP_FRAMED && k && (w[0] < 0 || w[0] >= j->ncols))
+            return 0;
+        if (op == OP_TABLE && (w[1] < 0 || w[1] >= ntables))
+            return 0;
+        if (op == OP_SKIPZ && w[1] < 0)
+            return 0;
+        if (op == OP_CONST)
+            bound += (size_t)j->consts.items[w[0]].len;
+        else if (op == OP_FRAMED)
+            bound += (size_t)(j->consts.items[w[0]].len + j->consts.items[w[1]].len) + 32;
+        else if (op == OP_TABLE)
+            bound += (size_t)longest(j->tables[w[1]]);
+        else if (op != OP_END && op != OP_SKIPZ)
+            bound += 32; /* a number, or the length in front of a part */
+        w += k;
+    }
+    j->bound[t] = bound;
+    return 1;
+}
+
+/* A tuple of bytes as pieces in an arena of their own (`t`): each entry's bytes, then PAD zero bytes. */
+static int pieces_of(PyObject *tuple, Table *t)
+{
+    size_t size = 0;
+    if (!PyTuple_Check(tuple)) {
+        PyErr_SetString(PyExc_TypeError, "consts and table entries must be tuples of bytes");
+        return 0;
+    }
+    t->len = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t k = 0; k < t->len; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "consts and table entries must be tuples of bytes");
+            return 0;
+        }
+        size += (size_t)PyBytes_GET_SIZE(item) + PAD;
+    }
+    t->items = PyMem_Calloc((size_t)(t->len ? t->len : 1), sizeof(Piece));
+    t->arena = PyMem_Calloc(size ? size : 1, 1);
+    if (t->items == NULL || t->arena == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    for (Py_ssize_t k = 0, at = 0; k < t->len; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        Py_ssize_t n = PyBytes_GET_SIZE(item);
+        memcpy(t->arena + at, PyBytes_AS_STRING(item), (size_t)n);
+        t->items[k].p = t->arena + at;
+        t->items[k].len = n;
+        at += n + PAD;
+    }
+    return 1;
+}
+
+static int check_sizes(Py_buffer *prog, Py_buffer *starts, Py_buffer *which, Py_buffer *cols, Job *j)
+{
+    if (prog->len % 4 || starts->len % 4 || which->len % 4 || cols->len % 8 || starts->len < 4) {
+        PyErr_SetString(PyExc_ValueError, "prog, starts and which are int32, cols int64");
+        return 0;
+    }
+    j->ntemplates = starts->len / 4 - 1;
+    j->n = which->len / 4;
+    if (j->ncols < 0 || cols->len / 8 != j->ncols * j->n) {
+        PyErr_SetString(PyExc_ValueError, "cols must hold ncols columns of one value per row");
+        return 0;
+    }
+    for (Py_ssize_t t = 0; t <= j->ntemplates; t++) {
+        if (j->starts[t] < 0 || j->starts[t] > prog->len / 4 || (t && j->starts[t] < j->starts[t - 1])) {
+            PyErr_SetString(PyExc_ValueError, "starts must rise within prog");
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < j->n; i++) {
+        if (j->which[i] < 0 || j->which[i] >= j->ntemplates) {
+            PyErr_SetString(PyExc_ValueError, "a row names a template that does not exist");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Every row written into `out` (a bytearray, grown to the rows' bound first): the bytes written. */
+static PyObject *run(Job *j, PyObject *out)
+{
+    size_t need = 0, pos = 0;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < j->n; i++)
+        need += j->bound[j->which[i]];
+    need += PAD; /* a short copy writes PAD bytes */
+    if ((Py_ssize_t)need > PyByteArray_GET_SIZE(out) && PyByteArray_Resize(out, (Py_ssize_t)need) < 0)
+        return NULL;
+    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < j->n && !failed; i++)
+        pos = row(j, i, buf, pos, &failed);
+    Py_END_ALLOW_THREADS
+    if (failed == 2)
+        PyErr_SetString(PyExc_ValueError, "a value is out of its table");
+    else if (failed == 3)
+        PyErr_SetString(PyExc_ValueError, "a template's BEGIN and END do not match");
+    return failed ? NULL : PyLong_FromSize_t(pos);
+}
+
+static PyObject *py_assemble(PyObject *self, PyObject *args)
+{
+    Py_buffer prog, starts, which, cols;
+    PyObject *consts, *tables, *out, *result = NULL;
+    Job j = {0};
+    Py_ssize_t nconsts = 0, ntables = 0, done = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*nOOY", &prog, &starts, &which, &cols, &j.ncols, &consts, &tables, &out))
+        return NULL;
+    j.prog = prog.buf, j.starts = starts.buf, j.which = which.buf, j.cols = cols.buf;
+    if (!check_sizes(&prog, &starts, &which, &cols, &j) || !pieces_of(consts, &j.consts))
+        goto out;
+    nconsts = j.consts.len;
+    if (!PyTuple_Check(tables)) {
+        PyErr_SetString(PyExc_TypeError, "tables must be a tuple of tuples of bytes");
+        goto out;
+    }
+    ntables = PyTuple_GET_SIZE(tables);
+    j.tables = PyMem_Calloc((size_t)(ntables ? ntables : 1), sizeof(Table));
+    if (j.tables == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; done < ntables; done++) {
+        if (!pieces_of(PyTuple_GET_ITEM(tables, done), &j.tables[done])) {
+            done++;
+            goto out;
+        }
+    }
+    j.bound = PyMem_Calloc((size_t)(j.ntemplates ? j.ntemplates : 1), sizeof(size_t));
+    if (j.bound == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < j.n; i++)
+        j.bound[j.which[i]] = 1; /* the templates the rows use: only those are checked */
+    for (Py_ssize_t t = 0; t < j.ntemplates; t++) {
+        if (j.bound[t] && !check_template(&j, ntables, nconsts, (int)t)) {
+            PyErr_Format(PyExc_ValueError, "template %zd is malformed", t);
+            goto out;
+        }
+    }
+    result = run(&j, out);
+out:
+    for (Py_ssize_t k = 0; j.tables && k < done; k++) {
+        PyMem_Free(j.tables[k].items);
+        PyMem_Free(j.tables[k].arena);
+    }
+    PyMem_Free(j.tables);
+    PyMem_Free(j.consts.items);
+    PyMem_Free(j.consts.arena);
+    PyMem_Free(j.bound);
+    PyBuffer_Release(&prog);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&cols);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"assemble", py_assemble, METH_VARARGS, "Rows of bytes laid out by templates (see npu_trace.export.wire)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_wire", "The compiled byte assembler (npu_trace.export.wire).", -1, methods, NULL, NULL,
+    NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__wire(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,170 @@
+"""A run of a block's pieces (npu_trace.export.pieces) as Chrome JSON lines, written at once.
+
+The lines are those `ChromeJsonWriter` writes for each piece one by one (a slice: its `X` event, then the
+flows it starts and ends; an instant: its `i` event, then the flow it starts; a counter: its `C` event),
+character for character: each piece laid out by the template of its kind and argument layout
+(`npu_trace.export.wire`), its numbers written from columns, its names and texts from tables of their JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from npu_trace.export import chrome_json as cj
+from npu_trace.export.pieces import (
+    CONST,
+    COUNTER,
+    END,
+    FLOW_IN,
+    FLOW_OUT,
+    INSTANT,
+    NAME,
+    SLICE,
+    SPARE,
+    STR,
+    TRACK,
+    TS,
+    VALS,
+    Pieces,
+    first_of,
+)
+from npu_trace.export.wire import Consts, Template, assemble, program
+
+# the columns the templates read: the pieces' own, their spare columns a slice's duration and the flow ids as
+# JSON shows them (masked)
+_TS, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS
+_DUR, _OUT_ID, _IN_ID = SPARE, SPARE + 1, SPARE + 2
+# the tables: by name code, by track code ("pid", "tid"; a counter's name; its "pid"), by text code
+_NAMES, _AT, _COUNTER_NAMES, _PIDS, _TEXTS = range(5)
+
+
+class ChromeJsonPieces:
+    """Writes runs of pieces through a ChromeJsonWriter (its track table, counts and buffer)."""
+
+    def __init__(self, writer: cj.ChromeJsonWriter) -> None:
+        self.w = writer
+        self.consts = Consts()
+        self.templates: List[List[int]] = []
+        self._template_of: Dict[Tuple[int, int], int] = {}
+        self._prog: Tuple[np.ndarray, np.ndarray] = program([])
+        self.names: List[bytes] = []
+        self.at: List[bytes] = []
+        self.counter_names: List[bytes] = []
+        self.pids: List[bytes] = []
+        self.texts: List[bytes] = []
+        self._undescribed: List[int] = []  # track codes whose entries wait for the track's description
+        self.buffer = bytearray()
+
+    def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+        """Pieces [lo, hi), each track described before its first piece (drawn.emitter)."""
+        emitter = drawn.emitter
+        firsts = (lo + first_of(p.track[lo:hi], emitter.described)).tolist()
+        at = lo
+        for cut in [*firsts, hi]:
+            if cut > at:
+                self._run(p, at, cut, drawn)
+            if cut < hi:
+                emitter.ensure(emitter.by_code[int(p.track[cut])])
+            at = cut
+
+    def _run(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+        assert not self.w.first, "pieces follow the tracks' metadata"
+        self._grow(drawn)
+        which = self._templates(p, lo, hi, drawn)
+        cols = p.rows[lo:hi]
+        cols[:, _DUR] = cols[:, END] - cols[:, _TS]
+        cols[:, _OUT_ID], cols[:, _IN_ID] = cols[:, _FLOW_OUT] & cj.FLOW_MASK, cols[:, _FLOW_IN] & cj.FLOW_MASK
+        if len(self.templates) != len(self._prog[1]) - 1:
+            self._prog = program(self.templates)
+        tables = (tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts))
+        size = assemble(*self._prog, which, cols, tuple(self.consts.items), tables, self.buffer)
+        self.w.put(memoryview(self.buffer)[:size])
+        self._count(p, lo, hi)
+
+    def _grow(self, drawn: Any) -> None:
+        for name in drawn.names.items[len(self.names) :]:
+            self.names.append(cj._name(name).encode())
+        where, emitter = self.w.where, drawn.emitter
+        new = len(emitter.by_code) - len(self.at)
+        self.at += [b""] * new
+        self.counter_names += [b""] * new
+        self.pids += [b""] * new
+        self._undescribed += range(len(self.at) - new, len(self.at))
+        for code in self._undescribed:  # the tables' entries once the track is described (its pid and tid)
+            if emitter.described[code]:
+                pid, tid, shown = where[emitter.by_code[code].uuid]
+                self.at[code] = f'"pid":{pid},"tid":{tid}'.encode()
+                self.counter_names[code] = cj._name(shown).encode()
+                self.pids[code] = f'"pid":{pid}'.encode()
+        self._undescribed = [code for code in self._undescribed if not emitter.described[code]]
+        for text in drawn.strings.items[len(self.texts) :]:
+            self.texts.append(cj._dumps(text).encode())
+
+    def _count(self, p: Pieces, lo: int, hi: int) -> None:
+        what = p.what[lo:hi]
+        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
+        counts = self.w.counts
+        counts["slices"] += int(made[SLICE])
+        counts["instants"] += int(made[INSTANT])
+        counts["counters"] += int(made[COUNTER])
+        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
+
+    # ---- templates ---------------------------------------------------------------------------------------------
+    def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
+        """The template of each piece, by its kind and layout."""
+        width = len(drawn.layouts.items) + 1
+        combo = p.what[lo:hi] * width + p.layout[lo:hi] + 1  # small: a table by combination
+        used = np.bincount(combo)
+        table: np.ndarray = np.zeros(len(used), dtype=np.int32)
+        for c in np.flatnonzero(used).tolist():
+            table[c] = self._template(c // width, c % width - 1, drawn)
+        return table[combo]
+
+    def _template(self, what: int, layout: int, drawn: Any) -> int:
+        got = self._template_of.get((what, layout))
+        if got is None:
+            got = self._template_of[(what, layout)] = len(self.templates)
+            self.templates.append(self._make(what, drawn.layouts.items[layout] if layout >= 0 else ()))
+        return got
+
+    def _make(self, what: int, layout: Any) -> List[int]:
+        t = Template(self.consts)
+        if what == COUNTER:
+            t.const(b',\n{"ph":"C","name":').table(_TRACK, _COUNTER_NAMES).const(b',"ts":').micros(_TS).const(b",")
+            t.table(_TRACK, _PIDS).const(b',"args":{"value":').dec(_VALS).const(b"}}")
+            return t.done()
+        if what == SLICE:
+            t.const(b',\n{"ph":"X","name":').table(_NAME, _NAMES).const(b',"ts":').micros(_TS).const(b",")
+            t.table(_TRACK, _AT).const(b',"dur":').micros(_DUR).const(b',"args":')
+        else:
+            t.const(b',\n{"ph":"i","s":"t","name":').table(_NAME, _NAMES).const(b',"ts":').micros(_TS)
+            t.const(b",").table(_TRACK, _AT).const(b',"args":')
+        self._args(t, layout)
+        t.const(b"}")
+        flow = "submit" if what == SLICE else "trigger"
+        self._flow(t, _FLOW_OUT, _OUT_ID, f'{{"ph":"s","name":"{flow}","cat":"flow","id":')
+        if what == SLICE:
+            self._flow(t, _FLOW_IN, _IN_ID, '{"ph":"f","bp":"e","name":"submit","cat":"flow","id":')
+        return t.done()
+
+    @staticmethod
+    def _flow(t: Template, col: int, shown: int, head: str) -> None:
+        mark = t.unless_zero(col)
+        t.const(b",\n" + head.encode()).dec(shown).const(b',"ts":').micros(_TS).const(b",").table(_TRACK, _AT)
+        t.const(b"}").until(mark)
+
+    @staticmethod
+    def _args(t: Template, layout: Any) -> None:
+        """`_dumps(args)`: {"key":value,...}."""
+        t.const(b"{")
+        for i, (key, kind, x) in enumerate(layout):
+            t.const((b"," if i else b"") + cj._dumps(key).encode() + b":")
+            if kind == CONST:
+                t.const(cj._dumps(x).encode())
+            elif kind == STR:
+                t.table(_VALS + x, _TEXTS)
+            else:
+                t.dec(_VALS + x)
+        t.const(b"}")

@@ -1,0 +1,193 @@
+"""A block's drawn timeline as columns: what the exporters write without an object per slice, instant or counter.
+
+`Pieces` holds one row per thing drawn: its `key` (where it goes among the block's writer calls: see
+`npu_trace.export.emit`), `what` (SLICE: its begin and its end; INSTANT; COUNTER, its value in the first value
+column), its track (the `Emitter`'s number of it), `ts` and `end`, its name (a number in `Names`), its
+arguments' `layout` (a number in `Layouts`) and their values (`vals`: a column per argument position), and
+the flow it starts or ends (`flow_out`, `flow_in`: 0 for none). A layout is a tuple of (argument name, kind,
+x): INT (x: the value column), STR (x: the value column, holding a number in `Strings`) or CONST (x: the value
+itself, the same in every row). The writers turn a run of pieces into their bytes at once
+(`PerfettoWriter.pieces`, `ChromeJsonWriter.pieces`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
+
+import numpy as np
+
+from npu_trace.pipeline.order import KeyPacking, stable_order
+
+SLICE, INSTANT, COUNTER = 0, 1, 2
+INT, STR, CONST = 0, 1, 2
+SUBKEYS = 1 << 12  # writer calls one key (a row, a task, a memory change) may make
+Layout = Tuple[Tuple[str, int, Any], ...]
+Column = Union[np.ndarray, int]
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Values numbered in the order they are first seen."""
+
+    def __init__(self) -> None:
+        self.items: List[T] = []
+        self._codes: Dict[Any, int] = {}
+
+    def code(self, value: T) -> int:
+        key = self._key(value)
+        got = self._codes.get(key)
+        if got is None:
+            got = self._codes[key] = len(self.items)
+            self.items.append(value)
+        return got
+
+    def codes(self, values: Sequence[T]) -> np.ndarray:
+        return np.array([self.code(v) for v in values], dtype=np.int64)
+
+    @staticmethod
+    def _key(value: Any) -> Any:
+        return value
+
+
+class Names(Registry[str]):
+    """Slice and instant names."""
+
+
+class Strings(Registry[str]):
+    """The text values of arguments."""
+
+
+class Layouts(Registry[Layout]):
+    """Argument layouts (see the module docstring); a constant that is a list or a map is told by its text."""
+
+    @staticmethod
+    def _key(value: Layout) -> Any:
+        return repr(value)
+
+
+# the columns of a row of pieces: its fields, three spare columns a writer fills for its templates, the values
+KEY, WHAT, TRACK, TS, END, NAME, LAYOUT, FLOW_OUT, FLOW_IN, SPARE, VALS = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12
+_FIELDS = ("key", "what", "track", "ts", "end", "name", "layout", "flow_out", "flow_in")
+
+
+class Pieces:
+    """See the module docstring: one row of int64 per piece (`rows`: the fields at KEY ... FLOW_IN, three spare
+    columns, the values from VALS on), the rows of a block in key order once `done`; each field also as a
+    column view (`key`, `what`, ...) and the values as `vals` (a row per argument position)."""
+
+    def __init__(self) -> None:
+        self._parts: List[np.ndarray] = []
+        self.rows: np.ndarray = np.zeros((0, VALS), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in _FIELDS:
+            return self.rows[:, _FIELDS.index(name)]
+        raise AttributeError(name)
+
+    @property
+    def vals(self) -> np.ndarray:
+        return self.rows[:, VALS:].T
+
+    def add(self, key: np.ndarray, what: int, track: Column, ts: Column, name: Column = -1, layout: Column = -1,
+            vals: Sequence[Column] = (), end: Column = 0, flow_out: Column = 0,
+            flow_in: Column = 0) -> None:  # fmt: skip
+        """Rows of one kind (a scalar stands for a column of that value)."""
+        n = len(key)
+        if not n:
+            return
+        rows: np.ndarray = np.zeros((n, VALS + len(vals)), dtype=np.int64)
+        for at, value in enumerate((key, what, track, ts, end, name, layout, flow_out, flow_in)):
+            rows[:, at] = value
+        for at, value in enumerate(vals):
+            rows[:, VALS + at] = value
+        self._parts.append(rows)
+
+    def done(self) -> Pieces:
+        """The rows added, in key order."""
+        parts, self._parts = self._parts, []
+        if not parts:
+            return self
+        width = max(p.shape[1] for p in parts)
+        order = np.argsort(np.concatenate([p[:, KEY] for p in parts]), kind="stable")
+        where: np.ndarray = np.empty(len(order), dtype=np.int64)
+        where[order] = np.arange(len(order))
+        rows: np.ndarray = np.empty((len(order), width), dtype=np.int64)
+        at = 0
+        for p in parts:  # each part's rows straight to their place in key order
+            mine = where[at : at + len(p)]
+            rows[mine, : p.shape[1]] = p
+            if p.shape[1] < width:
+                rows[mine, p.shape[1] :] = 0
+            at += len(p)
+        self.rows = rows
+        return self
+
+
+def factorize(cols: Sequence[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows of integer key columns as dense group numbers (grouping, not order), and the first row of each
+    group: through a table over the packed keys' range when it is small (no sort), else np.unique."""
+    n = len(cols[0]) if len(cols) else 0
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(cols) == 1:
+        packed: np.ndarray = cols[0].astype(np.int64, copy=False)
+    else:
+        stacked = np.stack([c.astype(np.int64, copy=False) for c in cols])
+        packed = KeyPacking(stacked).pack(stacked)
+    low, high = int(packed.min()), int(packed.max())
+    if high - low < max(1 << 16, 4 * n):
+        shifted: np.ndarray = packed - low
+        present: np.ndarray = np.zeros(high - low + 1, dtype=bool)
+        present[shifted] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        codes = rank[shifted]
+        firsts: np.ndarray = np.zeros(int(rank[-1]) + 1, dtype=np.int64)
+        firsts[codes[::-1]] = np.arange(n - 1, -1, -1)
+        return codes, firsts
+    _, firsts, codes = np.unique(packed, return_index=True, return_inverse=True)
+    return codes.reshape(-1), firsts
+
+
+def split(codes: np.ndarray, count: int) -> List[np.ndarray]:
+    """The rows of each group number 0..count-1, in row order."""
+    if count == 1:
+        return [np.arange(len(codes))]
+    order = stable_order(codes)
+    return np.split(order, np.cumsum(np.bincount(codes, minlength=count))[:-1])
+
+
+def present(values: np.ndarray) -> List[int]:
+    """The distinct small non-negative integers among `values`, in order."""
+    return np.flatnonzero(np.bincount(values)).tolist() if len(values) else []
+
+
+def first_of(codes: np.ndarray, known: Optional[np.ndarray] = None) -> np.ndarray:
+    """The positions where each code first occurs (in position order), only the codes `known` (a bool per
+    code) says are not known, when given."""
+    pos = np.arange(len(codes)) if known is None else np.flatnonzero(~known[codes])
+    if not len(pos):
+        return pos
+    _, first = factorize([codes[pos]])
+    return np.sort(pos[first])
+
+
+def as_calls(p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+    """Pieces [lo, hi) given one by one to the drawing's Emitter (begin and end, instant, counter), for a
+    writer that takes no pieces (one that rewrites each call: the cluster's, npu_trace.cluster.trace)."""
+    emitter, names, texts, layouts = drawn.emitter, drawn.names.items, drawn.strings.items, drawn.layouts.items
+    for row in p.rows[lo:hi].tolist():
+        track = emitter.by_code[row[TRACK]]
+        if row[WHAT] == COUNTER:
+            emitter.counter(track, row[TS], row[VALS])
+            continue
+        args = {key: x if kind == CONST else texts[row[VALS + x]] if kind == STR else row[VALS + x]
+                for key, kind, x in (layouts[row[LAYOUT]] if row[LAYOUT] >= 0 else ())}  # fmt: skip
+        out = [row[FLOW_OUT]] if row[FLOW_OUT] else []
+        if row[WHAT] == INSTANT:
+            emitter.instant(track, row[TS], names[row[NAME]], args, out)
+            continue
+        emitter.begin(track, row[TS], names[row[NAME]], args, out, [row[FLOW_IN]] if row[FLOW_IN] else [])
+        emitter.end(track, row[END])

@@ -1,0 +1,503 @@
+"""`npu-trace export`: a recording replayed through `check`'s pipeline and `Analysis`, drawn as a timeline.
+
+The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
+`Analysis` normalizes and analyses each block, and the block is drawn as a timeline from its columns
+(`BlockDrawing`, npu_trace.export.drawing): the normalized rows, the tasks the latency detector paired and the
+memory detector's changes (told through their watches), the hot kinds as columns written at once by the
+writer, the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the
+findings and the device-state transitions. A recording with a scope takes the per-event path, as `check`
+does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
+the writers stream. The tests keep the reference: every row drawn one by one through the mapper, Perfetto
+written through protobuf messages (tests/export_reference.py), and hold the bytes equal.
+
+The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
+timestamps as `stream` and `replay` print them (`@1012.500000000`), or wall-clock times with a zone
+(`2026-01-01T00:00:12Z`, through the recording's clock anchor). Everything before the window is analysed (the
+state it carries in: live memory, device states, calls and handlers under way); reading stops at its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+from npu_trace import __version__
+from npu_trace.ci.recording_analysis import Progress, blocks_of, profile_for
+from npu_trace.detectors.analysis import Analysis
+from npu_trace.detectors.memory import Ints
+from npu_trace.errors import InputError, UsageError
+from npu_trace.events import NpuEvent
+from npu_trace.export.chrome_json import ChromeJsonWriter
+from npu_trace.export.drawing import BlockDrawing, Drawn
+from npu_trace.export.emit import Capture, Emitter
+from npu_trace.export.hostctx import ChromeContext, PerfettoContext, context_names
+from npu_trace.export.pieces import Pieces, as_calls
+from npu_trace.export.track_map import TimelineMapper
+from npu_trace.export.tracks import BlockWriter, TraceWriter
+from npu_trace.pipeline.blocks import Block
+from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
+from npu_trace.sources.replay_source import ReplaySource
+
+EXPORT_ROWS = 1 << 16  # rows analysed at a time
+DRAW_ROWS = 1 << 12  # rows whose events are made at a time to be drawn (memory: a few thousand events)
+FORMATS = ("perfetto", "chrome-json")
+EXTENSIONS = {".pftrace": "perfetto", ".perfetto-trace": "perfetto", ".json": "chrome-json"}
+NS = 1_000_000_000
+_UNITS = {"": NS, "s": NS, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
+_STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
+_CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
+_COMPLETE = KIND_CODE["complete"]
+_new = tuple.__new__  # a NamedTuple made from its fields' tuple (what NpuEvent._replace does, without the call)
+
+
+# ---- arguments --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimeSpec:
+    """A --from/--to value: `offset` (ns after the first event), `mono` (a trace-clock stamp, ns) or `wall`
+    (ns since the epoch, converted through the recording's clock anchor)."""
+
+    kind: str
+    ns: int
+    text: str
+
+    def resolve(self, first_ns: int, anchor: Optional[Tuple[int, int]]) -> int:
+        if self.kind == "offset":
+            return first_ns + self.ns
+        if self.kind == "mono":
+            return self.ns
+        if anchor is None:
+            raise InputError(f"{self.text!r} is a wall-clock time, but the recording has no clock anchor: give "
+                             "seconds from its start or a trace-clock timestamp (@SECONDS)")  # fmt: skip
+        mono, real = anchor
+        return mono + (self.ns - real)
+
+
+def parse_time(text: str, option: str) -> TimeSpec:
+    """`12.5`, `12.5s`, `500ms`, `250us`, `100ns`: from the first event; `@1012.5`: a trace-clock timestamp;
+    an ISO 8601 time with its zone: wall clock. Anything else is a UsageError naming the option."""
+    m = _OFFSET.match(text)
+    if m:
+        return TimeSpec("offset", _scaled(m.group(1), _UNITS[m.group(2) or ""]), text)
+    m = _STAMP.match(text)
+    if m:
+        return TimeSpec("mono", int(m.group(1)) * NS + int((m.group(2) or "0").ljust(9, "0")), text)
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: give seconds from the recording's first event (12.5, 500ms), a "
+                         "trace-clock timestamp (@1012.5) or a wall-clock time with its zone "
+                         "(2026-01-01T00:00:12Z)") from None  # fmt: skip
+    if when.tzinfo is None:
+        raise UsageError(f"{option} {text!r}: a wall-clock time needs its zone (Z or +hh:mm)")
+    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return TimeSpec("wall", (delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1000, text)
+
+
+def _scaled(number: str, unit: int) -> int:
+    whole, _, frac = number.partition(".")
+    digits = len(str(unit)) - 1  # the unit's power of ten
+    return int(whole or "0") * unit + int((frac[:digits] or "0").ljust(digits, "0")) if digits else int(whole or "0")
+
+
+def parse_devices(values: Optional[Sequence[str]]) -> Optional[FrozenSet[int]]:
+    """--devices 0,2 (repeatable) -> {0, 2}; None: every device."""
+    if not values:
+        return None
+    out: Set[int] = set()
+    for value in values:
+        for part in value.split(","):
+            if not part.strip().isdigit():
+                raise UsageError(f"--devices {value!r}: device numbers separated by commas (0,2,5)")
+            out.add(int(part))
+    return frozenset(out)
+
+
+def output_format(path: str, fmt: Optional[str]) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise UsageError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+        return fmt
+    for ext, name in EXTENSIONS.items():
+        if path.lower().endswith(ext):
+            return name
+    raise UsageError(f"cannot tell the format from {path!r}: name it .pftrace, .perfetto-trace or .json, or "
+                     f"give --format {'|'.join(FORMATS)}")  # fmt: skip
+
+
+# ---- the export ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    recording: str
+    out: str
+    fmt: str  # one of FORMATS
+    start: Optional[TimeSpec] = None
+    stop: Optional[TimeSpec] = None
+    devices: Optional[FrozenSet[int]] = None
+    profile: Optional[str] = None
+    progress: bool = True
+
+
+class _Watch:
+    """What two detectors computed that the timeline draws, kept from one block's analysis to its drawing:
+    the tasks the latency detector paired, the memory detector's changes (npu_trace.detectors.latency.TaskWatch,
+    npu_trace.detectors.memory.MemoryWatch)."""
+
+    def __init__(self) -> None:
+        self.task_rows: List[Tuple[np.ndarray, np.ndarray]] = []
+        self.task_events: List[Tuple[NpuEvent, int]] = []
+        self.changes_seen: List[Tuple[Ints, Ints, Ints, Ints]] = []
+
+    def tasks(self, nb: NormBlock, rows: np.ndarray, submitted: np.ndarray) -> None:
+        self.task_rows.append((rows, submitted))
+
+    def task(self, complete: NpuEvent, submitted: int) -> None:
+        self.task_events.append((complete, submitted))
+
+    def changes(self, ts: Ints, dev: Ints, pid: Ints, delta: Ints) -> None:
+        self.changes_seen.append((ts, dev, pid, delta))
+
+    def clear(self) -> None:
+        self.task_rows, self.task_events, self.changes_seen = [], [], []
+
+    def block_tasks(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The block's paired tasks (rows, submits' times), told in one call or none."""
+        if not self.task_rows:
+            return None
+        rows, submitted = zip(*self.task_rows)
+        return np.concatenate(rows).astype(np.int64), np.concatenate(submitted).astype(np.int64)
+
+    def block_changes(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cols = [np.concatenate([np.asarray(c[k], dtype=np.int64) for c in self.changes_seen])
+                if self.changes_seen else np.zeros(0, np.int64) for k in range(4)]  # fmt: skip
+        return cols[0], cols[1], cols[2], cols[3]
+
+
+class Exporter:
+    """One export (see the module docstring): run() -> its summary."""
+
+    def __init__(self, request: Request, writer: Union[BlockWriter, TraceWriter]) -> None:
+        self.req = request
+        self.writer = writer
+        self.source = ReplaySource(request.recording)
+        self.analysis = Analysis(profile_for(self.source, request.profile), self.source.scope_filter(),
+                                 tasks=self.source.tasks, processes=self.source.processes)  # fmt: skip
+        self.context = context_names([f.full_name for f in self.source.reader.formats])
+        # unmapped events: counted, not decoded (as check); the host's context: decoded to be drawn
+        self.source.only = self.analysis.mapped_events() | set(self.context)
+        self.watch = _Watch()
+        self.analysis.latency.task_watch = self.watch
+        self.analysis.memory.watch = self.watch
+        self.mapper: Optional[TimelineMapper] = None
+        self.emitter = Emitter(writer, {})  # describes each track before its first event
+        self.drawn = Drawn(self.emitter)
+        self.drawing: Optional[BlockDrawing] = None
+        self.host: Any = None  # the host's context (npu_trace.export.hostctx), when the recording holds it
+        self.lo: Optional[int] = None
+        self.hi: Optional[int] = None
+        self._scoped_block: Optional[Block] = None
+        self.stopped = False  # reading stopped at the window's end
+        self.shown_last: Optional[int] = None  # the last event stamp inside the window
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    def run(self) -> Dict[str, Any]:
+        bar = Progress(os.path.getsize(self.req.recording) if self.req.progress else 0)
+        bar.enabled = bar.enabled and self.req.progress
+        for block, now in blocks_of(self.source, self.analysis, EXPORT_ROWS, bar):
+            self._feed(block, now)
+            if self.stopped:
+                break
+        bar.done()
+        return self._finish()
+
+    def _feed(self, block: Block, now: Optional[int]) -> None:
+        if self.stopped:
+            return
+        self._reached(block)
+        if self.analysis.scope is not None:
+            self._scoped_block = block
+            self._feed_items(block.items(), now)
+        elif len(block):
+            nb = self.analysis.normalize_block(block)
+            found = self.analysis.feed_normalized(nb)
+            if self.mapper is not None:
+                self._draw_block(nb)
+            self._after(found, None if self.stopped else now)
+        else:
+            self._after([], None if self.stopped else now)
+
+    def _reached(self, block: Block) -> None:
+        """The window is set by the first block; reading stops after the block that reaches its end (that
+        block is analysed whole: what lies past the end is cut when drawn, as slices that cross it are)."""
+        if not len(block):
+            return
+        self._window(block)
+        if self.hi is not None and int(block.ts.max()) >= self.hi:
+            self.stopped = True
+
+    def _window(self, block: Block) -> None:
+        """The window, once the recording's first event is known (the first block's first timed row)."""
+        if self.mapper is not None:
+            return
+        timed = block.ts[block.ts > 0]
+        if not len(timed):
+            return
+        first, anchor = int(timed.min()), _anchor(self.source.header)
+        self.lo = self.req.start.resolve(first, anchor) if self.req.start else first
+        self.hi = self.req.stop.resolve(first, anchor) if self.req.stop else None
+        if self.hi is not None and self.hi <= self.lo:
+            raise UsageError(f"the window ends before it begins: --from {self.req.start.text if self.req.start else ''}"
+                             f" is at {_secs(self.lo)}, --to {self.req.stop.text if self.req.stop else ''} at "
+                             f"{_secs(self.hi)} (trace clock)")  # fmt: skip
+        info = self._info()
+        self.writer.header(info)
+        self.mapper = self._mapper(info)
+        if self.host is None and self.context:
+            self._host(self.mapper, info)
+
+    def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
+        """The mapping, its calls kept while a block is drawn (see npu_trace.export.drawing)."""
+        capture = Capture(self.emitter)
+        mapper = TimelineMapper(capture, self.source.comm, self.lo, self.hi, self.req.devices, info)
+        self.emitter.tracks = mapper.by_uuid
+        self.drawing = BlockDrawing(mapper, capture, self.drawn, self._render)
+        self._host(mapper, info)
+        return mapper
+
+    def _render(self, pieces: Pieces, lo: int, hi: int) -> None:
+        """Pieces to the writer: at once, or one by one to a writer that takes no pieces (the cluster's)."""
+        render = getattr(self.writer, "pieces", None)
+        if render is not None:
+            render(pieces, lo, hi, self.drawn)
+        else:
+            as_calls(pieces, lo, hi, self.drawn)
+
+    def _host(self, mapper: TimelineMapper, info: Dict[str, Any]) -> None:
+        """The drawing of the host's context, when the recording holds it (and the writer takes packets made
+        elsewhere: not the cluster's, which moves each host's times)."""
+        if not self.context or not hasattr(self.writer, "put"):
+            return
+        if self.req.fmt == "perfetto":
+            self.host = PerfettoContext(info.get("clock"))
+        else:
+            self.host = ChromeContext(mapper, self.drawn, self._open_at)
+
+    def _open_at(self, ts: int) -> None:
+        """The window opens before the host's context shown first (unless it has)."""
+        if self.drawing is not None:
+            self.drawing.open_at(ts)
+        elif self.mapper is not None and not self.mapper.opened:
+            self.mapper._open(ts)
+
+    def _draw_block(self, nb: NormBlock) -> None:
+        assert self.drawing is not None
+        after = None
+        if isinstance(self.host, ChromeContext):
+            host, block = self.host, nb.block
+            after = lambda pieces, base: host.draw(block, pieces, base)  # noqa: E731
+        self.drawing.draw(nb, _drawn_rows(nb), self.watch.block_tasks(), self.watch.block_changes(), after)
+        if isinstance(self.host, PerfettoContext):
+            self._draw_context(nb.block)
+        self.watch.clear()
+        self._note_shown(nb.block.ts)
+
+    def _draw_context(self, block: Block) -> None:
+        """The block's host context, after everything else of the block (see npu_trace.export.hostctx)."""
+        if isinstance(self.host, PerfettoContext):
+            assert self.lo is not None
+            put = self.writer.put  # type: ignore[union-attr]  # a writer without put gets no host context
+            put(self.host.bundles(block, self.lo, self.hi if self.hi is not None else (1 << 63) - 1))
+        elif isinstance(self.host, ChromeContext):
+            pieces = Pieces()
+            self.host.draw(block, pieces, 0)
+            self._render_all(pieces.done())
+
+    def _render_all(self, pieces: Pieces) -> None:
+        if len(pieces):
+            self._render(pieces, 0, len(pieces))
+
+    def _draw_context_items(self, items: List[Any]) -> None:
+        """The host's context of a scoped recording's block (its raw rows, as the block path draws them)."""
+        if self.host is not None and self._scoped_block is not None:
+            self._draw_context(self._scoped_block)
+
+    def _feed_items(self, items: List[Any], now: Optional[int]) -> None:
+        """A scoped recording: the reference path (a scope's stage is per event), drawn alike."""
+        events = self.analysis.normalize(items)
+        found = self.analysis.feed_events(events) if events else []
+        mapper = self.mapper
+        if mapper is not None:
+            matched = {id(ev) for ev, _ in self.watch.task_events}
+            for ev in events:
+                if ev.kind != "complete":
+                    mapper.event(ev)
+                elif id(ev) not in matched:
+                    mapper.unmatched_complete(ev)
+            for ev, submitted in self.watch.task_events:
+                mapper.task(ev, submitted)
+            self._draw_memory()
+            self._draw_context_items(items)
+            self._note_shown(np.array([ev.ts_ns for ev in events if ev.ts_ns > 0], dtype=np.int64))
+        self._after(found, None if self.stopped else now)
+
+    def _draw_memory(self) -> None:
+        assert self.mapper is not None
+        for ts, dev, pid, delta in self.watch.changes_seen:
+            self.mapper.memory(_ints(ts), _ints(dev), _ints(pid), _ints(delta))
+        self.watch.clear()
+
+    def _after(self, found: List[Any], now: Optional[int]) -> None:
+        """The block's findings, then what time alone completes, then the device-state changes."""
+        self.watch.clear()
+        analysis = self.analysis
+        if now is not None:
+            found = [*found, *analysis.advance(now)]
+        if self.mapper is not None:
+            self.mapper.findings(found)
+            self.mapper.transitions(analysis.states.take_transitions())
+        analysis.findings.clear()  # kept by Analysis for a report the export never asks for: bounded
+
+    def _note_shown(self, ts: np.ndarray) -> None:
+        if self.lo is None or not len(ts):
+            return
+        inside = ts[(ts >= self.lo) & ((ts < self.hi) if self.hi is not None else True)]
+        if len(inside):
+            last = int(inside.max())
+            self.shown_last = last if self.shown_last is None else max(self.shown_last, last)
+
+    # ---- the end ------------------------------------------------------------------------------------------
+    def _finish(self) -> Dict[str, Any]:
+        analysis, mapper = self.analysis, self.mapper
+        if mapper is None or self.shown_last is None:
+            raise InputError(self._nothing_shown())
+        open_resets: List[Any] = []
+        if self.stopped:  # the window ends before the recording: nothing is flushed as if the session ended
+            open_resets = analysis.reset.open_sequences()
+            end = int(self.hi) if self.hi is not None else self.shown_last
+        else:
+            if self.source.reader.truncated:
+                analysis.truncated(self.source.reader.truncation)
+            before = len(analysis.findings)
+            analysis.finish()
+            mapper.findings(analysis.findings[before:])
+            mapper.transitions(analysis.states.take_transitions())
+            end = self.shown_last
+        if isinstance(self.host, ChromeContext):
+            pieces = Pieces()
+            self.host.finish(end, pieces, 0)
+            self._render_all(pieces.done())
+        counts = mapper.finish(end, analysis.normalizer.pending_entries(), open_resets)
+        written = self.writer.close()
+        out = {"mapped": counts, "written": written, "window": [self.lo, end], "stopped_at_window_end": self.stopped,
+               "events_read": self.source.events_read, "loss": self.source.ledger.summary(),
+               "truncated": self.source.reader.truncated}  # fmt: skip
+        if self.host is not None:
+            out["host_context"] = dict(self.host.counts)
+        return out
+
+    def _nothing_shown(self) -> str:
+        first, last = self.analysis.first_ts, self.analysis.last_ts
+        if first is None:
+            return f"{self.req.recording} holds no event to export"
+        return (f"the window holds none of the recording's events: they span {_secs(first)} to {_secs(last or first)}"
+                f" on the trace clock ({(int(last or first) - first) / NS:.3f} s)")  # fmt: skip
+
+    def _info(self) -> Dict[str, Any]:
+        header = self.source.header
+        anchor = _anchor(header)
+        info: Dict[str, Any] = {"recording": os.path.basename(self.req.recording), "clock": header.get("clock"),
+                                "mono_ns": anchor[0] if anchor else None,
+                                "realtime_ns": anchor[1] if anchor else None}  # fmt: skip
+        for key in ("host", "kernel", "machine", "profile", "tool_version", "schema"):
+            if header.get(key) is not None:
+                info[key] = header[key]
+        if not self.source.scope.empty:
+            info["scope"] = self.source.scope.where()
+        if self.context:
+            info["host_context"] = list(self.context)
+        info["exported_by"] = f"npu-trace {__version__}"
+        if self.req.devices is not None:
+            info["devices"] = sorted(self.req.devices)
+        return info
+
+
+def _drawn_rows(nb: NormBlock) -> np.ndarray:
+    """The rows the mapper draws as events: not the formats without a rule (counted only), not completions
+    (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
+    drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
+    keep = ~nb.counted_only & (nb.kind != _COMPLETE)
+    calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
+    got = nb.int_args(calls, "latency_ns")
+    if got is not None:
+        keep[calls[~got[1]]] = False
+    return np.flatnonzero(keep)
+
+
+def _ints(values: Ints) -> List[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else [int(v) for v in values]
+
+
+def _anchor(header: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    anchor = header.get("clock_anchor")
+    if isinstance(anchor, dict) and all(isinstance(anchor.get(k), int) for k in ("mono_ns", "realtime_ns")):
+        return int(anchor["mono_ns"]), int(anchor["realtime_ns"])
+    return None
+
+
+def _secs(ns: int) -> str:
+    secs, rest = divmod(int(ns), NS)
+    return f"{secs}.{rest:09d}"
+
+
+# ---- the file -----------------------------------------------------------------------------------------------
+def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) -> Dict[str, Any]:
+    """Export one recording (see the module docstring): the file is written beside its final name and moved
+    there once whole, with the recording's permission bits (it holds what the recording holds). `exporter`
+    and `perfetto_writer`: other classes than Exporter and PerfettoWriter (the tests' reference)."""
+    rec, out = os.path.abspath(request.recording), os.path.abspath(request.out)
+    if rec == out:
+        raise UsageError(f"the output {request.out!r} is the recording itself")
+    fd, tmp = _open_beside(out)
+    try:
+        binary = request.fmt == "perfetto"
+        # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
+        from npu_trace.export.perfetto import PerfettoWriter
+
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
+            writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            summary = (exporter or Exporter)(request, writer).run()
+        _permissions(tmp, request.recording)
+        os.replace(tmp, out)
+    except BaseException:
+        _remove(tmp)
+        raise
+    summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
+    return summary
+
+
+def _open_beside(out: str) -> Tuple[int, str]:
+    """A new file in the output's folder (the output itself is replaced only once the export is whole)."""
+    if os.path.isdir(out):
+        raise InputError(f"cannot write {out}: Is a directory")
+    folder = os.path.dirname(out) or "."
+    try:
+        return tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+
+
+def _permissions(path: str, recording: str) -> None:
+    with contextlib.suppress(OSError):  # the temporary file's own 0600 stays: never more open than the recording
+        os.chmod(path, os.stat(recording).st_mode & 0o666)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
