@@ -64,10 +64,19 @@ def replayed(request: Any, tmp_path_factory: Any) -> Dict[str, Any]:
 
 @pytest.mark.skipif(shutil.which("trace-cmd") is None, reason="trace-cmd is not installed (scripts/setup installs it)")
 def test_the_stored_report_is_what_trace_cmd_prints(replayed: Dict[str, Any]) -> None:
-    proc = subprocess.run(["trace-cmd", "report", "-i", replayed["dat"]], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(["trace-cmd", "report", "-i", replayed["dat"]], capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == replayed["report_text"]
+    stored = replayed["report_text"].encode()  # bytes against bytes: no decoding or newline translation between
+    assert proc.stdout == stored, first_difference(proc.stdout.decode(errors="replace"), replayed["report_text"])
+
+
+def first_difference(got: str, want: str) -> str:
+    """Where two long texts part (pytest's own diff of megabytes of text takes minutes)."""
+    a, b = got.splitlines(keepends=True), want.splitlines(keepends=True)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"line {i + 1} of {len(a)} (stored: {len(b)} lines): {x!r} where the stored report has {y!r}"
+    return f"{len(a)} lines where the stored report has {len(b)}: {len(got)} and {len(want)} characters"
 
 
 def _by_name(events: List[Dict[str, Any]], key: str) -> Dict[str, List[Dict[str, Any]]]:
