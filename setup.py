@@ -15,5 +15,6 @@ setup(
         Extension("npu_trace.ftrace._walk", ["npu_trace/ftrace/_walk.c"], optional=True),
         Extension("npu_trace.sinks._lines", ["npu_trace/sinks/_lines.c"], optional=True),
         Extension("npu_trace.export._wire", ["npu_trace/export/_wire.c"], optional=True),
+        Extension("npu_trace.export._rows", ["npu_trace/export/_rows.c"], optional=True),
     ]
 )

@@ -25,6 +25,7 @@ from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
 from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.export.rows import IMPLEMENTATION as ROWS
 from npu_trace.export.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
@@ -515,10 +516,11 @@ def check_lines(implementation: str = "") -> Check:
     return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
-def check_assembler(implementation: str = ASSEMBLER) -> Check:
-    """The export's byte assembler: compiled, or its pure-Python twin (the same files, slower)."""
-    if implementation == "c":
-        return Check("export assembler", True, "compiled (npu_trace.export._wire)")
+def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS) -> Check:
+    """The export's byte assembler and the pieces' rows: compiled, or their pure-Python twins (the same files,
+    slower)."""
+    if implementation == "c" and rows == "c":
+        return Check("export assembler", True, "compiled (npu_trace.export._wire, npu_trace.export._rows)")
     detail = "pure Python: the C extension was not built where npu-trace was installed (same files, slower)"
     return Check("export assembler", False, detail, "install gcc and python3-dev, then reinstall npu-trace")
 

@@ -283,9 +283,10 @@ def test_the_page_walker_line() -> None:
     assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
     slow = doctor.check_walker("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
-    assert doctor.check_assembler() == Check("export assembler", True, "compiled (npu_trace.export._wire)")
-    slow = doctor.check_assembler("python")
-    assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+    compiled = "compiled (npu_trace.export._wire, npu_trace.export._rows)"
+    assert doctor.check_assembler() == Check("export assembler", True, compiled)
+    for slow in (doctor.check_assembler("python"), doctor.check_assembler("c", "python")):
+        assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
 
 
 def test_the_text_lines_line() -> None:

@@ -10,9 +10,9 @@ downloaded. Every command runs with its cwd in a temporary directory, and each t
 came from the new venv. Each wheel is built and installed once per test run, in pytest's temporary directory
 of the run (shared by its workers).
 
-The wheel is a platform wheel: it carries the compiled parts (npu_trace.ftrace._walk, npu_trace.sinks._lines). A
-second one is built with CC=false, as on a host without a compiler: it installs all the same and runs the
-pure-Python walker and lines.
+The wheel is a platform wheel: it carries the compiled parts (npu_trace.ftrace._walk, npu_trace.sinks._lines,
+npu_trace.export._wire, npu_trace.export._rows). A second one is built with CC=false, as on a host without a
+compiler: it installs all the same and runs the pure-Python walker, lines, assembler and pieces' rows.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600  # a busy 2-vCPU machine: generous, never a measure
-COMPILED_SOURCES = ("npu_trace/ftrace/_walk.c", "npu_trace/sinks/_lines.c")  # built into the wheel, not shipped
+COMPILED_SOURCES = ("npu_trace/ftrace/_walk.c", "npu_trace/sinks/_lines.c", "npu_trace/export/_wire.c",
+                    "npu_trace/export/_rows.c")  # built into the wheel, not shipped
 # *.so: the compiled parts the editable install built in place (the wheel builds its own)
 NOT_BUILT = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
@@ -187,9 +188,10 @@ def test_the_wheel_holds_the_code_the_programs_the_simulator_and_the_demo(instal
     code = {p.relative_to(ROOT).as_posix() for top in ("npu_trace", "tui") for p in (ROOT / top).rglob("*.py")}
     assert code | package_data() <= names
     assert not {n for n in names if n.split("/")[0] in ("bpf", "tests", "benchmarks", "scripts")}
-    compiled = [n for n in names if n.startswith(("npu_trace/ftrace/_walk.", "npu_trace/sinks/_lines.")) and
-                n.endswith(".so")]  # fmt: skip
-    assert len(compiled) == 2 and not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
+    parts = tuple(source[: -len("c")] for source in COMPILED_SOURCES)  # "npu_trace/ftrace/_walk." ...
+    compiled = [n for n in names if n.startswith(parts) and n.endswith(".so")]
+    assert len(compiled) == len(COMPILED_SOURCES)
+    assert not installed.wheel.name.endswith("-none-any.whl")  # a platform wheel
 
 
 def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -> None:
@@ -206,7 +208,7 @@ def test_without_a_compiler_the_wheel_runs_the_pure_python_walker(installed_with
         assert not [n for n in whl.namelist() if n.endswith(".so")]
     assert inst.where["walker"] == "python" and Path(inst.where["npu_trace"]).is_relative_to(inst.venv)
     proc = run([inst.bin("npu-trace"), "doctor", "--json"], cwd=inst.run_dir, check=False)
-    for name in ("page walker", "text lines"):  # both compiled parts left out, their pure-Python twins named
+    for name in ("page walker", "text lines", "export assembler"):  # the compiled parts left out, twins named
         line = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == name)
         assert line["status"] == "--" and "pure Python" in line["detail"]
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar,
 
 import numpy as np
 
+from npu_trace.export.rows import Part, key_ordered
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
 SLICE, INSTANT, COUNTER = 0, 1, 2
@@ -76,7 +77,7 @@ class Pieces:
     column view (`key`, `what`, ...) and the values as `vals` (a row per argument position)."""
 
     def __init__(self) -> None:
-        self._parts: List[np.ndarray] = []
+        self._parts: List[Part] = []  # (its pieces, its columns) of each add()
         self.rows: np.ndarray = np.zeros((0, VALS), dtype=np.int64)
 
     def __len__(self) -> int:
@@ -95,34 +96,16 @@ class Pieces:
             vals: Sequence[Column] = (), end: Column = 0, flow_out: Column = 0,
             flow_in: Column = 0) -> None:  # fmt: skip
         """Rows of one kind (a scalar stands for a column of that value)."""
-        n = len(key)
-        if not n:
-            return
-        rows: np.ndarray = np.zeros((n, VALS + len(vals)), dtype=np.int64)
-        for at, value in enumerate((key, what, track, ts, end, name, layout, flow_out, flow_in)):
-            rows[:, at] = value
-        for at, value in enumerate(vals):
-            rows[:, VALS + at] = value
-        self._parts.append(rows)
+        if len(key):
+            fields: List[Column] = [key, what, track, ts, end, name, layout, flow_out, flow_in]
+            spare: List[Column] = [0] * (VALS - len(fields))
+            self._parts.append((len(key), fields + spare + list(vals)))
 
     def done(self) -> Pieces:
-        """The rows added, in key order."""
+        """The rows added, in key order (npu_trace.export.rows)."""
         parts, self._parts = self._parts, []
-        if not parts:
-            return self
-        width = max(p.shape[1] for p in parts)
-        order = np.argsort(np.concatenate([p[:, KEY] for p in parts]), kind="stable")
-        where: np.ndarray = np.empty(len(order), dtype=np.int64)
-        where[order] = np.arange(len(order))
-        rows: np.ndarray = np.empty((len(order), width), dtype=np.int64)
-        at = 0
-        for p in parts:  # each part's rows straight to their place in key order
-            mine = where[at : at + len(p)]
-            rows[mine, : p.shape[1]] = p
-            if p.shape[1] < width:
-                rows[mine, p.shape[1] :] = 0
-            at += len(p)
-        self.rows = rows
+        if parts:
+            self.rows = key_ordered(parts)
         return self
 
 

@@ -1,0 +1,77 @@
+"""A block's pieces (npu_trace.export.pieces) as one int64 matrix, a row per piece, in key order.
+
+Each part the drawing adds is a list of columns (the key first; each column n values, or one int for every
+row). `key_ordered(parts)` orders every piece by its key (stable: the parts in the order added, each part's
+pieces in theirs) and writes each piece's columns into its row, then zeros up to the widest part's width.
+
+Two implementations, identical in every result: the C extension `npu_trace.export._rows` (built by the
+package's install where a compiler is), which writes each part's columns straight into their rows, and
+`key_ordered_py` in numpy, which makes a matrix of each part and scatters its rows. `IMPLEMENTATION` says
+which runs ("c" or "python").
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple, Union
+
+import numpy as np
+
+try:
+    from npu_trace.export import _rows
+except ImportError:  # installed where no compiler was: the numpy twin, with the same results
+    _rows = None  # type: ignore[assignment]
+
+IMPLEMENTATION = "c" if _rows is not None else "python"
+Column = Union[np.ndarray, int]
+Part = Tuple[int, Sequence[Column]]  # (its pieces, its columns)
+
+
+def key_ordered(parts: Sequence[Part]) -> np.ndarray:
+    """See the module docstring."""
+    if _rows is None:
+        return key_ordered_py(parts)
+    where, width = _where(parts)
+    rows: np.ndarray = np.empty((len(where), width), dtype=np.int64)
+    at = 0
+    for n, cols in parts:
+        _rows.fill(rows, width, where[at : at + n], tuple(_column(c) for c in cols))
+        at += n
+    return rows
+
+
+def key_ordered_py(parts: Sequence[Part]) -> np.ndarray:
+    """key_ordered() in numpy: each part's matrix, its rows scattered to their places in key order."""
+    mats = [_matrix(n, cols) for n, cols in parts]
+    where, width = _where(parts)
+    rows: np.ndarray = np.empty((len(where), width), dtype=np.int64)
+    at = 0
+    for p in mats:  # each part's rows straight to their place in key order
+        mine = where[at : at + len(p)]
+        rows[mine, : p.shape[1]] = p
+        if p.shape[1] < width:
+            rows[mine, p.shape[1] :] = 0
+        at += len(p)
+    return rows
+
+
+def _where(parts: Sequence[Part]) -> Tuple[np.ndarray, int]:
+    """The row of each piece (the parts' pieces one after the other) in key order, and the rows' width."""
+    keys = np.concatenate([np.asarray(cols[0]).astype(np.int64, copy=False) for _, cols in parts])
+    order = np.argsort(keys, kind="stable")
+    where: np.ndarray = np.empty(len(order), dtype=np.int64)
+    where[order] = np.arange(len(order))
+    return where, max(len(cols) for _, cols in parts)
+
+
+def _matrix(n: int, cols: Sequence[Column]) -> np.ndarray:
+    rows: np.ndarray = np.zeros((n, len(cols)), dtype=np.int64)
+    for at, value in enumerate(cols):
+        rows[:, at] = value
+    return rows
+
+
+def _column(value: Column) -> Column:
+    """An int for a value the same in every row, else n int64 values side by side."""
+    if np.ndim(value) == 0:
+        return int(value)
+    return np.ascontiguousarray(value, dtype=np.int64)

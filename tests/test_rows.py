@@ -1,0 +1,70 @@
+"""The pieces' rows (npu_trace.export.rows): the compiled fill makes the matrix the numpy twin makes, for any
+parts (keys tied within and across parts, columns of any width, constants, other integer dtypes), and refuses
+what does not fit before writing anything."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npu_trace.export import rows
+from npu_trace.export.rows import Part, key_ordered, key_ordered_py
+
+compiled = pytest.mark.skipif(rows.IMPLEMENTATION != "c", reason="the compiled rows are not built here")
+_I64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@st.composite
+def parts(draw: Any) -> List[Part]:
+    out: List[Part] = []
+    for _ in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(1, 12))
+        cols: List[Any] = [np.array(draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)), dtype=np.int64)]
+        for _ in range(draw(st.integers(0, 14))):
+            kind = draw(st.sampled_from(["int64", "int32", "bool", "const", "view"]))
+            if kind == "const":
+                cols.append(draw(_I64))
+            elif kind == "view":  # a row of a wider matrix, as the parts pass their values
+                wide = np.array(draw(st.lists(_I64, min_size=2 * n, max_size=2 * n)), dtype=np.int64)
+                cols.append(wide.reshape(2, n)[1])
+            else:
+                values = draw(st.lists(st.integers(-1000, 1000), min_size=n, max_size=n))
+                cols.append(np.array(values).astype(kind))
+        out.append((n, cols))
+    return out
+
+
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(parts())
+def test_the_compiled_rows_are_the_numpy_ones(got: List[Part]) -> None:
+    want = key_ordered_py(got)
+    made = key_ordered(got)
+    assert made.dtype == want.dtype and made.shape == want.shape
+    assert (made == want).all()
+
+
+@compiled
+def test_ties_keep_the_parts_order() -> None:
+    one: Part = (2, [np.array([5, 1]), 7])
+    two: Part = (2, [np.array([1, 5]), 8, np.array([3, 4])])
+    assert key_ordered([one, two]).tolist() == [[1, 7, 0], [1, 8, 3], [5, 7, 0], [5, 8, 4]]
+
+
+@compiled
+def test_what_does_not_fit_is_refused() -> None:
+    out = np.full((2, 3), 9, dtype=np.int64)
+    fill = rows._rows.fill
+    with pytest.raises(ValueError, match="out of the rows"):
+        fill(out, 3, np.array([0, 2], np.int64), (1,))
+    with pytest.raises(ValueError, match="length"):
+        fill(out, 3, np.array([0, 1], np.int64), (np.zeros(3, np.int64),))
+    with pytest.raises(ValueError, match="do not agree"):
+        fill(out, 3, np.array([0, 1], np.int64), (1, 2, 3, 4))
+    with pytest.raises(OverflowError):
+        fill(out, 3, np.array([0, 1], np.int64), (1 << 64,))
+    assert (out == 9).all()  # nothing written
