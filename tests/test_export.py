@@ -29,6 +29,7 @@ from npu_trace.device import hal
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
+from npu_trace.export import perfetto_pieces
 from npu_trace.export.chrome_json import _dumps, _name, _plain
 from npu_trace.export.perfetto import PerfettoWriter
 from npu_trace.export.pieces import Strings
@@ -494,6 +495,16 @@ def test_the_export_writes_the_references_bytes_whatever_the_blocks(tmp_path: An
     monkeypatch.setattr(export_module, "EXPORT_ROWS", 997)
     _same_bytes(tmp_path, rec)
     monkeypatch.setattr(export_module, "EXPORT_ROWS", 61)
+    _same_bytes(tmp_path, rec)
+
+
+def test_the_export_writes_the_references_bytes_whatever_the_names_seen_interned(tmp_path: Any,
+                                                                                monkeypatch: Any) -> None:  # fmt: skip
+    """The table of (name, layout) seen interned grown from one entry, run after run (the runs whose names are
+    all interned write no interned data)."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, "ecc-reset", 2, loss=True)
+    monkeypatch.setattr(perfetto_pieces, "INTERNED_TABLE", (1, 1))
     _same_bytes(tmp_path, rec)
 
 

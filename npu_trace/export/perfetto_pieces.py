@@ -38,6 +38,7 @@ _TS, _END, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, END, NAME, TRACK, FLO
 _INTERNED_AT = SPARE
 # the tables: by name code, by track code (twice), by text code, the run's interned data
 _NAME_FIELDS, _TRACK_FIELDS, _END_EVENTS, _TEXTS, _INTERNED_DATA = range(5)
+INTERNED_TABLE = (64, 64)  # the first size of the table of (name, layout) seen interned (grown when needed)
 
 
 class PerfettoPieces:
@@ -54,6 +55,7 @@ class PerfettoPieces:
         self.end_events: List[bytes] = []
         self.texts: List[bytes] = []
         self._unnamed: List[int] = []  # name codes not interned when their field was made
+        self._interned: np.ndarray = np.zeros(INTERNED_TABLE, dtype=bool)  # (name code + 1, layout + 1) seen interned
         self.buffer = bytearray()
 
     def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
@@ -104,19 +106,36 @@ class PerfettoPieces:
 
     def _intern(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, List[bytes]]:
         """The interned data of each piece (-1: none), as PerfettoWriter._named makes it: the names and argument
-        names not interned yet, on the first piece that uses each."""
-        named = np.flatnonzero(p.what[lo:hi] != COUNTER)
+        names not interned yet, on the first piece that uses each (none when every piece's name and layout
+        were seen interned: `_interned`)."""
         at: np.ndarray = np.full(hi - lo, -1, dtype=np.int64)
         data: List[bytes] = []
-        if not len(named):
+        names: np.ndarray = p.name[lo:hi] + 1
+        layouts: np.ndarray = p.layout[lo:hi] + 1
+        if self._all_interned(names, layouts, p.what[lo:hi]):
             return at, data
+        named = np.flatnonzero(p.what[lo:hi] != COUNTER)
         combo = p.name[lo:hi][named] * (len(drawn.layouts.items) + 1) + p.layout[lo:hi][named]
         for pos in named[first_of(combo)].tolist():
             new = self._new_names(int(p.name[lo + pos]), int(p.layout[lo + pos]), drawn)
             if new:
                 at[pos] = len(data)
                 data.append(pf._INTERNED + pf.varint(len(new)) + new)
+        self._interned[names[named], layouts[named]] = True  # the writer's tables only grow: interned for good
         return at, data
+
+    def _all_interned(self, names: np.ndarray, layouts: np.ndarray, what: np.ndarray) -> bool:
+        """Every piece but the counters of a (name, layout) whose names were all interned (by name code + 1 and
+        layout + 1: `_interned`, grown to hold them)."""
+        if not len(names):
+            return True
+        need = (int(names.max()) + 1, int(layouts.max()) + 1)
+        have = self._interned.shape
+        if need[0] > have[0] or need[1] > have[1]:
+            grown: np.ndarray = np.zeros((max(need[0], 2 * have[0]), max(need[1], 2 * have[1])), dtype=bool)
+            grown[: have[0], : have[1]] = self._interned
+            self._interned = grown
+        return bool((self._interned[names, layouts] | (what == COUNTER)).all())
 
     def _new_names(self, name_code: int, layout: int, drawn: Any) -> bytes:
         w, new = self.w, []
