@@ -202,7 +202,9 @@ def _set_of(sets: Sequence[ArgSet], n: int) -> np.ndarray:
 
 
 def _columns_at(s: ArgSet, at: np.ndarray) -> Dict[str, Value]:
-    """The set's columns at positions `at` (all of them among its rows)."""
+    """The set's columns at positions `at` (all of them among its rows, in order)."""
+    if len(at) == len(s.at):  # every one of its rows: its columns as they are
+        return dict(s.keys)
     pick = np.searchsorted(s.at, at)
     return {k: (kind, v[pick] if kind != CONST else v) for k, (kind, v) in s.keys.items()}
 
@@ -220,7 +222,7 @@ def put(sets: Sequence[ArgSet], name: str, kind: int, values: Any,
         has: np.ndarray = np.ones(len(s.at), dtype=bool) if present is None else present[s.at]
         if has.all():
             keys = dict(s.keys)
-            keys[name] = (kind, values if kind == CONST else values[s.at])
+            keys[name] = (kind, values if kind == CONST else _at(values, s.at))
             out.append(ArgSet(s.at, keys))
             continue
         for part, on in ((s.take(has), True), (s.take(~has), False)):
@@ -228,7 +230,7 @@ def put(sets: Sequence[ArgSet], name: str, kind: int, values: Any,
                 continue
             if on:
                 part.keys = dict(part.keys)
-                part.keys[name] = (kind, values if kind == CONST else values[part.at])
+                part.keys[name] = (kind, values if kind == CONST else _at(values, part.at))
             out.append(part)
     return out
 
@@ -239,14 +241,23 @@ def layouts(sets: Sequence[ArgSet], n: int, width: int, registry: Layouts) -> Tu
     vals: np.ndarray = np.zeros((width, n), dtype=np.int64)
     for s in sets:
         layout: List[Tuple[str, int, Any]] = []
+        every = len(s.at) == n  # the set holds every position: its columns copied as they are
         for j, (name, (kind, v)) in enumerate(s.keys.items()):
             if kind == CONST:
                 layout.append((name, CONST, v))
             else:
                 layout.append((name, kind, j))
-                vals[j, s.at] = v
-        codes[s.at] = registry.code(tuple(layout))
+                if every:
+                    vals[j] = v
+                else:
+                    vals[j, s.at] = v
+        codes[s.at if not every else slice(None)] = registry.code(tuple(layout))
     return codes, vals
+
+
+def _at(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """values[at], for positions `at` in order (all of them: the values as they are)."""
+    return values if len(at) == len(values) else values[at]
 
 
 def width_of(sets: Sequence[ArgSet]) -> int:
