@@ -5,7 +5,7 @@ The session (its tracefs instance) is created, read and removed in the TUI's wor
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
@@ -21,29 +21,40 @@ from tui.worker.live_feed import session_source
 
 
 @contextlib.contextmanager
-def simulating(seed: int) -> Iterator[Tracefs]:
-    """The simulator loaded and its mixed scenario running (waited for at the end); unloaded afterwards only
-    if it was not loaded before (others load and unload it concurrently)."""
+def simulator() -> Iterator[Tracefs]:
+    """The simulator loaded; unloaded afterwards only if it was not loaded before (others load and unload it
+    concurrently)."""
     fs = Tracefs.find()
     was_loaded = sim.is_loaded(fs)
     sim.load(fs)
-    run = sim.start_scenario("mixed", seed, 2.0, 300, 2, ensure_loaded=False)
     try:
         yield fs
+    finally:
+        if not was_loaded:
+            sim.unload(fs)
+
+
+@contextlib.asynccontextmanager
+async def scenario_once_tracing(pilot: Any, app: NpuTraceApp, seed: int) -> AsyncIterator[None]:
+    """The mixed scenario run once the worker has made its session (its instance announced), waited for at the
+    end: started before, on a loaded host it could end before the worker traced any of it."""
+    await wait_for(pilot, lambda: app.feed.resource.get("instance") or app.error, timeout=60)
+    assert not app.error, app.error
+    run = sim.start_scenario("mixed", seed, 2.0, 300, 2, ensure_loaded=False)
+    try:
+        yield
         run.wait()
     finally:
         run.terminate()
-        if not was_loaded:
-            sim.unload(fs)
 
 
 @pytest.mark.privileged
 @pytest.mark.asyncio
 async def test_live_on_the_simulator_then_quit_removes_the_instance(tmp_path: Any) -> None:
-    with simulating(3) as fs:
+    with simulator() as fs:
         spec = SourceSpec(session_source, (["ascend:*"], fs.root, "sim", "tui"))
         app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=(120, 40)) as pilot, scenario_once_tracing(pilot, app, 3):
             await wait_for(pilot, lambda: app.counters.events > 100, timeout=20)
             instance = app.feed.resource["instance"]  # announced by the worker once it made it
             assert instance in fs.instance_names() and str(app.feed.pid) in instance
@@ -85,10 +96,10 @@ async def test_live_with_a_device_scope_gets_its_options_as_one_value(tmp_path: 
     from npu_trace.sources.replay_source import ReplaySource
     from tui.messages import DEV
 
-    with simulating(4) as fs:
+    with simulator() as fs:
         spec = SourceSpec("tui.worker.live_feed:live_source", (TraceOptions(devices=(1,), channels=()), fs.root))
         app = NpuTraceApp(spec, PROFILES["sim"], record_dir=str(tmp_path))
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=(120, 40)) as pilot, scenario_once_tracing(pilot, app, 4):
             await pilot.press("r")
             log = app.query_one(EventLog)
             # the simulator's own rows, not only the threads the host starts meanwhile (a busy host starts

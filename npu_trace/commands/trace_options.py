@@ -4,8 +4,10 @@ options in, checked `TraceOptions` out."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from npu_trace.device.chips import CHIPS
+from npu_trace.errors import InputError
 from npu_trace.sources.host_channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB
@@ -83,4 +85,8 @@ def options_from_args(args: argparse.Namespace) -> TraceOptions:
     profile measures the simulator's binary (built if need be)."""
     from npu_trace.sim import build
 
-    return TraceOptions.from_args(args, sim_binary=build.ensure_built)
+    options = TraceOptions.from_args(args, sim_binary=build.ensure_built)
+    for path in (options.bpf_binary, *options.hal_more) if options.bpf else ():
+        if path is not None and not os.path.isfile(path):  # said before a tracefs instance is made, not after
+            raise InputError(f"binary/library not found: {path}")
+    return options
