@@ -231,7 +231,9 @@ def test_a_client_that_does_not_take_its_answer_is_dropped_at_the_response_deadl
             except ConnectionResetError:
                 pass
         assert got < size, f"the premise: an answer larger than the kernel holds for the client (got {got})"
-        assert srv.held == 0 and get(srv)[0] == 200
+        # still serving: its small page (its 16 MiB answer, read under the 1 s deadline on a loaded host, can be
+        # dropped in turn, as this test's client was)
+        assert srv.held == 0 and get(srv, "/")[0] == 200
     finally:
         srv.close()
 

@@ -80,7 +80,9 @@ def record_all(path: str, smi_dir: Path, lib: str) -> List[Truth]:
         assert f"HAL: {lib} (install path)" in said and "task layout: 910B (npu-smi model 910B3)" in said, said
         for name in sim.SCENARIOS:
             channels = sim.SideChannels(kmsg=False, uevents=False, npu_smi_dir=str(smi_dir))
-            seconds = 1.0 if name == "shared-weights" else 0.5  # its npu-smi readings need the time
+            # shared-weights: npu-smi must be read between its weights' mapping (30% in) and its failed request (60%
+            # in); a reading takes 0.3 s and more on a loaded host (1.0 s left it stale once: the failure unexplained)
+            seconds = 2.5 if name == "shared-weights" else 0.5
             truths.append(sim.run_scenario(name, SEED, seconds, RATE, DEVICES, ensure_loaded=False,
                                            channels=channels, hal_lib=lib))  # fmt: skip
         wait_for_polls(str(smi_dir), now_ns(), 2)  # whole polls of the last run's final state
