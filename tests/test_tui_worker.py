@@ -196,6 +196,18 @@ async def test_the_worker_exiting_is_shown_and_its_instance_removed(tmp_path: An
     assert app.feed.done.is_set() and not app.feed.said_bye
 
 
+async def test_a_quit_asked_before_the_app_runs_ends_it_before_its_worker_starts(tmp_path: Any) -> None:
+    """The terminal lost while the UI starts (its driver says so before the event loop runs; under nohup the
+    SIGHUP itself is not delivered): the app quits as it mounts and starts no worker (it was forgotten: the UI
+    and its worker stayed, their terminal gone)."""
+    root = str(tmp_path)
+    app = spec_app(resource_spec(root, batches(mixed_events())[:5]))
+    app.quit_soon()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+    assert app.feed.pid is None and not instances(root)
+
+
 async def test_the_worker_killed_is_shown_and_its_instance_removed(tmp_path: Any) -> None:
     root = str(tmp_path)
     app = spec_app(resource_spec(root, batches(mixed_events())[:5]))

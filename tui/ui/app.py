@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from typing import Any, Iterable, List, Optional, Tuple, Type
 
@@ -131,6 +132,8 @@ class NpuTraceApp(App[None]):
         self.terminal_gone = ""  # why the terminal was lost (gone, or given up on while quitting)
         self._ui_loop: Optional[asyncio.AbstractEventLoop] = None
         self._quitting = False
+        self._quit_early = False  # quit_soon() came before the loop ran: on_mount quits
+        self._quit_lock = threading.RLock()  # the driver's thread, signal handlers (in the main thread) and on_mount
 
     def get_driver_class(self) -> Type[Driver]:
         """Textual's driver for this platform, but on a terminal: TerminalDriver (a terminal that is gone ends
@@ -171,9 +174,13 @@ class NpuTraceApp(App[None]):
         self.ops_view = main.query_one(OpsTable)
         self.views = (main.query_one(Lanes), main.query_one(MemoryPanel), main.query_one(StatusBar))
         self._show_status()
-        self._ui_loop = asyncio.get_running_loop()
+        with self._quit_lock:
+            self._ui_loop = asyncio.get_running_loop()
+            early = self._quit_early
         if self.signals is not None:  # a signal that came before: the app quits before the worker starts
             self.signals.attach(lambda _signum: self.quit_soon())
+        if early:  # the terminal lost before the loop ran (a SIGHUP under nohup is not even delivered)
+            self.quit_soon()
         self.call_after_refresh(self._start_feed)  # every view is mounted before the first update
         if self.screenshot_path:
             self.set_timer(SCREENSHOT_S, self._save_demo_screenshot)
@@ -196,9 +203,11 @@ class NpuTraceApp(App[None]):
         driver = self._driver
         if isinstance(driver, TerminalDriver):
             driver.give_up_after(QUIT_GRACE_S)
-        loop = self._ui_loop
-        if loop is None:  # not mounted yet: on_mount attaches the signals, which then say it
-            return
+        with self._quit_lock:
+            loop = self._ui_loop
+            if loop is None:  # not mounted yet: on_mount quits (and attaches the signals, which say theirs)
+                self._quit_early = True
+                return
         with contextlib.suppress(RuntimeError):  # the loop is closed: the app has ended, its caller cleans up
             loop.call_soon_threadsafe(self._quit_now)
 
