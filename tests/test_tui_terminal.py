@@ -37,10 +37,11 @@ LIMIT_S = 20.0  # how long the test keeps looking (a failure then says how long 
 PREMISE_S = 60.0  # the most a premise (first draw, mid-run) may take on a busy machine
 ROWS, COLS = 40, 120
 # the launcher: a session of its own (Popen's start_new_session), the pty opened as its controlling terminal
-# on 0, 1 and 2, then exec of the TUI (same pid)
+# on 0, 1 and 2, SIGHUP at its default (a run under nohup passes it on ignored: a hangup before the TUI's handlers
+# are set would be discarded, as nohup means), then exec of the TUI (same pid)
 LAUNCH = (
-    "import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); [os.dup2(fd, i) for i in (0, 1, 2)]; "
-    "os.close(fd); os.execv(sys.argv[2], sys.argv[2:])"
+    "import os, signal, sys; fd = os.open(sys.argv[1], os.O_RDWR); [os.dup2(fd, i) for i in (0, 1, 2)]; "
+    "os.close(fd); signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[2], sys.argv[2:])"
 )
 DRAWN = re.compile(rb"operations")  # a panel's title: the app's screen is on the terminal
 POSITION = re.compile(rb"playing [0-9.]+x at ([0-9]+\.[0-9]) s")
