@@ -8,9 +8,7 @@ character for character: each piece laid out by the template of its kind and arg
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
-
-import numpy as np
+from typing import Any, List
 
 from npu_trace.export import chrome_json as cj
 from npu_trace.export.pieces import (
@@ -19,7 +17,6 @@ from npu_trace.export.pieces import (
     END,
     FLOW_IN,
     FLOW_OUT,
-    INSTANT,
     NAME,
     SLICE,
     SPARE,
@@ -28,9 +25,10 @@ from npu_trace.export.pieces import (
     TS,
     VALS,
     Pieces,
+    PiecesWriter,
     first_of,
 )
-from npu_trace.export.wire import Consts, Template, assemble, program
+from npu_trace.export.wire import Template, assemble, program
 
 # the columns the templates read: the pieces' own, their spare columns a slice's duration and the flow ids as
 # JSON shows them (masked)
@@ -40,15 +38,12 @@ _DUR, _OUT_ID, _IN_ID = SPARE, SPARE + 1, SPARE + 2
 _NAMES, _AT, _COUNTER_NAMES, _PIDS, _TEXTS = range(5)
 
 
-class ChromeJsonPieces:
+class ChromeJsonPieces(PiecesWriter):
     """Writes runs of pieces through a ChromeJsonWriter (its track table, counts and buffer)."""
 
     def __init__(self, writer: cj.ChromeJsonWriter) -> None:
-        self.w = writer
-        self.consts = Consts()
-        self.templates: List[List[int]] = []
-        self._template_of: Dict[Tuple[int, int], int] = {}
-        self._prog: Tuple[np.ndarray, np.ndarray] = program([])
+        super().__init__(writer)
+        self.w: cj.ChromeJsonWriter = writer
         self.names: List[bytes] = []
         self.at: List[bytes] = []
         self.counter_names: List[bytes] = []
@@ -101,33 +96,6 @@ class ChromeJsonPieces:
         self._undescribed = [code for code in self._undescribed if not emitter.described[code]]
         for text in drawn.strings.items[len(self.texts) :]:
             self.texts.append(cj._dumps(text).encode())
-
-    def _count(self, p: Pieces, lo: int, hi: int) -> None:
-        what = p.what[lo:hi]
-        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
-        counts = self.w.counts
-        counts["slices"] += int(made[SLICE])
-        counts["instants"] += int(made[INSTANT])
-        counts["counters"] += int(made[COUNTER])
-        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
-
-    # ---- templates ---------------------------------------------------------------------------------------------
-    def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
-        """The template of each piece, by its kind and layout."""
-        width = len(drawn.layouts.items) + 1
-        combo = p.what[lo:hi] * width + p.layout[lo:hi] + 1  # small: a table by combination
-        used = np.bincount(combo)
-        table: np.ndarray = np.zeros(len(used), dtype=np.int32)
-        for c in np.flatnonzero(used).tolist():
-            table[c] = self._template(c // width, c % width - 1, drawn)
-        return table[combo]
-
-    def _template(self, what: int, layout: int, drawn: Any) -> int:
-        got = self._template_of.get((what, layout))
-        if got is None:
-            got = self._template_of[(what, layout)] = len(self.templates)
-            self.templates.append(self._make(what, drawn.layouts.items[layout] if layout >= 0 else ()))
-        return got
 
     def _make(self, what: int, layout: Any) -> List[int]:
         t = Template(self.consts)

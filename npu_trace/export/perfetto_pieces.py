@@ -9,7 +9,7 @@ argument names new in the run are interned in the writer's own tables on the fir
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from npu_trace.export.pieces import (
     END,
     FLOW_IN,
     FLOW_OUT,
-    INSTANT,
     NAME,
     SLICE,
     SPARE,
@@ -29,9 +28,10 @@ from npu_trace.export.pieces import (
     TS,
     VALS,
     Pieces,
+    PiecesWriter,
     first_of,
 )
-from npu_trace.export.wire import Consts, Template, assemble, program
+from npu_trace.export.wire import Template, assemble, program
 
 # the columns the templates read: the pieces' own, their first spare column the interned data of each
 _TS, _END, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, END, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS
@@ -41,15 +41,12 @@ _NAME_FIELDS, _TRACK_FIELDS, _END_EVENTS, _TEXTS, _INTERNED_DATA = range(5)
 INTERNED_TABLE = (64, 64)  # the first size of the table of (name, layout) seen interned (grown when needed)
 
 
-class PerfettoPieces:
+class PerfettoPieces(PiecesWriter):
     """Writes runs of pieces through a PerfettoWriter (its interning tables, counts and buffer)."""
 
     def __init__(self, writer: pf.PerfettoWriter) -> None:
-        self.w = writer
-        self.consts = Consts()
-        self.templates: List[List[int]] = []
-        self._template_of: Dict[Tuple[int, int], int] = {}
-        self._prog: Tuple[np.ndarray, np.ndarray] = program([])
+        super().__init__(writer)
+        self.w: pf.PerfettoWriter = writer
         self.name_fields: List[bytes] = []  # by name code: its name_iid field once interned
         self.track_fields: List[bytes] = []
         self.end_events: List[bytes] = []
@@ -151,33 +148,6 @@ class PerfettoPieces:
                 w.keys[key] = pf._KEY_IID + pf.varint(iid)
                 new.append(pf._interned(pf._KEY_NAME, iid, key))
         return b"".join(new)
-
-    def _count(self, p: Pieces, lo: int, hi: int) -> None:
-        what = p.what[lo:hi]
-        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
-        counts = self.w.counts
-        counts["slices"] += int(made[SLICE])
-        counts["instants"] += int(made[INSTANT])
-        counts["counters"] += int(made[COUNTER])
-        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
-
-    # ---- templates ---------------------------------------------------------------------------------------------
-    def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
-        """The template of each piece, by its kind and layout."""
-        width = len(drawn.layouts.items) + 1
-        combo = p.what[lo:hi] * width + p.layout[lo:hi] + 1  # small: a table by combination
-        used = np.bincount(combo)
-        table: np.ndarray = np.zeros(len(used), dtype=np.int32)
-        for c in np.flatnonzero(used).tolist():
-            table[c] = self._template(c // width, c % width - 1, drawn)
-        return table[combo]
-
-    def _template(self, what: int, layout: int, drawn: Any) -> int:
-        got = self._template_of.get((what, layout))
-        if got is None:
-            got = self._template_of[(what, layout)] = len(self.templates)
-            self.templates.append(self._make(what, drawn.layouts.items[layout] if layout >= 0 else ()))
-        return got
 
     def _make(self, what: int, layout: Any) -> List[int]:
         t = Template(self.consts).const(pf._PACKET).begin().const(pf._TS).varint(_TS).const(pf._SEQ + pf._EVENT)

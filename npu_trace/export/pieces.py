@@ -17,6 +17,7 @@ from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar,
 import numpy as np
 
 from npu_trace.export.rows import Part, key_ordered
+from npu_trace.export.wire import Consts, program
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
 SLICE, INSTANT, COUNTER = 0, 1, 2
@@ -155,6 +156,47 @@ def first_of(codes: np.ndarray, known: Optional[np.ndarray] = None) -> np.ndarra
         return pos
     _, first = factorize([codes[pos]])
     return np.sort(pos[first])
+
+
+class PiecesWriter:
+    """What both formats' piece writers share: the templates (one per kind of piece and argument layout, made by
+    the format's `_make`), the program the compiled assembler runs them with, and the writer's counts."""
+
+    def __init__(self, writer: Any) -> None:
+        self.w = writer
+        self.consts = Consts()
+        self.templates: List[List[int]] = []
+        self._template_of: Dict[Tuple[int, int], int] = {}
+        self._prog: Tuple[np.ndarray, np.ndarray] = program([])
+
+    def _count(self, p: Pieces, lo: int, hi: int) -> None:
+        what = p.what[lo:hi]
+        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
+        counts = self.w.counts
+        counts["slices"] += int(made[SLICE])
+        counts["instants"] += int(made[INSTANT])
+        counts["counters"] += int(made[COUNTER])
+        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
+
+    def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
+        """The template of each piece, by its kind and layout."""
+        width = len(drawn.layouts.items) + 1
+        combo = p.what[lo:hi] * width + p.layout[lo:hi] + 1  # small: a table by combination
+        used = np.bincount(combo)
+        table: np.ndarray = np.zeros(len(used), dtype=np.int32)
+        for c in np.flatnonzero(used).tolist():
+            table[c] = self._template(c // width, c % width - 1, drawn)
+        return table[combo]
+
+    def _template(self, what: int, layout: int, drawn: Any) -> int:
+        got = self._template_of.get((what, layout))
+        if got is None:
+            got = self._template_of[(what, layout)] = len(self.templates)
+            self.templates.append(self._make(what, drawn.layouts.items[layout] if layout >= 0 else ()))
+        return got
+
+    def _make(self, what: int, layout: Any) -> List[int]:
+        raise NotImplementedError  # each format's writer makes its own
 
 
 def as_calls(p: Pieces, lo: int, hi: int, drawn: Any) -> None:
