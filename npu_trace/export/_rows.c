@@ -87,8 +87,11 @@ static PyObject *py_fill(PyObject *self, PyObject *args)
     }
     if (ok)
         ok = columns(cols, n, parsed, held, &nheld);
-    if (ok)
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS /* the analysis of the next block runs meanwhile (npu_trace.export.overlap) */
         fill(out.buf, width, where.buf, n, parsed, ncols);
+        Py_END_ALLOW_THREADS
+    }
     for (Py_ssize_t k = 0; k < nheld; k++)
         PyBuffer_Release(&held[k]);
     PyMem_Free(held);

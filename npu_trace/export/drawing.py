@@ -21,7 +21,7 @@ mapper's `_open`) where drawing one by one opens it; its calls go before everyth
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -93,7 +93,6 @@ class BlockDrawing:
         self.cap = capture
         self.d = drawn
         self.render = render
-        self._comms: Dict[int, int] = {}
 
     # ---- the block ------------------------------------------------------------------------------------
     def draw(self, nb: NormBlock, drawn_rows: np.ndarray, tasks: Optional[Tuple[np.ndarray, np.ndarray]],
@@ -232,14 +231,9 @@ class BlockDrawing:
         if not len(pids):
             return np.zeros(0, np.int64)
         groups, first = factorize([pids])
-        codes = [self._comm(p) for p in pids[first].tolist()]
+        comm_of, strings = self.m.comm_of, self.d.strings  # the names as they are now: a process may be renamed
+        codes = [strings.code(comm_of(p)) for p in pids[first].tolist()]
         return np.array(codes, dtype=np.int64)[groups]
-
-    def _comm(self, pid: int) -> int:
-        got = self._comms.get(pid)
-        if got is None:
-            got = self._comms[pid] = self.d.strings.code(self.m.comm_of(pid))
-        return got
 
     def op_names(self, nb: NormBlock, rows: np.ndarray, prefix: str = "") -> np.ndarray:
         """The name code of each row's operation (`prefix` before it)."""

@@ -5,8 +5,10 @@ The replay source rebuilds the live batches, the block timeline orders them (the
 (`BlockDrawing`, npu_trace.export.drawing): the normalized rows, the tasks the latency detector paired and the
 memory detector's changes (told through their watches), the hot kinds as columns written at once by the
 writer, the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the
-findings and the device-state transitions. A recording with a scope takes the per-event path, as `check`
-does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
+findings and the device-state transitions. A block is drawn in a thread of its own while the next is analysed
+(npu_trace.export.overlap: one block waits at most; the drawing's state is touched only there until the export
+waits for it; each block drawn with the process names known when it was read). A recording with a scope takes
+the per-event path, as `check` does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
 the writers stream. The tests keep the reference: every row drawn one by one through the mapper, Perfetto
 written through protobuf messages (tests/export_reference.py), and hold the bytes equal.
 
@@ -38,6 +40,7 @@ from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawing import BlockDrawing, Drawn
 from npu_trace.export.emit import Capture, Emitter
 from npu_trace.export.hostctx import ChromeContext, PerfettoContext, context_names
+from npu_trace.export.overlap import Overlap
 from npu_trace.export.pieces import Pieces, as_calls
 from npu_trace.export.track_map import TimelineMapper
 from npu_trace.export.tracks import BlockWriter, TraceWriter
@@ -55,6 +58,7 @@ _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
 _CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
 _COMPLETE = KIND_CODE["complete"]
+Changes = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the memory detector's: ts, dev, pid, delta
 _new = tuple.__new__  # a NamedTuple made from its fields' tuple (what NpuEvent._replace does, without the call)
 
 
@@ -205,16 +209,23 @@ class Exporter:
         self._scoped_block: Optional[Block] = None
         self.stopped = False  # reading stopped at the window's end
         self.shown_last: Optional[int] = None  # the last event stamp inside the window
+        self.overlap = Overlap()  # the drawing of a block, beside the analysis of the next
+        self.comms = _Comms(self.source.comms)  # the process names the block being drawn sees
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
         bar = Progress(os.path.getsize(self.req.recording) if self.req.progress else 0)
         bar.enabled = bar.enabled and self.req.progress
-        for block, now in blocks_of(self.source, self.analysis, EXPORT_ROWS, bar):
-            self._feed(block, now)
-            if self.stopped:
-                break
+        try:
+            for block, now in blocks_of(self.source, self.analysis, EXPORT_ROWS, bar):
+                self._feed(block, now)
+                if self.stopped:
+                    break
+            self.overlap.wait()
+        finally:
+            self.overlap.close()
         bar.done()
+        self.comms.names = self.source.comms
         return self._finish()
 
     def _feed(self, block: Block, now: Optional[int]) -> None:
@@ -227,6 +238,7 @@ class Exporter:
         elif len(block):
             nb = self.analysis.normalize_block(block)
             found = self.analysis.feed_normalized(nb)
+            self.overlap.wait()  # the block before drawn: one block waits at most
             if self.mapper is not None:
                 self._draw_block(nb)
             self._after(found, None if self.stopped else now)
@@ -265,7 +277,7 @@ class Exporter:
     def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
         """The mapping, its calls kept while a block is drawn (see npu_trace.export.drawing)."""
         capture = Capture(self.emitter)
-        mapper = TimelineMapper(capture, self.source.comm, self.lo, self.hi, self.req.devices, info)
+        mapper = TimelineMapper(capture, self.comms, self.lo, self.hi, self.req.devices, info)
         self.emitter.tracks = mapper.by_uuid
         self.drawing = BlockDrawing(mapper, capture, self.drawn, self._render)
         self._host(mapper, info)
@@ -297,16 +309,24 @@ class Exporter:
             self.mapper._open(ts)
 
     def _draw_block(self, nb: NormBlock) -> None:
+        """The block, with what the analysis told of it, to the drawing's thread (npu_trace.export.overlap)."""
+        tasks, changes, names = self.watch.block_tasks(), self.watch.block_changes(), dict(self.source.comms)
+        self.watch.clear()
+        self._note_shown(nb.block.ts)
+        self.overlap.submit(lambda: self._draw(nb, tasks, changes, names))
+
+    def _draw(self, nb: NormBlock, tasks: Optional[Tuple[np.ndarray, np.ndarray]], changes: Changes,
+              names: Dict[int, str]) -> None:  # fmt: skip
+        """Draw a block (in the drawing's thread), the process names as the source knew them when it was read."""
         assert self.drawing is not None
+        self.comms.names = names
         after = None
         if isinstance(self.host, ChromeContext):
             host, block = self.host, nb.block
             after = lambda pieces, base: host.draw(block, pieces, base)  # noqa: E731
-        self.drawing.draw(nb, _drawn_rows(nb), self.watch.block_tasks(), self.watch.block_changes(), after)
+        self.drawing.draw(nb, _drawn_rows(nb), tasks, changes, after)
         if isinstance(self.host, PerfettoContext):
             self._draw_context(nb.block)
-        self.watch.clear()
-        self._note_shown(nb.block.ts)
 
     def _draw_context(self, block: Block) -> None:
         """The block's host context, after everything else of the block (see npu_trace.export.hostctx)."""
@@ -330,6 +350,7 @@ class Exporter:
 
     def _feed_items(self, items: List[Any], now: Optional[int]) -> None:
         """A scoped recording: the reference path (a scope's stage is per event), drawn alike."""
+        self.overlap.wait()  # the findings of the block before drawn
         events = self.analysis.normalize(items)
         found = self.analysis.feed_events(events) if events else []
         mapper = self.mapper
@@ -357,11 +378,11 @@ class Exporter:
         """The block's findings, then what time alone completes, then the device-state changes."""
         self.watch.clear()
         analysis = self.analysis
-        if now is not None:
-            found = [*found, *analysis.advance(now)]
-        if self.mapper is not None:
-            self.mapper.findings(found)
-            self.mapper.transitions(analysis.states.take_transitions())
+        found = [*found, *analysis.advance(now)] if now is not None else list(found)
+        mapper = self.mapper
+        if mapper is not None:  # drawn after the block, in the drawing's thread
+            changes = analysis.states.take_transitions()
+            self.overlap.submit(lambda: _draw_findings(mapper, found, changes))
         analysis.findings.clear()  # kept by Analysis for a report the export never asks for: bounded
 
     def _note_shown(self, ts: np.ndarray) -> None:
@@ -426,6 +447,22 @@ class Exporter:
         if self.req.devices is not None:
             info["devices"] = sorted(self.req.devices)
         return info
+
+
+def _draw_findings(mapper: TimelineMapper, found: List[Any], changes: List[Any]) -> None:
+    mapper.findings(found)
+    mapper.transitions(changes)
+
+
+class _Comms:
+    """The process names the drawing sees (the mapper's comm_of, ReplaySource.comm's rule): those the source knew
+    when the block being drawn was read (`names`, set by the drawing), the source's own at the end."""
+
+    def __init__(self, names: Dict[int, str]) -> None:
+        self.names = names
+
+    def __call__(self, pid: int) -> str:
+        return "<idle>" if pid == 0 else self.names.get(pid, "<...>")
 
 
 def _drawn_rows(nb: NormBlock) -> np.ndarray:
