@@ -8,7 +8,9 @@ character for character: each piece laid out by the template of its kind and arg
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Tuple
+
+import numpy as np
 
 from npu_trace.export import chrome_json as cj
 from npu_trace.export.pieces import (
@@ -26,9 +28,8 @@ from npu_trace.export.pieces import (
     VALS,
     Pieces,
     PiecesWriter,
-    first_of,
 )
-from npu_trace.export.wire import Template, assemble, program
+from npu_trace.export.wire import Template
 
 # the columns the templates read: the pieces' own, their spare columns a slice's duration and the flow ids as
 # JSON shows them (masked)
@@ -50,33 +51,21 @@ class ChromeJsonPieces(PiecesWriter):
         self.pids: List[bytes] = []
         self.texts: List[bytes] = []
         self._undescribed: List[int] = []  # track codes whose entries wait for the track's description
-        self.buffer = bytearray()
 
-    def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
-        """Pieces [lo, hi), each track described before its first piece (drawn.emitter)."""
-        emitter = drawn.emitter
-        firsts = (lo + first_of(p.track[lo:hi], emitter.described)).tolist()
-        at = lo
-        for cut in [*firsts, hi]:
-            if cut > at:
-                self._run(p, at, cut, drawn)
-            if cut < hi:
-                emitter.ensure(emitter.by_code[int(p.track[cut])])
-            at = cut
-
-    def _run(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+    # ---- a run: its templates and columns; the tables as they stand when each part of it is written ---------
+    def _prepare(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, np.ndarray]:
         assert not self.w.first, "pieces follow the tracks' metadata"
         self._grow(drawn)
         which = self._templates(p, lo, hi, drawn)
         cols = p.rows[lo:hi]
         cols[:, _DUR] = cols[:, END] - cols[:, _TS]
         cols[:, _OUT_ID], cols[:, _IN_ID] = cols[:, _FLOW_OUT] & cj.FLOW_MASK, cols[:, _FLOW_IN] & cj.FLOW_MASK
-        if len(self.templates) != len(self._prog[1]) - 1:
-            self._prog = program(self.templates)
-        tables = (tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts))
-        size = assemble(*self._prog, which, cols, tuple(self.consts.items), tables, self.buffer)
-        self.w.put(memoryview(self.buffer)[:size])
-        self._count(p, lo, hi)
+        return which, cols
+
+    def _tables(self, drawn: Any) -> Tuple[Any, ...]:
+        """The tables, the tracks described since the last part of the run in them (their pid and tid)."""
+        self._grow(drawn)
+        return tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts)
 
     def _grow(self, drawn: Any) -> None:
         for name in drawn.names.items[len(self.names) :]:

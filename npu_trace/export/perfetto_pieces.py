@@ -31,7 +31,7 @@ from npu_trace.export.pieces import (
     PiecesWriter,
     first_of,
 )
-from npu_trace.export.wire import Template, assemble, program
+from npu_trace.export.wire import Template
 
 # the columns the templates read: the pieces' own, their first spare column the interned data of each
 _TS, _END, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, END, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS
@@ -53,22 +53,10 @@ class PerfettoPieces(PiecesWriter):
         self.texts: List[bytes] = []
         self._unnamed: List[int] = []  # name codes not interned when their field was made
         self._interned: np.ndarray = np.zeros(INTERNED_TABLE, dtype=bool)  # (name code + 1, layout + 1) seen interned
-        self.buffer = bytearray()
+        self._run_tables: Tuple[Any, ...] = ()
 
-    def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
-        """Pieces [lo, hi), each track described before its first piece (drawn.emitter)."""
-        emitter = drawn.emitter
-        firsts = (lo + first_of(p.track[lo:hi], emitter.described)).tolist()
-        at = lo
-        for cut in [*firsts, hi]:
-            if cut > at:
-                self._run(p, at, cut, drawn)
-            if cut < hi:
-                emitter.ensure(emitter.by_code[int(p.track[cut])])
-            at = cut
-
-    # ---- one run, every track described ----------------------------------------------------------------------
-    def _run(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+    # ---- a run: its templates, columns and tables (the tracks' fields do not wait for their description) ----
+    def _prepare(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, np.ndarray]:
         if int(p.ts[lo:hi].min()) < 0 or int(p.end[lo:hi].min()) < 0:
             raise ValueError("Value out of range: a negative timestamp")  # as protobuf says it
         self._grow(drawn)
@@ -76,13 +64,12 @@ class PerfettoPieces(PiecesWriter):
         which = self._templates(p, lo, hi, drawn)
         cols = p.rows[lo:hi]
         cols[:, _INTERNED_AT] = interned[0]
-        if len(self.templates) != len(self._prog[1]) - 1:
-            self._prog = program(self.templates)
-        tables = (tuple(self.name_fields), tuple(self.track_fields), tuple(self.end_events), tuple(self.texts),
-                  tuple(interned[1]))  # fmt: skip
-        size = assemble(*self._prog, which, cols, tuple(self.consts.items), tables, self.buffer)
-        self.w.put(memoryview(self.buffer)[:size])
-        self._count(p, lo, hi)
+        self._run_tables = (tuple(self.name_fields), tuple(self.track_fields), tuple(self.end_events),
+                            tuple(self.texts), tuple(interned[1]))  # fmt: skip
+        return which, cols
+
+    def _tables(self, drawn: Any) -> Tuple[Any, ...]:
+        return self._run_tables
 
     def _grow(self, drawn: Any) -> None:
         """The tables by code, for the codes made since the last run."""

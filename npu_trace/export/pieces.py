@@ -17,7 +17,7 @@ from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar,
 import numpy as np
 
 from npu_trace.export.rows import Part, key_ordered
-from npu_trace.export.wire import Consts, program
+from npu_trace.export.wire import Consts, assemble, program
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
 SLICE, INSTANT, COUNTER = 0, 1, 2
@@ -160,7 +160,9 @@ def first_of(codes: np.ndarray, known: Optional[np.ndarray] = None) -> np.ndarra
 
 class PiecesWriter:
     """What both formats' piece writers share: the templates (one per kind of piece and argument layout, made by
-    the format's `_make`), the program the compiled assembler runs them with, and the writer's counts."""
+    the format's `_make`), the program the compiled assembler runs them with, the writer's counts, and `write`:
+    a run of pieces laid out once (the format's `_prepare`: each piece's template and columns), its bytes
+    assembled between the descriptions of the tracks first used in it (with the format's `_tables`)."""
 
     def __init__(self, writer: Any) -> None:
         self.w = writer
@@ -168,6 +170,34 @@ class PiecesWriter:
         self.templates: List[List[int]] = []
         self._template_of: Dict[Tuple[int, int], int] = {}
         self._prog: Tuple[np.ndarray, np.ndarray] = program([])
+        self.buffer = bytearray()
+
+    def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
+        """Pieces [lo, hi), each track described before its first piece (drawn.emitter)."""
+        emitter = drawn.emitter
+        firsts = (lo + first_of(p.track[lo:hi], emitter.described)).tolist()
+        which, cols = self._prepare(p, lo, hi, drawn)
+        if len(self.templates) != len(self._prog[1]) - 1:
+            self._prog = program(self.templates)
+        consts = tuple(self.consts.items)
+        at = lo
+        for cut in [*firsts, hi]:
+            if cut > at:
+                a, b = at - lo, cut - lo
+                size = assemble(*self._prog, which[a:b], cols[a:b], consts, self._tables(drawn), self.buffer)
+                self.w.put(memoryview(self.buffer)[:size])
+            if cut < hi:
+                emitter.ensure(emitter.by_code[int(p.track[cut])])
+            at = cut
+        self._count(p, lo, hi)
+
+    def _prepare(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """(the template of each piece, its columns) of pieces [lo, hi)."""
+        raise NotImplementedError
+
+    def _tables(self, drawn: Any) -> Tuple[Any, ...]:
+        """The tables the templates read, as they stand (the tracks described so far)."""
+        raise NotImplementedError
 
     def _count(self, p: Pieces, lo: int, hi: int) -> None:
         what = p.what[lo:hi]

@@ -3,14 +3,15 @@
 The replay source rebuilds the live batches, the block timeline orders them (the columnar path `check` takes),
 `Analysis` normalizes and analyses each block, and the block is drawn as a timeline from its columns
 (`BlockDrawing`, npu_trace.export.drawing): the normalized rows, the tasks the latency detector paired and the
-memory detector's changes (told through their watches), the hot kinds as columns written at once by the
-writer, the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the
-findings and the device-state transitions. A block is drawn in a thread of its own while the next is analysed
+memory detector's changes (told through their watches), the hot kinds as columns written at once by the writer,
+the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the findings and
+the device-state transitions. A block is drawn in a thread of its own while the next is analysed
 (npu_trace.export.overlap: one block waits at most; the drawing's state is touched only there until the export
-waits for it; each block drawn with the process names known when it was read). A recording with a scope takes
-the per-event path, as `check` does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a time,
-the writers stream. The tests keep the reference: every row drawn one by one through the mapper, Perfetto
-written through protobuf messages (tests/export_reference.py), and hold the bytes equal.
+waits for it; each block drawn with the process names known when it was read). A recording with a scope takes the
+per-event path, as `check` does. Memory stays bounded whatever the recording's size: a block of at most
+`EXPORT_ROWS` rows at a time (and the one drawn meanwhile), the writers stream. The tests keep the reference:
+every row drawn one by one through the mapper, Perfetto written through protobuf messages
+(tests/export_reference.py), and hold the bytes equal.
 
 The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
 timestamps as `stream` and `replay` print them (`@1012.500000000`), or wall-clock times with a zone
