@@ -42,7 +42,6 @@ device's state, handlers entered) is carried into it, and slices that cross its 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -58,9 +57,8 @@ from typing import (
     Tuple,
 )  # fmt: skip
 
-import numpy as np
-
 from npu_trace.events import NpuEvent
+from npu_trace.export.lanes import Lane, LanePacker  # noqa: F401  (Lane: named here by the tests, as before)
 from npu_trace.export.tracks import (
     COUNTER,
     GROUP,
@@ -79,7 +77,6 @@ if TYPE_CHECKING:
     from npu_trace.detectors.states import Transition
 
 CALL_KINDS = frozenset(("call", "submit", "free", "timeout"))  # a return paired with its entry carries latency_ns
-MAX_ROOTS = 256  # slices a lane remembers to check the nesting of the next (see Lane)
 MAX_OPEN_IRQS = 16  # handler entries of one interrupt line waiting for their exit
 _HIDDEN_ARGS = ("latency_ns", "entry_ts_ns", "duration_ns", "edge")
 _HEALTH = (("temp_c", "temperature", "°C"), ("hbm_temp_c", "HBM temperature", "°C"),
@@ -92,111 +89,6 @@ CommOf = Callable[[int], str]
 COUNTS = ("calls", "tasks", "irqs", "unreturned_calls", "unmatched_completes", "irq_exits_without_entry",
           "irq_entries_without_exit", "irqs_open_at_end", "resets", "findings")  # what finish() tells
 _MIN, _MAX = -(1 << 63), (1 << 63) - 1
-
-
-class Lane:
-    """One track of a lane group: the outermost slices given to it lately (`roots`: disjoint, in time order,
-    so their begins and their ends both ascend: kept as two arrays, searched by bisection).
-
-    A new slice [b, e] (e at least every end before) nests properly there when every root that ends after b
-    starts after b (the new slice then contains it). Ties are decided by the file order a stable sort keeps:
-    a root ending at b is closed before the new slice opens; a root starting at b is refused (it would open
-    first). Roots older than the last MAX_ROOTS are forgotten: a slice starting before the end of one
-    forgotten (`floor`) is refused rather than risked."""
-
-    __slots__ = ("begins", "ends", "floor", "last_end", "track")
-
-    def __init__(self, track: Track) -> None:
-        self.track = track
-        self.begins: List[int] = []
-        self.ends: List[int] = []
-        self.floor = -(1 << 63)
-        self.last_end = -(1 << 63)
-
-    @property
-    def roots(self) -> List[Tuple[int, int]]:
-        return list(zip(self.begins, self.ends))
-
-    def fits(self, begin: int, end: int) -> bool:
-        if end < self.last_end or begin < self.floor:
-            return False
-        after = bisect_right(self.ends, begin)  # the roots ending after `begin` follow
-        return after == len(self.ends) or self.begins[after] > begin
-
-    def add(self, begin: int, end: int) -> None:
-        keep = bisect_right(self.ends, begin)  # the others are nested in the new slice
-        del self.begins[keep:], self.ends[keep:]
-        self.begins.append(begin)
-        self.ends.append(end)
-        self._forget(end)
-
-    def add_run(self, begins: np.ndarray, ends: np.ndarray) -> None:
-        """add() of slices each beginning at or after the end of every root and of the slice before it (none
-        nests another): all appended (the last MAX_ROOTS + 1 of them say all that is kept)."""
-        self.begins += begins[-MAX_ROOTS - 1 :].tolist()
-        self.ends += ends[-MAX_ROOTS - 1 :].tolist()
-        self._forget(int(ends[-1]))
-
-    def _forget(self, last_end: int) -> None:
-        """The roots past MAX_ROOTS forgotten, the floor at the end of the last of them."""
-        extra = len(self.ends) - MAX_ROOTS
-        if extra > 0:
-            self.floor = self.ends[extra - 1]
-            del self.begins[:extra], self.ends[:extra]
-        self.last_end = last_end
-
-
-class LanePacker:
-    """Slices of one group (a device's calls, one stream's tasks, one interrupt line) given in the order of
-    their ends: each on the first lane it fits (`Lane`), a new lane when none does."""
-
-    def __init__(self, new_track: Callable[[int], Track]) -> None:
-        self.new_track = new_track
-        self.lanes: List[Lane] = []
-
-    def place(self, begin: int, end: int) -> Track:
-        for lane in self.lanes:
-            if lane.fits(begin, end):
-                lane.add(begin, end)
-                return lane.track
-        lane = Lane(self.new_track(len(self.lanes)))
-        self.lanes.append(lane)
-        lane.add(begin, end)
-        return lane.track
-
-    def place_many(self, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """place() of each slice in turn (ends in order): the lane number of each. A slice that begins at or
-        after every end before it fits the first lane (what place() finds there: every root ends before it);
-        runs of those are added to it at once, the others placed one by one."""
-        n = len(begins)
-        lanes: np.ndarray = np.zeros(n, dtype=np.int64)
-        if not n:
-            return lanes
-        top = max((lane.last_end for lane in self.lanes), default=None)
-        before: np.ndarray = np.empty(n, dtype=np.int64)
-        before[0] = _MIN if top is None else top
-        before[1:] = np.maximum.accumulate(ends[:-1])
-        if top is not None:
-            before[1:] = np.maximum(before[1:], top)
-        simple = begins >= before
-        if not self.lanes:
-            simple[0] = False  # the first lane is made by place()
-        others = np.flatnonzero(~simple).tolist()
-        at = 0
-        for i in [*others, n]:
-            if i > at:
-                self.lanes[0].add_run(begins[at:i], ends[at:i])
-            if i < n:
-                track = self.place(int(begins[i]), int(ends[i]))
-                lanes[i] = next(k for k, lane in enumerate(self.lanes) if lane.track is track)
-            at = i + 1
-        return lanes
-
-    def first(self) -> Track:
-        """The group's first lane (instants of the group go there)."""
-        if not self.lanes:
-            self.lanes.append(Lane(self.new_track(0)))
-        return self.lanes[0].track
 
 
 def lane_name(name: str, lane: int) -> str:
