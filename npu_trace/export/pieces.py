@@ -75,18 +75,23 @@ _FIELDS = ("key", "what", "track", "ts", "end", "name", "layout", "flow_out", "f
 class Pieces:
     """See the module docstring: one row of int64 per piece (`rows`: the fields at KEY ... FLOW_IN, three spare
     columns, the values from VALS on), the rows of a block in key order once `done`; each field also as a
-    column view (`key`, `what`, ...) and the values as `vals` (a row per argument position)."""
+    column (`key`, `what`, ...: read from a copy of the fields made column by column when one is first read,
+    the writers reading each several times; nothing writes a field once done) and the values as `vals` (a row
+    per argument position)."""
 
     def __init__(self) -> None:
         self._parts: List[Part] = []  # (its pieces, its columns) of each add()
         self.rows: np.ndarray = np.zeros((0, VALS), dtype=np.int64)
+        self._fields: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name in _FIELDS:
-            return self.rows[:, _FIELDS.index(name)]
+            if self._fields is None:
+                self._fields = np.ascontiguousarray(self.rows[:, : len(_FIELDS)].T)
+            return self._fields[_FIELDS.index(name)]
         raise AttributeError(name)
 
     @property
@@ -107,6 +112,7 @@ class Pieces:
         parts, self._parts = self._parts, []
         if parts:
             self.rows = key_ordered(parts)
+            self._fields = None
         return self
 
 
