@@ -18,6 +18,8 @@ import numpy as np
 
 from npu_trace.export.pieces import CONST, STR, Layouts, Strings, present
 from npu_trace.export.pieces import INT as INT_ARG
+from npu_trace.export.texts import distinct
+from npu_trace.export.texts import distinct_rows as _distinct_rows  # the tests name it here
 from npu_trace.ftrace.decode import RecordDecoder
 from npu_trace.ftrace.format import CHAR_ARRAY, DATA_LOC, INT, REL_LOC, Field
 
@@ -115,25 +117,6 @@ def _codes(raw: np.ndarray, strings: Strings) -> np.ndarray:
     return codes[groups]
 
 
-def _distinct_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """(group of each row, first row of each group) of a matrix of bytes: by a hash of each row's 8-byte words,
-    checked against the rows (np.unique over the rows' bytes where two differ under one hash)."""
-    n, width = rows.shape
-    words: np.ndarray = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
-    words[:, :width] = rows
-    packed = words.view(np.uint64)
-    h = packed[:, 0].copy()
-    for k in range(1, packed.shape[1]):
-        h = h * np.uint64(0x9E3779B97F4A7C15) ^ packed[:, k]
-    _, first, groups = np.unique(h, return_index=True, return_inverse=True)
-    groups = groups.reshape(-1)
-    if not (packed == packed[first][groups]).all():
-        _, first, groups = np.unique(words.view(f"V{words.shape[1]}").reshape(-1), return_index=True,
-                                     return_inverse=True)  # fmt: skip
-        groups = groups.reshape(-1)
-    return groups, first
-
-
 def _c_string(raw: bytes) -> str:
     end = raw.find(b"\0")
     return (raw if end < 0 else raw[:end]).decode("utf-8", "backslashreplace")
@@ -141,41 +124,24 @@ def _c_string(raw: bytes) -> str:
 
 def _dynamic_strings(table: Any, refs: np.ndarray, field: Field, loc: np.ndarray,
                      strings: Strings) -> Optional[Tuple[Value, Any]]:  # fmt: skip
-    """A __data_loc/__rel_loc string field: each row's bytes gathered into a fixed width, then decoded once
-    per distinct value."""
+    """A __data_loc/__rel_loc string field: its distinct values found (npu_trace.export.texts), each decoded
+    once, the new ones numbered in the values' byte order (as _codes numbers them)."""
     loc = loc.astype(np.int64)
     offset, length = loc & 0xFFFF, loc >> 16
     if field.kind == REL_LOC:
         offset = offset + field.offset + field.size
     if len(refs) and (offset + length > table.length[refs]).any():
         return None  # beyond the record: the decoder raises (the rows go one by one)
-    width = max(int(length.max()) if len(length) else 0, 1)
-    raw: np.ndarray = np.zeros((len(refs), width), dtype=np.uint8)
-    start = table.offset[refs] + offset
-    which = table.buf[refs]
-    for b in np.unique(which).tolist():
-        mine = np.flatnonzero(which == b)
-        raw[mine] = _windows(np.frombuffer(table.bufs[b], dtype=np.uint8), start[mine], width)
-    raw[np.arange(width) >= length[:, None]] = 0  # past each value's length
-    fixed: np.ndarray = raw.view(f"S{width}").reshape(-1)
-    return (STR, _codes(fixed, strings)), None
-
-
-def _windows(data: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
-    """The `width` bytes of `data` from each start, a row each (a window that passes the end reads the last
-    byte again: only bytes past the value's length, cleared by the caller)."""
-    if len(data) >= width:
-        view = np.lib.stride_tricks.sliding_window_view(data, width)
-        out: np.ndarray = view[np.minimum(start, len(data) - width)]
-        late = np.flatnonzero(start > len(data) - width)
-        if not len(late):
-            return out
-    else:
-        late = np.arange(len(start))
-        out = np.zeros((len(start), width), dtype=np.uint8)
-    index = start[late, None] + np.arange(width)
-    out[late] = data[np.minimum(index, len(data) - 1)]
-    return out
+    if not len(refs):
+        return (STR, np.zeros(0, np.int64)), None
+    start, which = table.offset[refs] + offset, table.buf[refs]
+    groups, firsts = distinct(table.bufs, which, start, length)
+    values = [bytes(memoryview(table.bufs[int(which[f])])[int(start[f]) : int(start[f] + length[f])]).rstrip(b"\0")
+              for f in firsts.tolist()]  # fmt: skip
+    order = sorted(range(len(values)), key=values.__getitem__)
+    codes: np.ndarray = np.empty(len(values), dtype=np.int64)
+    codes[order] = strings.codes([_c_string(values[g]) for g in order])
+    return (STR, codes[groups]), None
 
 
 # ---- the dict operations, on sets -----------------------------------------------------------------------
