@@ -1,8 +1,8 @@
-/* The lane placement of npu_trace.export.track_map, compiled: LanePacker.place_many's loop over one group's
+/* The lane placement of npu_trace.export.lanes, compiled: LanePacker.place_many's loop over one group's
  * slices, on the lanes' own lists (no copy of them in or out: each lane's roots stay the Python lists the
  * one-by-one placement reads, changed in place).
  *
- * track_map.py holds the rules (Lane.fits, Lane.add, Lane.add_run, LanePacker.place) and the pure-Python twin,
+ * lanes.py holds the rules (Lane.fits, Lane.add, Lane.add_run, LanePacker.place) and the pure-Python twin,
  * LanePacker.place_many_py, whose lanes and lane numbers are identical.
  *
  * place_many(lanes, begins, ends, out, at, max_roots) -> int
@@ -15,6 +15,7 @@
  * lane, a run of them at once (Lane.add_run); any other to the first lane it fits (Lane.fits, Lane.add).
  * Returns n once every slice is placed, or the first slice no lane fits: the caller adds a lane and calls
  * again from it. A lane's lists hold the int64 values they were given (a value of another type: TypeError).
+
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,9 +41,11 @@ static int as_i64(PyObject *o, int64_t *out)
     return 1;
 }
 
-static int attr_i64(PyObject *o, const char *name, int64_t *out)
+static PyObject *BEGINS, *ENDS, *FLOOR, *LAST_END; /* the Lane's attributes' names, made once */
+
+static int attr_i64(PyObject *o, PyObject *name, int64_t *out)
 {
-    PyObject *v = PyObject_GetAttrString(o, name);
+    PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL)
         return 0;
     int ok = as_i64(v, out);
@@ -154,8 +157,8 @@ static int store(Lane *lanes, Py_ssize_t nl)
         if (!trim(&lanes[k]))
             return 0;
         PyObject *floor = PyLong_FromLongLong(lanes[k].floor), *last = PyLong_FromLongLong(lanes[k].last_end);
-        int ok = floor != NULL && last != NULL && PyObject_SetAttrString(lanes[k].lane, "floor", floor) == 0
-                 && PyObject_SetAttrString(lanes[k].lane, "last_end", last) == 0;
+        int ok = floor != NULL && last != NULL && PyObject_SetAttr(lanes[k].lane, FLOOR, floor) == 0
+                 && PyObject_SetAttr(lanes[k].lane, LAST_END, last) == 0;
         Py_XDECREF(floor);
         Py_XDECREF(last);
         if (!ok)
@@ -169,15 +172,15 @@ static int load(PyObject *list, Lane *lanes, Py_ssize_t nl)
     for (Py_ssize_t k = 0; k < nl; k++) {
         Lane *l = &lanes[k];
         l->lane = PyList_GET_ITEM(list, k);
-        l->begins = PyObject_GetAttrString(l->lane, "begins");
-        l->ends = PyObject_GetAttrString(l->lane, "ends");
+        l->begins = PyObject_GetAttr(l->lane, BEGINS);
+        l->ends = PyObject_GetAttr(l->lane, ENDS);
         if (l->begins == NULL || l->ends == NULL)
             return 0;
         if (!PyList_CheckExact(l->begins) || !PyList_CheckExact(l->ends)) {
             PyErr_SetString(PyExc_TypeError, "a lane's roots are not lists");
             return 0;
         }
-        if (!attr_i64(l->lane, "floor", &l->floor) || !attr_i64(l->lane, "last_end", &l->last_end))
+        if (!attr_i64(l->lane, FLOOR, &l->floor) || !attr_i64(l->lane, LAST_END, &l->last_end))
             return 0;
     }
     return 1;
@@ -222,22 +225,20 @@ static Py_ssize_t place(Lane *lanes, Py_ssize_t nl, const int64_t *b, const int6
     return n;
 }
 
-static PyObject *py_place_many(PyObject *self, PyObject *args)
+/* One group's slices from `at` on, on the lanes of `list`: n, the slice no lane fits, or -1 on an error */
+static Py_ssize_t one_group(PyObject *list, const int64_t *b, const int64_t *e, int64_t *out, Py_ssize_t n,
+                            Py_ssize_t at, Py_ssize_t max_roots)
 {
-    PyObject *list;
-    Py_buffer begins, ends, out;
-    Py_ssize_t at, max_roots;
-    if (!PyArg_ParseTuple(args, "O!y*y*w*nn", &PyList_Type, &list, &begins, &ends, &out, &at, &max_roots))
-        return NULL;
-    Py_ssize_t n = begins.len / 8, nl = PyList_GET_SIZE(list);
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "a group's lanes are not a list");
+        return -1;
+    }
+    Py_ssize_t nl = PyList_GET_SIZE(list), got = -1;
     Lane *lanes = PyMem_Calloc((size_t)nl + 1, sizeof(Lane));
-    Py_ssize_t got = -1;
     if (lanes == NULL)
         PyErr_NoMemory();
-    else if (begins.len % 8 || ends.len != begins.len || out.len != begins.len || at < 0 || at > n || max_roots < 1)
-        PyErr_SetString(PyExc_ValueError, "the slices' arrays, `at` or max_roots do not agree");
     else if (load(list, lanes, nl)) {
-        got = place(lanes, nl, begins.buf, ends.buf, out.buf, n, at, max_roots);
+        got = place(lanes, nl, b, e, out, n, at, max_roots);
         if (got >= 0 && !store(lanes, nl))
             got = -1;
     }
@@ -246,6 +247,21 @@ static PyObject *py_place_many(PyObject *self, PyObject *args)
         Py_XDECREF(lanes[k].ends);
     }
     PyMem_Free(lanes);
+    return got;
+}
+
+static PyObject *py_place_many(PyObject *self, PyObject *args)
+{
+    PyObject *list;
+    Py_buffer begins, ends, out;
+    Py_ssize_t at, max_roots, got = -1;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*nn", &PyList_Type, &list, &begins, &ends, &out, &at, &max_roots))
+        return NULL;
+    Py_ssize_t n = begins.len / 8;
+    if (begins.len % 8 || ends.len != begins.len || out.len != begins.len || at < 0 || at > n || max_roots < 1)
+        PyErr_SetString(PyExc_ValueError, "the slices' arrays, `at` or max_roots do not agree");
+    else
+        got = one_group(list, begins.buf, ends.buf, out.buf, n, at, max_roots);
     PyBuffer_Release(&begins);
     PyBuffer_Release(&ends);
     PyBuffer_Release(&out);
@@ -253,16 +269,22 @@ static PyObject *py_place_many(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"place_many", py_place_many, METH_VARARGS, "A group's slices on its lanes (see npu_trace.export.track_map)."},
+    {"place_many", py_place_many, METH_VARARGS, "A group's slices on its lanes (see npu_trace.export.lanes)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_lanes", "The lane placement, compiled (npu_trace.export.track_map).", -1, methods, NULL,
+    PyModuleDef_HEAD_INIT, "_lanes", "The lane placement, compiled (npu_trace.export.lanes).", -1, methods, NULL,
     NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__lanes(void)
 {
+    BEGINS = PyUnicode_InternFromString("begins");
+    ENDS = PyUnicode_InternFromString("ends");
+    FLOOR = PyUnicode_InternFromString("floor");
+    LAST_END = PyUnicode_InternFromString("last_end");
+    if (BEGINS == NULL || ENDS == NULL || FLOOR == NULL || LAST_END == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

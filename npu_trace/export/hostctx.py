@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.export.pieces import INSTANT, INT, SLICE, STR, SUBKEYS, Pieces, Strings, factorize, split
-from npu_trace.export.rowargs import field_column
+from npu_trace.export.rowargs import decodable, field_column
 from npu_trace.export.tracks import GROUP, SLICES, Track
 from npu_trace.export.wire import Consts, Template, assemble, program
 from npu_trace.ftrace.context import (
@@ -58,7 +58,7 @@ class Rows:
         refs = block.ref[rows]
         keep: np.ndarray = np.ones(len(rows), dtype=bool)
         self.fields: Dict[str, Tuple[int, np.ndarray]] = {}
-        for field in table.plan.fmt.fields:
+        for field in table.plan.fmt.fields if decodable(table, refs) else ():
             got = field_column(table, refs, field, strings)
             if got is not None:
                 self.fields[field.name] = got[0]

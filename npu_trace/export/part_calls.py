@@ -212,11 +212,12 @@ def _submit_flows(nb: NormBlock, rows: np.ndarray, sets: Sequence[ArgSet],
     whose stream or task is not an integer (drawn one by one)."""
     stream, task = _int_arg(sets, "stream", len(rows)), _int_arg(sets, "task", len(rows))
     submit = nb.kind[rows] == _SUBMIT
-    dev = nb.dev[rows]
-    flows = flow_ids("task", (dev, dev >= 0), stream[:2], task[:2], end)
-    has = submit & stream[1]
-    bad = np.flatnonzero(submit & ~(stream[2] & task[2]))
-    return np.where(has, flows, 0), bad
+    has = np.flatnonzero(submit & stream[1])  # the ids of those only
+    dev = nb.dev[rows[has]]
+    flows: np.ndarray = np.zeros(len(rows), dtype=np.int64)
+    flows[has] = flow_ids("task", (dev, dev >= 0), (stream[0][has], stream[1][has]), (task[0][has], task[1][has]),
+                          end[has])  # fmt: skip
+    return flows, np.flatnonzero(submit & ~(stream[2] & task[2]))
 
 
 def _stream_lanes(m: Any, dev: Optional[int], stream: Any) -> Callable[[int], Any]:

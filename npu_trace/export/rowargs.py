@@ -71,6 +71,8 @@ def _group_args(nb: Any, group: Any, rows: np.ndarray, strings: Strings) -> Tupl
     fields = table.plan.fmt.fields
     keys: Dict[str, Value] = {}
     bad: Optional[np.ndarray] = None
+    if plan[3] and not decodable(table, refs):
+        return ArgSet(rows, {}), np.ones(len(rows), dtype=bool)
     for name, i in plan[3]:
         got = field_column(table, refs, fields[i], strings)
         if got is None:
@@ -84,19 +86,23 @@ def _group_args(nb: Any, group: Any, rows: np.ndarray, strings: Strings) -> Tupl
     return ArgSet(rows, keys), bad
 
 
-def field_column(table: Any, refs: np.ndarray, field: Field, strings: Strings) -> Optional[Tuple[Value, Any]]:
-    """A field of the table's rows `refs` as the decoder gives it, as a column: (value, the rows where it
-    cannot be one, or None); None when the field never can (arrays, structs, a decoder that fixes values)."""
+def decodable(table: Any, refs: np.ndarray) -> bool:
+    """Records the table's decoder takes (the short ones it refuses go one by one, as the reference)."""
     decoder = table.plan.decoder
-    if type(decoder) is not RecordDecoder or field.name not in table.plan.fields:
+    return type(decoder) is RecordDecoder and not (len(refs) and int(table.length[refs].min()) < decoder.size)
+
+
+def field_column(table: Any, refs: np.ndarray, field: Field, strings: Strings) -> Optional[Tuple[Value, Any]]:
+    """A field of the table's rows `refs` (records the decoder takes: `decodable`) as the decoder gives it, as a
+    column: (value, the rows where it cannot be one, or None); None when the field never can (arrays, structs,
+    a decoder that fixes values)."""
+    if field.name not in table.plan.fields:
         return None
-    if len(refs) and int(table.length[refs].min()) < decoder.size:
-        return None  # short records: the decoder refuses them (the rows go one by one, as the reference)
     col = table.cols[field.name][refs]
     if field.kind == INT:
         if col.dtype == np.uint64 and len(col) and int(col.max()) > _I64_MAX:
             return (INT_ARG, col.astype(np.int64)), col > _I64_MAX
-        return (INT_ARG, col.astype(np.int64)), None
+        return (INT_ARG, col.astype(np.int64, copy=False)), None
     if field.kind == CHAR_ARRAY:
         return (STR, _codes(col, strings)), None
     if field.kind in (DATA_LOC, REL_LOC) and field.type.replace("const ", "").strip() in _STRING_ELEMS:
