@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.export.parts import MIN, Part, _int_arg, _keep, place
+from npu_trace.export.parts import MIN, Part, _int_arg, _keep, picked, place
 from npu_trace.export.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, merge, put
@@ -43,7 +43,8 @@ class Calls(Part):
         layout, vals = owner.layout(sets, len(rows))
         sel = np.flatnonzero(ok)
         self.keys = rows[sel] * SUBKEYS
-        self.dev, self.b, self.e, self.layout_, self.vals = nb.dev[rows[sel]], b[sel], e[sel], layout[sel], vals[:, sel]
+        self.dev, self.b, self.e, self.layout_ = nb.dev[rows[sel]], b[sel], e[sel], layout[sel]
+        self.vals = picked(vals, sel)
         self.name, self.flow = owner.op_names(nb, rows[sel]), flows[sel]
 
     def draw(self, lo: int, hi: int) -> None:
@@ -85,7 +86,7 @@ class Submits(Part):
         sel = np.flatnonzero(ok & self.inside(ts))
         self.keys, self.ts, self.dev = rows[sel] * SUBKEYS, ts[sel], dev[sel]
         self.stream = np.where(stream[1], stream[0], _MIN)[sel]
-        self.layout_, self.vals, self.flow = layout[sel], vals[:, sel], flows[sel]
+        self.layout_, self.vals, self.flow = layout[sel], picked(vals, sel), flows[sel]
         self.name = owner.op_names(nb, rows[sel], "submit ")
 
     def draw(self, lo: int, hi: int) -> None:
@@ -120,7 +121,7 @@ class Allocs(Part):
         layout, vals = owner.layout(owner.plain(nb, rows, sets), len(rows))
         sel = np.flatnonzero(ok & self.inside(ts) & (nb.dev[rows] >= 0))
         self.keys, self.ts, self.dev = rows[sel] * SUBKEYS, ts[sel], nb.dev[rows[sel]]
-        self.layout_, self.vals = layout[sel], vals[:, sel]
+        self.layout_, self.vals = layout[sel], picked(vals, sel)
         self.name = owner.d.names.code("alloc")
 
     def draw(self, lo: int, hi: int) -> None:
@@ -160,7 +161,8 @@ class Tasks(Part):
         flows = flow_ids("task", (dev, dev >= 0), stream[:2], task[:2], submitted)
         sel = np.flatnonzero(shown)
         self.keys = (base + sel) * SUBKEYS
-        self.b, self.e, self.dev, self.layout_, self.vals = b[sel], e[sel], dev[sel], layout[sel], vals[:, sel]
+        self.b, self.e, self.dev, self.layout_ = b[sel], e[sel], dev[sel], layout[sel]
+        self.vals = picked(vals, sel)
         self.stream = np.where(stream[1], stream[0], _MIN)[sel]
         self.flow = flows[sel]
         self.name = owner.d.names.code("task")

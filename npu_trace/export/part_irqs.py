@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.export.parts import Part, _int_arg, place
+from npu_trace.export.parts import Part, _int_arg, picked, place
 from npu_trace.export.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, as_dicts, merge, put
@@ -111,7 +111,7 @@ class Irqs(Part):
         pairs = np.stack([at[starts], at[starts + 1]])
         left = np.flatnonzero(en & ~closed)
         opened = sorted((int(at[i]), keys[int(ln[i])]) for i in left.tolist())
-        return pairs[:, np.argsort(pairs[1], kind="stable")], [(key, i) for i, key in opened]
+        return pairs.take(np.argsort(pairs[1], kind="stable"), axis=1), [(key, i) for i, key in opened]
 
     def _pairs(self, nb: NormBlock, rows: np.ndarray, plain: List[ArgSet], pairs: np.ndarray) -> None:
         starts, exits = pairs[0], pairs[1]
@@ -123,7 +123,7 @@ class Irqs(Part):
         layout, vals = self.o.layout(sets, len(starts))
         sel = np.flatnonzero(shown)
         self.keys = rows[exits[sel]] * SUBKEYS
-        self.b, self.e, self.layout_, self.vals = b[sel], e[sel], layout[sel], vals[:, sel]
+        self.b, self.e, self.layout_, self.vals = b[sel], e[sel], layout[sel], picked(vals, sel)
         self.line = self._line_of[exits[sel]]
 
     def draw(self, lo: int, hi: int) -> None:
