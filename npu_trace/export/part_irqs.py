@@ -172,23 +172,19 @@ def _order_by(*cols: np.ndarray) -> np.ndarray:
 def _edged(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
     """Interrupt rows of planned formats whose "edge" is a constant entry or exit, carrying no timing of
     their own (the kernel-timed handlers of BPF go one by one)."""
-    ok: np.ndarray = np.zeros(len(rows), dtype=bool)
-    groups = nb.group_of[rows]
-    for g in present(groups[groups >= 0]):
-        group = nb.groups[g]
-        edge = group.const.get("edge")
-        if edge in ("entry", "exit") and "edge" not in group.arg_at:
-            ok[groups == g] = True
-    return ok & ~nb.paired[rows]
+    edged = [g.const.get("edge") in ("entry", "exit") and "edge" not in g.arg_at for g in nb.groups]
+    return _by_group(nb, rows, edged) & ~nb.paired[rows]
 
 
 def _edges(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
     """Is each row an entry (else an exit)."""
-    out: np.ndarray = np.zeros(len(rows), dtype=bool)
-    groups = nb.group_of[rows]
-    for g in present(groups):
-        out[groups == g] = nb.groups[g].const.get("edge") == "entry"
-    return out
+    return _by_group(nb, rows, [g.const.get("edge") == "entry" for g in nb.groups])
+
+
+def _by_group(nb: NormBlock, rows: np.ndarray, flags: List[bool]) -> np.ndarray:
+    """A flag of each row's format group (False for a row of no group)."""
+    table: np.ndarray = np.array([*flags, False], dtype=bool)  # group -1: the last
+    return table[nb.group_of[rows]]
 
 
 def _str_arg(sets: Sequence[ArgSet], name: str, n: int, strings: Any) -> Tuple[np.ndarray, np.ndarray]:
