@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import numpy as np
 
 from npu_trace.export.parts import Part
-from npu_trace.export.pieces import COUNTER, SUBKEYS, Pieces, factorize, split
+from npu_trace.export.pieces import COUNTER, SUBKEYS, Pieces, factorize
 from npu_trace.pipeline.order import stable_order
 
 if TYPE_CHECKING:
@@ -85,14 +85,13 @@ class Memory(Part):
         self.pieces.add(keys + 1, COUNTER, own_track, ts, vals=[mine[sel]])
 
     def _tracks(self, dev: np.ndarray, pid: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        live: np.ndarray = np.zeros(len(dev), np.int64)
-        own: np.ndarray = np.zeros(len(dev), np.int64)
+        """The track codes of each change's device total and process total (looked up once per pair)."""
         groups, first = factorize([dev, pid])
-        for g, at in enumerate(split(groups, len(first))):
-            d, p = int(dev[first[g]]), int(pid[first[g]])
-            live[at] = self.o.track_code(self.m._live_track(d))
-            own[at] = self.o.track_code(self.m._process_track(d, p))
-        return live, own
+        code, m = self.o.track_code, self.m
+        codes = [(code(m._live_track(d)), code(m._process_track(d, p)))
+                 for d, p in zip(dev[first].tolist(), pid[first].tolist())]  # fmt: skip
+        table: np.ndarray = np.array(codes, dtype=np.int64).reshape(-1, 2)
+        return table[groups, 0], table[groups, 1]
 
 
 def _running(live: Dict[Any, int], keys: Sequence[np.ndarray], delta: np.ndarray) -> np.ndarray:
