@@ -1,5 +1,6 @@
 """Export figures: `npu-trace export` to Perfetto and to Chrome JSON beside `npu-trace check` (the anchor) on the
-same generated recording, with each child's peak RSS.
+same generated recording, with each child's CPU per event (the export uses both CPUs: it draws a block while it analyses
+the next) and peak RSS.
 
 The recording is benchmarks.gen_recording's (the mixed scenario on 8 devices, host-like on 2 CPUs; `--events`,
 default 1 M; or `--file FILE`). Each command runs as a user runs it, in a child process (`--repeat` times,
@@ -56,13 +57,15 @@ def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) 
 
 def table(events: int, figs: Dict[str, Any]) -> List[str]:
     check_rate = figs["check"]["events_per_s"]
-    head = f"{'':<12} {'events/s':>12} {'vs check':>9} {'wall s':>8} {'peak RSS MiB':>13} {'output MB':>10}"
-    lines = [f"export, {events:,} events (start-up taken off; check is the anchor):", head]
+    head = (f"{'':<12} {'events/s':>12} {'vs check':>9} {'wall s':>8} {'CPU ns/ev':>10} {'peak RSS MiB':>13} "
+            f"{'output MB':>10}")  # fmt: skip
+    lines = [f"export, {events:,} events (start-up taken off; check is the anchor; the export draws a block while "
+             "the next is analysed: CPU beside wall):", head]  # fmt: skip
     for name, f in figs.items():
         ratio = f["events_per_s"] / check_rate if check_rate else 0.0
         size = f"{f['out_bytes'] / 1e6:10.1f}" if f["out_bytes"] is not None else f"{'-':>10}"
-        rate, wall, rss = f["events_per_s"], f["wall_s"], f["rss_mib"]
-        lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.1f} {rss:13.0f} {size}")
+        rate, wall, cpu, rss = f["events_per_s"], f["wall_s"], f["cpu_ns_per_event"], f["rss_mib"]
+        lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.1f} {cpu:10.0f} {rss:13.0f} {size}")
     for name in ("perfetto", "chrome-json"):
         rate = figs[name]["events_per_s"]
         ratio = rate / check_rate if check_rate else 0.0
