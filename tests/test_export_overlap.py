@@ -4,9 +4,10 @@ drawing runs (the process names each block is drawn with are those known when it
 
 from __future__ import annotations
 
+import io
 import random
 import threading
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 import pytest
 
@@ -14,6 +15,7 @@ import npu_trace.export.run as export_module
 from export_reference import reference_export
 from npu_trace.export.drawing import BlockDrawing
 from npu_trace.export.overlap import Overlap
+from npu_trace.export.perfetto import PerfettoWriter
 from npu_trace.export.run import Request, export
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.recording import RecordingWriter
@@ -84,7 +86,8 @@ def _renamed(path: str, seed: int = 4) -> None:
 
 
 class _Late(Overlap):
-    """The latest the drawing may run: every job when the exporter waits (after the next block was read)."""
+    """The latest the drawing and the writing may run: each job when it is waited for (a block drawn after the
+    next was read, its bytes written after the next was drawn)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,10 +95,13 @@ class _Late(Overlap):
 
     def submit(self, job: Callable[[], None]) -> None:
         self.later.append(job)
+        self.given += 1
 
-    def wait(self) -> None:
-        later, self.later = self.later, []
-        for job in later:
+    def wait(self, upto: Optional[int] = None) -> None:
+        count = len(self.later) if upto is None else max(0, min(upto - self._waited, len(self.later)))
+        jobs, self.later = self.later[:count], self.later[count:]
+        self._waited += count
+        for job in jobs:
             job()
 
 
@@ -111,6 +117,29 @@ def test_the_bytes_do_not_depend_on_when_a_block_is_drawn(tmp_path: Any, monkeyp
         assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), out
         assert {**fast, "out": None} == {**ref, "out": None}
     assert b"-0\"" in (tmp_path / "fast-out.json").read_bytes()  # the names of the first reads are shown
+
+
+def test_the_file_is_written_in_order_beside_the_drawing(tmp_path: Any, monkeypatch: Any) -> None:
+    """The writer's lane: jobs given in order are written in order, the bytes counted, waited for up to a
+    mark (the blocks before), an error in it raised where the drawing waits."""
+    out = io.BytesIO()
+    writer = PerfettoWriter(out)
+    lane = writer.output.lane = Overlap()
+    try:
+        writer.put(b"a")
+        view = bytearray(b"bc")
+        writer.put(memoryview(view))  # a view into a buffer the caller reuses: copied
+        view[:] = b"xx"
+        writer.assembled(lambda buf: (buf.__setitem__(slice(0, 2), b"de"), 2)[1])
+        mark = lane.given
+        lane.wait(mark)
+        assert out.getvalue() == b"abcde" and writer.counts["bytes"] == 5
+        writer.assembled(lambda buf: 1 // 0)
+        with pytest.raises(ZeroDivisionError):
+            lane.wait()
+    finally:
+        lane.close()
+    assert not _drawing_threads()
 
 
 def test_an_error_in_the_drawing_is_the_exports_own(tmp_path: Any, monkeypatch: Any) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Mapping, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, TextIO, Tuple
 
+from npu_trace.export.output import Output
 from npu_trace.export.tracks import COUNTER, GROUP, Track, Value, tally
 
 FLOW_MASK = (1 << 53) - 1  # flow ids as JSON numbers every viewer reads exactly
@@ -82,6 +83,7 @@ class ChromeJsonWriter:
         self.tids: Dict[int, int] = {}  # pid -> last tid given
         self.open: Dict[int, List[_Open]] = {}  # track uuid -> slices begun, not ended
         self._columns: Any = None  # what writes pieces, made when first needed
+        self.output = Output(self._send, self.counts)  # in order, in a thread of its own when the export says
 
     def header(self, info: Mapping[str, Any]) -> None:
         other = {"clock": info.get("clock", "mono"), "clock_domain": "CLOCK_MONOTONIC",
@@ -148,9 +150,25 @@ class ChromeJsonWriter:
         self._columns.write(p, lo, hi, drawn)
 
     def put(self, data: Any) -> None:
-        """Lines made elsewhere (each with its separator; ASCII bytes or text), after those written so far:
-        bytes go to the text stream's binary buffer when it has one (no decoding and encoding again)."""
+        """Lines made elsewhere (each with its separator; ASCII bytes or text), after those written so far."""
         self._flush()
+        self.output.write(data)
+
+    def assembled(self, run: Callable[[bytearray], int]) -> None:
+        """Lines `run` lays out in a buffer (npu_trace.export.output), after those written so far."""
+        self._flush()
+        self.output.assembled(run)
+
+    def close(self) -> Dict[str, int]:
+        self._raw("\n]}\n")
+        self._flush()
+        self.output.wait()
+        self.out.flush()
+        return dict(self.counts)
+
+    def _send(self, data: Any) -> None:
+        """Text, or ASCII bytes: to the text stream's binary buffer when it has one (no decoding and encoding
+        again)."""
         raw = getattr(self.out, "buffer", None)
         if isinstance(data, str):
             self.out.write(data)
@@ -159,13 +177,6 @@ class ChromeJsonWriter:
             raw.write(data)
         else:
             self.out.write(bytes(data).decode("ascii"))
-        self.counts["bytes"] += len(data)
-
-    def close(self) -> Dict[str, int]:
-        self._raw("\n]}\n")
-        self._flush()
-        self.out.flush()
-        return dict(self.counts)
 
     # ---- text ----------------------------------------------------------------------------------------------
     def _meta(self, pid: int, tid: int, name: str, args: Mapping[str, Any]) -> None:
@@ -183,7 +194,6 @@ class ChromeJsonWriter:
 
     def _flush(self) -> None:
         if self.parts:
-            text = "".join(self.parts)
-            self.out.write(text)
-            self.counts["bytes"] += len(text)  # ASCII: json.dumps escapes everything else
+            text = "".join(self.parts)  # ASCII: json.dumps escapes everything else (its length: its bytes)
             self.parts, self.size = [], 0
+            self.output.write(text)

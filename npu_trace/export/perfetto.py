@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from npu_trace.export.output import Output
 from npu_trace.export.tracks import COUNTER, GROUP, Track, Value, tally
 
 SEQUENCE = 1  # the trusted_packet_sequence_id of every packet
@@ -195,6 +196,7 @@ class PerfettoWriter:
         self.ends: Dict[int, bytes] = {}  # track uuid -> a slice end's track_event field
         self.seen: Dict[Tuple[Any, Any], Tuple[type, bytes]] = {}  # (argument, int or str value) -> annotation
         self._columns: Any = None  # what writes pieces, made when first needed
+        self.output = Output(out.write, self.counts)  # in order, in a thread of its own when the export says
 
     # ---- the file's start and the tracks: messages ---------------------------------------------------------
     def header(self, info: Mapping[str, Any]) -> None:
@@ -254,6 +256,7 @@ class PerfettoWriter:
 
     def close(self) -> Dict[str, int]:
         self._flush()
+        self.output.wait()
         self.out.flush()
         return dict(self.counts)
 
@@ -270,8 +273,12 @@ class PerfettoWriter:
     def put(self, data: Any) -> None:
         """Packets made elsewhere (whole, framed), after those built so far."""
         self._flush()
-        self.out.write(data)
-        self.counts["bytes"] += len(data)
+        self.output.write(data)
+
+    def assembled(self, run: Callable[[bytearray], int]) -> None:
+        """Packets `run` lays out in a buffer (npu_trace.export.output), after those built so far."""
+        self._flush()
+        self.output.assembled(run)
 
     # ---- packets -----------------------------------------------------------------------------------------
     def _add(self, ts: int, event: bytes, interned: bytes) -> None:
@@ -297,9 +304,8 @@ class PerfettoWriter:
         """Write the packets built so far."""
         if self.parts:
             data = b"".join(self.parts)
-            self.out.write(data)
-            self.counts["bytes"] += len(data)
             self.parts = []
+            self.output.write(data)
 
     def _named(self, name: str, args: Mapping[str, Any]) -> Tuple[bytes, bytes, bytes]:
         """(the debug annotations, the name_iid field, the interned data of names new here)."""

@@ -12,6 +12,7 @@ itself, the same in every row). The writers turn a run of pieces into their byte
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
@@ -176,7 +177,6 @@ class PiecesWriter:
         self.templates: List[List[int]] = []
         self._template_of: Dict[Tuple[int, int], int] = {}
         self._prog: Tuple[np.ndarray, np.ndarray] = program([])
-        self.buffer = bytearray()
 
     def write(self, p: Pieces, lo: int, hi: int, drawn: Any) -> None:
         """Pieces [lo, hi), each track described before its first piece (drawn.emitter)."""
@@ -190,8 +190,7 @@ class PiecesWriter:
         for cut in [*firsts, hi]:
             if cut > at:
                 a, b = at - lo, cut - lo
-                size = assemble(*self._prog, which[a:b], cols[a:b], consts, self._tables(drawn), self.buffer)
-                self.w.put(memoryview(self.buffer)[:size])
+                self.w.assembled(partial(assemble, *self._prog, which[a:b], cols[a:b], consts, self._tables(drawn)))
             if cut < hi:
                 emitter.ensure(emitter.by_code[int(p.track[cut])])
             at = cut

@@ -7,10 +7,11 @@ memory detector's changes (told through their watches), the hot kinds as columns
 the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the findings and
 the device-state transitions. A block is drawn in a thread of its own while the next is analysed
 (npu_trace.export.overlap: one block waits at most; the drawing's state is touched only there until the export
-waits for it; each block drawn with the process names known when it was read). A recording with a scope takes the
+waits for it; each block drawn with the process names known when it was read), and its bytes are assembled and
+written in a third while the next is drawn (npu_trace.export.output). A recording with a scope takes the
 per-event path, as `check` does. Memory stays bounded whatever the recording's size: a block of at most
-`EXPORT_ROWS` rows at a time (and the one drawn meanwhile), the writers stream. The tests keep the reference:
-every row drawn one by one through the mapper, Perfetto written through protobuf messages
+`EXPORT_ROWS` rows at a time (and the one drawn, and the one written, meanwhile), the writers stream. The tests
+keep the reference: every row drawn one by one through the mapper, Perfetto written through protobuf messages
 (tests/export_reference.py), and hold the bytes equal.
 
 The window: `--from`/`--to` are seconds from the recording's first event (`12.5`, `500ms`), trace-clock
@@ -211,6 +212,10 @@ class Exporter:
         self.stopped = False  # reading stopped at the window's end
         self.shown_last: Optional[int] = None  # the last event stamp inside the window
         self.overlap = Overlap()  # the drawing of a block, beside the analysis of the next
+        self.lane = Overlap()  # the file's writing, beside the drawing (a writer with an Output)
+        output = getattr(writer, "output", None)
+        if output is not None:
+            output.lane = self.lane
         self.comms = _Comms(self.source.comms)  # the process names the block being drawn sees
 
     # ---- the loop -----------------------------------------------------------------------------------------
@@ -223,11 +228,12 @@ class Exporter:
                 if self.stopped:
                     break
             self.overlap.wait()
+            bar.done()
+            self.comms.names = self.source.comms
+            return self._finish()
         finally:
             self.overlap.close()
-        bar.done()
-        self.comms.names = self.source.comms
-        return self._finish()
+            self.lane.close()
 
     def _feed(self, block: Block, now: Optional[int]) -> None:
         if self.stopped:
@@ -321,6 +327,7 @@ class Exporter:
         """Draw a block (in the drawing's thread), the process names as the source knew them when it was read."""
         assert self.drawing is not None
         self.comms.names = names
+        written = self.lane.given  # what the blocks before wrote: written once this one is drawn (bounded)
         after = None
         if isinstance(self.host, ChromeContext):
             host, block = self.host, nb.block
@@ -328,6 +335,7 @@ class Exporter:
         self.drawing.draw(nb, _drawn_rows(nb), tasks, changes, after)
         if isinstance(self.host, PerfettoContext):
             self._draw_context(nb.block)
+        self.lane.wait(written)
 
     def _draw_context(self, block: Block) -> None:
         """The block's host context, after everything else of the block (see npu_trace.export.hostctx)."""
