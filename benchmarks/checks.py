@@ -17,9 +17,9 @@ On the detector-heavy recording, `npu-trace replay --headless --max --format tex
 (every event printed, as report prints every one) is timed the same way, beside report.
 
 `summary.events.total` (what check counted) is printed beside the events the reader read: they must be equal.
-Targets, as figures (never pass/fail): check >= 1.5 M analysed events/s and >= 2.5x trace-cmd report's
-events/s on the same events; replay's text and NDJSON >= 3x report's events/s. Run alone: `scripts/bench check
-[--repeat R] [--gen-events N] [--no-anchor]`.
+Targets, as figures (never pass/fail): check >= 1.5 M analysed events/s and >= 4.8x trace-cmd report's
+events/s on the same events (the ratio the one-pipeline issue keeps); replay's text and NDJSON >= 3x report's
+events/s. Run alone: `scripts/bench check [--repeat R] [--gen-events N] [--no-anchor]`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchmarks.ingest import Bench  # annotations only
 
 CHECK_RATE_TARGET = 1_500_000.0
-REPORT_RATIO_TARGET = 2.5
+REPORT_RATIO_TARGET = 4.8  # the one-pipeline issue: check keeps its 4.8x (this bench said 2.5x before it)
 OUTPUT_RATIO_TARGET = 3.0  # replay --headless --max, text and NDJSON, against trace-cmd report
 OUTPUTS = ("text", "ndjson")
 RSS_TARGET_MIB, RSS_TARGET_EVENTS = 300.0, 9_500_000  # "for 10 M events": judged from 9.5 M on
@@ -313,7 +313,7 @@ def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[s
         r = rate / tc["events_per_s"]
         out.append(_target("check / trace-cmd report", r, REPORT_RATIO_TARGET, r >= REPORT_RATIO_TARGET,
                            f"check {r:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s on the same "
-                           "events vs target 2.5x"))  # fmt: skip
+                           f"events vs target {REPORT_RATIO_TARGET}x"))  # fmt: skip
     for fmt in OUTPUTS:
         out += _output_target(fmt, heavy[f"npu_replay_{fmt}"], tc)
     if gen is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from typing import List, Optional
 
 from npu_trace.sim import fake_smi
 
@@ -20,3 +22,27 @@ def wait_for_polls(smi_dir: str, since_ns: int, polls: int = 1) -> None:
     while (got := fake_smi.polls_since(smi_dir, since_ns)) < polls:
         assert time.monotonic() < deadline, f"{got} of {polls} npu-smi polls in {smi_dir} after {WAIT_S:g} s"
         time.sleep(0.05)
+
+
+def health_changes(smi_dir: str, dev: int) -> List[str]:
+    """The health changes the npu-smi in `smi_dir` reported for device `dev`, as the health detector makes its
+    findings of them (each time the health leaves OK, or changes while not OK), from what each of its `-t health`
+    answers said: every call it recorded, answered for its time from the state file (the last scenario's: a call
+    before that scenario began answered its baseline, OK). A poll on a loaded host may come too late to see a
+    state: what it saw is what the trace holds."""
+    from npu_trace.detectors.health import OK_HEALTH
+
+    state = fake_smi.State.load(os.path.join(smi_dir, fake_smi.STATE_NAME))
+    with open(os.path.join(smi_dir, fake_smi.CALLS_NAME)) as f:
+        calls = [line.split(" ", 1) for line in f]
+    query = f"info -t health -i {dev} -c 0"
+    out: List[str] = []
+    previous: Optional[str] = None
+    for at, argv in calls:
+        if argv.strip() != query:
+            continue
+        health = state.values(dev, int(at))["health"]
+        if health not in OK_HEALTH and health != previous:
+            out.append(health)
+        previous = health
+    return out

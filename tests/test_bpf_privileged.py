@@ -101,6 +101,37 @@ def test_every_hal_call_measured_once(sim_binary: str) -> None:
 
 
 @pytest.mark.privileged
+def test_the_hal_uprobes_leave_the_functions_to_other_tracers(sim_binary: str) -> None:
+    """While the BPF programs are attached to the HAL, another uprobe on the same functions can be enabled (here
+    the simulator's own ftrace event on halMemAlloc, in an instance of the test's, enabled after the BPF uprobes
+    were registered): the BPF uprobes carry no reference counter (npu_trace/bpf/uprobes.py). With bcc's binding
+    they carried a stray one, and the kernel refused every other uprobe there with EIO."""
+    from npu_trace import sim
+    from npu_trace.device import hal
+    from npu_trace.ftrace.tracefs import Tracefs
+
+    fs = Tracefs.find()
+    was_loaded = sim.is_loaded(fs)
+    sim.load(fs)  # the events defined, enabled nowhere: the BPF uprobes are the functions' first
+    instance = fs.path(f"instances/npt-tests-refctr-{os.getpid()}")
+    try:
+        with BpfSource(BpfConfig(binary=sim_binary)):
+            os.mkdir(instance)
+            enable = os.path.join(instance, "events", hal.GROUP, f"{hal.GROUP}_halMemAlloc", "enable")
+            try:
+                with open(enable, "w") as f:
+                    f.write("1")  # OSError (EIO) when the kernel refuses it
+            finally:
+                with open(enable, "w") as f:
+                    f.write("0")
+    finally:
+        if os.path.isdir(instance):
+            os.rmdir(instance)
+        if not was_loaded:
+            sim.unload(fs)
+
+
+@pytest.mark.privileged
 def test_aggregate_histograms_and_threshold(sim_binary: str) -> None:
     threshold = 4_000_000
     truth, items, src = run_spikes(BpfConfig(binary=sim_binary, aggregate=True, threshold_ns=threshold), seed=3)

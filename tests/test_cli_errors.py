@@ -81,6 +81,26 @@ def test_bad_scope_values_are_one_line_before_anything_starts(command: str, scop
     assert instances_of(proc.pid) == []
 
 
+@pytest.mark.parametrize("command", ["stream", "record", "live"])
+@pytest.mark.parametrize("hal, words", [("/nonexistent/libascend_hal.so", "not found: /nonexistent/libascend_hal.so"),
+                                        ("/bin/true", "symbol halMemAlloc, halMemFree, halSqTaskSend, halCqReportRecv "
+                                                      "not in /bin/true"),
+                                        ("TEXT", "cannot read ELF symbols of")])  # fmt: skip
+def test_a_hal_without_its_symbols_is_said_before_anything_starts(command: str, hal: str, words: str,
+                                                                 tmp_path: Any) -> None:  # fmt: skip
+    """--bpf --hal PATH: a library that is not there, is not an ELF or lacks the HAL's symbols is one line, exit 2,
+    before the kernel is touched (tracefs is pointed at nothing: a later check would say that instead)."""
+    if hal == "TEXT":
+        hal = str(tmp_path / "libascend_hal.so")
+        with open(hal, "w") as f:
+            f.write("not an ELF file\n")
+    extra = ["-o", str(tmp_path / "x.npt")] if command == "record" else []
+    proc = run_cli([command, *extra, "--profile", "ascend", "--bpf", "--hal", hal],
+                   env={"NPU_TRACE_TRACEFS": "/nonexistent-tracefs"})  # fmt: skip
+    assert_one_line_error(proc, 2, words)
+    assert instances_of(proc.pid) == []
+
+
 def test_tracefs_absent_exits_3(tmp_path: Any) -> None:
     proc = run_cli(["stream", "--duration", "1"], env={"NPU_TRACE_TRACEFS": str(tmp_path / "none")})
     assert_one_line_error(proc, 3, "tracefs" if os.geteuid() == 0 else "root")

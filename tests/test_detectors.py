@@ -463,3 +463,17 @@ def test_a_failed_or_unfinished_reset_leaves_the_device_offline() -> None:
     assert (last.state, last.ts_ns, last.why) == ("offline", 11 * S, "reset incomplete: step_timeout")
     alloc = states_after([E(1, "alloc_fail", 3, "halMemAlloc", size=10)])
     assert alloc.states()[3].state == "ok" and alloc.states()[3].last_error == "alloc failed: 10 bytes"
+
+
+@settings(max_examples=300, deadline=None)
+@given(seen=st.integers(0, 10_000), fresh=st.booleans(), at=st.integers(0, 5_000), refresh=st.integers(1, 300))
+def test_the_last_refresh_of_one_index_is_the_columns_one(seen: int, fresh: bool, at: int, refresh: int) -> None:
+    """The plain-integer last refresh (a run's end) equals the column one (every sample's) at that index."""
+    import numpy as np
+
+    from npu_trace.detectors.latency import OpStats
+
+    det = LatencyDetector({"refresh": refresh})
+    stats = OpStats(det.window)
+    stats.seen, stats.baseline = seen, None if fresh else 7
+    assert det._last_refresh_before(stats, at) == int(det._last_refresh(stats, np.array([at]))[0])

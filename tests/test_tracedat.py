@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, List
 
 import pytest
 import zstandard
@@ -70,3 +70,47 @@ def test_a_damaged_format_in_a_tracedat_is_refused_in_one_line_naming_it(tmp_pat
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "damaged trace.dat" in proc.stderr and want in proc.stderr, proc.stderr
     assert not os.path.exists(out)
+
+
+# ---- the data, cut as it is taken ---------------------------------------------------------------------------
+def _page(ts: int, fill: int, size: int = 4096) -> bytes:
+    """A page as the ring buffer writes it (8-byte stamp, 8-byte commit, data): only the header matters here."""
+    return ts.to_bytes(8, "little") + (64).to_bytes(8, "little") + bytes([fill]) * (size - 16)
+
+
+def _chunked(pages_by_cpu: Any, cut: int) -> Any:
+    """A file's bytes holding each CPU's pages as zstd chunks of `cut` bytes (not a whole number of pages: a page
+    lies across two chunks), and the CpuData naming them."""
+    from npu_trace.ftrace.tracedat import CpuData
+
+    blob, data = bytearray(), {}
+    for cpu, pages in pages_by_cpu.items():
+        raw, pieces = b"".join(pages), []
+        for at in range(0, len(raw), cut):
+            part = zstandard.ZstdCompressor().compress(raw[at : at + cut])
+            pieces.append((len(blob), len(part), len(raw[at : at + cut])))
+            blob += part
+        data[cpu] = CpuData(tuple(pieces), True)
+    return bytes(blob), data
+
+
+def test_the_pages_are_cut_from_the_file_one_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pages_in_time_order() gives every page of every CPU in the order a sort of them all gives (by stamp, then
+    CPU, then place), inflating a CPU's chunks only as its pages are taken: at most one chunk ahead per CPU."""
+    from npu_trace.ftrace import tracedat as td_module
+
+    pages = {cpu: [_page(1000 * i + 7 * cpu, (i + cpu) % 251) for i in range(300)] for cpu in (0, 1, 3)}
+    blob, data = _chunked(pages, 4096 * 5 + 1000)  # chunks of 5.2 pages
+    dat = td_module.TraceDat(7, "little", 8, 4096, "zstd", data=data, blob=blob)
+    inflated: List[int] = []
+    real = td_module._inflate
+    monkeypatch.setattr(td_module, "_inflate", lambda *a: inflated.append(1) or real(*a))
+    got = []
+    for cpu, page in dat.pages_in_time_order():
+        got.append((cpu, page))
+        taken = {c: sum(1 for k, _ in got if k == c) for c in pages}
+        ahead = len(inflated) - sum(-(-n * 4096 // (4096 * 5 + 1000)) for n in taken.values())
+        assert ahead <= len(pages), (len(got), len(inflated), taken)  # a chunk ahead per CPU at most
+    everything = sorted((int.from_bytes(p[:8], "little"), cpu, i, p) for cpu, ps in pages.items()
+                        for i, p in enumerate(ps))  # fmt: skip
+    assert got == [(cpu, p) for _, cpu, _, p in everything] and dat.page_count == 900

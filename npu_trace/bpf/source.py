@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from npu_trace.bpf import abi, kernel, layout
+from npu_trace.bpf import abi, kernel, layout, uprobes
 from npu_trace.bpf.config import OPTIONAL_HAL_SYMBOLS, BpfConfig
 from npu_trace.bpf.files import program_dir
 from npu_trace.bpf.records import Decoder
@@ -289,8 +289,8 @@ class BpfSource:
             entry = abi.ENTRY_FUNCS[self.hal_abis[binary]][sym]
             try:
                 path, name = binary.encode(), sym.encode()
-                obj.attach_uprobe(name=path, sym=name, fn_name=entry.encode(), pid=pid)
-                obj.attach_uretprobe(name=path, sym=name, fn_name=b"hal_return", pid=pid)
+                uprobes.attach(bcc, obj, path, name, entry.encode(), pid, ret=False)  # no reference counter
+                uprobes.attach(bcc, obj, path, name, b"hal_return", pid, ret=True)
             except Exception as exc:  # bcc: plain Exception
                 raise SourceError(f"cannot attach uprobe {binary}:{sym}: {exc}") from None
 

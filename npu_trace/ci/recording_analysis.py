@@ -51,7 +51,8 @@ def profile_for(source: ReplaySource, name: Optional[str]) -> Profile:
     return PROFILES[recorded]
 
 
-BLOCK_ROWS = 1 << 18  # the fast path analyses the released items in blocks of about this many
+# the fast path analyses the released items in blocks of about this many (a block's columns stay in the caches)
+BLOCK_ROWS = 1 << 16
 
 
 def analyze(path: str, profile_name: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-PRINT_ROWS = 1 << 16  # --max prints the released rows in blocks of about this many
+# --max prints the released rows in blocks of about this many (a block's text stays in the caches)
+PRINT_ROWS = 1 << 15
 
 
 def print_all(source: ReplaySource, timeline: BlockTimeline, printer: StreamPrinter, keep: Optional[RawScope],

@@ -4,10 +4,8 @@ options in, checked `TraceOptions` out."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from npu_trace.device.chips import CHIPS
-from npu_trace.errors import InputError
 from npu_trace.sources.host_channels import CHANNELS, DEFAULT_HEALTH_INTERVAL_S
 from npu_trace.sources.options import TraceOptions
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB
@@ -83,10 +81,12 @@ def add_scope_options(p: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> TraceOptions:
     """The trace options, checked (a UsageError before anything touches the kernel); --bpf with the sim
     profile measures the simulator's binary (built if need be)."""
+    from npu_trace.bpf.config import HAL_SYMBOLS
+    from npu_trace.bpf.source import check_binary  # its symbols read, as the BPF source reads them
     from npu_trace.sim import build
 
     options = TraceOptions.from_args(args, sim_binary=build.ensure_built)
     for path in (options.bpf_binary, *options.hal_more) if options.bpf else ():
-        if path is not None and not os.path.isfile(path):  # said before a tracefs instance is made, not after
-            raise InputError(f"binary/library not found: {path}")
+        if path is not None:  # said before a tracefs instance is made, not after
+            check_binary(path, HAL_SYMBOLS)
     return options

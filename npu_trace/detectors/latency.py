@@ -398,12 +398,19 @@ class LatencyDetector:
             last = np.where(at > 0, np.maximum(last, 0), -1)
         return np.where(last < at, last, -1)
 
+    def _last_refresh_before(self, st: OpStats, at: int) -> int:
+        """_last_refresh of one index, in plain integers (once per run of every (device, op) of a block)."""
+        last = ((st.seen + at) // self.refresh) * self.refresh - st.seen - 1
+        if st.baseline is None:
+            last = max(last, 0) if at > 0 else -1
+        return last if last < at else -1
+
     def _learn_many(self, st: OpStats, lat: np.ndarray) -> None:
         """Every sample learns, as OpStats.learn does one by one."""
         m = len(lat)
         if not m:
             return
-        point = int(self._last_refresh(st, np.array([m]))[0])  # the last refresh within the run
+        point = self._last_refresh_before(st, m)  # the last refresh within the run
         if point >= 0:
             w = self.window
             seq = np.concatenate([np.array(st.window, dtype=np.int64)[max(0, len(st.window) + point + 1 - w):],

@@ -18,15 +18,22 @@ checked as the kernel writes them (`npu_trace.ftrace.format.check_format`); a fi
 corrupt, or a format that is damaged, is a one-line `InputError` (the format's name and field in it). The data
 of each CPU is cut into pages of `page_size`; an empty page (no committed bytes) is skipped. The instance read is
 the one with events (the first such, by name order: "" is the top instance).
+
+The file is mapped, not read: the pages are cut from it as they are taken (`pages`, `pages_in_time_order`: one
+compressed chunk of a CPU at a time), so that reading a trace.dat takes memory for its metadata and a few chunks,
+whatever the size of its data.
 """
 
 from __future__ import annotations
 
+import heapq
+import mmap
+import os
 import re
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Literal, Optional, Set, Tuple
 
 from npu_trace.errors import FormatError, InputError
 from npu_trace.ftrace.format import parse_format, parse_header_page
@@ -64,6 +71,22 @@ class Buffer:
     section: int = 0  # v7: the flyrecord section's offset (its data may be compressed)
 
 
+@dataclass(frozen=True)
+class CpuData:
+    """Where one CPU's data lies in the file: `(offset, size)` pieces, each `raw` bytes once inflated (the pieces
+    of a compressed flyrecord are its chunks; plain data is one piece)."""
+
+    pieces: Tuple[Tuple[int, int, int], ...]  # (offset, size in the file, raw size)
+    compressed: bool
+
+    @property
+    def raw(self) -> int:
+        return sum(piece[2] for piece in self.pieces)
+
+
+PAGES_WALKED = 1024  # pages walked at a time when the ids the data holds are looked for (4 MiB of 4 KiB pages)
+
+
 @dataclass
 class TraceDat:
     version: int
@@ -83,31 +106,63 @@ class TraceDat:
     uname: str = ""
     date_offset_ns: Optional[int] = None
     buffers: List[Buffer] = field(default_factory=list)
-    data: Dict[int, bytes] = field(default_factory=dict)  # cpu -> its raw pages (the chosen buffer)
-    page_count: int = 0
+    data: Dict[int, CpuData] = field(default_factory=dict)  # cpu -> where its pages lie (the chosen buffer)
+    page_count: int = 0  # the pages pages_in_time_order gave (set once they were all taken)
+    blob: Any = b""  # the file (mapped), the data is cut from
+    path: str = "trace.dat"
 
     def cpus_with_data(self) -> List[int]:
-        return sorted(cpu for cpu, blob in self.data.items() if blob)
+        return sorted(cpu for cpu, where in self.data.items() if where.raw)
 
-    def pages(self, cpu: int) -> List[Tuple[int, bytes]]:
-        """(timestamp, page) of one CPU's pages with data, in file order."""
-        blob, size, out = self.data.get(cpu, b""), self.page_size, []
+    def pages(self, cpu: int) -> Iterator[Tuple[int, bytes]]:
+        """(timestamp, page) of one CPU's pages with data, in file order, cut as they are taken."""
+        size = self.page_size
         fmt = "<" if self.byteorder == "little" else ">"
         commit_size = 8 if self.long_size == 8 else 4
-        for off in range(0, len(blob) - 16 + 1, size):
-            page = blob[off : off + size]
+        for page in self._cut(cpu, size):
+            if len(page) < 16:
+                continue
             ts = struct.unpack_from(fmt + "Q", page)[0]
             commit = int.from_bytes(page[8 : 8 + commit_size], _order(self)) & ((1 << 20) - 1)
             if commit:
-                out.append((ts, page))
-        return out
+                yield ts, page
 
-    def pages_in_time_order(self) -> List[Tuple[int, bytes]]:
-        """(cpu, page) of every CPU, each CPU's in its order, the CPUs interleaved by page timestamp."""
-        tagged = [(ts, cpu, i, page) for cpu in self.cpus_with_data() for i, (ts, page) in enumerate(self.pages(cpu))]
-        tagged.sort(key=lambda t: (t[0], t[1], t[2]))
-        self.page_count = len(tagged)
-        return [(cpu, page) for _, cpu, _, page in tagged]
+    def _cut(self, cpu: int, size: int) -> Iterator[bytes]:
+        """One CPU's data in pieces of `size` bytes (the last one shorter), one chunk inflated at a time."""
+        rest = b""
+        for data in self._pieces(cpu):
+            data = rest + data if rest else data
+            whole = len(data) - len(data) % size
+            for off in range(0, whole, size):
+                yield bytes(data[off : off + size])
+            rest = bytes(data[whole:])
+        if rest:
+            yield rest
+
+    def _pieces(self, cpu: int) -> Iterator[Any]:
+        where = self.data.get(cpu)
+        if where is None:
+            return
+        r = _Reader(self.blob, self.path)
+        for offset, size, raw in where.pieces:
+            if not where.compressed:
+                yield memoryview(self.blob)[offset : offset + size]
+                continue
+            r.seek(offset)
+            yield _inflate(r, self, r.take(size), raw)
+
+    def pages_in_time_order(self) -> Iterator[Tuple[int, bytes]]:
+        """(cpu, page) of every CPU, each CPU's in its order, the CPUs interleaved by page timestamp (ties: by
+        CPU); `page_count` says how many once they were all taken."""
+        self.page_count = 0
+        tagged = [self._tagged(cpu) for cpu in self.cpus_with_data()]
+        for _, cpu, _, page in heapq.merge(*tagged, key=lambda t: (t[0], t[1], t[2])):
+            self.page_count += 1
+            yield cpu, page
+
+    def _tagged(self, cpu: int) -> Iterator[Tuple[int, int, int, bytes]]:
+        for i, (ts, page) in enumerate(self.pages(cpu)):
+            yield ts, cpu, i, page
 
     def used_formats(self) -> List[Dict[str, str]]:
         """The format files of every event the pages can hold (ftrace's own too: print, bprint, the stacks), but
@@ -128,11 +183,14 @@ class _Reader:
         return InputError(f"{self.path}: not a readable trace.dat: {what} (at byte {self.pos})")
 
     def take(self, n: int) -> bytes:
+        self.skip(n)
+        return bytes(self.blob[self.pos - n : self.pos])
+
+    def skip(self, n: int) -> None:
+        """Past `n` bytes, all of them in the file."""
         if n < 0 or self.pos + n > len(self.blob):
             raise self.fail(f"cut: {n} bytes wanted, {len(self.blob) - self.pos} left")
-        out = self.blob[self.pos : self.pos + n]
         self.pos += n
-        return out
 
     def u(self, size: int) -> int:
         return int(struct.unpack(self.fmt + {2: "H", 4: "I", 8: "Q"}[size], self.take(size))[0])
@@ -158,9 +216,11 @@ class _Reader:
 
 
 def read(path: str) -> TraceDat:
+    """The trace.dat at `path`, its file mapped (see the module docstring)."""
     try:
         with open(path, "rb") as f:
-            blob = f.read()
+            size = os.fstat(f.fileno()).st_size
+            blob: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
     return parse(blob, path)
@@ -179,7 +239,7 @@ def parse(blob: bytes, path: str = "trace.dat") -> TraceDat:
     page_size = r.u(4)
     if page_size not in (4096, 8192, 16384, 65536) or long_size not in (4, 8):
         raise r.fail(f"page size {page_size}, long size {long_size}")
-    td = TraceDat(int(version_text), "big" if endian else "little", long_size, page_size, "none")
+    td = TraceDat(int(version_text), "big" if endian else "little", long_size, page_size, "none", blob=blob, path=path)
     try:
         (_v6 if td.version == 6 else _v7)(r, td)
     except (struct.error, UnicodeDecodeError, zlib.error, ValueError) as exc:
@@ -265,10 +325,23 @@ def _present_ids(r: _Reader, td: TraceDat) -> Set[int]:
         raise r.fail(f"header_page: {exc}") from None
     present: Set[int] = set()
     size = td.page_size
-    for blob in td.data.values():
-        pages = [(off, size) for off in range(0, len(blob) - size + 1, size)]
-        present.update(int(e) for e in set(walker.walk(blob, pages, 0, WalkState()).etype.tolist()))
+    for cpu in td.data:
+        state, batch = WalkState(), []
+        for page in td._cut(cpu, size):
+            if len(page) == size:  # whole pages (a short tail holds no record the walk reads)
+                batch.append(page)
+            if len(batch) == PAGES_WALKED:
+                present |= _ids(walker, batch, size, state)
+                batch = []
+        present |= _ids(walker, batch, size, state)
     return present
+
+
+def _ids(walker: Walker, pages: List[bytes], size: int, state: WalkState) -> Set[int]:
+    if not pages:
+        return set()
+    index = [(i * size, size) for i in range(len(pages))]
+    return {int(e) for e in set(walker.walk(b"".join(pages), index, 0, state).etype.tolist())}
 
 
 def _table(r: _Reader, what: str, limit: int) -> str:
@@ -301,7 +374,7 @@ def _v6(r: _Reader, td: TraceDat) -> None:
     td.buffers.append(Buffer("", td.clock, td.page_size, top))
     for name, offset in instances:
         r.seek(offset)
-        if r.blob.startswith(b"flyrecord\0", offset):
+        if r.blob[offset : offset + 10] == b"flyrecord\0":
             r.take(10)
         cpus = [(cpu, r.u(8), r.u(8)) for cpu in range(td.cpu_count)]
         td.buffers.append(Buffer(name, td.clock, td.page_size, cpus))
@@ -379,7 +452,10 @@ def _decompress(r: _Reader, td: TraceDat, data: bytes) -> bytes:
 
 def _inflate(r: _Reader, td: TraceDat, blob: bytes, raw: int) -> bytes:
     if td.compression == "zlib":
-        out = zlib.decompress(blob)
+        try:
+            out = zlib.decompress(blob)
+        except zlib.error as exc:
+            raise r.fail(f"corrupt zlib data ({exc})") from None
     else:
         import zstandard
 
@@ -437,31 +513,35 @@ def _choose(r: _Reader, td: TraceDat) -> None:
     """Read the first buffer (by name) whose CPUs hold data."""
     for buf in sorted(td.buffers, key=lambda b: b.name):
         data = {cpu: _cpu_data(r, td, buf, off, size) for cpu, off, size in buf.cpus if size}
-        if any(data.values()):
+        if any(where.raw for where in data.values()):
             td.data, td.page_size = data, buf.page_size or td.page_size
             if td.version == 7:
                 td.clock = buf.clock or td.clock
             return
 
 
-def _cpu_data(r: _Reader, td: TraceDat, buf: Buffer, offset: int, size: int) -> bytes:
-    if td.version == 6 or td.compression == "none":
+def _cpu_data(r: _Reader, td: TraceDat, buf: Buffer, offset: int, size: int) -> CpuData:
+    """Where a CPU's data lies (every piece checked against the file; chunks inflated only when taken)."""
+    if td.version == 6 or td.compression == "none" or not _compressed(r, buf):
         r.seek(offset)
-        return r.take(size)
-    r.seek(buf.section)  # a compressed flyrecord: the section's flags say so
-    r.u(2)
-    flags = r.u(2)
-    if not flags & 1:
-        r.seek(offset)
-        return r.take(size)
+        r.skip(size)  # the whole piece is in the file
+        return CpuData(((offset, size, size),), False)
     r.seek(offset)
     chunks = r.u(4)
     if chunks > 1 << 20:
         raise r.fail(f"{chunks} chunks")
-    out = []
+    pieces = []
     for _ in range(chunks):
         csize, raw = r.u(4), r.u(4)
         if raw > MAX_SECTION:
             raise r.fail(f"a chunk of {raw} bytes")
-        out.append(_inflate(r, td, r.take(csize), raw))
-    return b"".join(out)
+        pieces.append((r.pos, csize, raw))
+        r.skip(csize)
+    return CpuData(tuple(pieces), True)
+
+
+def _compressed(r: _Reader, buf: Buffer) -> bool:
+    """A v7 flyrecord section's flags say whether its data is compressed."""
+    r.seek(buf.section)
+    r.u(2)
+    return bool(r.u(2) & 1)
