@@ -19,8 +19,9 @@ from npu_trace.export.perfetto import PerfettoWriter
 from npu_trace.export.run import Request, export
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.recording import RecordingWriter
-from npu_trace.sim.scenarios import plan
+from npu_trace.sim.scenarios import SCENARIOS, plan
 from npu_trace.sim.synth import synth_events
+from test_export import _same_bytes, scenario
 from test_timeline import HEADER, reads, spread, synth_header
 
 
@@ -117,6 +118,18 @@ def test_the_bytes_do_not_depend_on_when_a_block_is_drawn(tmp_path: Any, monkeyp
         assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), out
         assert {**fast, "out": None} == {**ref, "out": None}
     assert b"-0\"" in (tmp_path / "fast-out.json").read_bytes()  # the names of the first reads are shown
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_a_block_drawn_after_the_next_is_analysed_is_drawn_alike(tmp_path: Any, monkeypatch: Any, name: str) -> None:
+    """Every scenario in blocks of 61 rows, each block drawn only once the next was analysed and its bytes written
+    only once the next was drawn: the analysis of a block leaves what the drawing of the one before reads as it
+    was (the reference draws each block before the next is read)."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, name, 5, loss=True)
+    monkeypatch.setattr(export_module, "EXPORT_ROWS", 61)
+    monkeypatch.setattr(export_module, "Overlap", _Late)
+    _same_bytes(tmp_path, rec)
 
 
 def test_the_file_is_written_in_order_beside_the_drawing(tmp_path: Any, monkeypatch: Any) -> None:
