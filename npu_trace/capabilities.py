@@ -25,7 +25,9 @@ from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
 from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.export.lanes import IMPLEMENTATION as LANES
 from npu_trace.export.rows import IMPLEMENTATION as ROWS
+from npu_trace.export.texts import IMPLEMENTATION as TEXTS
 from npu_trace.export.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
@@ -516,12 +518,15 @@ def check_lines(implementation: str = "") -> Check:
     return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
-def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS) -> Check:
-    """The export's byte assembler and the pieces' rows: compiled, or their pure-Python twins (the same files,
-    slower)."""
-    if implementation == "c" and rows == "c":
-        return Check("export assembler", True, "compiled (npu_trace.export._wire, npu_trace.export._rows)")
-    detail = "pure Python: the C extension was not built where npu-trace was installed (same files, slower)"
+def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS, lanes: str = LANES,
+                    texts: str = TEXTS) -> Check:  # fmt: skip
+    """The export's compiled parts (the byte assembler, the pieces' rows, the lanes, the strings' distinct values):
+    compiled, or their pure-Python twins (the same files, slower)."""
+    parts = {"_wire": implementation, "_rows": rows, "_lanes": lanes, "_texts": texts}
+    if all(how == "c" for how in parts.values()):
+        return Check("export assembler", True, f"compiled (npu_trace.export.{', '.join(parts)})")
+    missing = ", ".join(name for name, how in parts.items() if how != "c")
+    detail = f"pure Python for {missing}: not built where npu-trace was installed (the same results, slower)"
     return Check("export assembler", False, detail, "install gcc and python3-dev, then reinstall npu-trace")
 
 

@@ -283,10 +283,12 @@ def test_the_page_walker_line() -> None:
     assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
     slow = doctor.check_walker("python")
     assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
-    compiled = "compiled (npu_trace.export._wire, npu_trace.export._rows)"
+    compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts)"
     assert doctor.check_assembler() == Check("export assembler", True, compiled)
-    for slow in (doctor.check_assembler("python"), doctor.check_assembler("c", "python")):
-        assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+    for slow, named in ((doctor.check_assembler("python"), "_wire"), (doctor.check_assembler("c", "python"), "_rows"),
+                        (doctor.check_assembler("c", "c", "python"), "_lanes"),
+                        (doctor.check_assembler("c", "c", "c", "python"), "_texts")):  # fmt: skip
+        assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
 
 
 def test_the_text_lines_line() -> None:
