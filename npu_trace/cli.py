@@ -10,7 +10,7 @@ from typing import List, NoReturn, Optional
 
 from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
-from npu_trace.process import PRIORITIES, journal_stderr
+from npu_trace.process import PRIORITIES, Terminated, journal_stderr
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
@@ -58,6 +58,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # a service's stderr in the journal: the priority prefix journald reads, as the agent's own log lines
         print(f"<{PRIORITIES['error']}>{exc}" if journal_stderr() else f"npu-trace: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated as exc:  # SIGTERM, SIGHUP: what the command made undone, as on Ctrl-C
+        return 128 + exc.signum
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -3,13 +3,14 @@ SIGHUP flag and a service log journald reads."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
 import signal
 import sys
 from types import FrameType
-from typing import Optional, TextIO
+from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO
 
 from npu_trace.errors import UsageError
 
@@ -39,6 +40,54 @@ class StopFlag:
             signal.signal(sig, self.set)
         if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
             signal.signal(signal.SIGHUP, self.set)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP where a command runs to its end at once (`end_on_termination`): raised in the main thread,
+    so that what it made is undone as on Ctrl-C; the CLI exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def end_on_termination() -> None:
+    """SIGTERM and SIGHUP (unless ignored on purpose: nohup) raise Terminated: a command that writes its output
+    beside its final name (export) removes it and ends, instead of dying with it left behind."""
+
+    def terminated(signum: int, _frame: Optional[FrameType]) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, terminated)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP that come while the block runs take effect after it, their handlers run then as
+    they would have (Ctrl-C's KeyboardInterrupt, Terminated): a file made inside it is named where the caller's
+    cleanup finds it before either can interrupt. (A signal mask would not do: the kernel gives a signal to any
+    thread that does not block it, numpy's among them, and Python runs the handler in the main thread anyway.)
+    Signals left to the system (ignored, or their default action) are left as they are. Main thread only."""
+    came: List[int] = []
+
+    def note(signum: int, _frame: Optional[FrameType]) -> None:
+        came.append(signum)
+
+    before: Dict[int, Callable[[int, Optional[FrameType]], Any]] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            before[sig] = handler
+            signal.signal(sig, note)
+    try:
+        yield
+    finally:
+        for number, kept in before.items():
+            signal.signal(number, kept)
+        if came:
+            before[came[0]](came[0], None)  # the first signal's own handler: it raises, as it would have
 
 
 def pid_alive(pid: int) -> bool:

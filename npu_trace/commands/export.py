@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 from npu_trace.errors import EXIT_OK, UsageError
 from npu_trace.export.run import FORMATS, Request, export, output_format, parse_devices, parse_time
-from npu_trace.process import tune_gc
+from npu_trace.process import end_on_termination, tune_gc
 
 
 def add_parser(sub: Any) -> None:
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if start is not None and stop is not None and start.kind == stop.kind and stop.ns <= start.ns:
         raise UsageError(f"--to {args.stop} is not after --from {args.start}")
     tune_gc()
+    end_on_termination()  # SIGTERM, SIGHUP: the file written beside the output removed, as on Ctrl-C
     summary = export(request)
     if not args.quiet:
         print(summary_line(summary), file=sys.stderr)

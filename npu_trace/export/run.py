@@ -48,6 +48,7 @@ from npu_trace.export.track_map import TimelineMapper
 from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
+from npu_trace.process import signals_held
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
@@ -510,8 +511,10 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     rec, out = os.path.abspath(request.recording), os.path.abspath(request.out)
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
-    fd, tmp = _open_beside(out)
+    tmp: Optional[str] = None
     try:
+        with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
+            fd, tmp = _open_beside(out)
         binary = request.fmt == "perfetto"
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
         from npu_trace.export.perfetto import PerfettoWriter
@@ -522,7 +525,8 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
         _permissions(tmp, request.recording)
         os.replace(tmp, out)
     except BaseException:
-        _remove(tmp)
+        if tmp is not None:
+            _remove(tmp)
         raise
     summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
     return summary
