@@ -22,10 +22,17 @@ def partial_files(folder: Path) -> List[str]:
     return sorted(n for n in os.listdir(folder) if n.endswith(".partial"))
 
 
+def _hangups_heard() -> None:
+    """In the child: SIGHUP at its default action, as a terminal's session has it (a test run started under
+    `nohup` passes it on ignored, and the export then keeps it ignored on purpose, as nohup means)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def stopped_mid_export(out: Path) -> Optional[subprocess.Popen[bytes]]:
     """An export of RECORDING to `out`, stopped (SIGSTOP) while its file is partial; None when it ended first (a
     host too slow to stop it between its file's creation and its end)."""
-    proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
+                            preexec_fn=_hangups_heard)  # fmt: skip
     deadline = time.monotonic() + 60
     while not partial_files(out.parent) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
