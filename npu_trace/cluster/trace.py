@@ -13,14 +13,12 @@ dumps) are drawn one after another under its one group.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from npu_trace import __version__
 from npu_trace.cluster.read import RecordingView, host_groups
 from npu_trace.errors import InputError
+from npu_trace.export.beside import written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.run import Exporter, Request
 from npu_trace.export.tracks import GROUP, SLICES, TraceWriter, Track, Value, flow_id, tally, track_uuid
@@ -130,20 +128,8 @@ def _writer(stream: Any, fmt: str) -> TraceWriter:
 def write_trace(views: Sequence[RecordingView], report: Mapping[str, Any], path: str, fmt: str,
                 profile: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
     """Write the cluster's trace to `path` (beside it first, moved there once whole); what was drawn."""
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=folder)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") if fmt == "perfetto" else os.fdopen(fd, "w", encoding="ascii") as stream:
-            summary = _write_all(_writer(stream, fmt), views, report, profile)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return summary
+    with written_beside(path, fmt == "perfetto") as stream:
+        return _write_all(_writer(stream, fmt), views, report, profile)
 
 
 def _write_all(out: TraceWriter, views: Sequence[RecordingView], report: Mapping[str, Any],

@@ -19,7 +19,7 @@ from npu_trace.cluster.read import read_all
 from npu_trace.cluster.report import build, render_json, render_junit, render_text
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError, UsageError
 from npu_trace.export.run import TimeSpec, output_format, parse_time
-from npu_trace.process import tune_gc
+from npu_trace.process import end_on_termination, tune_gc
 
 
 def add_parser(sub: Any) -> None:
@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--to {args.stop} is not after --from {args.start}")
     fmt = output_format(args.output, None) if args.output else None
     tune_gc()
+    end_on_termination()  # SIGTERM, SIGHUP: the trace's partial file and the fetched inputs removed, as on Ctrl-C
     from npu_trace.cluster.store import Fetched, fetch_inputs
 
     with Fetched() as fetched:

@@ -22,11 +22,9 @@ state it carries in: live memory, device states, calls and handlers under way); 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
@@ -38,6 +36,7 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
+from npu_trace.export.beside import written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawing import BlockDrawing, Drawn
 from npu_trace.export.emit import Capture, Emitter
@@ -48,7 +47,6 @@ from npu_trace.export.track_map import TimelineMapper
 from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
-from npu_trace.process import signals_held
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
@@ -511,43 +509,12 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     rec, out = os.path.abspath(request.recording), os.path.abspath(request.out)
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
-    tmp: Optional[str] = None
-    try:
-        with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
-            fd, tmp = _open_beside(out)
-        binary = request.fmt == "perfetto"
+    binary = request.fmt == "perfetto"
+    with written_beside(out, binary, like=request.recording) as stream:
         # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
         from npu_trace.export.perfetto import PerfettoWriter
 
-        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
-            writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
-            summary = (exporter or Exporter)(request, writer).run()
-        _permissions(tmp, request.recording)
-        os.replace(tmp, out)
-    except BaseException:
-        if tmp is not None:
-            _remove(tmp)
-        raise
+        writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+        summary = (exporter or Exporter)(request, writer).run()
     summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
     return summary
-
-
-def _open_beside(out: str) -> Tuple[int, str]:
-    """A new file in the output's folder (the output itself is replaced only once the export is whole)."""
-    if os.path.isdir(out):
-        raise InputError(f"cannot write {out}: Is a directory")
-    folder = os.path.dirname(out) or "."
-    try:
-        return tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial", dir=folder)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror}") from None
-
-
-def _permissions(path: str, recording: str) -> None:
-    with contextlib.suppress(OSError):  # the temporary file's own 0600 stays: never more open than the recording
-        os.chmod(path, os.stat(recording).st_mode & 0o666)
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

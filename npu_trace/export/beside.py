@@ -1,0 +1,58 @@
+"""A trace file written beside its final name and moved there once whole (`export`, the cluster's trace).
+
+`written_beside(out, binary, like)` gives the stream of a new file in `out`'s folder, `.NAME.XXXXXXXX.partial`
+(0600), and once the block ends whole moves it to `out`, with `like`'s permission bits where one is given (never
+more open than the recording it holds); `out` itself is untouched until then. Whatever ends the block otherwise
+(an error, Ctrl-C, SIGTERM or SIGHUP where the command made them raise: npu_trace.process.end_on_termination)
+removes the file, and a signal that comes while it is being made takes effect once its name is known
+(npu_trace.process.signals_held). A folder where nothing can be made is one line (InputError).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import IO, Any, Iterator, Optional, Tuple
+
+from npu_trace.errors import InputError
+from npu_trace.process import signals_held
+
+
+@contextlib.contextmanager
+def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
+    """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
+    tmp: Optional[str] = None
+    try:
+        with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
+            fd, tmp = _open_beside(out)
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
+            yield stream
+        if like is not None:
+            _permissions(tmp, like)
+        os.replace(tmp, out)
+    except BaseException:
+        if tmp is not None:
+            _remove(tmp)
+        raise
+
+
+def _open_beside(out: str) -> Tuple[int, str]:
+    """A new file in the output's folder (the output itself is replaced only once the file is whole)."""
+    if os.path.isdir(out):
+        raise InputError(f"cannot write {out}: Is a directory")
+    folder = os.path.dirname(out) or "."
+    try:
+        return tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+
+
+def _permissions(path: str, like: str) -> None:
+    with contextlib.suppress(OSError):  # the temporary file's own 0600 stays: never more open than `like`
+        os.chmod(path, os.stat(like).st_mode & 0o666)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
