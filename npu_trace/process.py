@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO
+from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from npu_trace.errors import UsageError
 
@@ -36,10 +36,7 @@ class StopFlag:
     def install(self) -> None:
         """SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) stop the session, which then puts back
         what it changed in the kernel; a SIGHUP ignored on purpose (nohup) stays ignored."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self.set)
-        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-            signal.signal(signal.SIGHUP, self.set)
+        _handle((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), self.set)
 
 
 class Terminated(KeyboardInterrupt):
@@ -58,9 +55,14 @@ def end_on_termination() -> None:
     def terminated(signum: int, _frame: Optional[FrameType]) -> None:
         raise Terminated(signum)
 
-    signal.signal(signal.SIGTERM, terminated)
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, terminated)
+    _handle((signal.SIGTERM, signal.SIGHUP), terminated)
+
+
+def _handle(signals: Tuple[signal.Signals, ...], handler: Callable[[int, Optional[FrameType]], Any]) -> None:
+    """`handler` for each of `signals`, but a SIGHUP ignored on purpose (nohup) stays ignored."""
+    for sig in signals:
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
