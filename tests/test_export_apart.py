@@ -208,3 +208,16 @@ def test_the_child_is_ended_when_the_analysis_is_interrupted(tmp_path: Any, monk
 
     monkeypatch.setattr(Exporter, "_feed", interrupted)
     _export_fails(tmp_path, monkeypatch, KeyboardInterrupt, None)
+
+
+def test_a_drawing_process_that_cannot_start_is_one_line(tmp_path: Any, monkeypatch: Any) -> None:
+    """fork fails (the user's process limit): one line, nothing left open (pipes, shared memory)."""
+    import npu_trace.export.apart as apart
+
+    def no_fork() -> int:
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(apart.os, "fork", no_fork)
+    fds = len(os.listdir("/proc/self/fd"))
+    _export_fails(tmp_path, monkeypatch, DrawingError, "cannot start the export's drawing process: Resource")
+    assert len(os.listdir("/proc/self/fd")) == fds

@@ -41,7 +41,7 @@ _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class DrawingError(NpuTraceError):
-    """The drawing's process ended without saying why (killed: the out-of-memory killer, a signal)."""
+    """The drawing's process could not start, or ended without saying why (the out-of-memory killer, a signal)."""
 
 
 class ChildTraceback(Exception):
@@ -70,7 +70,12 @@ class DrawingProcess:
         self.ops_sent = len(ops)
         self.stream.flush()  # nothing of the parent's left in its buffer for the child to write twice
         gc.freeze()  # what both hold now is not traversed by either's collector: its pages stay shared
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError as exc:  # no memory, or the user's process limit
+            for fd in (down_r, down_w, up_r, up_w):
+                os.close(fd)
+            raise DrawingError(f"cannot start the export's drawing process: {exc.strerror}") from None
         if self.pid == 0:  # pragma: no cover (the child; its work is seen in the file and the answers)
             _child(self, window, down_r, up_w, (down_w, up_r))
         os.close(down_r)
