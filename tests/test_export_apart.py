@@ -128,6 +128,13 @@ def test_a_message_comes_back_as_sent_its_columns_through_a_slot() -> None:
         receiver.release(held)
         assert sender.send(("findings", ([], []))) is None  # nothing out of band: no slot taken
         assert receiver.receive() is not None
+        other = bytes(8192)
+        free.append(0)
+        assert sender.send(("block", (chunk, other))) == 0  # the chunk again: not sent again, the other is
+        got = receiver.receive()
+        assert got is not None and got[0] == ("block", (b1, other)) and got[0][1][0] is b1
+        assert len(got[1].views) == 1 and sorted(receiver.records) == [0, 1]  # the first message's chunk kept
+        receiver.release(got[1])
     finally:
         os.close(down_w)
         assert receiver.receive() is None  # the sender's end closed

@@ -38,6 +38,7 @@ from npu_trace.pipeline.vnormalize import NormBlock
 from npu_trace.process import signals_held
 
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_NAMED = ("block", "events", "finish")  # the calls whose last argument is the process names
 
 
 class DrawingError(NpuTraceError):
@@ -60,6 +61,7 @@ class DrawingProcess:
         self.answers = -1  # the parent's end of the child's answers
         self.finished = False
         self.ops_sent = 0  # of the block normalizer's operation names, those the child knows
+        self.names_sent: Optional[Dict[int, str]] = None  # the process names the child knows
 
     # ---- the parent's side -----------------------------------------------------------------------------------
     def start(self, window: Window, ops: List[str]) -> None:
@@ -85,17 +87,17 @@ class DrawingProcess:
 
     def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         ops = nb.norm.ops
-        self._send(("block", (nb, tasks, changes, names), ops[self.ops_sent :]))
+        self._send(("block", (nb, tasks, changes, self._names(names)), ops[self.ops_sent :]))
         self.ops_sent = len(ops)
 
     def events(self, *args: Any) -> None:
-        self._send(("events", args, []))
+        self._send(("events", (*args[:-1], self._names(args[-1])), []))
 
     def findings(self, found: List[Any], transitions: List[Any]) -> None:
         self._send(("findings", (found, transitions), []))
 
     def finish(self, *args: Any) -> Dict[str, Any]:
-        self._send(("finish", args, []))
+        self._send(("finish", (*args[:-1], self._names(args[-1])), []))
         while True:
             answer = self._answer()
             if answer[0] == "done":
@@ -118,6 +120,15 @@ class DrawingProcess:
                 os.waitpid(self.pid, 0)
                 self.pid = None
             self.slots.close()
+
+    def _names(self, names: Dict[int, str]) -> Optional[Dict[int, str]]:
+        """The process names, the last argument of block, events and finish: None when they are those sent
+        last (the child keeps them; hundreds of names pickled with every block cost more than the block's
+        columns' copy)."""
+        if names == self.names_sent:
+            return None
+        self.names_sent = names
+        return names
 
     def _send(self, message: Any) -> None:
         assert self.sender is not None
@@ -187,6 +198,7 @@ def _child(proc: DrawingProcess, window: Window, down: int, up: int, parents: Se
 
 def _serve(drawer: Drawer, window: Window, receiver: Receiver, up: int, stream: IO[Any]) -> None:
     drawer.open(window)
+    names: Dict[int, str] = {}
     while True:
         got = receiver.receive()
         if got is None:
@@ -194,6 +206,9 @@ def _serve(drawer: Drawer, window: Window, receiver: Receiver, up: int, stream: 
         (name, args, ops), held = got
         if ops:
             args[0].norm.ops.extend(ops)  # the block's: the child's copy of the block normalizer
+        if name in _NAMED:
+            names = names if args[-1] is None else args[-1]
+            args = (*args[:-1], names)
         if name == "finish":
             result = drawer.finish(*args)
             stream.flush()

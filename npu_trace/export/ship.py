@@ -90,22 +90,48 @@ class Slots:
         self.maps, self.fds = [], []
 
 
+class Records:
+    """The record buffers (a block's decoded chunks) the receiver holds: those the last message that named any
+    named, each by a number; a chunk that a block shares with the one before is sent once."""
+
+    def __init__(self) -> None:
+        self.kept: Dict[int, Tuple[Any, int]] = {}  # id -> (the buffer, its number): held while the receiver does
+        self.used: Dict[int, Tuple[Any, int]] = {}  # those the message being pickled names
+        self.new: List[Any] = []  # of them, those the receiver lacks, in the order of their numbers in `numbers`
+        self.numbers: List[int] = []
+        self._next = 0
+
+    def number(self, obj: Any) -> int:
+        got = self.used.get(id(obj)) or self.kept.get(id(obj))
+        if got is None or got[0] is not obj:
+            got = (obj, self._next)
+            self._next += 1
+            self.new.append(obj)
+            self.numbers.append(got[1])
+        self.used[id(obj)] = got
+        return got[1]
+
+    def sent(self) -> List[int]:
+        """The message is pickled: the numbers it names (the receiver keeps those only), or [] (none: it keeps
+        what it held)."""
+        named = [n for _, n in self.used.values()]
+        if named:
+            self.kept = self.used
+        self.used, self.new, self.numbers = {}, [], []
+        return named
+
+
 class _Pickler(pickle.Pickler):
-    def __init__(self, out: io.BytesIO, shared: Shared, records: List[Any], oob: List[pickle.PickleBuffer]) -> None:
+    def __init__(self, out: io.BytesIO, shared: Shared, records: Records, oob: List[pickle.PickleBuffer]) -> None:
         super().__init__(out, protocol=5, buffer_callback=_out_of_band(oob))  # no cycle: freed once dumped
         self.shared, self.records = shared, records
-        self._record_at: Dict[int, int] = {}
 
     def persistent_id(self, obj: Any) -> Any:
         number = self.shared.number.get(id(obj))
         if number is not None and self.shared.objects[number] is obj:
             return ("s", number)
         if (obj.__class__ is bytes or obj.__class__ is bytearray) and len(obj) >= INLINE:
-            at = self._record_at.get(id(obj))
-            if at is None:
-                at = self._record_at[id(obj)] = len(self.records)
-                self.records.append(obj)
-            return ("r", at)
+            return ("r", self.records.number(obj))
         return None
 
 
@@ -120,7 +146,7 @@ def _out_of_band(oob: List[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffe
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, body: bytes, shared: Shared, records: List[Any], buffers: List[memoryview]) -> None:
+    def __init__(self, body: bytes, shared: Shared, records: Dict[int, Any], buffers: List[memoryview]) -> None:
         super().__init__(io.BytesIO(body), buffers=buffers)
         self.shared, self.records = shared, records
 
@@ -134,19 +160,21 @@ class Sender:
 
     def __init__(self, fd: int, slots: Slots, shared: Shared, take: Callable[[], int]) -> None:
         self.fd, self.slots, self.shared, self.take = fd, slots, shared, take
+        self.records = Records()
 
     def send(self, message: Any) -> Optional[int]:
         """Send a message; the slot its data went to (None: it had none)."""
-        records: List[Any] = []
+        records = self.records
         oob: List[pickle.PickleBuffer] = []
         body = io.BytesIO()
         _Pickler(body, self.shared, records, oob).dump(message)
+        new, numbers = records.new, records.numbers
         slot, spans = None, []
-        if records or oob:
+        if new or oob:
             slot = self.take()
-            spans = self.slots.put(slot, [memoryview(r) for r in records] + [b.raw() for b in oob])
-        kinds = [r.__class__ is bytearray for r in records]
-        frame = pickle.dumps((slot, spans, kinds, body.getvalue()), protocol=5)
+            spans = self.slots.put(slot, [memoryview(r) for r in new] + [b.raw() for b in oob])
+        kinds = [(n, r.__class__ is bytearray) for n, r in zip(numbers, new)]
+        frame = pickle.dumps((slot, spans, kinds, records.sent(), body.getvalue()), protocol=5)
         write_all(self.fd, _LENGTH.pack(len(frame)) + frame)
         return slot
 
@@ -163,20 +191,25 @@ class Receiver:
 
     def __init__(self, fd: int, slots: Slots, shared: Shared) -> None:
         self.fd, self.slots, self.shared = fd, slots, shared
+        self.records: Dict[int, Any] = {}  # the record buffers held (see Records)
 
     def receive(self) -> Optional[Tuple[Any, Held]]:
         frame = read_frame(self.fd)
         if frame is None:
             return None
-        slot, spans, kinds, body = pickle.loads(frame)
+        slot, spans, kinds, named, body = pickle.loads(frame)
         views: List[memoryview] = []
         if slot is not None:
             area = memoryview(self.slots.mapped(slot, spans[-1][1]))
             views = [area[lo:hi] for lo, hi in spans]
             area.release()
-        records = [bytearray(v) if as_array else bytes(v) for as_array, v in zip(kinds, views)]
+        records = self.records
+        for (number, as_array), view in zip(kinds, views):
+            records[number] = bytearray(view) if as_array else bytes(view)
+        if named:
+            self.records = {n: records[n] for n in named}
         message = _Unpickler(body, self.shared, records, views[len(kinds) :]).load()
-        return message, Held(slot, views[len(kinds) :] + views[: len(kinds)])
+        return message, Held(slot, views)
 
     def release(self, held: Held) -> None:
         """The message is done with: its views into the slot let go (BufferError: something still reads it)."""
