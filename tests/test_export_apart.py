@@ -68,8 +68,10 @@ def test_each_block_is_drawn_with_the_names_known_when_it_was_read(tmp_path: Any
     rec = str(tmp_path / "rec.npt")
     _renamed(rec)
     monkeypatch.setattr(export_module, "EXPORT_ROWS", 500)
+    before = children()
     for out, fmt in (("out.pftrace", "perfetto"), ("out.json", "chrome-json")):
         fast = export(Request(rec, str(tmp_path / ("fast-" + out)), fmt, progress=False))
+        assert children() == before  # the drawing's process, finished, reaped
         ref = reference_export(Request(rec, str(tmp_path / ("ref-" + out)), fmt, progress=False))
         assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), out
         assert {**fast, "out": None} == {**ref, "out": None}

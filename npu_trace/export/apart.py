@@ -15,7 +15,9 @@ waits). The answers come back through a pipe of their own: a slot freed, at the 
 the child's error, raised in the parent as its own (an OSError, the file's writing failed: one line, the
 output named: InputError); a child that ends otherwise is one line too. Every exit path of the parent ends the
 child: `close()` (in the exporter's `finally`) closes the pipes, kills the child unless it finished (SIGKILL:
-it holds nothing to undo, the parent removes the partial file) and reaps it, signals held meanwhile. The child
+it holds nothing to undo, the parent removes the partial file) and reaps it, signals held meanwhile; a child
+that finished is reaped by `reap()` once the file is in place (its exit, the teardown of its memory, ~15 ms,
+runs meanwhile). The child
 ignores SIGINT, SIGTERM and SIGHUP (a terminal's Ctrl-C reaches the whole group: the parent decides) and ends
 when the parent's end of its pipe closes, whatever ended the parent; it never runs the parent's exit code
 (`os._exit`).
@@ -106,7 +108,8 @@ class DrawingProcess:
                 return result
 
     def close(self) -> None:
-        """End the child (kill it unless it finished) and reap it; let go of the pipes and shared memory."""
+        """Let go of the pipes and shared memory; a child that did not finish killed and reaped (one that did
+        exits by itself: `reap` waits for it, once the caller has put the file in place)."""
         with signals_held():
             if self.sender is not None:
                 os.close(self.sender.fd)
@@ -114,12 +117,16 @@ class DrawingProcess:
             if self.answers >= 0:
                 os.close(self.answers)
                 self.answers = -1
+            if self.pid is not None and not self.finished:
+                _kill(self.pid)
+                self.reap()
+            self.slots.close()
+
+    def reap(self) -> None:
+        with signals_held():
             if self.pid is not None:
-                if not self.finished:
-                    _kill(self.pid)
                 os.waitpid(self.pid, 0)
                 self.pid = None
-            self.slots.close()
 
     def _names(self, names: Dict[int, str]) -> Optional[Dict[int, str]]:
         """The process names, the last argument of block, events and finish: None when they are those sent

@@ -218,6 +218,11 @@ class Exporter:
             if isinstance(self.side, DrawingProcess):
                 self.side.close()
 
+    def reap(self) -> None:
+        """Wait for the drawing's process to have exited, if it finished (run() ended it otherwise)."""
+        if isinstance(self.side, DrawingProcess):
+            self.side.reap()
+
     def _feed(self, block: Block, now: Optional[int]) -> None:
         if self.stopped:
             return
@@ -383,11 +388,17 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
     binary = request.fmt == "perfetto"
-    with written_beside(out, binary, like=request.recording) as stream:
-        # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.export.perfetto import PerfettoWriter
+    made: Optional[Exporter] = None
+    try:
+        with written_beside(out, binary, like=request.recording) as stream:
+            # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
+            from npu_trace.export.perfetto import PerfettoWriter
 
-        writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
-        summary = (exporter or Exporter)(request, writer, stream).run()
+            writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            made = (exporter or Exporter)(request, writer, stream)
+            summary = made.run()
+    finally:
+        if made is not None:
+            made.reap()  # its drawing's process, which finished: reaped once the file is in place
     summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
     return summary
