@@ -33,6 +33,7 @@ from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.ftrace.tracefs import MOUNT_POINTS, Tracefs, find_optional
 from npu_trace.ftrace.walk import IMPLEMENTATION as WALKER
+from npu_trace.pipeline.order import IMPLEMENTATION as ORDER
 from npu_trace.sim import hal_install
 from npu_trace.sources.chip_search import find_chip
 from npu_trace.sources.driver_switches import DriverSwitches, SwitchState, state_dir
@@ -500,11 +501,14 @@ def _layout_format(fs: Tracefs) -> str:
     return fs.event_format("ftrace", "function")
 
 
-def check_walker(implementation: str = WALKER) -> Check:
-    """The page walker of the columnar analysis: compiled, or its pure-Python twin (the same results, slower)."""
-    if implementation == "c":
-        return Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
-    detail = "pure Python: the C extension was not built where npu-trace was installed (same results, slower)"
+def check_walker(implementation: str = WALKER, order: str = ORDER) -> Check:
+    """The page walker of the columnar analysis and its counting sort: compiled, or their pure-Python and numpy
+    twins (the same results, slower)."""
+    if implementation == "c" and order == "c":
+        return Check("page walker", True, "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order)")
+    missing = ", ".join(name for name, how in (("_walk", implementation), ("_order", order)) if how != "c")
+    detail = f"pure Python for {missing}: the C extension was not built where npu-trace was installed (same results, " \
+             "slower)"
     return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 

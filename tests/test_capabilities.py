@@ -280,9 +280,10 @@ def test_corrupt_files_are_reported_not_raised(tmp_path: Path) -> None:
 
 def test_the_page_walker_line() -> None:
     """Here the extension is built (scripts/setup installs gcc); elsewhere the pure-Python walker is named."""
-    assert doctor.check_walker() == Check("page walker", True, "compiled (npu_trace.ftrace._walk)")
-    slow = doctor.check_walker("python")
-    assert slow.mark == "--" and "pure Python" in slow.detail and "gcc" in slow.fix
+    compiled = "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order)"
+    assert doctor.check_walker() == Check("page walker", True, compiled)
+    for slow, named in ((doctor.check_walker("python"), "_walk"), (doctor.check_walker("c", "python"), "_order")):
+        assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
     compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts)"
     assert doctor.check_assembler() == Check("export assembler", True, compiled)
     for slow, named in ((doctor.check_assembler("python"), "_wire"), (doctor.check_assembler("c", "python"), "_rows"),

@@ -3,12 +3,15 @@ the whole int64 range); KeyPacking packs equal keys equal and different keys apa
 
 from __future__ import annotations
 
-from typing import List
+from contextlib import contextmanager
+from typing import Any, Iterator, List
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from npu_trace.pipeline import order
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -19,13 +22,39 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
                  st.lists(INT64, max_size=300), st.lists(st.integers(2**40, 2**40 + 70000), max_size=300)))  # fmt: skip
 def test_stable_order_is_the_stable_argsort(keys: List[int]) -> None:
     key = np.array(keys, dtype=np.int64)
-    assert np.array_equal(stable_order(key), np.argsort(key, kind="stable"))
+    for compiled in (order._order, None):  # the counting sort in C, and its numpy twin
+        with patched(compiled):
+            assert np.array_equal(stable_order(key), np.argsort(key, kind="stable"))
 
 
 def test_stable_order_takes_each_way() -> None:
     rng = np.random.default_rng(3)
-    for key in (rng.integers(0, 40, 5000), rng.integers(0, 1 << 40, 5000), rng.integers(-(2**62), 2**62, 5000)):
-        assert np.array_equal(stable_order(key), np.argsort(key, kind="stable"))
+    strided = rng.integers(-5, 300, 12000)[::3]  # a view, not contiguous
+    for key in (rng.integers(0, 40, 5000), rng.integers(0, 1 << 40, 5000), rng.integers(-(2**62), 2**62, 5000),
+                rng.integers(0, 70000, 5000), strided):  # fmt: skip
+        for compiled in (order._order, None):
+            with patched(compiled):
+                assert np.array_equal(stable_order(key), np.argsort(key, kind="stable"))
+
+
+def test_the_counting_sort_is_compiled_here_and_refuses_a_key_outside_its_range() -> None:
+    """scripts/setup installs gcc: the C sort runs here; a key it was not told the range of is an error, not a
+    write outside the counters."""
+    assert order.IMPLEMENTATION == "c"
+    out = np.empty(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="outside"):
+        order._order.counting_order(np.array([1, 9, 2], dtype=np.int64), 0, 5, out)
+    with pytest.raises(ValueError, match="as many"):
+        order._order.counting_order(np.array([1, 2], dtype=np.int64), 0, 5, out)
+
+
+@contextmanager
+def patched(compiled: Any) -> Iterator[None]:
+    saved, order._order = order._order, compiled
+    try:
+        yield
+    finally:
+        order._order = saved
 
 
 @settings(max_examples=200, deadline=None)

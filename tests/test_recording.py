@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
 
@@ -21,7 +22,7 @@ from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
-from npu_trace.recording.schema import PREAMBLE
+from npu_trace.recording.schema import PREAMBLE, chunk_crc32
 from npu_trace.sources.replay_source import ReplaySource
 from reference.pages import PageDecoder, iter_events
 
@@ -460,3 +461,12 @@ def test_a_bad_mode_is_a_one_line_usage_error(tmp_path: Any) -> None:
                            "0999"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and "not a file mode" in proc.stderr and "Traceback" not in proc.stderr
     assert not os.path.exists(tmp_path / "x.npt")
+
+
+def test_the_chunks_checksum_is_zlibs_crc32() -> None:
+    """Chunks are checked with zlib-ng's CRC-32 (installed by scripts/setup): the same values as zlib's, so
+    recordings written with either read with the other."""
+    assert chunk_crc32.__module__.startswith("zlib_ng")
+    data = os.urandom(1 << 20) + bytes(4093)
+    for piece in (b"", b"a", data[:7], data):
+        assert chunk_crc32(piece) == zlib.crc32(piece)

@@ -181,13 +181,16 @@ class LatencyDetector:
         key = (dev + 1) * (len(nb.norm.ops) + 1) + op
         order = stable_order(key)  # by (device, op), each in row order
         bounds = np.flatnonzero(np.diff(key[order])) + 1
+        rows, lat, start, sources = rows[order], lat[order], start[order], sources[order]  # each key's a slice
         end, pid = nb.block.ts[rows], nb.block.pid[rows]
         bucket = bucket_indices(lat)  # every key's at once
-        for sel in np.split(order, bounds):
-            first = int(sel[0])
+        edges = [0, *bounds.tolist(), len(rows)]
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            first = int(order[lo])
             d = int(dev[first])
             self.samples(None if d < 0 else d, nb.norm.ops[int(op[first])],
-                         Samples(lat[sel], start[sel], end[sel], pid[sel], sources[sel], bucket[sel]), out)  # fmt: skip
+                         Samples(lat[lo:hi], start[lo:hi], end[lo:hi], pid[lo:hi], sources[lo:hi], bucket[lo:hi]),
+                         out)  # fmt: skip
 
     def _tasks_block(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
@@ -357,6 +360,9 @@ class LatencyDetector:
         baseline each sample meets (a median of the window) is computed for those, and for the spikes."""
         lat = s.latency[i:]
         m = len(lat)
+        if _below_every(lat, absolute, self.floor_ns if adaptive_on else None):  # most runs: no spike can be
+            self._learn_many(st, lat)
+            return m
         spike = lat > absolute if absolute is not None else np.zeros(m, dtype=bool)
         seen = st.seen + np.arange(m, dtype=np.int64)
         cand = np.flatnonzero(lat > self.floor_ns) if adaptive_on else np.zeros(0, np.int64)
@@ -448,6 +454,13 @@ class LatencyDetector:
 
 
 TaskKey = Tuple[Optional[int], Any, Any]
+
+
+def _below_every(lat: np.ndarray, absolute: Optional[int], floor: Optional[int]) -> bool:
+    """No latency is above the absolute threshold, nor above the adaptive rule's floor (None: that rule is off):
+    no sample of the run can be a spike, whatever the baselines."""
+    limits = [x for x in (absolute, floor) if x is not None]
+    return bool(limits) and int(lat.max()) <= min(limits)
 
 
 def _key_values(key: TaskKey) -> Tuple[Any, ...]:

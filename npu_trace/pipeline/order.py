@@ -4,8 +4,10 @@ comparison sort.
 
 `stable_order(key)` is `np.argsort(key, kind="stable")`, exactly (rows of equal keys stay in row order), by
 the cheapest way the keys allow:
-  * few distinct values within a small range: each key's rank among them (a table over the range), sorted
-    as uint16 (numpy's stable sort of 16-bit integers is a radix sort: linear);
+  * keys within a small range (at most a few times as wide as there are keys): a counting sort, in C
+    (npu_trace/pipeline/_order.c, built by the package's install where a compiler is: two passes over the
+    keys); its numpy twin ranks each key among the values present (a table over the range) and sorts the
+    ranks as uint16 (numpy's stable sort of 16-bit integers is a radix sort), when there are few of them;
   * keys and row numbers that fit together in 63 bits: (key, row) as one integer, each value distinct, so
     any sort gives the stable order (numpy's default sort: introsort);
   * otherwise numpy's stable sort.
@@ -17,6 +19,12 @@ from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
+try:
+    from npu_trace.pipeline import _order
+except ImportError:  # installed where no compiler was: the numpy twin, with the same results
+    _order = None  # type: ignore[assignment]
+
+IMPLEMENTATION = "c" if _order is not None else "python"
 RANK_TABLE_MAX = 1 << 22  # the largest key range ranked through a table (4 M entries: 4 MiB of bools)
 
 
@@ -29,6 +37,10 @@ def stable_order(key: np.ndarray) -> np.ndarray:
     low, high = int(key.min()), int(key.max())
     span = high - low + 1
     if span <= min(RANK_TABLE_MAX, max(1 << 16, 4 * n)):  # the table costs no more than the keys
+        if _order is not None:
+            out: np.ndarray = np.empty(n, dtype=np.int64)
+            _order.counting_order(np.ascontiguousarray(key), low, span, out)
+            return out
         shifted: np.ndarray = key - low
         present: np.ndarray = np.zeros(span, dtype=bool)
         present[shifted] = True

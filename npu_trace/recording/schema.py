@@ -15,6 +15,12 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import msgpack
 import zstandard
 
+try:  # the chunks' CRC-32 through zlib-ng: the same checksum, computed with the CPU's carry-less multiply (7.6 ms
+    # per 28 MB of chunk data became 1.0 ms here: a twentieth of check's time, on every chunk read and written)
+    from zlib_ng.zlib_ng import crc32 as chunk_crc32
+except ImportError:  # pragma: no cover - a host without the wheel: zlib's, the same values
+    from zlib import crc32 as chunk_crc32
+
 from npu_trace.errors import RecordingError
 from npu_trace.events import KINDS, Loss, NpuEvent
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
@@ -334,7 +340,7 @@ def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:
     if len(raw) != raw_len:
         raise fail(where, f"data holds {len(raw)} bytes, raw_len says {raw_len}")
     crc = need(rec, "crc32", int, where)
-    if zlib.crc32(raw) != crc:
+    if chunk_crc32(raw) != crc:
         raise fail(where, "CRC-32 mismatch: the data is corrupt")
     return raw
 

@@ -11,7 +11,6 @@ import os
 import socket
 import sys
 import time
-import zlib
 from functools import lru_cache
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,6 +32,7 @@ from npu_trace.recording.schema import (
     MAX_PAGE_BYTES,
     MAX_PAGES_PER_CHUNK,
     SCHEMA_VERSION,
+    chunk_crc32,
     event_losses,
     events_record,
     kallsyms_entry,
@@ -318,7 +318,7 @@ class RecordingWriter:
         data = self._zstd.compress(raw) if self._zstd is not None else raw
         rec: Dict[str, Any] = {"t": "chunk", "seq": len(self._index), "codec": self.compression}
         rec.update(n_pages=len(self._pending), cpus=[c for c, _ in self._pending])
-        rec.update(lens=[len(p) for _, p in self._pending], raw_len=len(raw), crc32=zlib.crc32(raw))
+        rec.update(lens=[len(p) for _, p in self._pending], raw_len=len(raw), crc32=chunk_crc32(raw))
         if self._pending_ts:
             rec.update(first_ts=min(self._pending_ts), last_ts=max(self._pending_ts))
         if self._pending_marks:
