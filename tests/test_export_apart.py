@@ -230,3 +230,27 @@ def test_a_drawing_process_that_cannot_start_is_one_line(tmp_path: Any, monkeypa
     fds = len(os.listdir("/proc/self/fd"))
     _export_fails(tmp_path, monkeypatch, DrawingError, "cannot start the export's drawing process: Resource")
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_scoped_recording_is_drawn_apart_as_in_the_callers_process(tmp_path: Any, monkeypatch: Any) -> None:
+    """A recording with a scope takes the per-event path (its events, tasks and memory changes sent as objects):
+    drawn in the drawing's process, the bytes are those drawn in the caller's."""
+    from npu_trace.export.perfetto import PerfettoWriter
+
+    events = synth_events(plan("ecc-reset", 6, 0.5, 3000, 4))
+    enc = PageEncoder(HEADER)
+    pages = {cpu: enc.pages((e.ts_ns, e.pid, e.fmt, e.values) for e in evs)
+             for cpu, evs in spread(events, 3, 6).items()}  # fmt: skip
+    header = synth_header(3)
+    header["scope"] = {"device": [1, 2]}
+    rec = str(tmp_path / "rec.npt")
+    with RecordingWriter(rec, header, chunk_bytes=16 << 10) as w:
+        for batch in reads(pages, [], random.Random(6), events[-1].ts_ns + 1):
+            for cpu, page in batch.pages:
+                w.add_page(cpu, page)
+    monkeypatch.setattr(export_module, "EXPORT_ROWS", 500)
+    apart = export(Request(rec, str(tmp_path / "apart.pftrace"), "perfetto", progress=False))
+    with open(tmp_path / "here.pftrace", "wb") as f:
+        here = Exporter(Request(rec, "", "perfetto", progress=False), PerfettoWriter(f)).run()
+    assert (tmp_path / "apart.pftrace").read_bytes() == (tmp_path / "here.pftrace").read_bytes()
+    assert apart["mapped"] == here["mapped"] and apart["written"]["slices"] > 50
