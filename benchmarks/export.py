@@ -1,13 +1,17 @@
 """Export figures: `npu-trace export` to Perfetto and to Chrome JSON beside `npu-trace check` (the anchor) on the
-same generated recording, with each child's CPU per event (the export uses both CPUs: it draws a block while it analyses
-the next) and peak RSS.
+same generated recording, with each child's CPU per event (the export uses both CPUs: it draws a block in a process
+of its own while it analyses the next; the CPU counts both) and peak RSS (the export's: its own and its drawing
+process's, each its VmHWM; the drawing's counts the pages it shares with the export since the fork).
 
 The recording is benchmarks.gen_recording's (the mixed scenario on 8 devices, host-like on 2 CPUs; `--events`,
 default 1 M; or `--file FILE`). Each command runs as a user runs it, in a child process (`--repeat` times,
 medians); a generated recording of a few events is timed alike and its time (the start-up) taken off, so that
-the rates are the work per event. Targets, as figures (never pass/fail): each format at least 1 M events/s and
-0.7x check's rate on the same recording; a 10 M-event recording exported with a peak RSS under 200 MiB (judged
-from 9.5 M events on: `--events 1e7`, or `--file` a recording of that size, benchmarks.gen_recording's).
+the rates are the work per event. An export's output is removed before the next repeat: replacing an existing
+file of tens of MB costs the export ~35 ms on a filesystem mounted with `discard` (the kernel discarding the old
+file's blocks, not the export's work). Targets, as figures (never pass/fail): each format at least 1 M events/s
+and 0.7x check's rate on the same recording; a 10 M-event recording exported with a peak RSS under 200 MiB, each
+process's (judged from 9.5 M events on: `--events 1e7`, or `--file` a recording of that size,
+benchmarks.gen_recording's).
 Run: `scripts/bench export [--events N] [--file FILE] [--repeat R] [--json OUT]`; no root needed.
 """
 
@@ -16,17 +20,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.checks import npu_trace_argv, per_event, timed
-from benchmarks.common import log
+from benchmarks.checks import per_event, run_child
+from benchmarks.common import BenchError, log, median
 
+_EXT = {"perfetto": ".pftrace", "chrome-json": ".json"}
 RSS_TARGET_MIB = 200.0
 RSS_TARGET_EVENTS = 10_000_000  # the recording size the RSS target is for (judged from 95 % of it)
 RATE_TARGET = 1_000_000.0  # events/s of each format
 CHECK_RATIO_TARGET = 0.7  # of check's events/s
 GEN_RATE = 20_000.0  # the generator's default background calls/s
+# `npu-trace ARGS` as benchmarks.checks runs it, its peak RSS (VmHWM) into a file at exit; a process it forks
+# (the export's drawing, which leaves through os._exit) writes its own into the file's ".drawing" twin
+PEAK_RSS = """import atexit, os, sys
+def peak(path):
+    with open("/proc/self/status") as f, open(path, "w") as out:
+        out.write(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+atexit.register(peak, sys.argv[1])
+def drawing():
+    leave = os._exit
+    def _exit(code):
+        peak(sys.argv[1] + ".drawing")
+        leave(code)
+    os._exit = _exit
+os.register_at_fork(after_in_child=drawing)
+from npu_trace.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 def _events(path: str) -> int:
@@ -34,6 +57,27 @@ def _events(path: str) -> int:
     from npu_trace.ci.recording_analysis import analyze
 
     return int(analyze(path, progress=False)["reading"]["events"])
+
+
+def timed(argv: List[str], repeat: int, ok: Tuple[int, ...], peak: str, out: Optional[str]) -> Dict[str, Any]:
+    """run_child `repeat` times (`out`, the output, removed before each): medians, the largest peak RSS of the
+    command and of its drawing's process."""
+    runs = []
+    for _ in range(repeat):
+        for old in (out, peak + ".drawing"):
+            if old is not None and os.path.exists(old):
+                os.unlink(old)
+        run = run_child(argv, peak)
+        if os.path.exists(peak + ".drawing"):
+            with open(peak + ".drawing") as f:
+                run["drawing_rss_mib"] = int(f.read()) / 1024
+        runs.append(run)
+    bad = [r["rc"] for r in runs if r["rc"] not in ok]
+    if bad:
+        raise BenchError(f"{' '.join(argv[3:6])} ... exited with {bad[0]}")
+    return {"wall_s": median([r["wall_s"] for r in runs]), "cpu_s": median([r["cpu_s"] for r in runs]),
+            "rss_mib": max(r["rss_mib"] for r in runs),
+            "drawing_rss_mib": max(r.get("drawing_rss_mib", 0.0) for r in runs), "runs": runs}  # fmt: skip
 
 
 def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) -> Dict[str, Any]:
@@ -46,36 +90,42 @@ def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) 
         for which, rec in (("full", path), ("empty", tiny)):
             argv = [a.format(rec=rec, out=os.path.join(tmp, f"{name}-{which}")) for a in args]
             peak = os.path.join(tmp, f"{name}-{which}.peak")
-            got[which] = dict(timed(npu_trace_argv(argv, peak), repeat, ok, peak), events=sizes[which])
+            made = os.path.join(tmp, f"{name}-{which}" + _EXT.get(name, "")) if name in _EXT else None
+            got[which] = dict(timed([sys.executable, "-c", PEAK_RSS, peak, *argv], repeat, ok, peak, made),
+                              events=sizes[which])  # fmt: skip
         fig = per_event(got["full"], got["empty"])
-        produced = os.path.join(tmp, f"{name}-full" + (".pftrace" if name == "perfetto" else ".json"))
+        fig["drawing_rss_mib"] = got["full"]["drawing_rss_mib"]
+        produced = os.path.join(tmp, f"{name}-full" + _EXT.get(name, ""))
         fig["out_bytes"] = os.path.getsize(produced) if name != "check" else None
         out[name] = fig
-        log(f"export bench: {name}: {fig['events_per_s']:,.0f} events/s, peak RSS {fig['rss_mib']:.0f} MiB")
+        drawing = f" (its drawing's {fig['drawing_rss_mib']:.0f} MiB)" if fig["drawing_rss_mib"] else ""
+        log(f"export bench: {name}: {fig['events_per_s']:,.0f} events/s, peak RSS {fig['rss_mib']:.0f} MiB{drawing}")
     return out
 
 
 def table(events: int, figs: Dict[str, Any]) -> List[str]:
     check_rate = figs["check"]["events_per_s"]
     head = (f"{'':<12} {'events/s':>12} {'vs check':>9} {'wall s':>8} {'CPU ns/ev':>10} {'peak RSS MiB':>13} "
-            f"{'output MB':>10}")  # fmt: skip
+            f"{'drawing MiB':>12} {'output MB':>10}")  # fmt: skip
     lines = [f"export, {events:,} events (start-up taken off; check is the anchor; the export draws a block while "
              "the next is analysed: CPU beside wall):", head]  # fmt: skip
     for name, f in figs.items():
         ratio = f["events_per_s"] / check_rate if check_rate else 0.0
         size = f"{f['out_bytes'] / 1e6:10.1f}" if f["out_bytes"] is not None else f"{'-':>10}"
         rate, wall, cpu, rss = f["events_per_s"], f["wall_s"], f["cpu_ns_per_event"], f["rss_mib"]
-        lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.1f} {cpu:10.0f} {rss:13.0f} {size}")
+        drawing = f"{f['drawing_rss_mib']:12.0f}" if f["drawing_rss_mib"] else f"{'-':>12}"
+        lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.2f} {cpu:10.0f} {rss:13.0f} {drawing} {size}")
     for name in ("perfetto", "chrome-json"):
         rate = figs[name]["events_per_s"]
         ratio = rate / check_rate if check_rate else 0.0
         met = "met" if rate >= RATE_TARGET and ratio >= CHECK_RATIO_TARGET else "NOT met"
         lines.append(f"target: {name} >= {RATE_TARGET / 1e6:.0f} M events/s and >= {CHECK_RATIO_TARGET}x check: "
                      f"{rate / 1e6:.2f} M/s, {ratio:.2f}x ({met})")  # fmt: skip
-    worst = max(figs[n]["rss_mib"] for n in ("perfetto", "chrome-json"))
+    worst = max(max(figs[n]["rss_mib"], figs[n]["drawing_rss_mib"]) for n in ("perfetto", "chrome-json"))
     judged = events >= 0.95 * RSS_TARGET_EVENTS
     met = ("met" if worst < RSS_TARGET_MIB else "NOT met") if judged else "not judged: judged from 9.5 M events on"
-    lines.append(f"target: peak RSS < {RSS_TARGET_MIB:.0f} MiB for {RSS_TARGET_EVENTS / 1e6:.0f} M events: "
+    lines.append(f"target: peak RSS < {RSS_TARGET_MIB:.0f} MiB (each process) for {RSS_TARGET_EVENTS / 1e6:.0f} M "
+                 f"events: "
                  f"{worst:.0f} MiB at {events / 1e6:.2f} M events ({met})")  # fmt: skip
     return lines
 

@@ -1,10 +1,11 @@
 """The reference export: every row drawn one by one through the mapping, every Perfetto packet a protobuf message.
 
-`ReferenceExporter` draws each block as the export drew it before its columnar drawing: each drawn row made
-an event (`NormBlock.event`) and given to `TimelineMapper.event`, then each task the latency detector paired,
-each completion it did not pair, each change of live memory, one call each; its writer is the `Emitter`
-itself (nothing is kept to be put in order: the calls come in order). The host's context (when the recording
-holds it) is drawn by the production code after each block, as the export draws it: tests/test_hostctx.py
+`ReferenceExporter` draws each block (`ReferenceDrawer`, in the export's drawing process as the production
+drawer is) as the export drew it before its columnar drawing: each drawn row made an event (`NormBlock.event`)
+and given to `TimelineMapper.event`, then each task the latency detector paired, each completion it did not
+pair, each change of live memory, one call each; its writer is the `Emitter` itself (nothing is kept to be put
+in order: the calls come in order). The host's context (when the recording holds it) is drawn by the
+production code after each block, as the export draws it: tests/test_hostctx.py
 holds it against the recording's own records. `ProtoPerfettoWriter` builds every packet
 as a `perfetto_trace_pb2.TracePacket` through the package's `TraceProtoBuilder`. tests/test_export.py holds
 the production export (columns, the wire format by hand) equal to these, byte for byte.
@@ -18,6 +19,7 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
+from npu_trace.export.drawer import Changes, Drawer, Tasks, Window, drawn_rows
 from npu_trace.export.perfetto import (
     _BEGIN,
     _COUNTER,
@@ -34,7 +36,7 @@ from npu_trace.export.perfetto import (
     set_value,
     start_packet,
 )
-from npu_trace.export.run import Exporter, Request, _drawn_rows, export
+from npu_trace.export.run import Exporter, Request, export
 from npu_trace.export.track_map import TimelineMapper
 from npu_trace.export.tracks import Track, Value, tally
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
@@ -42,29 +44,36 @@ from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock
 _COMPLETE = KIND_CODE["complete"]
 
 
-class ReferenceExporter(Exporter):
-    """The export, each block drawn one row at a time (see the module docstring)."""
+class ReferenceDrawer(Drawer):
+    """The drawing, each block one row at a time (see the module docstring)."""
 
-    def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
-        mapper = TimelineMapper(self.emitter, self.source.comm, self.lo, self.hi, self.req.devices, info)
+    def _mapper(self, window: Window) -> TimelineMapper:
+        mapper = TimelineMapper(self.emitter, self.comms, window.lo, window.hi, window.devices, window.info)
         self.emitter.tracks = mapper.by_uuid
         return mapper
 
-    def _draw_block(self, nb: NormBlock) -> None:
+    def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         mapper = self.mapper
         assert mapper is not None
-        for r in _drawn_rows(nb).tolist():
+        self.comms.names = names
+        for r in drawn_rows(nb).tolist():
             mapper.event(nb.event(r))
         matched = np.zeros(len(nb), dtype=bool)
-        for rows, submitted in self.watch.task_rows:
+        if tasks is not None:
+            rows, submitted = tasks
             matched[rows] = True
             for r, s in zip(rows.tolist(), submitted.tolist()):
                 mapper.task(nb.event(r), s)
         for r in np.flatnonzero((nb.kind == _COMPLETE) & ~matched).tolist():
             mapper.unmatched_complete(nb.event(r))
-        self._draw_memory()
+        mapper.memory(*(c.tolist() for c in changes))
         self._draw_context(nb.block)
-        self._note_shown(nb.block.ts)
+
+
+class ReferenceExporter(Exporter):
+    """The export, each block drawn one row at a time (see the module docstring)."""
+
+    drawer = ReferenceDrawer
 
 
 def reference_export(request: Request) -> Dict[str, Any]:
@@ -181,5 +190,3 @@ class ProtoPerfettoWriter:
             annotation = event.debug_annotations.add()
             annotation.name_iid = kid
             set_value(annotation, value)
-
-

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -56,6 +56,58 @@ def test_a_signal_mid_export_removes_its_partial_file(tmp_path: Path, sig: int) 
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no partial file, no output
+    assert b"Traceback" not in err
+
+
+def children_of(pid: int) -> List[int]:
+    mark = f"\nPPid:\t{pid}\n"
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                if entry.isdigit() and mark in f.read():
+                    out.append(int(entry))
+        except OSError:
+            continue  # not a process, or one that ended meanwhile
+    return out
+
+
+def stopped_with_its_drawing(out: Path) -> Optional[Tuple[subprocess.Popen[bytes], int]]:
+    """An export of RECORDING to `out` and its drawing's process (npu_trace.export.apart), both stopped while
+    they run; None when the export ended before its child could be seen."""
+    proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
+                            preexec_fn=_hangups_heard)  # fmt: skip
+    deadline, kids = time.monotonic() + 60, []
+    while not kids and proc.poll() is None and time.monotonic() < deadline:
+        kids = children_of(proc.pid)
+    os.kill(proc.pid, signal.SIGSTOP)
+    if proc.poll() is None and kids and children_of(proc.pid) == kids:
+        os.kill(kids[0], signal.SIGSTOP)  # it can end now only if the export kills it
+        return proc, kids[0]
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.communicate(timeout=60)
+    for name in [*partial_files(out.parent), out.name]:
+        (out.parent / name).unlink(missing_ok=True)
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_ends_the_drawing_s_process_too(tmp_path: Path, sig: int) -> None:
+    """The export's drawing process, stopped so that it cannot end by itself, is killed and reaped by the export
+    a signal ends: gone once the export has exited, with its partial file."""
+    out = tmp_path / "x.pftrace"
+    got = next((g for g in (stopped_with_its_drawing(out) for _ in range(TRIES)) if g is not None), None)
+    assert got is not None, f"the export ended before its drawing's process could be seen, {TRIES} times"
+    proc, child = got
+    os.kill(proc.pid, sig)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    alive = os.path.exists(f"/proc/{child}")
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err
+    assert not alive, "the drawing's process outlived the export"
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
     assert b"Traceback" not in err
 
 

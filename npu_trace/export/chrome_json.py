@@ -83,7 +83,7 @@ class ChromeJsonWriter:
         self.tids: Dict[int, int] = {}  # pid -> last tid given
         self.open: Dict[int, List[_Open]] = {}  # track uuid -> slices begun, not ended
         self._columns: Any = None  # what writes pieces, made when first needed
-        self.output = Output(self._send, self.counts)  # in order, in a thread of its own when the export says
+        self.output = Output(self._send, self.counts)
 
     def header(self, info: Mapping[str, Any]) -> None:
         other = {"clock": info.get("clock", "mono"), "clock_domain": "CLOCK_MONOTONIC",
@@ -162,7 +162,6 @@ class ChromeJsonWriter:
     def close(self) -> Dict[str, int]:
         self._raw("\n]}\n")
         self._flush()
-        self.output.wait()
         self.out.flush()
         return dict(self.counts)
 

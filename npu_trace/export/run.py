@@ -5,12 +5,12 @@ The replay source rebuilds the live batches, the block timeline orders them (the
 (`BlockDrawing`, npu_trace.export.drawing): the normalized rows, the tasks the latency detector paired and the
 memory detector's changes (told through their watches), the hot kinds as columns written at once by the writer,
 the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), which also draws the findings and
-the device-state transitions. A block is drawn in a thread of its own while the next is analysed
-(npu_trace.export.overlap: one block waits at most; the drawing's state is touched only there until the export
-waits for it; each block drawn with the process names known when it was read), and its bytes are assembled and
-written in a third while the next is drawn (npu_trace.export.output). A recording with a scope takes the
-per-event path, as `check` does. Memory stays bounded whatever the recording's size: a block of at most
-`EXPORT_ROWS` rows at a time (and the one drawn, and the one written, meanwhile), the writers stream. The tests
+the device-state transitions (`Drawer`, npu_trace.export.drawer: told what to draw, it reads nothing else). An
+export draws in a process of its own while it analyses the next block (npu_trace.export.apart: each block
+drawn with the process names known when it was read, its columns through shared memory, one block drawn while
+the next is analysed and at most one more waiting). A recording with a scope takes the per-event path, as
+`check` does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a
+time (and the one drawn, and the one waiting, meanwhile), the writers stream. The tests
 keep the reference: every row drawn one by one through the mapper, Perfetto written through protobuf messages
 (tests/export_reference.py), and hold the bytes equal.
 
@@ -26,7 +26,7 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import IO, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -36,31 +36,23 @@ from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
+from npu_trace.export.apart import DrawingProcess
 from npu_trace.export.beside import written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
-from npu_trace.export.drawing import BlockDrawing, Drawn
-from npu_trace.export.emit import Capture, Emitter
-from npu_trace.export.hostctx import ChromeContext, PerfettoContext, context_names
-from npu_trace.export.overlap import Overlap
-from npu_trace.export.pieces import Pieces, as_calls
-from npu_trace.export.track_map import TimelineMapper
+from npu_trace.export.drawer import Drawer, Window
+from npu_trace.export.hostctx import context_names
 from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
+from npu_trace.pipeline.vnormalize import NormBlock
 from npu_trace.sources.replay_source import ReplaySource
 
 EXPORT_ROWS = 1 << 16  # rows analysed at a time
-DRAW_ROWS = 1 << 12  # rows whose events are made at a time to be drawn (memory: a few thousand events)
 FORMATS = ("perfetto", "chrome-json")
 EXTENSIONS = {".pftrace": "perfetto", ".perfetto-trace": "perfetto", ".json": "chrome-json"}
 NS = 1_000_000_000
 _UNITS = {"": NS, "s": NS, "ms": 1_000_000, "us": 1_000, "ns": 1}
 _OFFSET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*$")
 _STAMP = re.compile(r"^\s*@\s*(\d+)(?:\.(\d{1,9}))?\s*$")
-_CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
-_COMPLETE = KIND_CODE["complete"]
-Changes = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the memory detector's: ts, dev, pid, delta
-_new = tuple.__new__  # a NamedTuple made from its fields' tuple (what NpuEvent._replace does, without the call)
 
 
 # ---- arguments --------------------------------------------------------------------------------------------
@@ -186,11 +178,15 @@ class _Watch:
 
 
 class Exporter:
-    """One export (see the module docstring): run() -> its summary."""
+    """One export (see the module docstring): run() -> its summary. `stream`: the file the writer writes, the
+    export's own: the drawing runs in a process of its own (npu_trace.export.apart); without it (the cluster's
+    trace, whose writer many exports share) in this one."""
 
-    def __init__(self, request: Request, writer: Union[BlockWriter, TraceWriter]) -> None:
+    drawer = Drawer  # what draws (the tests' reference: one row at a time)
+
+    def __init__(self, request: Request, writer: Union[BlockWriter, TraceWriter], stream: Optional[IO[Any]] = None):
         self.req = request
-        self.writer = writer
+        self.stream = stream
         self.source = ReplaySource(request.recording)
         self.analysis = Analysis(profile_for(self.source, request.profile), self.source.scope_filter(),
                                  tasks=self.source.tasks, processes=self.source.processes)  # fmt: skip
@@ -200,22 +196,12 @@ class Exporter:
         self.watch = _Watch()
         self.analysis.latency.task_watch = self.watch
         self.analysis.memory.watch = self.watch
-        self.mapper: Optional[TimelineMapper] = None
-        self.emitter = Emitter(writer, {})  # describes each track before its first event
-        self.drawn = Drawn(self.emitter)
-        self.drawing: Optional[BlockDrawing] = None
-        self.host: Any = None  # the host's context (npu_trace.export.hostctx), when the recording holds it
+        self.side: Any = self.drawer(writer)  # the Drawer, or the process it runs in once the window is known
+        self.opened = False  # the window is known: the drawing has begun
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
-        self._scoped_block: Optional[Block] = None
         self.stopped = False  # reading stopped at the window's end
         self.shown_last: Optional[int] = None  # the last event stamp inside the window
-        self.overlap = Overlap()  # the drawing of a block, beside the analysis of the next
-        self.lane = Overlap()  # the file's writing, beside the drawing (a writer with an Output)
-        output = getattr(writer, "output", None)
-        if output is not None:
-            output.lane = self.lane
-        self.comms = _Comms(self.source.comms)  # the process names the block being drawn sees
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
@@ -226,26 +212,27 @@ class Exporter:
                 self._feed(block, now)
                 if self.stopped:
                     break
-            self.overlap.wait()
             bar.done()
-            self.comms.names = self.source.comms
             return self._finish()
         finally:
-            self.overlap.close()
-            self.lane.close()
+            if isinstance(self.side, DrawingProcess):
+                self.side.close()
+
+    def reap(self) -> None:
+        """Wait for the drawing's process to have exited, if it finished (run() ended it otherwise)."""
+        if isinstance(self.side, DrawingProcess):
+            self.side.reap()
 
     def _feed(self, block: Block, now: Optional[int]) -> None:
         if self.stopped:
             return
         self._reached(block)
         if self.analysis.scope is not None:
-            self._scoped_block = block
-            self._feed_items(block.items(), now)
+            self._feed_items(block, now)
         elif len(block):
             nb = self.analysis.normalize_block(block)
             found = self.analysis.feed_normalized(nb)
-            self.overlap.wait()  # the block before drawn: one block waits at most
-            if self.mapper is not None:
+            if self.opened:
                 self._draw_block(nb)
             self._after(found, None if self.stopped else now)
         else:
@@ -262,7 +249,7 @@ class Exporter:
 
     def _window(self, block: Block) -> None:
         """The window, once the recording's first event is known (the first block's first timed row)."""
-        if self.mapper is not None:
+        if self.opened:
             return
         timed = block.ts[block.ts > 0]
         if not len(timed):
@@ -274,123 +261,49 @@ class Exporter:
             raise UsageError(f"the window ends before it begins: --from {self.req.start.text if self.req.start else ''}"
                              f" is at {_secs(self.lo)}, --to {self.req.stop.text if self.req.stop else ''} at "
                              f"{_secs(self.hi)} (trace clock)")  # fmt: skip
-        info = self._info()
-        self.writer.header(info)
-        self.mapper = self._mapper(info)
-        if self.host is None and self.context:
-            self._host(self.mapper, info)
-
-    def _mapper(self, info: Dict[str, Any]) -> TimelineMapper:
-        """The mapping, its calls kept while a block is drawn (see npu_trace.export.drawing)."""
-        capture = Capture(self.emitter)
-        mapper = TimelineMapper(capture, self.comms, self.lo, self.hi, self.req.devices, info)
-        self.emitter.tracks = mapper.by_uuid
-        self.drawing = BlockDrawing(mapper, capture, self.drawn, self._render)
-        self._host(mapper, info)
-        return mapper
-
-    def _render(self, pieces: Pieces, lo: int, hi: int) -> None:
-        """Pieces to the writer: at once, or one by one to a writer that takes no pieces (the cluster's)."""
-        render = getattr(self.writer, "pieces", None)
-        if render is not None:
-            render(pieces, lo, hi, self.drawn)
-        else:
-            as_calls(pieces, lo, hi, self.drawn)
-
-    def _host(self, mapper: TimelineMapper, info: Dict[str, Any]) -> None:
-        """The drawing of the host's context, when the recording holds it (and the writer takes packets made
-        elsewhere: not the cluster's, which moves each host's times)."""
-        if not self.context or not hasattr(self.writer, "put"):
+        window = Window(self.lo, self.hi, self.req.devices, self._info(), self.context, self.req.fmt)
+        self.opened = True
+        if self.stream is None:
+            self.side.open(window)
             return
-        if self.req.fmt == "perfetto":
-            self.host = PerfettoContext(info.get("clock"))
-        else:
-            self.host = ChromeContext(mapper, self.drawn, self._open_at)
+        apart = DrawingProcess(self.side, self._shared(), self.stream, self.req.out)
+        self.side = apart  # closed on every exit path (run's finally), from the moment it exists
+        apart.start(window, self.analysis.block_normalizer.ops)
 
-    def _open_at(self, ts: int) -> None:
-        """The window opens before the host's context shown first (unless it has)."""
-        if self.drawing is not None:
-            self.drawing.open_at(ts)
-        elif self.mapper is not None and not self.mapper.opened:
-            self.mapper._open(ts)
+    def _shared(self) -> List[Any]:
+        """What the drawing's process reads as its own copies (npu_trace.export.ship.Shared): the block
+        normalizer, each format's column plan, format, fields and positional plan (all made by now)."""
+        normalizer = self.analysis.normalizer
+        out: List[Any] = [self.analysis.block_normalizer]
+        for plan in self.source.block_timeline().plans.values():
+            out += [plan, plan.fmt, plan.fmt.fields, normalizer.format_info(plan.fmt)[2]]
+        return [o for o in out if o is not None]
 
     def _draw_block(self, nb: NormBlock) -> None:
-        """The block, with what the analysis told of it, to the drawing's thread (npu_trace.export.overlap)."""
+        """The block, with what the analysis told of it and the process names known now, to the drawing."""
         tasks, changes, names = self.watch.block_tasks(), self.watch.block_changes(), dict(self.source.comms)
         self.watch.clear()
         self._note_shown(nb.block.ts)
-        self.overlap.submit(lambda: self._draw(nb, tasks, changes, names))
+        self.side.block(nb, tasks, changes, names)
 
-    def _draw(self, nb: NormBlock, tasks: Optional[Tuple[np.ndarray, np.ndarray]], changes: Changes,
-              names: Dict[int, str]) -> None:  # fmt: skip
-        """Draw a block (in the drawing's thread), the process names as the source knew them when it was read."""
-        assert self.drawing is not None
-        self.comms.names = names
-        written = self.lane.given  # what the blocks before wrote: written once this one is drawn (bounded)
-        after = None
-        if isinstance(self.host, ChromeContext):
-            host, block = self.host, nb.block
-            after = lambda pieces, base: host.draw(block, pieces, base)  # noqa: E731
-        self.drawing.draw(nb, _drawn_rows(nb), tasks, changes, after)
-        if isinstance(self.host, PerfettoContext):
-            self._draw_context(nb.block)
-        self.lane.wait(written)
-
-    def _draw_context(self, block: Block) -> None:
-        """The block's host context, after everything else of the block (see npu_trace.export.hostctx)."""
-        if isinstance(self.host, PerfettoContext):
-            assert self.lo is not None
-            put = self.writer.put  # type: ignore[union-attr]  # a writer without put gets no host context
-            put(self.host.bundles(block, self.lo, self.hi if self.hi is not None else (1 << 63) - 1))
-        elif isinstance(self.host, ChromeContext):
-            pieces = Pieces()
-            self.host.draw(block, pieces, 0)
-            self._render_all(pieces.done())
-
-    def _render_all(self, pieces: Pieces) -> None:
-        if len(pieces):
-            self._render(pieces, 0, len(pieces))
-
-    def _draw_context_items(self, items: List[Any]) -> None:
-        """The host's context of a scoped recording's block (its raw rows, as the block path draws them)."""
-        if self.host is not None and self._scoped_block is not None:
-            self._draw_context(self._scoped_block)
-
-    def _feed_items(self, items: List[Any], now: Optional[int]) -> None:
+    def _feed_items(self, block: Block, now: Optional[int]) -> None:
         """A scoped recording: the reference path (a scope's stage is per event), drawn alike."""
-        self.overlap.wait()  # the findings of the block before drawn
-        events = self.analysis.normalize(items)
+        events = self.analysis.normalize(block.items())
         found = self.analysis.feed_events(events) if events else []
-        mapper = self.mapper
-        if mapper is not None:
-            matched = {id(ev) for ev, _ in self.watch.task_events}
-            for ev in events:
-                if ev.kind != "complete":
-                    mapper.event(ev)
-                elif id(ev) not in matched:
-                    mapper.unmatched_complete(ev)
-            for ev, submitted in self.watch.task_events:
-                mapper.task(ev, submitted)
-            self._draw_memory()
-            self._draw_context_items(items)
+        if self.opened:
+            context = block if self.context else None
+            self.side.events(events, self.watch.task_events, self.watch.changes_seen, context, dict(self.source.comms))
+            self.watch.clear()
             self._note_shown(np.array([ev.ts_ns for ev in events if ev.ts_ns > 0], dtype=np.int64))
         self._after(found, None if self.stopped else now)
-
-    def _draw_memory(self) -> None:
-        assert self.mapper is not None
-        for ts, dev, pid, delta in self.watch.changes_seen:
-            self.mapper.memory(_ints(ts), _ints(dev), _ints(pid), _ints(delta))
-        self.watch.clear()
 
     def _after(self, found: List[Any], now: Optional[int]) -> None:
         """The block's findings, then what time alone completes, then the device-state changes."""
         self.watch.clear()
         analysis = self.analysis
         found = [*found, *analysis.advance(now)] if now is not None else list(found)
-        mapper = self.mapper
-        if mapper is not None:  # drawn after the block, in the drawing's thread
-            changes = analysis.states.take_transitions()
-            self.overlap.submit(lambda: _draw_findings(mapper, found, changes))
+        if self.opened:  # drawn after the block
+            self.side.findings(found, analysis.states.take_transitions())
         analysis.findings.clear()  # kept by Analysis for a report the export never asks for: bounded
 
     def _note_shown(self, ts: np.ndarray) -> None:
@@ -403,10 +316,12 @@ class Exporter:
 
     # ---- the end ------------------------------------------------------------------------------------------
     def _finish(self) -> Dict[str, Any]:
-        analysis, mapper = self.analysis, self.mapper
-        if mapper is None or self.shown_last is None:
+        analysis = self.analysis
+        if not self.opened or self.shown_last is None:
             raise InputError(self._nothing_shown())
         open_resets: List[Any] = []
+        found: Optional[List[Any]] = None
+        transitions: List[Any] = []
         if self.stopped:  # the window ends before the recording: nothing is flushed as if the session ended
             open_resets = analysis.reset.open_sequences()
             end = int(self.hi) if self.hi is not None else self.shown_last
@@ -415,20 +330,15 @@ class Exporter:
                 analysis.truncated(self.source.reader.truncation)
             before = len(analysis.findings)
             analysis.finish()
-            mapper.findings(analysis.findings[before:])
-            mapper.transitions(analysis.states.take_transitions())
+            found, transitions = analysis.findings[before:], analysis.states.take_transitions()
             end = self.shown_last
-        if isinstance(self.host, ChromeContext):
-            pieces = Pieces()
-            self.host.finish(end, pieces, 0)
-            self._render_all(pieces.done())
-        counts = mapper.finish(end, analysis.normalizer.pending_entries(), open_resets)
-        written = self.writer.close()
-        out = {"mapped": counts, "written": written, "window": [self.lo, end], "stopped_at_window_end": self.stopped,
-               "events_read": self.source.events_read, "loss": self.source.ledger.summary(),
-               "truncated": self.source.reader.truncated}  # fmt: skip
-        if self.host is not None:
-            out["host_context"] = dict(self.host.counts)
+        drawn = self.side.finish(found, transitions, end, analysis.normalizer.pending_entries(), open_resets,
+                                 dict(self.source.comms))  # fmt: skip
+        out = {"mapped": drawn["mapped"], "written": drawn["written"], "window": [self.lo, end],
+               "stopped_at_window_end": self.stopped, "events_read": self.source.events_read,
+               "loss": self.source.ledger.summary(), "truncated": self.source.reader.truncated}  # fmt: skip
+        if "host_context" in drawn:
+            out["host_context"] = drawn["host_context"]
         return out
 
     def _nothing_shown(self) -> str:
@@ -457,38 +367,6 @@ class Exporter:
         return info
 
 
-def _draw_findings(mapper: TimelineMapper, found: List[Any], changes: List[Any]) -> None:
-    mapper.findings(found)
-    mapper.transitions(changes)
-
-
-class _Comms:
-    """The process names the drawing sees (the mapper's comm_of, ReplaySource.comm's rule): those the source knew
-    when the block being drawn was read (`names`, set by the drawing), the source's own at the end."""
-
-    def __init__(self, names: Dict[int, str]) -> None:
-        self.names = names
-
-    def __call__(self, pid: int) -> str:
-        return "<idle>" if pid == 0 else self.names.get(pid, "<...>")
-
-
-def _drawn_rows(nb: NormBlock) -> np.ndarray:
-    """The rows the mapper draws as events: not the formats without a rule (counted only), not completions
-    (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
-    drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
-    keep = ~nb.counted_only & (nb.kind != _COMPLETE)
-    calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
-    got = nb.int_args(calls, "latency_ns")
-    if got is not None:
-        keep[calls[~got[1]]] = False
-    return np.flatnonzero(keep)
-
-
-def _ints(values: Ints) -> List[int]:
-    return values.tolist() if isinstance(values, np.ndarray) else [int(v) for v in values]
-
-
 def _anchor(header: Dict[str, Any]) -> Optional[Tuple[int, int]]:
     anchor = header.get("clock_anchor")
     if isinstance(anchor, dict) and all(isinstance(anchor.get(k), int) for k in ("mono_ns", "realtime_ns")):
@@ -510,11 +388,17 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
     binary = request.fmt == "perfetto"
-    with written_beside(out, binary, like=request.recording) as stream:
-        # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
-        from npu_trace.export.perfetto import PerfettoWriter
+    made: Optional[Exporter] = None
+    try:
+        with written_beside(out, binary, like=request.recording) as stream:
+            # perfetto's protobuf classes are imported when a Perfetto trace is written (0.05 s of every start-up)
+            from npu_trace.export.perfetto import PerfettoWriter
 
-        writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
-        summary = (exporter or Exporter)(request, writer).run()
+            writer: Any = (perfetto_writer or PerfettoWriter)(stream) if binary else ChromeJsonWriter(stream)  # type: ignore[arg-type]
+            made = (exporter or Exporter)(request, writer, stream)
+            summary = made.run()
+    finally:
+        if made is not None:
+            made.reap()  # its drawing's process, which finished: reaped once the file is in place
     summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
     return summary

@@ -1,0 +1,253 @@
+"""What an export sends its drawing's process (npu_trace.export.apart): messages pickled, columns in shared memory.
+
+A message (a call's name and its arguments) is pickled with protocol 5, except:
+- the objects both processes hold since the fork (`Shared`: the block normalizer, the formats' column plans,
+  formats and positional plans, all made before it) go as their number: the receiver reads its own copies;
+- the data of numpy arrays (a block's columns, its tables' records: pickle's out-of-band buffers, those of
+  `INLINE` bytes or more) and the buffers the records lie in (the block's decoded chunks) are copied into a
+  slot of shared memory (`Slots`: memfd files mapped by both processes, a slot grown when a message needs
+  more) and received as views into it (the chunks as copies: the decoders take bytes);
+- the rest, the pickle's own bytes (a few kB a block), go through a pipe, framed by their length.
+A slot is written only once the receiver has freed it (`Sender(take=...)`), and the receiver frees it once
+nothing it drew reads it (`Receiver.release` raises BufferError if something does: the drawing keeps no view
+of a block's columns past the block); with two slots, at most two blocks' columns are in shared memory.
+Measured on a 1 M-event recording (14 blocks of 64 Ki rows, ~200 MB of columns in all, 2 vCPU): this way the
+sending cost the analysis ~0.05 s; all through a pipe (the same buffers, written a MiB at a time) ~0.13 s.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import struct
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+INLINE = 4096  # buffers shorter than this stay in the pickle
+SLOT_BYTES = 16 << 20  # a slot's first size (a block of 64 Ki rows needs ~14 MB)
+_ALIGN = 64
+_LENGTH = struct.Struct("<Q")
+Span = Tuple[int, int]
+
+
+class Shared:
+    """Objects both processes hold since the fork, numbered in the same order on both sides."""
+
+    def __init__(self, objects: Sequence[Any]) -> None:
+        self.objects = list(objects)
+        self.number = {id(o): i for i, o in enumerate(self.objects)}
+
+
+class Slots:
+    """Areas of shared memory (memfd files made before the fork, each mapped where it is used)."""
+
+    def __init__(self, count: int = 2, size: int = SLOT_BYTES) -> None:
+        self.fds = [os.memfd_create(f"npu-trace-export-{i}", os.MFD_CLOEXEC) for i in range(count)]
+        for fd in self.fds:
+            os.ftruncate(fd, size)
+        self.maps: List[Optional[mmap.mmap]] = [None] * count
+
+    def put(self, slot: int, parts: Sequence[memoryview]) -> List[Span]:
+        """Copy the parts into the slot (grown to hold them): where each lies."""
+        spans, at = [], 0
+        for part in parts:
+            spans.append((at, at + part.nbytes))
+            at = (at + part.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        area = self.mapped(slot, at, grow=True)
+        with memoryview(area) as view:
+            for (lo, hi), part in zip(spans, parts):
+                view[lo:hi] = part
+        return spans
+
+    def mapped(self, slot: int, size: int, grow: bool = False) -> mmap.mmap:
+        """The slot's mapping, at least `size` bytes (the file grown first by the side that writes it)."""
+        fd, area = self.fds[slot], self.maps[slot]
+        if grow and os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size + size // 4)
+        if area is None or len(area) < size:
+            if area is not None:
+                area.close()  # nothing holds a view into it: the slot was freed
+            area = self.maps[slot] = mmap.mmap(fd, os.fstat(fd).st_size)
+        return area
+
+    def unused(self, slot: int) -> None:
+        """Raise BufferError if anything still reads the slot (a view into it, an array over it): the mapping
+        cannot be resized then (resized to its own size: a check that costs a microsecond)."""
+        area = self.maps[slot]
+        if area is not None:
+            try:
+                area.resize(len(area))
+            except BufferError:
+                raise BufferError(f"the drawing still reads slot {slot} of shared memory after its block") from None
+
+    def close(self) -> None:
+        for area in self.maps:
+            if area is not None:
+                area.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.maps, self.fds = [], []
+
+
+class Records:
+    """The record buffers (a block's decoded chunks) the receiver holds: those the last message that named any
+    named, each by a number; a chunk that a block shares with the one before is sent once."""
+
+    def __init__(self) -> None:
+        self.kept: Dict[int, Tuple[Any, int]] = {}  # id -> (the buffer, its number): held while the receiver does
+        self.used: Dict[int, Tuple[Any, int]] = {}  # those the message being pickled names
+        self.new: List[Any] = []  # of them, those the receiver lacks, in the order of their numbers in `numbers`
+        self.numbers: List[int] = []
+        self._next = 0
+
+    def number(self, obj: Any) -> int:
+        got = self.used.get(id(obj)) or self.kept.get(id(obj))
+        if got is None or got[0] is not obj:
+            got = (obj, self._next)
+            self._next += 1
+            self.new.append(obj)
+            self.numbers.append(got[1])
+        self.used[id(obj)] = got
+        return got[1]
+
+    def sent(self) -> List[int]:
+        """The message is pickled: the numbers it names (the receiver keeps those only), or [] (none: it keeps
+        what it held)."""
+        named = [n for _, n in self.used.values()]
+        if named:
+            self.kept = self.used
+        self.used, self.new, self.numbers = {}, [], []
+        return named
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, out: io.BytesIO, shared: Shared, records: Records, oob: List[pickle.PickleBuffer]) -> None:
+        super().__init__(out, protocol=5, buffer_callback=_out_of_band(oob))  # no cycle: freed once dumped
+        self.shared, self.records = shared, records
+
+    def persistent_id(self, obj: Any) -> Any:
+        number = self.shared.number.get(id(obj))
+        if number is not None and self.shared.objects[number] is obj:
+            return ("s", number)
+        if (obj.__class__ is bytes or obj.__class__ is bytearray) and len(obj) >= INLINE:
+            return ("r", self.records.number(obj))
+        return None
+
+
+def _out_of_band(oob: List[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffer], bool]:
+    def buffer(buf: pickle.PickleBuffer) -> bool:
+        if buf.raw().nbytes < INLINE:
+            return True  # in the pickle
+        oob.append(buf)
+        return False
+
+    return buffer
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, body: bytes, shared: Shared, records: Dict[int, Any], buffers: List[memoryview]) -> None:
+        super().__init__(io.BytesIO(body), buffers=buffers)
+        self.shared, self.records = shared, records
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, number = pid
+        return self.shared.objects[number] if kind == "s" else self.records[number]
+
+
+class Sender:
+    """Sends messages down `fd`; `take()` gives a slot the receiver has freed (it waits for one)."""
+
+    def __init__(self, fd: int, slots: Slots, shared: Shared, take: Callable[[], int]) -> None:
+        self.fd, self.slots, self.shared, self.take = fd, slots, shared, take
+        self.records = Records()
+
+    def send(self, message: Any) -> Optional[int]:
+        """Send a message; the slot its data went to (None: it had none)."""
+        records = self.records
+        oob: List[pickle.PickleBuffer] = []
+        body = io.BytesIO()
+        _Pickler(body, self.shared, records, oob).dump(message)
+        new, numbers = records.new, records.numbers
+        slot, spans = None, []
+        if new or oob:
+            slot = self.take()
+            spans = self.slots.put(slot, [memoryview(r) for r in new] + [b.raw() for b in oob])
+        kinds = [(n, r.__class__ is bytearray) for n, r in zip(numbers, new)]
+        frame = pickle.dumps((slot, spans, kinds, records.sent(), body.getvalue()), protocol=5)
+        write_all(self.fd, _LENGTH.pack(len(frame)) + frame)
+        return slot
+
+
+class Held:
+    """A received message's views into its slot, released once the message is done with."""
+
+    def __init__(self, slot: Optional[int], views: List[memoryview]) -> None:
+        self.slot, self.views = slot, views
+
+
+class Receiver:
+    """Receives what a Sender sends (`receive`: None once the sender closed its end)."""
+
+    def __init__(self, fd: int, slots: Slots, shared: Shared) -> None:
+        self.fd, self.slots, self.shared = fd, slots, shared
+        self.records: Dict[int, Any] = {}  # the record buffers held (see Records)
+
+    def receive(self) -> Optional[Tuple[Any, Held]]:
+        frame = read_frame(self.fd)
+        if frame is None:
+            return None
+        slot, spans, kinds, named, body = pickle.loads(frame)
+        views: List[memoryview] = []
+        if slot is not None:
+            area = memoryview(self.slots.mapped(slot, spans[-1][1]))
+            views = [area[lo:hi] for lo, hi in spans]
+            area.release()
+        records = self.records
+        for (number, as_array), view in zip(kinds, views):
+            records[number] = bytearray(view) if as_array else bytes(view)
+        if named:
+            self.records = {n: records[n] for n in named}
+        message = _Unpickler(body, self.shared, records, views[len(kinds) :]).load()
+        return message, Held(slot, views)
+
+    def release(self, held: Held) -> None:
+        """The message is done with: its views into the slot let go (BufferError: something still reads it)."""
+        for view in held.views:
+            view.release()
+        if held.slot is not None:
+            self.slots.unused(held.slot)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while len(view):
+        view = view[os.write(fd, view) :]
+
+
+def read_frame(fd: int) -> Optional[bytes]:
+    """One length-framed message (None: the other end closed between messages)."""
+    head = _read(fd, _LENGTH.size)
+    if head is None:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    body = _read(fd, size)
+    if body is None:
+        raise EOFError("the other end closed mid-message")
+    return body
+
+
+def _read(fd: int, size: int) -> Optional[bytes]:
+    got = bytearray()
+    while len(got) < size:
+        chunk = os.read(fd, size - len(got))
+        if not chunk:
+            return None
+        got += chunk
+    return bytes(got)
+
+
+def send_frame(fd: int, message: Any) -> None:
+    """A small message, pickled whole (the drawing's answers: a slot freed, the counts, an error)."""
+    frame = pickle.dumps(message, protocol=5)
+    write_all(fd, _LENGTH.pack(len(frame)) + frame)
