@@ -35,6 +35,7 @@ from typing import IO, Any, Dict, List, Optional, Sequence
 
 from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.export.drawer import Changes, Drawer, Tasks, Window
+from npu_trace.export.drawing import Rows
 from npu_trace.export.ship import Receiver, Sender, Shared, Slots, read_frame, send_frame
 from npu_trace.pipeline.vnormalize import NormBlock
 from npu_trace.process import signals_held
@@ -87,9 +88,9 @@ class DrawingProcess:
         self.answers = up_r
         self.sender = Sender(down_w, self.slots, self.shared, self._take)
 
-    def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
+    def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         ops = nb.norm.ops
-        self._send(("block", (nb, tasks, changes, self._names(names)), ops[self.ops_sent :]))
+        self._send(("block", (nb, rows, tasks, changes, self._names(names)), ops[self.ops_sent :]))
         self.ops_sent = len(ops)
 
     def events(self, *args: Any) -> None:
