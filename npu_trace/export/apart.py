@@ -206,6 +206,7 @@ def _child(proc: DrawingProcess, window: Window, down: int, up: int, parents: Se
 
 def _serve(drawer: Drawer, window: Window, receiver: Receiver, up: int, stream: IO[Any]) -> None:
     drawer.open(window)
+    receiver.slots.populate()  # while the first block is analysed
     names: Dict[int, str] = {}
     while True:
         got = receiver.receive()
