@@ -124,10 +124,15 @@ class DrawingProcess:
             self.slots.close()
 
     def reap(self) -> None:
+        """Wait for the child to have exited; one that something else stopped (SIGSTOP: it would never end, and
+        the signals held here would wait with it) is killed."""
         with signals_held():
-            if self.pid is not None:
-                os.waitpid(self.pid, 0)
-                self.pid = None
+            while self.pid is not None:
+                _, status = os.waitpid(self.pid, os.WUNTRACED)
+                if os.WIFSTOPPED(status):
+                    _kill(self.pid)
+                else:
+                    self.pid = None
 
     def _names(self, names: Dict[int, str]) -> Optional[Dict[int, str]]:
         """The process names, the last argument of block, events and finish: None when they are those sent
