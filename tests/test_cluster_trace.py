@@ -4,6 +4,7 @@ and a flow from the incident's origin to each consequence."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from typing import Any, Dict, List
@@ -12,6 +13,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from cluster_support import write_cluster
 from npu_trace.cli import main
+from npu_trace.export.output import Output
 from npu_trace.sim.cluster_plan import plan_cluster
 from npu_trace.sim.threads import SINGLE
 
@@ -70,3 +72,19 @@ def test_chrome_json_has_a_process_per_host(tmp_path: Any) -> None:
     assert sorted(names.values()) == [h.name for h in plan.hosts]
     assert any(e["ph"] == "f" for e in events) and any(e["ph"] == "s" for e in events)
     assert os.path.getsize(out) > 0
+
+
+def test_a_trace_that_cannot_be_written_is_one_line(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
+    """A full disk while the trace is written: one line naming the trace, exit 2, nothing left beside it."""
+    _, root = made(tmp_path)
+
+    def full(self: Output, data: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Output, "write", full)
+    out = tmp_path / "out" / "c.pftrace"
+    out.parent.mkdir()
+    assert main(["cluster", root, "-o", str(out), "-q", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"npu-trace: cannot write {out}: No space left on device"], err
+    assert not list(out.parent.iterdir())

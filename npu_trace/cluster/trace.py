@@ -127,9 +127,15 @@ def _writer(stream: Any, fmt: str) -> TraceWriter:
 
 def write_trace(views: Sequence[RecordingView], report: Mapping[str, Any], path: str, fmt: str,
                 profile: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
-    """Write the cluster's trace to `path` (beside it first, moved there once whole); what was drawn."""
-    with written_beside(path, fmt == "perfetto") as stream:
-        return _write_all(_writer(stream, fmt), views, report, profile)
+    """Write the cluster's trace to `path` (beside it first, moved there once whole); what was drawn. A write
+    that fails (a full disk) is one line naming the trace (an error of a file opened by name is that file's)."""
+    try:
+        with written_beside(path, fmt == "perfetto") as stream:
+            return _write_all(_writer(stream, fmt), views, report, profile)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _write_all(out: TraceWriter, views: Sequence[RecordingView], report: Mapping[str, Any],
