@@ -19,7 +19,8 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from npu_trace.export.drawer import Changes, Drawer, Tasks, Window, drawn_rows
+from npu_trace.export.drawer import Changes, Drawer, Tasks, Window
+from npu_trace.export.drawing import Rows, drawn_rows
 from npu_trace.export.perfetto import (
     _BEGIN,
     _COUNTER,
@@ -52,7 +53,8 @@ class ReferenceDrawer(Drawer):
         self.emitter.tracks = mapper.by_uuid
         return mapper
 
-    def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
+    def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
+        """`rows` (the production drawing's) is not read: each row's place is found here again."""
         mapper = self.mapper
         assert mapper is not None
         self.comms.names = names

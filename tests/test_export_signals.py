@@ -74,16 +74,17 @@ def children_of(pid: int) -> List[int]:
 
 def stopped_with_its_drawing(out: Path) -> Optional[Tuple[subprocess.Popen[bytes], int]]:
     """An export of RECORDING to `out` and its drawing's process (npu_trace.export.apart), both stopped while
-    they run; None when the export ended before its child could be seen."""
+    they run, the file still partial; None when the export ended (or put its file in place) before both could
+    be seen so."""
     proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
                             preexec_fn=_hangups_heard)  # fmt: skip
     deadline, kids = time.monotonic() + 60, []
     while not kids and proc.poll() is None and time.monotonic() < deadline:
         kids = children_of(proc.pid)
     os.kill(proc.pid, signal.SIGSTOP)
-    if proc.poll() is None and kids and children_of(proc.pid) == kids:
+    if proc.poll() is None and kids and children_of(proc.pid) == kids and partial_files(out.parent):
         os.kill(kids[0], signal.SIGSTOP)  # it can end now only if the export kills it
-        return proc, kids[0]
+        return proc, kids[0]  # mid-export: its file not yet in place
     os.kill(proc.pid, signal.SIGCONT)
     proc.communicate(timeout=60)
     for name in [*partial_files(out.parent), out.name]:

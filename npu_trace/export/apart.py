@@ -35,6 +35,7 @@ from typing import IO, Any, Dict, List, Optional, Sequence
 
 from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.export.drawer import Changes, Drawer, Tasks, Window
+from npu_trace.export.drawing import Rows
 from npu_trace.export.ship import Receiver, Sender, Shared, Slots, read_frame, send_frame
 from npu_trace.pipeline.vnormalize import NormBlock
 from npu_trace.process import signals_held
@@ -87,9 +88,9 @@ class DrawingProcess:
         self.answers = up_r
         self.sender = Sender(down_w, self.slots, self.shared, self._take)
 
-    def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
+    def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         ops = nb.norm.ops
-        self._send(("block", (nb, tasks, changes, self._names(names)), ops[self.ops_sent :]))
+        self._send(("block", (nb, rows, tasks, changes, self._names(names)), ops[self.ops_sent :]))
         self.ops_sent = len(ops)
 
     def events(self, *args: Any) -> None:
@@ -123,10 +124,15 @@ class DrawingProcess:
             self.slots.close()
 
     def reap(self) -> None:
+        """Wait for the child to have exited; one that something else stopped (SIGSTOP: it would never end, and
+        the signals held here would wait with it) is killed."""
         with signals_held():
-            if self.pid is not None:
-                os.waitpid(self.pid, 0)
-                self.pid = None
+            while self.pid is not None:
+                _, status = os.waitpid(self.pid, os.WUNTRACED)
+                if os.WIFSTOPPED(status):
+                    _kill(self.pid)
+                else:
+                    self.pid = None
 
     def _names(self, names: Dict[int, str]) -> Optional[Dict[int, str]]:
         """The process names, the last argument of block, events and finish: None when they are those sent
@@ -205,6 +211,7 @@ def _child(proc: DrawingProcess, window: Window, down: int, up: int, parents: Se
 
 def _serve(drawer: Drawer, window: Window, receiver: Receiver, up: int, stream: IO[Any]) -> None:
     drawer.open(window)
+    receiver.slots.populate()  # while the first block is analysed
     names: Dict[int, str] = {}
     while True:
         got = receiver.receive()

@@ -83,7 +83,7 @@ class ChromeJsonWriter:
         self.tids: Dict[int, int] = {}  # pid -> last tid given
         self.open: Dict[int, List[_Open]] = {}  # track uuid -> slices begun, not ended
         self._columns: Any = None  # what writes pieces, made when first needed
-        self.output = Output(self._send, self.counts)
+        self.output = Output(self._send, self.counts, out)
 
     def header(self, info: Mapping[str, Any]) -> None:
         other = {"clock": info.get("clock", "mono"), "clock_domain": "CLOCK_MONOTONIC",

@@ -18,19 +18,17 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from npu_trace.events import NpuEvent
-from npu_trace.export.drawing import BlockDrawing, Drawn
+from npu_trace.export.drawing import BlockDrawing, Drawn, Rows
 from npu_trace.export.emit import Capture, Emitter
 from npu_trace.export.hostctx import ChromeContext, PerfettoContext
 from npu_trace.export.pieces import Pieces, as_calls
 from npu_trace.export.track_map import TimelineMapper
 from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
+from npu_trace.pipeline.vnormalize import NormBlock
 
 Tasks = Optional[Tuple[np.ndarray, np.ndarray]]  # the latency detector's paired completions: rows, submits' times
 Changes = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the memory detector's: ts, dev, pid, delta
-_CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
-_COMPLETE = KIND_CODE["complete"]
 
 
 class Window:
@@ -62,15 +60,16 @@ class Drawer:
         self.mapper = self._mapper(window)
         self._host(self.mapper, window)
 
-    def block(self, nb: NormBlock, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
-        """Draw a block, the process names as the source knew them when it was read."""
+    def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
+        """Draw a block (`rows`: npu_trace.export.drawing.prepare's of it), the process names as the source
+        knew them when it was read."""
         assert self.drawing is not None
         self.comms.names = names
         after = None
         if isinstance(self.host, ChromeContext):
             host, block = self.host, nb.block
             after = lambda pieces, base: host.draw(block, pieces, base)  # noqa: E731
-        self.drawing.draw(nb, drawn_rows(nb), tasks, changes, after)
+        self.drawing.draw(nb, rows, tasks, changes, after)
         if isinstance(self.host, PerfettoContext):
             self._draw_context(nb.block)
 
@@ -177,18 +176,6 @@ class _Comms:
 
     def __call__(self, pid: int) -> str:
         return "<idle>" if pid == 0 else self.names.get(pid, "<...>")
-
-
-def drawn_rows(nb: NormBlock) -> np.ndarray:
-    """The rows the mapper draws as events: not the formats without a rule (counted only), not completions
-    (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
-    drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
-    keep = ~nb.counted_only & (nb.kind != _COMPLETE)
-    calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
-    got = nb.int_args(calls, "latency_ns")
-    if got is not None:
-        keep[calls[~got[1]]] = False
-    return np.flatnonzero(keep)
 
 
 def _ints(values: Any) -> List[int]:

@@ -47,6 +47,7 @@ FRONT = -SUBKEYS  # the key of the window's opening: before every row of the blo
 _CALL_CODES = [KIND_CODE[k] for k in ("call", "submit", "free")]  # a timeout's slice comes with an instant: alone
 _IRQ, _SUBMIT, _ALLOC, _COMPLETE = KIND_CODE["irq"], KIND_CODE["submit"], KIND_CODE["alloc"], KIND_CODE["complete"]
 _LOST = KIND_CODE["lost"]
+_CALLS = [KIND_CODE["call"], KIND_CODE["free"]]  # shown only with a latency
 
 
 def _domains() -> np.ndarray:
@@ -95,26 +96,26 @@ class BlockDrawing:
         self.render = render
 
     # ---- the block ------------------------------------------------------------------------------------
-    def draw(self, nb: NormBlock, drawn_rows: np.ndarray, tasks: Optional[Tuple[np.ndarray, np.ndarray]],
+    def draw(self, nb: NormBlock, rows: Rows, tasks: Optional[Tuple[np.ndarray, np.ndarray]],
              changes: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
              after: Optional[Callable[[Pieces, int], None]] = None) -> None:  # fmt: skip
-        """The block's `drawn_rows` (the rows the mapper's `event` draws, in order), then `tasks` (the
-        completions the latency detector paired and their submits' times), the completions it did not pair,
-        then the memory detector's `changes`; `after(pieces, base)` adds what follows them all, keyed from
-        `base` (the host's context: npu_trace.export.hostctx)."""
+        """The block's `rows.drawn` (the rows the mapper's `event` draws, in order), then `tasks` (the
+        completions the latency detector paired and their submits' times), the completions it did not pair
+        (`rows.unmatched`), then the memory detector's `changes`; `after(pieces, base)` adds what follows them
+        all, keyed from `base` (the host's context: npu_trace.export.hostctx)."""
         task_rows, submitted = tasks if tasks is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        unmatched = _unmatched(nb, task_rows)
+        unmatched = rows.unmatched
         base = (len(nb), len(nb) + len(task_rows), len(nb) + len(task_rows) + len(unmatched))
         pieces = Pieces()
         self.cap.keeping = True
-        wanted = self._wanted_rows(nb, drawn_rows)
-        rows = drawn_rows[wanted]
-        parts = self._parts(nb, rows, task_rows, submitted, changes, base, pieces)
-        running = self._running_ts(nb, drawn_rows)[wanted]
-        self._work(parts, self._one_by_one(nb, rows, running, parts, task_rows, submitted, unmatched, base))
+        wanted = self._wanted_rows(nb, rows.drawn)
+        shown = rows.drawn[wanted]
+        parts = self._parts(nb, shown, task_rows, submitted, changes, base, pieces)
+        running = np.maximum(rows.before, self.m.last_ts)[wanted]
+        self._work(parts, self._one_by_one(nb, shown, running, parts, task_rows, submitted, unmatched, base))
         if after is not None:
             after(pieces, base[2] + len(changes[0]))
-        self.m.last_ts = max(self.m.last_ts, self._last_ts(nb, drawn_rows))
+        self.m.last_ts = max(self.m.last_ts, rows.last_ts)
         self.cap.keeping = False
         flush(pieces.done(), self.cap.take(), self.cap, self.render)
 
@@ -198,18 +199,6 @@ class BlockDrawing:
         for d, t in zip(dev[has][first].tolist(), stamps.tolist()):
             self.m.first_seen.setdefault(d, t)
 
-    def _running_ts(self, nb: NormBlock, rows: np.ndarray) -> np.ndarray:
-        """Before each row: the latest stamp of the rows before it (the mapper's last_ts, not of losses)."""
-        ts = np.where(nb.kind[rows] == _LOST, _MIN, nb.block.ts[rows])
-        before: np.ndarray = np.full(len(rows), self.m.last_ts, dtype=np.int64)
-        if len(rows) > 1:
-            before[1:] = np.maximum(np.maximum.accumulate(ts)[:-1], self.m.last_ts)
-        return before
-
-    def _last_ts(self, nb: NormBlock, rows: np.ndarray) -> int:
-        ts = nb.block.ts[rows][nb.kind[rows] != _LOST]
-        return int(ts.max()) if len(ts) else _MIN
-
     # ---- shared by the parts ------------------------------------------------------------------------------
     def open_at(self, ts: int) -> None:
         """Something is shown: the window opens first (see the module docstring) unless it has."""
@@ -252,11 +241,44 @@ class BlockDrawing:
 
 # ---- the parts drawn as columns ---------------------------------------------------------------------------
 
-def _unmatched(nb: NormBlock, task_rows: np.ndarray) -> np.ndarray:
-    """The completions the latency detector did not pair (the mapper's unmatched_complete)."""
+class Rows(NamedTuple):
+    """What the drawing of a block needs that no drawing state changes (`prepare`: the export makes it while
+    the block's drawing is under way elsewhere, npu_trace.export.apart): the rows the mapper's `event` draws
+    (`drawn`), before each the latest stamp of the drawn rows before it in the block (`before`, not of losses;
+    _MIN for the first: the mapper's last_ts is taken into account when drawn), the latest stamp of them all
+    (`last_ts`) and the completions the latency detector did not pair (`unmatched`: the mapper's
+    unmatched_complete)."""
+
+    drawn: np.ndarray
+    before: np.ndarray
+    last_ts: int
+    unmatched: np.ndarray
+
+
+def prepare(nb: NormBlock, task_rows: Optional[np.ndarray]) -> Rows:
+    """The block's Rows (see Rows), `task_rows`: the completions the latency detector paired (None: none)."""
+    drawn = drawn_rows(nb)
+    ts = np.where(nb.kind[drawn] == _LOST, _MIN, nb.block.ts[drawn])
+    before: np.ndarray = np.full(len(drawn), _MIN, dtype=np.int64)
+    if len(drawn) > 1:
+        before[1:] = np.maximum.accumulate(ts)[:-1]
+    last_ts = int(ts.max()) if len(ts) else _MIN
     matched: np.ndarray = np.zeros(len(nb), dtype=bool)
-    matched[task_rows] = True
-    return np.flatnonzero((nb.kind == _COMPLETE) & ~matched)
+    if task_rows is not None:
+        matched[task_rows] = True
+    return Rows(drawn, before, last_ts, np.flatnonzero((nb.kind == _COMPLETE) & ~matched))
+
+
+def drawn_rows(nb: NormBlock) -> np.ndarray:
+    """The rows the mapper draws as events: not the formats without a rule (counted only), not completions
+    (drawn as the tasks the latency detector paired), not the calls and frees without a latency (entries,
+    drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
+    keep = ~nb.counted_only & (nb.kind != _COMPLETE)
+    calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
+    got = nb.int_args(calls, "latency_ns")
+    if got is not None:
+        keep[calls[~got[1]]] = False
+    return np.flatnonzero(keep)
 
 
 # ---- what is drawn one by one ---------------------------------------------------------------------------

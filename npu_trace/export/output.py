@@ -1,28 +1,58 @@
 """Where a writer's bytes go, in the order they are written.
 
-`Output(send, counts)`: `write(data)` writes bytes or text; `assembled(run)` writes what `run(buffer)` lays out
-in the output's own buffer (npu_trace.export.wire.assemble: how many bytes), the buffer kept from one block to
-the next. Both write at once (where the drawing runs: the export's drawing process, npu_trace.export.apart).
-`send` is the stream's write; `counts["bytes"]` counts what is written.
+`Output(send, counts, stream)`: `write(data)` writes bytes or text; `assembled(run)` writes what `run(buffer)`
+lays out in the output's own buffer (npu_trace.export.wire.assemble: how many bytes), the buffer kept from one
+block to the next. Both write at once (where the drawing runs: the export's drawing process,
+npu_trace.export.apart). `send` is the stream's write; `counts["bytes"]` counts what is written.
+
+What was written more than `KEPT` bytes ago is let go from the page cache (`stream`'s file, when it is one:
+posix_fadvise DONTNEED, which starts the writing back of those pages and drops those already written): an
+export writes hundreds of MB to GB, and the kernel then reuses the pages it let go for what follows instead
+of making new ones. Measured on the 2-vCPU VM the benchmarks run on, 1.4 GB written 650 kB at a time: 1.3 s of
+CPU into pages the machine had not used lately (0.29 s into pages just freed), 0.43-0.49 s letting them go
+this way; the export of 10 M events to Chrome JSON spent 3.0 s of its drawing's process's CPU writing.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+import os
+from typing import IO, Any, Callable, Dict, Optional
+
+KEPT = 64 << 20  # the bytes written last, left in the page cache
+_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)  # not on every system (macOS): nothing let go there
 
 
 class Output:
     """See the module docstring."""
 
-    def __init__(self, send: Callable[[Any], Any], counts: Dict[str, int]) -> None:
+    def __init__(self, send: Callable[[Any], Any], counts: Dict[str, int], stream: IO[Any]) -> None:
         self._send = send
         self.counts = counts
         self.buffer = bytearray()
+        self._stream: Optional[IO[Any]] = stream if _DONTNEED is not None else None
+        self._written = 0  # bytes given to the stream
+        self._let_go = 0  # the file's bytes before this were let go (or are being written back)
+        self._begun = 0  # those before this were let go by the call before the last
 
     def write(self, data: Any) -> None:
         self._send(data)
         self.counts["bytes"] += len(data)
+        self._written += len(data)
+        if self._written - self._let_go >= 2 * KEPT:
+            self._let_go_behind()
 
     def assembled(self, run: Callable[[bytearray], int]) -> None:
         size = run(self.buffer)  # it may grow the buffer: no view of it may be held meanwhile
         self.write(memoryview(self.buffer)[:size])
+
+    def _let_go_behind(self) -> None:
+        """The file's pages but the last KEPT bytes' let go (a stream without a file, or one whose pages cannot
+        be let go: nothing, from then on)."""
+        upto = self._written - KEPT
+        try:  # from where the call before began: what it started writing back is let go now
+            os.posix_fadvise(self._stream.fileno(), self._begun, upto - self._begun, _DONTNEED)  # type: ignore[union-attr,arg-type]
+        except (AttributeError, OSError, ValueError):  # no stream, no file (io.UnsupportedOperation is both)
+            self._stream = None
+            self._let_go = 1 << 62
+            return
+        self._begun, self._let_go = self._let_go, upto

@@ -196,7 +196,7 @@ class PerfettoWriter:
         self.ends: Dict[int, bytes] = {}  # track uuid -> a slice end's track_event field
         self.seen: Dict[Tuple[Any, Any], Tuple[type, bytes]] = {}  # (argument, int or str value) -> annotation
         self._columns: Any = None  # what writes pieces, made when first needed
-        self.output = Output(out.write, self.counts)
+        self.output = Output(out.write, self.counts, out)
 
     # ---- the file's start and the tracks: messages ---------------------------------------------------------
     def header(self, info: Mapping[str, Any]) -> None:

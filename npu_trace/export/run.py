@@ -40,6 +40,7 @@ from npu_trace.export.apart import DrawingProcess
 from npu_trace.export.beside import written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawer import Drawer, Window
+from npu_trace.export.drawing import prepare
 from npu_trace.export.hostctx import context_names
 from npu_trace.export.tracks import BlockWriter, TraceWriter
 from npu_trace.pipeline.blocks import Block
@@ -280,11 +281,12 @@ class Exporter:
         return [o for o in out if o is not None]
 
     def _draw_block(self, nb: NormBlock) -> None:
-        """The block, with what the analysis told of it and the process names known now, to the drawing."""
+        """The block, with what the analysis told of it, what its drawing needs that no drawing state changes
+        (made here, while the block before is drawn) and the process names known now, to the drawing."""
         tasks, changes, names = self.watch.block_tasks(), self.watch.block_changes(), dict(self.source.comms)
         self.watch.clear()
         self._note_shown(nb.block.ts)
-        self.side.block(nb, tasks, changes, names)
+        self.side.block(nb, prepare(nb, None if tasks is None else tasks[0]), tasks, changes, names)
 
     def _feed_items(self, block: Block, now: Optional[int]) -> None:
         """A scoped recording: the reference path (a scope's stage is per event), drawn alike."""
