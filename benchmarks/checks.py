@@ -4,7 +4,9 @@
    host-like (threads on both CPUs; about 430 k events), recorded by npu-trace (in-process, as `npu-trace
    record` does: LiveTrace + Recorder in an instance of its own) and by `trace-cmd record` (instance npubench)
    at once: both files hold the same events. Each tool then runs as a user runs it, in a child process,
-   `--repeat` times (medians): `npu-trace check FILE --json OUT` and `trace-cmd report -q -i FILE > /dev/null`
+   once per round for `--repeat` rounds (medians; a ratio between two tools is judged round by round, its
+   median taken: this VM's speed drifts by tens of percent between minutes, and a round's runs share their
+   minute): `npu-trace check FILE --json OUT` and `trace-cmd report -q -i FILE > /dev/null`
    (formatting every event as text is what report does). A nearly empty recording made the same way
    (steady, 0.1 s at 100 calls/s) is timed too: its time is the tool's start-up, subtracted, so the figures
    are the work per event: events/s = (events - events_empty) / (wall - wall_empty), CPU per event likewise.
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from benchmarks.common import ANCHOR_INSTANCE, BenchError, log, median
 
@@ -93,9 +95,30 @@ def npu_trace_argv(args: List[str], peak_file: str) -> List[str]:
     return [sys.executable, "-c", PEAK_RSS, peak_file, *args]
 
 
+class Job(NamedTuple):
+    argv: List[str]
+    ok: Tuple[int, ...] = (0,)
+    peak_file: Optional[str] = None
+
+
+def rounds(jobs: Dict[str, Job], repeat: int) -> Dict[str, Dict[str, Any]]:
+    """Every job run once per round, `repeat` rounds one after another: a slow spell of the machine (this VM's
+    speed drifts by tens of percent from minute to minute) falls on the tools of one round alike, so that a
+    ratio taken round by round (`paired`) sees through it. Each job's figure as `timed` gives it."""
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in jobs}
+    for _ in range(repeat):
+        for name, job in jobs.items():
+            runs[name].append(run_child(job.argv, job.peak_file))
+    return {name: _figure(job, runs[name]) for name, job in jobs.items()}
+
+
 def timed(argv: List[str], repeat: int, ok: Tuple[int, ...] = (0,), peak_file: Optional[str] = None) -> Dict[str, Any]:
     """run_child `repeat` times: medians (and the largest peak RSS)."""
-    runs = [run_child(argv, peak_file) for _ in range(repeat)]
+    return rounds({"job": Job(argv, ok, peak_file)}, repeat)["job"]
+
+
+def _figure(job: Job, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    argv, ok, peak_file = job
     bad = [r["rc"] for r in runs if r["rc"] not in ok]
     if bad:
         raise BenchError(f"{' '.join(argv[:4])} ... exited with {bad[0]}")
@@ -105,10 +128,20 @@ def timed(argv: List[str], repeat: int, ok: Tuple[int, ...] = (0,), peak_file: O
     return fig
 
 
+def check_job(path: str) -> Job:
+    """`npu-trace check PATH --json` (exit 1 is fine: the workloads inject faults)."""
+    peak = path + ".peak"
+    return Job(npu_trace_argv(["check", path, "--quiet", "--json", path + ".report.json"], peak), (0, 1), peak)
+
+
 def npu_check(path: str, repeat: int) -> Dict[str, Any]:
-    """`npu-trace check PATH --json` timed (exit 1 is fine: the workloads inject faults), and what it read."""
-    report, peak = path + ".report.json", path + ".peak"
-    fig = timed(npu_trace_argv(["check", path, "--quiet", "--json", report], peak), repeat, (0, 1), peak)
+    """`npu-trace check PATH --json` timed, and what it read."""
+    return check_read(path, rounds({"check": check_job(path)}, repeat)["check"])
+
+
+def check_read(path: str, fig: Dict[str, Any]) -> Dict[str, Any]:
+    """A check's figure with what it read (its JSON report)."""
+    report = path + ".report.json"
     with open(report) as f:
         rep = json.load(f)
     summary = rep["summary"]
@@ -118,18 +151,14 @@ def npu_check(path: str, repeat: int) -> Dict[str, Any]:
     return fig
 
 
-def npu_replay(path: str, fmt: str, events: int, repeat: int) -> Dict[str, Any]:
-    """`npu-trace replay --headless --max --format FMT PATH > /dev/null` timed; `events`: what it reads."""
+def replay_job(path: str, fmt: str) -> Job:
+    """`npu-trace replay --headless --max --format FMT PATH > /dev/null`."""
     peak = path + ".peak"
-    fig = timed(npu_trace_argv(["replay", "--headless", "--max", "--format", fmt, path], peak), repeat, (0,), peak)
-    fig["events"] = events
-    return fig
+    return Job(npu_trace_argv(["replay", "--headless", "--max", "--format", fmt, path], peak), (0,), peak)
 
 
-def tc_report(bench: Bench, dat: str, repeat: int) -> Dict[str, Any]:
-    fig = timed([bench.trace_cmd, "report", "-q", "-i", dat], repeat)
-    fig["events"] = bench.count_dat(b": ascend_", b": ascend_", dat)[1]
-    return fig
+def report_job(bench: Bench, dat: str) -> Job:
+    return Job([bench.trace_cmd, "report", "-q", "-i", dat])
 
 
 def per_event(full: Dict[str, Any], empty: Dict[str, Any]) -> Dict[str, Any]:
@@ -214,17 +243,38 @@ def detector_heavy(bench: Bench, repeat: int, anchor: bool, work: Workload = HEA
             sim.unload(fs)  # registered here: leave uprobe_events as found
     out: Dict[str, Any] = {"workload": work.describe(), "expected_events": full.expected}
     out["trace_cmd_lost"] = full.tc_lost
-    npu_full, npu_empty = npu_check(full.npt, repeat), npu_check(empty.npt, repeat)
+    jobs = {"check": check_job(full.npt), "check-empty": check_job(empty.npt)}
+    for fmt in OUTPUTS:
+        jobs.update({fmt: replay_job(full.npt, fmt), f"{fmt}-empty": replay_job(empty.npt, fmt)})
+    if full.dat and empty.dat:
+        jobs.update({"report": report_job(bench, full.dat), "report-empty": report_job(bench, empty.dat)})
+    got = rounds(jobs, repeat)
+    npu_full, npu_empty = check_read(full.npt, got["check"]), check_read(empty.npt, got["check-empty"])
     out["npu_check"] = dict(per_event(npu_full, npu_empty), read=npu_full["events"], total=npu_full["total"],
                             by_kind=npu_full["by_kind"], findings=npu_full["findings"], lost=npu_full["lost"],
                             startup=npu_empty)  # fmt: skip
     for fmt in OUTPUTS:
-        got = npu_replay(full.npt, fmt, npu_full["events"], repeat)
-        none = npu_replay(empty.npt, fmt, npu_empty["events"], repeat)
-        out[f"npu_replay_{fmt}"] = dict(per_event(got, none), read=got["events"], startup=none)
-    if full.dat and empty.dat:
-        tc_full, tc_empty = tc_report(bench, full.dat, repeat), tc_report(bench, empty.dat, repeat)
+        some, none = dict(got[fmt], events=npu_full["events"]), dict(got[f"{fmt}-empty"], events=npu_empty["events"])
+        out[f"npu_replay_{fmt}"] = dict(per_event(some, none), read=some["events"], startup=none)
+    if "report" in got:
+        counted = (bench.count_dat(b": ascend_", b": ascend_", dat)[1] for dat in (full.dat, empty.dat))
+        tc_full, tc_empty = (dict(got[name], events=n) for name, n in zip(("report", "report-empty"), counted))
         out["trace_cmd_report"] = dict(per_event(tc_full, tc_empty), read=tc_full["events"], startup=tc_empty)
+        for name in ("check", *OUTPUTS):
+            out[f"paired_{name}"] = paired((got[name], got[f"{name}-empty"]), npu_full["events"] - npu_empty["events"],
+                                           (tc_full, tc_empty), tc_full["events"] - tc_empty["events"])  # fmt: skip
+    return out
+
+
+def paired(a: Tuple[Dict[str, Any], Dict[str, Any]], a_events: int, b: Tuple[Dict[str, Any], Dict[str, Any]],
+           b_events: int) -> List[float]:  # fmt: skip
+    """Round by round (see `rounds`), tool a's events/s over tool b's: (full, nearly empty) figures of each;
+    each round's wall time of the full run less the tool's start-up (the median of its nearly empty runs)."""
+    out = []
+    for ra, rb in zip(a[0]["runs"], b[0]["runs"]):
+        wa, wb = ra["wall_s"] - a[1]["wall_s"], rb["wall_s"] - b[1]["wall_s"]
+        if wa > 0 and wb > 0:
+            out.append((a_events / wa) / (b_events / wb))
     return out
 
 
@@ -310,12 +360,11 @@ def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[s
     out.append(_target("check rate, detector-heavy", rate, CHECK_RATE_TARGET, rate >= CHECK_RATE_TARGET, text))
     tc = heavy.get("trace_cmd_report")
     if tc is not None and tc["events_per_s"]:
-        r = rate / tc["events_per_s"]
+        r, text = _ratio(rate, tc, heavy.get("paired_check", []))
         out.append(_target("check / trace-cmd report", r, REPORT_RATIO_TARGET, r >= REPORT_RATIO_TARGET,
-                           f"check {r:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s on the same "
-                           f"events vs target {REPORT_RATIO_TARGET}x"))  # fmt: skip
+                           f"check {text} on the same events vs target {REPORT_RATIO_TARGET}x"))  # fmt: skip
     for fmt in OUTPUTS:
-        out += _output_target(fmt, heavy[f"npu_replay_{fmt}"], tc)
+        out += _output_target(fmt, heavy[f"npu_replay_{fmt}"], tc, heavy.get(f"paired_{fmt}", []))
     if gen is not None:
         fig = gen["npu_check"]
         g = fig["events_per_s"]
@@ -333,15 +382,27 @@ def targets(heavy: Dict[str, Any], gen: Optional[Dict[str, Any]]) -> List[Dict[s
     return out
 
 
-def _output_target(fmt: str, fig: Dict[str, Any], tc: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def _output_target(fmt: str, fig: Dict[str, Any], tc: Optional[Dict[str, Any]],
+                   rounds_: List[float]) -> List[Dict[str, Any]]:  # fmt: skip
     """replay --max FMT against report on the same events (none without the anchor)."""
     if tc is None or not tc["events_per_s"]:
         return []
-    r = fig["events_per_s"] / tc["events_per_s"]
+    r, text = _ratio(fig["events_per_s"], tc, rounds_)
     return [_target(f"replay {fmt} / trace-cmd report", r, OUTPUT_RATIO_TARGET, r >= OUTPUT_RATIO_TARGET,
-                    f"replay --headless --max --format {fmt}: {fig['events_per_s'] / 1e6:.3f} M ev/s, {r:.2f}x "
-                    f"trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s (start-up subtracted) vs target "
-                    f"{OUTPUT_RATIO_TARGET:g}x")]  # fmt: skip
+                    f"replay --headless --max --format {fmt}: {fig['events_per_s'] / 1e6:.3f} M ev/s, {text} "
+                    f"(start-up subtracted) vs target {OUTPUT_RATIO_TARGET:g}x")]  # fmt: skip
+
+
+def _ratio(rate: float, tc: Dict[str, Any], rounds_: List[float]) -> Tuple[float, str]:
+    """The ratio judged: the median of the rounds' ratios (each tool's run of one round against the other's),
+    steadier than the ratio of the medians (also shown) when the machine's speed drifts."""
+    of_medians = rate / tc["events_per_s"]
+    if not rounds_:
+        return of_medians, f"{of_medians:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s"
+    r = median(rounds_)
+    each = ", ".join(f"{x:.2f}" for x in rounds_)
+    return r, (f"{r:.2f}x trace-cmd report round by round (median of {each}; of the medians: {of_medians:.2f}x, "
+               f"report {tc['events_per_s'] / 1e6:.3f} M ev/s)")
 
 
 def _target(name: str, value: float, target: float, met: Optional[bool], text: str) -> Dict[str, Any]:

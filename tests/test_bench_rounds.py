@@ -1,0 +1,34 @@
+"""The benches' rounds: every tool once per round, the rounds one after another; a ratio taken round by round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.checks import Job, paired, rounds
+
+
+def test_each_round_runs_every_tool_once_in_turn(tmp_path: Any) -> None:
+    log = tmp_path / "order"
+    jobs = {name: Job(["sh", "-c", f"echo {name} >> {log}"]) for name in ("a", "b", "c")}
+    got = rounds(jobs, 3)
+    assert log.read_text().split() == ["a", "b", "c"] * 3
+    assert all(len(fig["runs"]) == 3 and fig["wall_s"] > 0 for fig in got.values())
+
+
+def test_a_tool_that_fails_is_an_error_naming_it() -> None:
+    from benchmarks.common import BenchError
+
+    with pytest.raises(BenchError, match="exited with 3"):
+        rounds({"bad": Job(["sh", "-c", "exit 3"])}, 1)
+
+
+def test_the_ratio_is_taken_round_by_round_less_each_tools_start_up() -> None:
+    def fig(*walls: float) -> Any:
+        return {"runs": [{"wall_s": w} for w in walls], "wall_s": sorted(walls)[len(walls) // 2]}
+
+    # a: 1000 events in 0.1 s of work each round but the second (0.2 s); b: 1000 events in 0.5 s, then 1.0 s
+    a, b = (fig(0.3, 0.4), fig(0.2)), (fig(0.6, 1.1), fig(0.1))
+    assert paired(a, 1000, b, 1000) == pytest.approx([5.0, 5.0])
+    assert paired((fig(0.2), fig(0.2)), 10, b, 1000) == []  # no work left after the start-up: no ratio
