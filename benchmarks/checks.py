@@ -401,7 +401,7 @@ def _ratio(rate: float, tc: Dict[str, Any], rounds_: List[float]) -> Tuple[float
         return of_medians, f"{of_medians:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s"
     r = median(rounds_)
     each = ", ".join(f"{x:.2f}" for x in rounds_)
-    return r, (f"{r:.2f}x trace-cmd report round by round (median of {each}; of the medians: {of_medians:.2f}x, "
+    return r, (f"{r:.3f}x trace-cmd report round by round (median of {each}; of the medians: {of_medians:.2f}x, "
                f"report {tc['events_per_s'] / 1e6:.3f} M ev/s)")
 
 
