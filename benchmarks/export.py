@@ -9,10 +9,10 @@ default 1 M; or `--file FILE`). Each command runs as a user runs it, in a child 
 speed drifts from minute to minute); a generated recording of a few events is timed alike and its time (the
 start-up) taken off, so that the rates are the work per event. An export's output is removed before its next
 run: replacing an existing file of tens of MB costs the export ~35 ms on a filesystem mounted with `discard` (the
-kernel discarding the old file's blocks, not the export's work). Targets, as figures (never pass/fail): each format at least 1 M events/s
-and 0.7x check's rate on the same recording; a 10 M-event recording exported with a peak RSS under 200 MiB, each
-process's (judged from 9.5 M events on: `--events 1e7`, or `--file` a recording of that size,
-benchmarks.gen_recording's).
+kernel discarding the old file's blocks, not the export's work). Targets, as figures (never pass/fail): each
+format at least 1 M events/s and 0.7x check's rate on the same recording; a 10 M-event recording exported with a
+peak RSS under 200 MiB, each process's (judged from 9.5 M events on: `--events 1e7`, or `--file` a recording of
+that size, benchmarks.gen_recording's).
 Run: `scripts/bench export [--events N] [--file FILE] [--repeat R] [--json OUT]`; no root needed.
 """
 
