@@ -39,11 +39,15 @@ def stopped_mid_export(out: Path) -> Optional[subprocess.Popen[bytes]]:
     os.kill(proc.pid, signal.SIGSTOP)
     if proc.poll() is None and partial_files(out.parent):
         return proc  # frozen with its file partial: the signal lands mid-export
+    return let_finish(proc, out)
+
+
+def let_finish(proc: subprocess.Popen[bytes], out: Path) -> None:
+    """An export stopped too late for a test: let it finish, and clear what it wrote for the next try."""
     os.kill(proc.pid, signal.SIGCONT)
     proc.communicate(timeout=60)
     for name in [*partial_files(out.parent), out.name]:
         (out.parent / name).unlink(missing_ok=True)
-    return None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -85,11 +89,7 @@ def stopped_with_its_drawing(out: Path) -> Optional[Tuple[subprocess.Popen[bytes
     if proc.poll() is None and kids and children_of(proc.pid) == kids and partial_files(out.parent):
         os.kill(kids[0], signal.SIGSTOP)  # it can end now only if the export kills it
         return proc, kids[0]  # mid-export: its file not yet in place
-    os.kill(proc.pid, signal.SIGCONT)
-    proc.communicate(timeout=60)
-    for name in [*partial_files(out.parent), out.name]:
-        (out.parent / name).unlink(missing_ok=True)
-    return None
+    return let_finish(proc, out)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
