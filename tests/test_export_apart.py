@@ -5,6 +5,7 @@ raised as the export's own (a failed write: one line), and the child gone, reape
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import random
 import signal
@@ -72,6 +73,7 @@ def test_each_block_is_drawn_with_the_names_known_when_it_was_read(tmp_path: Any
     for out, fmt in (("out.pftrace", "perfetto"), ("out.json", "chrome-json")):
         fast = export(Request(rec, str(tmp_path / ("fast-" + out)), fmt, progress=False))
         assert children() == before  # the drawing's process, finished, reaped
+        assert gc.get_freeze_count() == 0  # what was frozen for the fork is collected again
         ref = reference_export(Request(rec, str(tmp_path / ("ref-" + out)), fmt, progress=False))
         assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), out
         assert {**fast, "out": None} == {**ref, "out": None}
@@ -168,6 +170,7 @@ def _export_fails(tmp_path: Any, monkeypatch: Any, expected: Any, match: Optiona
         export(Request(rec, str(tmp_path / "out.pftrace"), "perfetto", progress=False))
     assert children() == before  # the child ended and reaped
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.npt"]  # the partial file removed
+    assert gc.get_freeze_count() == 0
 
 
 def test_an_error_in_the_drawing_is_the_exports_own(tmp_path: Any, monkeypatch: Any) -> None:

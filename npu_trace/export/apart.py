@@ -65,6 +65,7 @@ class DrawingProcess:
         self.finished = False
         self.ops_sent = 0  # of the block normalizer's operation names, those the child knows
         self.names_sent: Optional[Dict[int, str]] = None  # the process names the child knows
+        self.frozen = False  # gc.freeze() done at the fork, not yet undone
 
     # ---- the parent's side -----------------------------------------------------------------------------------
     def start(self, window: Window, ops: List[str]) -> None:
@@ -74,7 +75,8 @@ class DrawingProcess:
         up_r, up_w = os.pipe()
         self.ops_sent = len(ops)
         self.stream.flush()  # nothing of the parent's left in its buffer for the child to write twice
-        gc.freeze()  # what both hold now is not traversed by either's collector: its pages stay shared
+        gc.freeze()  # what both hold now is not traversed by either's collector: its pages stay shared (close()
+        self.frozen = True  # undoes it in the parent: a process that exports again collects them as before)
         try:
             self.pid = os.fork()
         except OSError as exc:  # no memory, or the user's process limit
@@ -122,6 +124,9 @@ class DrawingProcess:
                 _kill(self.pid)
                 self.reap()
             self.slots.close()
+            if self.frozen:
+                gc.unfreeze()
+                self.frozen = False
 
     def reap(self) -> None:
         """Wait for the child to have exited; one that something else stopped (SIGSTOP: it would never end, and
