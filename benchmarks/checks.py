@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from benchmarks.common import ANCHOR_INSTANCE, BenchError, log, median
 
@@ -99,17 +99,26 @@ class Job(NamedTuple):
     argv: List[str]
     ok: Tuple[int, ...] = (0,)
     peak_file: Optional[str] = None
+    out: Optional[str] = None  # a file the command writes: removed before each run (a run writes a new one)
 
 
-def rounds(jobs: Dict[str, Job], repeat: int) -> Dict[str, Dict[str, Any]]:
-    """Every job run once per round, `repeat` rounds one after another: a slow spell of the machine (this VM's
-    speed drifts by tens of percent from minute to minute) falls on the tools of one round alike, so that a
-    ratio taken round by round (`paired`) sees through it. Each job's figure as `timed` gives it."""
+def run_job(job: Job) -> Dict[str, Any]:
+    """One run of a job (run_child), its `out` removed first."""
+    if job.out is not None and os.path.exists(job.out):
+        os.unlink(job.out)
+    return run_child(job.argv, job.peak_file)
+
+
+def rounds(jobs: Dict[str, Job], repeat: int,
+           run: Callable[[Job], Dict[str, Any]] = run_job) -> Dict[str, Dict[str, Any]]:  # fmt: skip
+    """Every job run once per round (`run`: how), `repeat` rounds one after another: a slow spell of the machine
+    (this VM's speed drifts by tens of percent from minute to minute) falls on the tools of one round alike, so
+    that a ratio taken round by round (`paired`) sees through it. Each job's figure as `timed` gives it."""
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in jobs}
     for _ in range(repeat):
         for name, job in jobs.items():
-            runs[name].append(run_child(job.argv, job.peak_file))
-    return {name: _figure(job, runs[name]) for name, job in jobs.items()}
+            runs[name].append(run(job))
+    return {name: figure(job, runs[name]) for name, job in jobs.items()}
 
 
 def timed(argv: List[str], repeat: int, ok: Tuple[int, ...] = (0,), peak_file: Optional[str] = None) -> Dict[str, Any]:
@@ -117,13 +126,16 @@ def timed(argv: List[str], repeat: int, ok: Tuple[int, ...] = (0,), peak_file: O
     return rounds({"job": Job(argv, ok, peak_file)}, repeat)["job"]
 
 
-def _figure(job: Job, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    argv, ok, peak_file = job
-    bad = [r["rc"] for r in runs if r["rc"] not in ok]
+def figure(job: Job, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """A job's runs: the medians of wall and CPU time, the largest peak RSS; a run that exited otherwise than
+    `job.ok` allows is a BenchError naming the command (after the peak-RSS wrapper's script and file)."""
+    bad = [r["rc"] for r in runs if r["rc"] not in job.ok]
     if bad:
-        raise BenchError(f"{' '.join(argv[:4])} ... exited with {bad[0]}")
+        wrapped = job.peak_file is not None and job.argv[3:4] == [job.peak_file]  # python -c SCRIPT PEAK ARGS
+        words = job.argv[4:7] if wrapped else job.argv[:4]
+        raise BenchError(f"{' '.join(words)} ... exited with {bad[0]}")
     fig = {"wall_s": median([r["wall_s"] for r in runs]), "cpu_s": median([r["cpu_s"] for r in runs]), "runs": runs}
-    if peak_file is not None:
+    if job.peak_file is not None:
         fig["rss_mib"] = max(r["rss_mib"] for r in runs)
     return fig
 

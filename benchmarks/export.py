@@ -23,10 +23,10 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from benchmarks.checks import paired, per_event, run_child
-from benchmarks.common import BenchError, log, median
+from benchmarks.checks import Job, paired, per_event, rounds, run_job
+from benchmarks.common import log, median
 
 _EXT = {"perfetto": ".pftrace", "chrome-json": ".json"}
 RSS_TARGET_MIB = 200.0
@@ -60,26 +60,18 @@ def _events(path: str) -> int:
     return int(analyze(path, progress=False)["reading"]["events"])
 
 
-def one_run(argv: List[str], peak: str, out: Optional[str]) -> Dict[str, Any]:
-    """run_child once (`out`, the output, removed before), with its drawing process's peak RSS."""
-    for old in (out, peak + ".drawing"):
-        if old is not None and os.path.exists(old):
-            os.unlink(old)
-    run = run_child(argv, peak)
-    if os.path.exists(peak + ".drawing"):
-        with open(peak + ".drawing") as f:
+def one_run(job: Job) -> Dict[str, Any]:
+    """One run (benchmarks.checks.run_job), with its drawing's process's peak RSS (the ".drawing" twin of its
+    peak file, when it forked one)."""
+    assert job.peak_file is not None
+    drawing = job.peak_file + ".drawing"
+    if os.path.exists(drawing):
+        os.unlink(drawing)
+    run = run_job(job)
+    if os.path.exists(drawing):
+        with open(drawing) as f:
             run["drawing_rss_mib"] = int(f.read()) / 1024
     return run
-
-
-def summed(argv: List[str], runs: List[Dict[str, Any]], ok: Tuple[int, ...]) -> Dict[str, Any]:
-    """A command's runs: medians, the largest peak RSS of the command and of its drawing's process."""
-    bad = [r["rc"] for r in runs if r["rc"] not in ok]
-    if bad:
-        raise BenchError(f"{' '.join(argv[3:6])} ... exited with {bad[0]}")
-    return {"wall_s": median([r["wall_s"] for r in runs]), "cpu_s": median([r["cpu_s"] for r in runs]),
-            "rss_mib": max(r["rss_mib"] for r in runs),
-            "drawing_rss_mib": max(r.get("drawing_rss_mib", 0.0) for r in runs), "runs": runs}  # fmt: skip
 
 
 def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) -> Dict[str, Any]:
@@ -88,29 +80,27 @@ def figures(path: str, tiny: str, repeat: int, tmp: str, sizes: Dict[str, int]) 
     all of one round), and each format's ratio to check is also taken round by round (`rounds` in its figure)."""
     runs = {"check": (["check", "{rec}", "--quiet"], (0, 1)), "perfetto": (["export", "{rec}", "-o", "{out}.pftrace",
             "--quiet"], (0,)), "chrome-json": (["export", "{rec}", "-o", "{out}.json", "--quiet"], (0,))}  # fmt: skip
-    jobs = {}
+    jobs, events = {}, {}
     for name, (args, ok) in runs.items():
         for which, rec in (("full", path), ("empty", tiny)):
             argv = [a.format(rec=rec, out=os.path.join(tmp, f"{name}-{which}")) for a in args]
             peak = os.path.join(tmp, f"{name}-{which}.peak")
             made = os.path.join(tmp, f"{name}-{which}" + _EXT[name]) if name in _EXT else None
-            jobs[(name, which)] = ([sys.executable, "-c", PEAK_RSS, peak, *argv], ok, peak, made)
-    done: Dict[Any, List[Dict[str, Any]]] = {key: [] for key in jobs}
-    for _ in range(repeat):
-        for key, (argv, _, peak, made) in jobs.items():
-            done[key].append(one_run(argv, peak, made))
-    got = {key: dict(summed(jobs[key][0], done[key], jobs[key][1]), events=sizes[key[1]]) for key in jobs}
+            jobs[f"{name}/{which}"] = Job([sys.executable, "-c", PEAK_RSS, peak, *argv], ok, peak, made)
+            events[f"{name}/{which}"] = sizes[which]
+    got = {key: dict(fig, events=events[key], drawing_rss_mib=max(r.get("drawing_rss_mib", 0.0) for r in fig["runs"]))
+           for key, fig in rounds(jobs, repeat, one_run).items()}  # fmt: skip
     return {name: _figure(name, got, tmp) for name in runs}
 
 
-def _figure(name: str, got: Dict[Any, Dict[str, Any]], tmp: str) -> Dict[str, Any]:
-    full, empty = got[(name, "full")], got[(name, "empty")]
+def _figure(name: str, got: Dict[str, Dict[str, Any]], tmp: str) -> Dict[str, Any]:
+    full, empty = got[f"{name}/full"], got[f"{name}/empty"]
     fig = per_event(full, empty)
     fig["drawing_rss_mib"] = full["drawing_rss_mib"]
     produced = os.path.join(tmp, f"{name}-full" + _EXT.get(name, ""))
     fig["out_bytes"] = os.path.getsize(produced) if name != "check" else None
     n = full["events"] - empty["events"]
-    fig["rounds"] = paired((full, empty), n, (got[("check", "full")], got[("check", "empty")]), n)
+    fig["rounds"] = paired((full, empty), n, (got["check/full"], got["check/empty"]), n)
     drawing = f" (its drawing's {fig['drawing_rss_mib']:.0f} MiB)" if fig["drawing_rss_mib"] else ""
     log(f"export bench: {name}: {fig['events_per_s']:,.0f} events/s, peak RSS {fig['rss_mib']:.0f} MiB{drawing}")
     return fig

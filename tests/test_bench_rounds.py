@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.checks import Job, paired, rounds
+from benchmarks.checks import Job, figure, paired, rounds
 
 
 def test_each_round_runs_every_tool_once_in_turn(tmp_path: Any) -> None:
@@ -20,8 +20,11 @@ def test_each_round_runs_every_tool_once_in_turn(tmp_path: Any) -> None:
 def test_a_tool_that_fails_is_an_error_naming_it() -> None:
     from benchmarks.common import BenchError
 
-    with pytest.raises(BenchError, match="exited with 3"):
+    with pytest.raises(BenchError, match=r"^sh -c exit 3 \.\.\. exited with 3$"):
         rounds({"bad": Job(["sh", "-c", "exit 3"])}, 1)
+    wrapped = ["sh", "-c", "exit 4", "PEAK", "export", "rec.npt", "-o", "out.json"]  # as npu_trace_argv makes it
+    with pytest.raises(BenchError, match=r"^export rec\.npt -o \.\.\. exited with 4$"):
+        figure(Job(wrapped, (0,), "PEAK"), [{"rc": 4, "wall_s": 0.1, "cpu_s": 0.1, "rss_mib": 1.0}])
 
 
 def test_the_ratio_is_taken_round_by_round_less_each_tools_start_up() -> None:
