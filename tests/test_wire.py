@@ -134,3 +134,19 @@ def test_numbers_at_every_count_of_digits_are_written_alike() -> None:
     assert got == assemble_py(prog, starts, which, cols, tuple(consts.items), ())
     assert b"\na-9223372036854775808|-9223372036854775.808\n" in got  # the Python one's text, as it says it
     assert b"\na1000000000|1000000.000\n" in got and b"\na-99|-0.099\n" in got
+
+
+@pytest.mark.skipif(wire.IMPLEMENTATION != "c", reason="the compiled assembler is not built here")
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 9])
+def test_a_skip_of_more_operations_than_follow_ends_at_the_template_end(count: int) -> None:
+    """A SKIPZ skips its count of operations, or to its template's end when fewer follow (the compiled one
+    skips the words they take in one step, counted once per call); the next row starts its own template."""
+    words = [wire.CONST, 0, wire.SKIPZ, 0, count, wire.DEC, 1, wire.CONST, 1, wire.TABLE, 0, 0, wire.CONST, 0]
+    prog, starts = program([words, [wire.DEC, 1, wire.CONST, 1]])
+    cols = np.array([[0, 7], [5, 8], [0, -9], [0, 3]], dtype=np.int64)
+    which = np.array([0, 0, 1, 0], dtype=np.int32)
+    consts, tables = (b"<", b">"), ((b"x", b"", b"", b"", b"", b"y"),)
+    out = bytearray()
+    got = bytes(out[: assemble(prog, starts, which, cols, consts, tables, out)])
+    assert got == assemble_py(prog, starts, which, cols, consts, tables)
+    assert got.startswith(b"<" + [b"7>x<", b">x<", b"x<", b"<", b""][min(count, 4)]) and b"<8>y<-9>" in got

@@ -185,6 +185,7 @@ static int operands(int op)
 
 typedef struct {
     const int32_t *prog, *starts, *which;
+    int32_t *code; /* the templates run: prog's words, each SKIPZ's count of operations made the words they take */
     const int64_t *cols;
     Py_ssize_t n, ncols, ntemplates;
     Table consts;
@@ -197,7 +198,7 @@ typedef struct {
 static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *failed)
 {
     int t = j->which[i];
-    const int32_t *w = j->prog + j->starts[t], *end = j->prog + j->starts[t + 1];
+    const int32_t *w = j->code + j->starts[t], *end = j->code + j->starts[t + 1];
     const int64_t *row_values = j->cols + i * j->ncols;
     size_t open[MAX_DEPTH];
     int depth = 0;
@@ -245,14 +246,9 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
             pos += varint_at(buf + pos, v);
             break;
         }
-        case OP_SKIPZ: {
-            int64_t v = row_values[w[0]];
-            int32_t skip = w[1];
-            w += 2;
-            for (; v == 0 && skip > 0 && w < end; skip--)
-                w += 1 + operands(*w);
+        case OP_SKIPZ: /* its second operand: the words the skipped operations take (see skip_words) */
+            w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
             break;
-        }
         default:
             pos += number_at(buf + pos, op, row_values[*w++]);
         }
@@ -273,7 +269,18 @@ static Py_ssize_t longest(Table tab)
     return most;
 }
 
-/* Checks template t's operations and operands; sets its bound (the most bytes a row of it takes). */
+/* The words taken by the `skip` operations from `w` (those before `end`: a template's operations are checked
+ * first), so that a row skips them in one step. */
+static int32_t skip_words(const int32_t *w, const int32_t *end, int32_t skip)
+{
+    const int32_t *from = w;
+    for (; skip > 0 && w < end; skip--)
+        w += 1 + operands(*w);
+    return (int32_t)(w - from);
+}
+
+/* Checks template t's operations and operands; sets its bound (the most bytes a row of it takes) and the words
+ * each SKIPZ skips (in j->code, a copy of prog). */
 static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
 {
     const int32_t *w = j->prog + j->starts[t], *end = j->prog + j->starts[t + 1];
@@ -303,6 +310,9 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
         w += k;
     }
     j->bound[t] = bound;
+    for (w = j->prog + j->starts[t]; w < end; w += 1 + operands(*w))
+        if (*w == OP_SKIPZ)
+            j->code[w - j->prog + 2] = skip_words(w + 3, end, w[2]);
     return 1;
 }
 
@@ -418,10 +428,12 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
         }
     }
     j.bound = PyMem_Calloc((size_t)(j.ntemplates ? j.ntemplates : 1), sizeof(size_t));
-    if (j.bound == NULL) {
+    j.code = PyMem_Malloc((size_t)prog.len + 4);
+    if (j.bound == NULL || j.code == NULL) {
         PyErr_NoMemory();
         goto out;
     }
+    memcpy(j.code, j.prog, (size_t)prog.len);
     for (Py_ssize_t i = 0; i < j.n; i++)
         j.bound[j.which[i]] = 1; /* the templates the rows use: only those are checked */
     for (Py_ssize_t t = 0; t < j.ntemplates; t++) {
@@ -440,6 +452,7 @@ out:
     PyMem_Free(j.consts.items);
     PyMem_Free(j.consts.arena);
     PyMem_Free(j.bound);
+    PyMem_Free(j.code);
     PyBuffer_Release(&prog);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&which);
