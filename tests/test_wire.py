@@ -117,8 +117,8 @@ def test_a_template_no_row_uses_is_not_read() -> None:
 @pytest.mark.skipif(wire.IMPLEMENTATION != "c", reason="the compiled assembler is not built here")
 def test_numbers_at_every_count_of_digits_are_written_alike() -> None:
     """Decimal and microsecond text at each digit count's edges (the compiled one writes digits in pairs from a
-    table, after counting them), both signs, the int64 extremes; constants of every length about the
-    compiled copy's sizes (16 and 32 bytes)."""
+    table, four at a time, after counting them from the highest bit), both signs, the int64 extremes;
+    constants of every length about the compiled copy's sizes (16 and 32 bytes)."""
     edges = {0, 1, (1 << 63) - 1, -(1 << 63), -(1 << 63) + 1}
     for k in range(19):
         edges |= {10**k - 1, 10**k, 10**k + 1, 2 * 10**k, 10**k + 99}

@@ -71,29 +71,41 @@ static size_t varint_size(uint64_t v)
     return n;
 }
 
-/* The decimal digits of v written two at a time from a table, back to front from the last (no reversal). */
+/* The decimal digits of v written from a table of pairs, four at a time, back to front from the last (no
+ * reversal), their count found first from v's highest bit (one comparison with a power of ten). */
 static const char PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
                                "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                "8081828384858687888990919293949596979899";
 
+static const uint64_t POWERS[20] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+                                    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
+                                    1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+                                    1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+                                    1000000000000000000ULL, 10000000000000000000ULL};
+
 static size_t digits_of(uint64_t v)
 {
-    size_t n = 1;
-    while (v >= 10000) {
-        v /= 10000;
-        n += 4;
-    }
-    return n + (v >= 10) + (v >= 100) + (v >= 1000);
+    /* v | 1 has v's digits (a power of ten above 1 is even); 1233 / 4096 is just above log10(2) */
+    uint64_t u = v | 1;
+    size_t t = (size_t)(((64 - __builtin_clzll(u)) * 1233) >> 12);
+    return t + (u >= POWERS[t]);
 }
 
 static size_t decimal_at(uint8_t *at, uint64_t v)
 {
     size_t n = digits_of(v), k = n;
-    while (v >= 100) {
-        uint64_t pair = v % 100;
-        v /= 100;
+    while (v >= 10000) {
+        uint64_t high = v / 10000;
+        uint32_t four = (uint32_t)(v - high * 10000);
+        k -= 4;
+        memcpy(at + k, PAIRS + 2 * (four / 100), 2);
+        memcpy(at + k + 2, PAIRS + 2 * (four % 100), 2);
+        v = high;
+    }
+    if (v >= 100) {
         k -= 2;
-        memcpy(at + k, PAIRS + 2 * pair, 2);
+        memcpy(at + k, PAIRS + 2 * (v % 100), 2);
+        v /= 100;
     }
     if (v >= 10)
         memcpy(at + k - 2, PAIRS + 2 * v, 2);
