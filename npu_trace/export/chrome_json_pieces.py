@@ -51,6 +51,7 @@ class ChromeJsonPieces(PiecesWriter):
         self.pids: List[bytes] = []
         self.texts: List[bytes] = []
         self._undescribed: List[int] = []  # track codes whose entries wait for the track's description
+        self._made: Tuple[Any, ...] = ((), ())  # the tables as tuples, and their sizes then (see _tables)
 
     # ---- a run: its templates and columns; the tables as they stand when each part of it is written ---------
     def _prepare(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -65,7 +66,11 @@ class ChromeJsonPieces(PiecesWriter):
     def _tables(self, drawn: Any) -> Tuple[Any, ...]:
         """The tables, the tracks described since the last part of the run in them (their pid and tid)."""
         self._grow(drawn)
-        return tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts)
+        sizes = (len(self.names), len(self.at), len(self._undescribed), len(self.texts))
+        if self._made[1] != sizes:  # an entry is only added, or set once its track is described
+            tables = tuple(self.names), tuple(self.at), tuple(self.counter_names), tuple(self.pids), tuple(self.texts)
+            self._made = (tables, sizes)
+        return self._made[0]
 
     def _grow(self, drawn: Any) -> None:
         for name in drawn.names.items[len(self.names) :]:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar,
 
 import numpy as np
 
-from npu_trace.export.rows import Part, key_ordered
+from npu_trace.export.rows import Part, Room, key_ordered
 from npu_trace.export.wire import Consts, assemble, program
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
@@ -71,29 +71,32 @@ class Layouts(Registry[Layout]):
 # the columns of a row of pieces: its fields, three spare columns a writer fills for its templates, the values
 KEY, WHAT, TRACK, TS, END, NAME, LAYOUT, FLOW_OUT, FLOW_IN, SPARE, VALS = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12
 _FIELDS = ("key", "what", "track", "ts", "end", "name", "layout", "flow_out", "flow_in")
+_FIELD_AT = {name: at for at, name in enumerate(_FIELDS)}
 
 
 class Pieces:
     """See the module docstring: one row of int64 per piece (`rows`: the fields at KEY ... FLOW_IN, three spare
     columns, the values from VALS on), the rows of a block in key order once `done`; each field also as a
-    column (`key`, `what`, ...: read from a copy of the fields made column by column when one is first read,
-    the writers reading each several times; nothing writes a field once done) and the values as `vals` (a row
-    per argument position)."""
+    column (`key`, `what`, ...: a copy of the field made when it is first read, the writers reading each
+    several times and some not at all; nothing writes a field once done) and the values as `vals` (a row per
+    argument position)."""
 
     def __init__(self) -> None:
         self._parts: List[Part] = []  # (its pieces, its columns) of each add()
         self.rows: np.ndarray = np.zeros((0, VALS), dtype=np.int64)
-        self._fields: Optional[np.ndarray] = None
+        self._fields: Dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getattr__(self, name: str) -> np.ndarray:
-        if name in _FIELDS:
-            if self._fields is None:
-                self._fields = np.ascontiguousarray(self.rows[:, : len(_FIELDS)].T)
-            return self._fields[_FIELDS.index(name)]
-        raise AttributeError(name)
+        at = _FIELD_AT.get(name)
+        if at is None:
+            raise AttributeError(name)
+        got = self._fields.get(at)
+        if got is None:
+            got = self._fields[at] = np.ascontiguousarray(self.rows[:, at])
+        return got
 
     @property
     def vals(self) -> np.ndarray:
@@ -108,12 +111,13 @@ class Pieces:
             spare: List[Column] = [0] * (VALS - len(fields))
             self._parts.append((len(key), fields + spare + list(vals)))
 
-    def done(self) -> Pieces:
-        """The rows added, in key order (npu_trace.export.rows)."""
+    def done(self, room: Optional[Room] = None) -> Pieces:
+        """The rows added, in key order (npu_trace.export.rows), laid in `room` when one is given (then they
+        are read only until the room's next use)."""
         parts, self._parts = self._parts, []
         if parts:
-            self.rows = key_ordered(parts)
-            self._fields = None
+            self.rows = key_ordered(parts, room)
+            self._fields = {}
         return self
 
 
