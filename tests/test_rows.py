@@ -68,3 +68,16 @@ def test_what_does_not_fit_is_refused() -> None:
     with pytest.raises(OverflowError):
         fill(out, 3, np.array([0, 1], np.int64), (1 << 64,))
     assert (out == 9).all()  # nothing written
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(parts(), min_size=1, max_size=4))
+def test_rows_laid_in_a_room_are_those_of_a_fresh_matrix(blocks: List[List[Part]]) -> None:
+    """One room for block after block (larger, smaller: its memory grown or partly used, holding the last
+    block's values): each block's matrix is the fresh one's, by both implementations."""
+    room, twin_room = rows.Room(), rows.Room()
+    for got in blocks:
+        want = key_ordered_py(got)
+        for made in (key_ordered(got, room), key_ordered_py(got, twin_room)):
+            assert made.dtype == want.dtype and made.shape == want.shape
+            assert (made == want).all()

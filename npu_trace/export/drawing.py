@@ -40,6 +40,7 @@ from npu_trace.export.pieces import (
     factorize,
 )
 from npu_trace.export.rowargs import ArgSet, drop, layouts, put, width_of
+from npu_trace.export.rows import Room
 from npu_trace.export.track_map import _HIDDEN_ARGS, TimelineMapper
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 
@@ -94,6 +95,7 @@ class BlockDrawing:
         self.cap = capture
         self.d = drawn
         self.render = render
+        self.room = Room()  # the memory each block's pieces are laid in (npu_trace.export.rows)
 
     # ---- the block ------------------------------------------------------------------------------------
     def draw(self, nb: NormBlock, rows: Rows, tasks: Optional[Tuple[np.ndarray, np.ndarray]],
@@ -117,7 +119,7 @@ class BlockDrawing:
             after(pieces, base[2] + len(changes[0]))
         self.m.last_ts = max(self.m.last_ts, rows.last_ts)
         self.cap.keeping = False
-        flush(pieces.done(), self.cap.take(), self.cap, self.render)
+        flush(pieces.done(self.room), self.cap.take(), self.cap, self.render)
 
     def _work(self, parts: Parts, one_by_one: List[Tuple[int, Tuple[str, ...], Callable[[], None]]]) -> None:
         """Everything in key order: before each thing drawn one by one, what the parts sharing its state draw
