@@ -88,3 +88,42 @@ def test_the_compiled_placement_is_the_python_placement_over_long_runs(seed: int
             )
             assert _state(c) == _state(py)
     assert len(c.lanes) > 2
+
+
+@compiled
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(0, 3)),
+                min_size=1, max_size=5),
+       st.integers(1, 6))  # fmt: skip
+def test_the_compiled_runs_are_the_python_runs(groups: List[Tuple[List[int], int]], roots: int) -> None:
+    """Runs of slices apart (each beginning at the end before it) given to the first lanes of several groups at
+    once, a group's lane holding `first` roots before, remembering `roots`: the same lanes."""
+    c, py = [_packer() for _ in groups], [_packer() for _ in groups]
+    spans, starts, stops = [], [], []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lanes, "MAX_ROOTS", roots)
+        for k, (gaps, first) in enumerate(groups):
+            for i in range(first):
+                c[k].place(10 * i, 10 * i + 5), py[k].place(10 * i, 10 * i + 5)
+            if not first:
+                c[k].first(), py[k].first()
+            starts.append(len(spans))
+            spans += [(gap, 1) for gap in gaps]
+            stops.append(len(spans))
+        ends = 100 + np.cumsum([g + 1 for g, _ in spans]).astype(np.int64)
+        begins = ends - 1
+        lo, hi = np.array(starts, np.int64), np.array(stops, np.int64)
+        lanes.add_runs([p.lanes[0] for p in c], begins, ends, lo, hi)
+        lanes.add_runs_py([p.lanes[0] for p in py], begins, ends, lo, hi)
+    assert [_state(p) for p in c] == [_state(p) for p in py]
+
+
+@compiled
+def test_the_compiled_runs_refuse_what_does_not_fit() -> None:
+    packer = _packer()
+    packer.place(0, 10)
+    b, e = np.arange(3, dtype=np.int64) + 20, np.arange(3, dtype=np.int64) + 21
+    for starts, stops in (([0], [4]), ([1], [1]), ([0, 1], [1, 2]), ([-1], [2])):
+        with pytest.raises(ValueError):
+            lanes._lanes.add_runs(packer.lanes, b, e, np.array(starts, np.int64), np.array(stops, np.int64), 4)
+    assert _state(packer) == [([(0, 10)], -(1 << 63), 10)]

@@ -15,7 +15,11 @@
  * lane, a run of them at once (Lane.add_run); any other to the first lane it fits (Lane.fits, Lane.add).
  * Returns n once every slice is placed, or the first slice no lane fits: the caller adds a lane and calls
  * again from it. A lane's lists hold the int64 values they were given (a value of another type: TypeError).
-
+ *
+ * add_runs(lanes, begins, ends, starts, stops, max_roots) -> None
+ *   Lane.add_run of the slices starts[k] .. stops[k] on lanes[k] (a list of Lane objects, one per run), for
+ *   each k in turn: the runs of many groups' first lanes at once (npu_trace.export.parts.place)
+ *   starts, stops  int64, one of each per lane: each run holding a slice at least, within the arrays
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -167,22 +171,26 @@ static int store(Lane *lanes, Py_ssize_t nl)
     return 1;
 }
 
+/* A Lane object's state (its lists held, new references) */
+static int load_one(PyObject *lane, Lane *l)
+{
+    l->lane = lane;
+    l->begins = PyObject_GetAttr(l->lane, BEGINS);
+    l->ends = PyObject_GetAttr(l->lane, ENDS);
+    if (l->begins == NULL || l->ends == NULL)
+        return 0;
+    if (!PyList_CheckExact(l->begins) || !PyList_CheckExact(l->ends)) {
+        PyErr_SetString(PyExc_TypeError, "a lane's roots are not lists");
+        return 0;
+    }
+    return attr_i64(l->lane, FLOOR, &l->floor) && attr_i64(l->lane, LAST_END, &l->last_end);
+}
+
 static int load(PyObject *list, Lane *lanes, Py_ssize_t nl)
 {
-    for (Py_ssize_t k = 0; k < nl; k++) {
-        Lane *l = &lanes[k];
-        l->lane = PyList_GET_ITEM(list, k);
-        l->begins = PyObject_GetAttr(l->lane, BEGINS);
-        l->ends = PyObject_GetAttr(l->lane, ENDS);
-        if (l->begins == NULL || l->ends == NULL)
+    for (Py_ssize_t k = 0; k < nl; k++)
+        if (!load_one(PyList_GET_ITEM(list, k), &lanes[k]))
             return 0;
-        if (!PyList_CheckExact(l->begins) || !PyList_CheckExact(l->ends)) {
-            PyErr_SetString(PyExc_TypeError, "a lane's roots are not lists");
-            return 0;
-        }
-        if (!attr_i64(l->lane, FLOOR, &l->floor) || !attr_i64(l->lane, LAST_END, &l->last_end))
-            return 0;
-    }
     return 1;
 }
 
@@ -268,8 +276,56 @@ static PyObject *py_place_many(PyObject *self, PyObject *args)
     return got < 0 ? NULL : PyLong_FromSsize_t(got);
 }
 
+/* Runs of slices on their lanes, each lane loaded, given its run and stored in turn; 0 on an error */
+static int runs(PyObject *list, const int64_t *b, const int64_t *e, const int64_t *starts, const int64_t *stops,
+                Py_ssize_t max_roots)
+{
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
+        Lane lane = {0};
+        int ok = load_one(PyList_GET_ITEM(list, k), &lane)
+                 && add_run(&lane, b, e, starts[k], stops[k], max_roots) && store(&lane, 1);
+        Py_XDECREF(lane.begins);
+        Py_XDECREF(lane.ends);
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static int within(const int64_t *starts, const int64_t *stops, Py_ssize_t count, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (starts[k] < 0 || starts[k] >= stops[k] || stops[k] > n)
+            return 0;
+    return 1;
+}
+
+static PyObject *py_add_runs(PyObject *self, PyObject *args)
+{
+    PyObject *list;
+    Py_buffer begins, ends, starts, stops;
+    Py_ssize_t max_roots;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*y*n", &PyList_Type, &list, &begins, &ends, &starts, &stops, &max_roots))
+        return NULL;
+    Py_ssize_t n = begins.len / 8, count = starts.len / 8;
+    if (begins.len % 8 || ends.len != begins.len || starts.len % 8 || stops.len != starts.len
+        || count != PyList_GET_SIZE(list) || max_roots < 1 || !within(starts.buf, stops.buf, count, n))
+        PyErr_SetString(PyExc_ValueError, "the slices' arrays, the runs' bounds or max_roots do not agree");
+    else
+        ok = runs(list, begins.buf, ends.buf, starts.buf, stops.buf, max_roots);
+    PyBuffer_Release(&begins);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&stops);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"place_many", py_place_many, METH_VARARGS, "A group's slices on its lanes (see npu_trace.export.lanes)."},
+    {"add_runs", py_add_runs, METH_VARARGS, "Runs of slices on their lanes (see npu_trace.export.lanes)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,16 +3,17 @@ first lane where it nests properly with what is there, so that overlapping slice
 
 `Lane` keeps the outermost slices given to it lately; `LanePacker` places a group's slices in the order of their
 ends, one at a time (`place`, what the mapper calls: npu_trace.export.track_map) or many at once (`place_many`,
-what the columnar drawing calls: npu_trace.export.parts). Two implementations of `place_many`, identical in
-every lane and lane number: the C extension `npu_trace.export._lanes` (built by the package's install where a
-compiler is), which runs the loop on the lanes' own lists, and `place_many_py` in numpy and Python.
+what the columnar drawing calls: npu_trace.export.parts); `add_runs` gives many groups' first lanes a run of
+slices each (Lane.add_run) at once. Two implementations of `place_many` and `add_runs`, identical in every lane
+and lane number: the C extension `npu_trace.export._lanes` (built by the package's install where a compiler
+is), which runs the loops on the lanes' own lists, and `place_many_py`, `add_runs_py` in numpy and Python.
 `IMPLEMENTATION` says which runs ("c" or "python").
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Callable, List, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -78,6 +79,25 @@ class Lane:
             self.floor = self.ends[extra - 1]
             del self.begins[:extra], self.ends[:extra]
         self.last_end = last_end
+
+
+def add_runs(lanes: Sequence[Lane], begins: np.ndarray, ends: np.ndarray, starts: np.ndarray,
+             stops: np.ndarray) -> None:  # fmt: skip
+    """Lane.add_run of slices starts[k] .. stops[k] on lanes[k], for each k in turn (each run holds a slice at
+    least): the compiled loop where it is built."""
+    if _lanes is None:
+        add_runs_py(lanes, begins, ends, starts, stops)
+        return
+    b, e = np.ascontiguousarray(begins, np.int64), np.ascontiguousarray(ends, np.int64)
+    lo, hi = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(stops, np.int64)
+    _lanes.add_runs(list(lanes), b, e, lo, hi, MAX_ROOTS)
+
+
+def add_runs_py(lanes: Sequence[Lane], begins: np.ndarray, ends: np.ndarray, starts: np.ndarray,
+                stops: np.ndarray) -> None:  # fmt: skip
+    """add_runs() in Python: each lane's run given to it in turn."""
+    for lane, lo, hi in zip(lanes, np.asarray(starts).tolist(), np.asarray(stops).tolist()):
+        lane.add_run(begins[lo:hi], ends[lo:hi])
 
 
 class LanePacker:

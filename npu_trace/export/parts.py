@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export.lanes import add_runs
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.pieces import Pieces
 from npu_trace.export.rowargs import ArgSet
@@ -106,7 +107,8 @@ def place(owner: BlockDrawing, packers: Sequence[LanePacker], group: np.ndarray,
     """The track code of each slice placed on its group's lanes (`group`: a number into `packers`; within a
     group the slices in key order, their ends in order): what LanePacker.place() gives each in turn. A slice
     that begins at or after the end of the one before it in its group (and of every lane of its group, for the
-    first) fits the first lane: a group all of those is added to it at once; the others, slice by slice."""
+    first) fits the first lane: the groups all of those are added to theirs at once (add_runs); the others,
+    slice by slice."""
     order = stable_order(group)
     g, b, e = group[order], begins[order], ends[order]
     head: np.ndarray = np.ones(len(g), dtype=bool)
@@ -114,19 +116,25 @@ def place(owner: BlockDrawing, packers: Sequence[LanePacker], group: np.ndarray,
     before: np.ndarray = np.empty(len(g), dtype=np.int64)
     before[1:] = e[:-1]
     starts = np.flatnonzero(head)
-    tops = [max((lane.last_end for lane in packers[k].lanes), default=None) for k in g[starts].tolist()]
+    firsts = g[starts].tolist()
+    tops = [max((lane.last_end for lane in packers[k].lanes), default=None) for k in firsts]
     before[starts] = [MIN if t is None else t for t in tops]
     simple = b >= before
     simple[starts] = simple[starts] & np.array([t is not None for t in tops], dtype=bool)
     codes: np.ndarray = np.empty(len(g), dtype=np.int64)
-    bounds = np.append(starts, len(g)).tolist()
-    for lo, hi in zip(bounds, bounds[1:]):
-        packer = packers[int(g[lo])]
-        if simple[lo:hi].all():
-            packer.lanes[0].add_run(b[lo:hi], e[lo:hi])
+    bounds = np.append(starts, len(g))
+    edges = bounds.tolist()
+    first_lane_only = np.logical_and.reduceat(simple, starts).tolist() if len(g) else []
+    for k, simple_run in enumerate(first_lane_only):
+        packer, lo, hi = packers[firsts[k]], edges[k], edges[k + 1]
+        if simple_run:
             codes[lo:hi] = owner.track_code(packer.lanes[0].track)
         else:
             codes[lo:hi] = _track_codes(owner, packer, packer.place_many(b[lo:hi], e[lo:hi]))
+    whole = np.flatnonzero(first_lane_only)
+    if len(whole):
+        first_lanes = [packers[firsts[k]].lanes[0] for k in whole.tolist()]
+        add_runs(first_lanes, b, e, bounds[whole], bounds[whole + 1])
     out: np.ndarray = np.empty(len(g), dtype=np.int64)
     out[order] = codes
     return out
