@@ -81,3 +81,30 @@ def test_rows_laid_in_a_room_are_those_of_a_fresh_matrix(blocks: List[List[Part]
         for made in (key_ordered(got, room), key_ordered_py(got, twin_room)):
             assert made.dtype == want.dtype and made.shape == want.shape
             assert (made == want).all()
+
+
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 40), max_size=60), st.integers(-(1 << 62), 1 << 62), st.integers(0, 5))
+def test_the_compiled_dense_codes_are_the_numpy_ones(values: List[int], shift: int, room: int) -> None:
+    """Keys anywhere in int64 (shifted), ties, gaps, a range wider than the keys: the same codes (ranks) and
+    first rows."""
+    keys = np.array(values, dtype=np.int64) + shift
+    low = (int(keys.min()) if len(keys) else shift) - room
+    span = (int(keys.max()) if len(keys) else low) - low + 1 + room
+    got, want = rows.dense(keys, low, span), rows.dense_py(keys, low, span)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    assert len(set(values)) == len(got[1]) and all(keys[got[1]][got[0]] == keys)
+
+
+@compiled
+def test_the_compiled_dense_codes_refuse_a_value_out_of_the_range() -> None:
+    codes, firsts = np.full(3, 7, np.int64), np.full(3, 7, np.int64)
+    for values, low, span in (([1, 2, 9], 1, 5), ([1, 2, 3], 2, 5), ([1, 2, 3], 1, 0)):
+        for fn in (rows._rows.dense, None):
+            with pytest.raises(ValueError):
+                if fn is None:
+                    rows.dense_py(np.array(values, np.int64), low, span)
+                else:
+                    fn(np.array(values, np.int64), low, span, codes, firsts)
+    assert (codes == 7).all() and (firsts == 7).all()  # nothing written

@@ -10,6 +10,13 @@
  *          row where[i] gets column c's value of piece i at c, then zeros up to `width`
  * Every operand is checked before anything is written (a row out of `out`, a column of another length or
  * too many columns is a ValueError).
+ *
+ * dense(values, low, span, codes, firsts) -> the count of distinct values
+ *   values  int64, n, each in [low, low + span)
+ *   codes   int64, n: written, the rank of each value among the distinct values (in value order)
+ *   firsts  int64, n: its start written, the first row of each distinct value (by rank)
+ * The keys of npu_trace.export.pieces.factorize as group numbers, through a table over their range (rows.py
+ * holds the numpy twin, dense_py). A value outside the range is a ValueError (nothing is written).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -103,7 +110,58 @@ static PyObject *py_fill(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The table over the range: the first row of each value present, then (in value order) its rank */
+static Py_ssize_t ranks(const int64_t *v, Py_ssize_t n, int64_t low, int64_t *table, Py_ssize_t span,
+                        int64_t *firsts)
+{
+    Py_ssize_t count = 0;
+    for (Py_ssize_t d = 0; d < span; d++)
+        table[d] = -1;
+    for (Py_ssize_t i = n - 1; i >= 0; i--)
+        table[(uint64_t)v[i] - (uint64_t)low] = i;
+    for (Py_ssize_t d = 0; d < span; d++) {
+        if (table[d] >= 0) {
+            firsts[count] = table[d];
+            table[d] = count++;
+        }
+    }
+    return count;
+}
+
+static PyObject *py_dense(PyObject *self, PyObject *args)
+{
+    Py_buffer values, codes, firsts;
+    long long low;
+    Py_ssize_t span, count = -1;
+    if (!PyArg_ParseTuple(args, "y*Lnw*w*", &values, &low, &span, &codes, &firsts))
+        return NULL;
+    Py_ssize_t n = values.len / 8;
+    const int64_t *v = values.buf;
+    int ok = !(values.len % 8) && codes.len == values.len && firsts.len == values.len && span >= 1;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = v[i] >= low && (uint64_t)v[i] - (uint64_t)low < (uint64_t)span;
+    int64_t *table = ok ? PyMem_Malloc((size_t)span * sizeof(int64_t)) : NULL;
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError, "the values, their range or the outputs do not agree");
+    else if (table == NULL)
+        PyErr_NoMemory();
+    else {
+        int64_t *out = codes.buf;
+        Py_BEGIN_ALLOW_THREADS
+        count = ranks(v, n, (int64_t)low, table, span, firsts.buf);
+        for (Py_ssize_t i = 0; i < n; i++)
+            out[i] = table[(uint64_t)v[i] - (uint64_t)low];
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(table);
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&firsts);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
+    {"dense", py_dense, METH_VARARGS, "Integer keys as group numbers in value order (see npu_trace.export.rows)."},
     {"fill", py_fill, METH_VARARGS, "A part's columns written into their rows (see npu_trace.export.rows)."},
     {NULL, NULL, 0, NULL},
 };

@@ -17,7 +17,7 @@ from typing import Any, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar,
 
 import numpy as np
 
-from npu_trace.export.rows import Part, Room, key_ordered
+from npu_trace.export.rows import Part, Room, dense, key_ordered
 from npu_trace.export.wire import Consts, assemble, program
 from npu_trace.pipeline.order import KeyPacking, stable_order
 
@@ -134,14 +134,7 @@ def factorize(cols: Sequence[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
         packed = KeyPacking(stacked).pack(stacked)
     low, high = int(packed.min()), int(packed.max())
     if high - low < max(1 << 16, 4 * n):
-        shifted: np.ndarray = packed - low
-        present: np.ndarray = np.zeros(high - low + 1, dtype=bool)
-        present[shifted] = True
-        rank = np.cumsum(present, dtype=np.int64) - 1
-        codes = rank[shifted]
-        firsts: np.ndarray = np.zeros(int(rank[-1]) + 1, dtype=np.int64)
-        firsts[codes[::-1]] = np.arange(n - 1, -1, -1)
-        return codes, firsts
+        return dense(packed, low, high - low + 1)
     _, firsts, codes = np.unique(packed, return_index=True, return_inverse=True)
     return codes.reshape(-1), firsts
 

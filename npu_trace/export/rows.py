@@ -7,10 +7,14 @@ Given a `Room`, the matrix is laid in its memory, kept from block to block: a fr
 64 Ki rows) costs its pages' first touch each time (measured on the 1 M-event recording's 14 blocks: the
 rows 25-30 ms of CPU in fresh matrices, 20-24 in one room).
 
-Two implementations, identical in every result: the C extension `npu_trace.export._rows` (built by the
-package's install where a compiler is), which writes each part's columns straight into their rows, and
-`key_ordered_py` in numpy, which makes a matrix of each part and scatters its rows. `IMPLEMENTATION` says
-which runs ("c" or "python").
+`dense(values, low, span)` numbers integer keys (npu_trace.export.pieces.factorize's, in a small range) by
+their rank among those present, with the first row of each.
+
+Two implementations of each, identical in every result: the C extension `npu_trace.export._rows` (built by
+the package's install where a compiler is), which writes each part's columns straight into their rows and
+ranks the keys through one table over their range, and `key_ordered_py`, `dense_py` in numpy (a matrix of
+each part, its rows scattered; a table of the values present, its running count). `IMPLEMENTATION` says which
+runs ("c" or "python").
 """
 
 from __future__ import annotations
@@ -70,6 +74,31 @@ def key_ordered_py(parts: Sequence[Part], room: Optional[Room] = None) -> np.nda
             rows[mine, p.shape[1] :] = 0
         at += len(p)
     return rows
+
+
+def dense(values: np.ndarray, low: int, span: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(code of each value, first row of each code) of int64 values all in [low, low + span): a value's code
+    is its rank among the values present."""
+    if _rows is None:
+        return dense_py(values, low, span)
+    codes: np.ndarray = np.empty(len(values), dtype=np.int64)
+    firsts: np.ndarray = np.empty(len(values), dtype=np.int64)
+    count = _rows.dense(np.ascontiguousarray(values, dtype=np.int64), low, span, codes, firsts)
+    return codes, firsts[:count]
+
+
+def dense_py(values: np.ndarray, low: int, span: int) -> Tuple[np.ndarray, np.ndarray]:
+    """dense() in numpy: the values present marked in a table over the range, their running count the codes."""
+    shifted: np.ndarray = values.astype(np.int64) - low
+    if span < 1 or (len(values) and (int(shifted.min()) < 0 or int(shifted.max()) >= span)):
+        raise ValueError("the values, their range or the outputs do not agree")
+    present: np.ndarray = np.zeros(span, dtype=bool)
+    present[shifted] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    codes = rank[shifted]
+    firsts: np.ndarray = np.zeros(int(rank[-1]) + 1 if len(values) else 0, dtype=np.int64)
+    firsts[codes[::-1]] = np.arange(len(values) - 1, -1, -1)
+    return codes, firsts
 
 
 def _where(parts: Sequence[Part]) -> Tuple[np.ndarray, int]:
