@@ -191,11 +191,14 @@ def put(sets: Sequence[ArgSet], name: str, kind: int, values: Any,
     per position (INT or STR) or a constant (CONST). A set is split where the name is present in some rows only."""
     out: List[ArgSet] = []
     for s in sets:
-        has: np.ndarray = np.ones(len(s.at), dtype=bool) if present is None else present[s.at]
-        if has.all():
+        has: Optional[np.ndarray] = None if present is None else present[s.at]
+        if has is None or has.all():
             keys = dict(s.keys)
             keys[name] = (kind, values if kind == CONST else _at(values, s.at))
             out.append(ArgSet(s.at, keys))
+            continue
+        if not has.any():  # in none of its rows (a slice clipped at the window's edge: seldom): the set as it is
+            out.append(s)
             continue
         for part, on in ((s.take(has), True), (s.take(~has), False)):
             if not len(part.at):
