@@ -19,7 +19,8 @@ _I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 def _op(draw: Any, t: Template, depth: int) -> int:
     """One random operation on `t`; returns the nesting depth after it."""
-    kind = draw(st.sampled_from(["const", "varint", "fixed64", "table", "dec", "micros", "framed", "part", "skip"]))
+    kind = draw(st.sampled_from(["const", "varint", "fixed64", "table", "dec", "micros", "framed", "part", "skip",
+                                 "span", "low"]))  # fmt: skip
     col = draw(st.integers(0, NCOLS - 1))
     if kind == "const":
         t.const(draw(st.binary(max_size=20)))
@@ -27,6 +28,10 @@ def _op(draw: Any, t: Template, depth: int) -> int:
         getattr(t, kind)(col)
     elif kind == "table":
         t.table(col, 0)
+    elif kind == "span":
+        t.span(col, draw(st.integers(0, NCOLS - 1)))
+    elif kind == "low":
+        t.low(col, draw(st.integers(1, 63)))
     elif kind == "framed":
         t.framed(draw(st.binary(min_size=1, max_size=3)), draw(st.binary(max_size=20)), col)
     elif kind == "part" and depth < 4:
@@ -95,7 +100,8 @@ def test_the_python_assembler_writes_protobufs_and_texts() -> None:
     assert out == first + second
 
 
-@pytest.mark.parametrize("words", [[99, 0], [wire.VARINT, 7], [wire.CONST, 3], [wire.TABLE, 0, 1], [wire.VARINT]])
+@pytest.mark.parametrize("words", [[99, 0], [wire.VARINT, 7], [wire.CONST, 3], [wire.TABLE, 0, 1], [wire.VARINT],
+                                   [wire.SPAN, 0, 4], [wire.SPAN, 4, 0], [wire.LOW, 0, 0], [wire.LOW, 0, 64]])
 def test_a_malformed_template_is_refused_by_both(words: List[int]) -> None:
     prog, starts = np.array(words, np.int32), np.array([0, len(words)], np.int32)
     cols = np.zeros((1, NCOLS), np.int64)
@@ -150,3 +156,22 @@ def test_a_skip_of_more_operations_than_follow_ends_at_the_template_end(count: i
     got = bytes(out[: assemble(prog, starts, which, cols, consts, tables, out)])
     assert got == assemble_py(prog, starts, which, cols, consts, tables)
     assert got.startswith(b"<" + [b"7>x<", b">x<", b"x<", b"<", b""][min(count, 4)]) and b"<8>y<-9>" in got
+
+
+def test_a_span_and_low_bits_are_written_as_the_numbers_they_stand_for() -> None:
+    """A slice's duration (its end less its begin, wrapping in int64 as numpy's difference does) as
+    microseconds, a flow id's low 53 bits as decimal text: by both assemblers."""
+    consts = Consts()
+    t = Template(consts).span(1, 0).const(b"|").low(2, 53).const(b"\n")
+    prog, starts = program([t.done()])
+    big = (1 << 63) - 1
+    cols = np.array([[1000, 13345, (1 << 60) + 7], [5, 5, -1], [-(1 << 63), big, 12], [big, -(1 << 63), 0]],
+                    dtype=np.int64)  # fmt: skip
+    want = b"".join(
+        f"{'-' if d < 0 else ''}{abs(d) // 1000}.{abs(d) % 1000:03d}|{f & ((1 << 53) - 1)}\n".encode()
+        for d, f in zip((cols[:, 1] - cols[:, 0]).tolist(), cols[:, 2].tolist())
+    )
+    assert assemble_py(prog, starts, np.zeros(4, np.int32), cols, tuple(consts.items), ()) == want
+    out = bytearray()
+    n = assemble(prog, starts, np.zeros(4, np.int32), cols, tuple(consts.items), (), out)
+    assert bytes(out[:n]) == want and b"12.345|7\n" in want and b"0.000|9007199254740991\n" in want

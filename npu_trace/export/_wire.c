@@ -29,6 +29,8 @@
  *   FRAMED a b c     consts[a], then a part holding consts[b] and the value as a varint (BEGIN, CONST b,
  *                    VARINT c, END after CONST a, in one operation: a protobuf field of a small message
  *                    that ends in an integer)
+ *   SPAN a b         column a's value less column b's (int64, wrapping) as MICROS writes it
+ *   LOW c k          the value's low k bits (1 <= k <= 63) as DEC writes it
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,7 +38,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_CONST = 1, OP_VARINT, OP_FIXED64, OP_TABLE, OP_BEGIN, OP_END, OP_SKIPZ, OP_DEC, OP_MICROS, OP_FRAMED };
+enum {
+    OP_CONST = 1,
+    OP_VARINT,
+    OP_FIXED64,
+    OP_TABLE,
+    OP_BEGIN,
+    OP_END,
+    OP_SKIPZ,
+    OP_DEC,
+    OP_MICROS,
+    OP_FRAMED,
+    OP_SPAN,
+    OP_LOW
+};
 #define MAX_DEPTH 32
 
 typedef struct {
@@ -181,6 +196,8 @@ static int operands(int op)
         return 0;
     case OP_TABLE:
     case OP_SKIPZ:
+    case OP_SPAN:
+    case OP_LOW:
         return 2;
     case OP_FRAMED:
         return 3;
@@ -258,6 +275,14 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
             pos += varint_at(buf + pos, v);
             break;
         }
+        case OP_SPAN:
+            pos += number_at(buf + pos, OP_MICROS, (int64_t)((uint64_t)row_values[w[0]] - (uint64_t)row_values[w[1]]));
+            w += 2;
+            break;
+        case OP_LOW:
+            pos += number_at(buf + pos, OP_DEC, (int64_t)((uint64_t)row_values[w[0]] & ((1ULL << w[1]) - 1)));
+            w += 2;
+            break;
         case OP_SKIPZ: /* its second operand: the words the skipped operations take (see skip_words) */
             w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
             break;
@@ -310,6 +335,8 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
         if (op == OP_TABLE && (w[1] < 0 || w[1] >= ntables))
             return 0;
         if (op == OP_SKIPZ && w[1] < 0)
+            return 0;
+        if ((op == OP_SPAN && (w[1] < 0 || w[1] >= j->ncols)) || (op == OP_LOW && (w[1] < 1 || w[1] > 63)))
             return 0;
         if (op == OP_CONST)
             bound += (size_t)j->consts.items[w[0]].len;

@@ -21,7 +21,6 @@ from npu_trace.export.pieces import (
     FLOW_OUT,
     NAME,
     SLICE,
-    SPARE,
     STR,
     TRACK,
     TS,
@@ -31,10 +30,10 @@ from npu_trace.export.pieces import (
 )
 from npu_trace.export.wire import Template
 
-# the columns the templates read: the pieces' own, their spare columns a slice's duration and the flow ids as
-# JSON shows them (masked)
-_TS, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS
-_DUR, _OUT_ID, _IN_ID = SPARE, SPARE + 1, SPARE + 2
+# the columns the templates read: the pieces' own (a slice's duration: its end less its begin; a flow id as JSON
+# shows it: its low FLOW_BITS bits)
+_TS, _END, _NAME, _TRACK, _FLOW_OUT, _FLOW_IN, _VALS = TS, END, NAME, TRACK, FLOW_OUT, FLOW_IN, VALS
+FLOW_BITS = cj.FLOW_MASK.bit_length()  # the mask: the bits below this many
 # the tables: by name code, by track code ("pid", "tid"; a counter's name; its "pid"), by text code
 _NAMES, _AT, _COUNTER_NAMES, _PIDS, _TEXTS = range(5)
 
@@ -57,11 +56,7 @@ class ChromeJsonPieces(PiecesWriter):
     def _prepare(self, p: Pieces, lo: int, hi: int, drawn: Any) -> Tuple[np.ndarray, np.ndarray]:
         assert not self.w.first, "pieces follow the tracks' metadata"
         self._grow(drawn)
-        which = self._templates(p, lo, hi, drawn)
-        cols = p.rows[lo:hi]
-        cols[:, _DUR] = cols[:, END] - cols[:, _TS]
-        cols[:, _OUT_ID], cols[:, _IN_ID] = cols[:, _FLOW_OUT] & cj.FLOW_MASK, cols[:, _FLOW_IN] & cj.FLOW_MASK
-        return which, cols
+        return self._templates(p, lo, hi, drawn), p.rows[lo:hi]
 
     def _tables(self, drawn: Any) -> Tuple[Any, ...]:
         """The tables, the tracks described since the last part of the run in them (their pid and tid)."""
@@ -99,22 +94,22 @@ class ChromeJsonPieces(PiecesWriter):
             return t.done()
         if what == SLICE:
             t.const(b',\n{"ph":"X","name":').table(_NAME, _NAMES).const(b',"ts":').micros(_TS).const(b",")
-            t.table(_TRACK, _AT).const(b',"dur":').micros(_DUR).const(b',"args":')
+            t.table(_TRACK, _AT).const(b',"dur":').span(_END, _TS).const(b',"args":')
         else:
             t.const(b',\n{"ph":"i","s":"t","name":').table(_NAME, _NAMES).const(b',"ts":').micros(_TS)
             t.const(b",").table(_TRACK, _AT).const(b',"args":')
         self._args(t, layout)
         t.const(b"}")
         flow = "submit" if what == SLICE else "trigger"
-        self._flow(t, _FLOW_OUT, _OUT_ID, f'{{"ph":"s","name":"{flow}","cat":"flow","id":')
+        self._flow(t, _FLOW_OUT, f'{{"ph":"s","name":"{flow}","cat":"flow","id":')
         if what == SLICE:
-            self._flow(t, _FLOW_IN, _IN_ID, '{"ph":"f","bp":"e","name":"submit","cat":"flow","id":')
+            self._flow(t, _FLOW_IN, '{"ph":"f","bp":"e","name":"submit","cat":"flow","id":')
         return t.done()
 
     @staticmethod
-    def _flow(t: Template, col: int, shown: int, head: str) -> None:
+    def _flow(t: Template, col: int, head: str) -> None:
         mark = t.unless_zero(col)
-        t.const(b",\n" + head.encode()).dec(shown).const(b',"ts":').micros(_TS).const(b",").table(_TRACK, _AT)
+        t.const(b",\n" + head.encode()).low(col, FLOW_BITS).const(b',"ts":').micros(_TS).const(b",").table(_TRACK, _AT)
         t.const(b"}").until(mark)
 
     @staticmethod

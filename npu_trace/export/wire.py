@@ -1,8 +1,10 @@
 """Rows of bytes laid out by templates: how the exporters write a block's packets or lines at once.
 
 A template is a short program (`Template`): constant bytes, a column's value as a protobuf varint, as 8
-little-endian bytes, as decimal text or as microseconds with three decimals, bytes from a table by the
-column's value, and length-delimited parts (a protobuf message inside another: its length in front of it).
+little-endian bytes, as decimal text or as microseconds with three decimals, the difference of two columns
+as microseconds (a slice's duration, `span`), a column's low bits as decimal text (`low`), bytes from a table
+by the column's value, and length-delimited parts (a protobuf message inside another: its length in front
+of it).
 `assemble(prog, starts, which, cols, consts, tables, out)` writes row i by template `which[i]` with row i of
 every column, the rows one after the other, into the bytearray `out` (kept from call to call: a fresh buffer
 costs its pages' first touch each time): a Perfetto packet or a Chrome JSON line per row, no Python object
@@ -25,8 +27,9 @@ except ImportError:  # installed where no compiler was: the pure-Python assemble
     _wire = None  # type: ignore[assignment]
 
 IMPLEMENTATION = "c" if _wire is not None else "python"
-CONST, VARINT, FIXED64, TABLE, BEGIN, END, SKIPZ, DEC, MICROS, FRAMED = range(1, 11)
-OPERANDS = {CONST: 1, VARINT: 1, FIXED64: 1, TABLE: 2, BEGIN: 0, END: 0, SKIPZ: 2, DEC: 1, MICROS: 1, FRAMED: 3}
+CONST, VARINT, FIXED64, TABLE, BEGIN, END, SKIPZ, DEC, MICROS, FRAMED, SPAN, LOW = range(1, 13)
+OPERANDS = {CONST: 1, VARINT: 1, FIXED64: 1, TABLE: 2, BEGIN: 0, END: 0, SKIPZ: 2, DEC: 1, MICROS: 1, FRAMED: 3,
+            SPAN: 2, LOW: 2}  # fmt: skip
 MASK64 = (1 << 64) - 1
 
 
@@ -57,6 +60,14 @@ class Template:
 
     def micros(self, col: int) -> Template:
         return self._op(MICROS, col)
+
+    def span(self, end: int, begin: int) -> Template:
+        """The column `end`'s value less the column `begin`'s (int64, wrapping) as microseconds (micros)."""
+        return self._op(SPAN, end, begin)
+
+    def low(self, col: int, bits: int) -> Template:
+        """The column's low `bits` bits (1 to 63) as decimal text."""
+        return self._op(LOW, col, bits)
 
     def framed(self, tag: bytes, body: bytes, col: int) -> Template:
         """`tag`, then a length-delimited part of `body` and the column's value as a varint (a protobuf field
@@ -170,6 +181,8 @@ def _check(words: List[int], ncols: int, nconsts: int, ntables: int) -> None:
             raise ValueError("a template is malformed")
         if op == SKIPZ and args[1] < 0:
             raise ValueError("a template is malformed")
+        if (op == SPAN and not 0 <= args[1] < ncols) or (op == LOW and not 1 <= args[1] <= 63):
+            raise ValueError("a template is malformed")
         at += 1 + k
 
 
@@ -195,6 +208,10 @@ def _row(words: List[int], at: int, end: int, values: List[int], consts: Tuple[b
                 at += 1 + OPERANDS[words[at]] if at < end else 0
         elif op == TABLE:
             out += _entry(tables[args[1]], values[args[0]])
+        elif op == SPAN:
+            out += number(MICROS, _int64(values[args[0]] - values[args[1]]))
+        elif op == LOW:
+            out += number(DEC, values[args[0]] & ((1 << args[1]) - 1))
         else:
             out += number(op, values[args[0]])
     if opened:
@@ -209,6 +226,11 @@ def _entry(table: Tuple[bytes, ...], code: int) -> bytes:
     if code >= len(table):
         raise ValueError("a value is out of its table")
     return table[code] if code >= 0 else b""
+
+
+def _int64(value: int) -> int:
+    """A value wrapped into int64 (as the difference of two int64 is in C)."""
+    return (value + (1 << 63) & MASK64) - (1 << 63)
 
 
 def number(op: int, value: int) -> bytes:
