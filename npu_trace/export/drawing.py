@@ -195,10 +195,10 @@ class BlockDrawing:
         has = dev >= 0
         if not has.any():
             return
-        _, first = factorize([dev[has]])
-        first = np.sort(first)
-        stamps = nb.block.ts[rows[has]][first]
-        for d, t in zip(dev[has][first].tolist(), stamps.tolist()):
+        placed = np.flatnonzero(has)
+        _, first = factorize([dev[placed]])
+        first = placed[np.sort(first)]  # each device's first row (the few read: not every row's stamp)
+        for d, t in zip(dev[first].tolist(), nb.block.ts[rows[first]].tolist()):
             self.m.first_seen.setdefault(d, t)
 
     # ---- shared by the parts ------------------------------------------------------------------------------
