@@ -208,7 +208,7 @@ class PiecesWriter:
         counts["slices"] += int(made[SLICE])
         counts["instants"] += int(made[INSTANT])
         counts["counters"] += int(made[COUNTER])
-        counts["flows"] += int(np.count_nonzero(p.flow_in[lo:hi][what == SLICE]))
+        counts["flows"] += int(np.count_nonzero((p.flow_in[lo:hi] != 0) & (what == SLICE)))
 
     def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
         """The template of each piece, by its kind and layout."""
