@@ -30,7 +30,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram, bucket_indices
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.order import KeyPacking, stable_order
+from npu_trace.pipeline.order import KeyPacking, member_of, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
 MS = 1_000_000
@@ -214,7 +214,7 @@ class LatencyDetector:
         if self.tasks:  # keys still open from before the block (few): matched by their packed value
             open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
             if open_keys:
-                carried = np.isin(k[starts], packing.pack(_key_columns(open_keys)))
+                carried = member_of(k[starts], packing.pack(_key_columns(open_keys)))
         prev_submit: np.ndarray = np.zeros(len(r), dtype=bool)
         prev_submit[1:] = is_submit[:-1] & ~start[1:]
         prev_submit[starts] = carried

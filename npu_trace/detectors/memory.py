@@ -23,7 +23,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.processes import Processes
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.order import KeyPacking, stable_order
+from npu_trace.pipeline.order import KeyPacking, member_of, sorted_distinct, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
 
 DevPid = Tuple[int, int]
@@ -134,7 +134,7 @@ class MemoryDetector:
             candidates = _fitting(packing, list(self.live))
             if candidates is None:
                 return []
-            hits = np.flatnonzero(np.isin(keys, packing.pack(candidates)))
+            hits = np.flatnonzero(member_of(keys, packing.pack(candidates)))
         else:
             hits = np.arange(len(keys))
         found = ((g, self.live.get(key_of(g))) for g in hits.tolist())
@@ -165,7 +165,7 @@ class MemoryDetector:
         pos, _, d, p, delta = deltas
         out: List[Finding] = []
         fail_at: Dict[int, List[int]] = {int(f): [] for f in fails.tolist()}
-        for device in np.unique(np.concatenate([d, dev[fails]])).tolist():
+        for device in sorted_distinct(np.concatenate([d, dev[fails]])).tolist():
             mine = d == device
             base = self.dev_bytes.get(device, 0)
             running = base + np.cumsum(delta[mine])
