@@ -55,18 +55,6 @@ class TaskWatch(Protocol):
     def task(self, complete: NpuEvent, submitted: int) -> None: ...
 
 
-class Samples(NamedTuple):
-    """Latency samples of one (device, op), in time order."""
-
-    latency: np.ndarray  # int64
-    start: np.ndarray  # int64: the call's entry, the task's submit
-    end: np.ndarray  # int64: the return, the completion
-    pid: np.ndarray
-    source: Sequence[str]  # "call" or "task" (any sequence of them: a list, a numpy array of str)
-    bucket: Optional[np.ndarray] = None  # the histogram bucket of each latency, when already known
-    summary: Optional[Summary] = None  # the latencies' extremes and sum, when already known
-
-
 class Summary(NamedTuple):
     """What many runs of samples need of their latencies, taken for all runs of a block at once: the lowest and
     highest latency and histogram bucket, and the sum of the latencies (None where it could overflow int64)."""
@@ -86,6 +74,18 @@ def summaries(lat: np.ndarray, bucket: np.ndarray, starts: np.ndarray) -> List[S
     counts = np.diff(np.append(starts, len(lat))).tolist()
     return [Summary(lo, hi, bl, bh, t if max(abs(lo), abs(hi)) < (1 << 62) // n else None)  # int64 sums are exact
             for lo, hi, bl, bh, t, n in zip(low, high, b_low, b_high, totals, counts)]  # fmt: skip
+
+
+class Samples(NamedTuple):
+    """Latency samples of one (device, op), in time order."""
+
+    latency: np.ndarray  # int64
+    start: np.ndarray  # int64: the call's entry, the task's submit
+    end: np.ndarray  # int64: the return, the completion
+    pid: np.ndarray
+    source: Sequence[str]  # "call" or "task" (any sequence of them: a list, a numpy array of str)
+    bucket: Optional[np.ndarray] = None  # the histogram bucket of each latency, when already known
+    summary: Optional[Summary] = None  # the latencies' extremes and sum, when already known
 
 
 class OpView(NamedTuple):
