@@ -191,9 +191,12 @@ def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config:
 @st.composite
 def memory_events(draw: Any) -> List[NpuEvent]:
     events, t = [], 0
+    # in some runs an address past int64 (events only carry one: the detector keeps its live allocations as a map
+    # then, columns otherwise)
+    addresses = [0x10, 0x20, 0x30, 2**64 - 16] if draw(st.booleans()) else [0x10, 0x20, 0x30]
     for _ in range(draw(st.integers(1, 80))):
         t += draw(st.integers(0, 3))
-        dev, va, tid = draw(st.sampled_from([0, 1, None])), draw(st.sampled_from([0x10, 0x20, 0x30])), draw(
+        dev, va, tid = draw(st.sampled_from([0, 1, None])), draw(st.sampled_from(addresses)), draw(
             st.integers(1, 3))  # fmt: skip
         kind = draw(st.sampled_from(["alloc", "alloc", "free", "free", "alloc_fail"]))
         if kind == "alloc":
@@ -217,7 +220,10 @@ def test_memory_accounting_at_once_is_accounting_one_by_one(events: List[NpuEven
     got: List[Any] = []
     for batch in batches(events, bounds):
         want += one.feed(batch)
-        got += many.feed_block(normalizer.normalize(records_of(batch, {})))
+        if data.draw(st.booleans()):  # the live allocations kept as columns (a block), or as a map (events)
+            got += many.feed_block(normalizer.normalize(records_of(batch, {})))
+        else:
+            got += many.feed(batch)
     assert got == want
     assert many.summary() == one.summary()
     assert many.flush() == one.flush()
