@@ -68,3 +68,15 @@ def test_key_packing_groups_exactly(rows: List[tuple]) -> None:
         assert packing.fits(a)
         for j, b in enumerate(rows):
             assert (packed[i] == packed[j]) == (a == b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.lists(st.integers(-3, 5), max_size=80), st.lists(INT64, max_size=80)),
+       st.one_of(st.lists(st.integers(-3, 5), max_size=20), st.lists(INT64, max_size=20)))  # fmt: skip
+def test_distinct_and_member_are_numpys_unique_and_isin(values: List[int], among: List[int]) -> None:
+    a, b = np.array(values, dtype=np.int64), np.array(among, dtype=np.int64)
+    assert np.array_equal(order.sorted_distinct(a), np.unique(a))
+    assert np.array_equal(order.member_of(a, b), np.isin(a, b))
+    rows = np.array(values[: len(values) // 2 * 2], dtype=np.int64).reshape(-1, 2)
+    assert np.array_equal(order.sorted_distinct_rows(rows), np.unique(rows, axis=0).reshape(-1, 2))
+

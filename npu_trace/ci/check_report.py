@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
-from xml.sax.saxutils import escape, quoteattr
 
 from npu_trace.detectors.rules import Rules, Violation, rule_names
 from npu_trace.pipeline.scope import Scope
@@ -125,6 +124,8 @@ class Suite(NamedTuple):
 
 def junit_suite(report: Mapping[str, Any], rules: Rules) -> Suite:
     """One recording as a JUnit <testsuite>: each rule in force a test case, its violation a failure."""
+    from xml.sax.saxutils import escape, quoteattr  # only for JUnit: it imports urllib and ssl, ~30 ms
+
     failed = {v["rule"]: v["message"] for v in report["violations"]}
     cases = []
     for rule, description in rule_names(rules):
@@ -138,6 +139,8 @@ def junit_suite(report: Mapping[str, Any], rules: Rules) -> Suite:
 
 def junit_error_suite(name: str, error: str) -> Suite:
     """A recording that could not be checked, as a <testsuite> with one erroring case."""
+    from xml.sax.saxutils import escape, quoteattr  # only for JUnit (see junit_suite)
+
     suite = quoteattr(f"npu-trace check {name}")
     case = (f'  <testcase classname="npu-trace.check" name="read the recording"><error message={quoteattr(error)}>'
             f"{escape(error)}</error></testcase>")  # fmt: skip

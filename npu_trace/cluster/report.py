@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from typing import Any, Dict, List, Mapping, Sequence
-from xml.sax.saxutils import escape, quoteattr
 
 from npu_trace.cluster.incidents import Item, incidents
 from npu_trace.cluster.read import RecordingView, host_groups
@@ -130,6 +129,8 @@ def timeline_lines(timeline: Sequence[Mapping[str, Any]], zero: Any) -> List[str
 
 def render_junit(report: Mapping[str, Any]) -> str:
     """One test suite: each recording read (a test case), and "no cluster incident" failing once per incident."""
+    from xml.sax.saxutils import escape, quoteattr  # only for JUnit: it imports urllib and ssl, ~30 ms
+
     cases = [f'  <testcase classname="npu-trace.cluster" name={quoteattr("read " + i["recording"])}></testcase>'
              for i in report["inputs"]]  # fmt: skip
     messages = [incident_lines(k, f)[0] + "; " + incident_lines(k, f)[1].strip()

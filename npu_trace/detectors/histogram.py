@@ -9,7 +9,7 @@ are exact.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -104,20 +104,24 @@ class Histogram:
         for v in values:
             self.add(v)
 
-    def add_many(self, values: np.ndarray, buckets: Optional[np.ndarray] = None) -> None:
-        """Every value of an int64 array, as add() would one by one (`buckets`: their bucket_indices, if known)."""
+    def add_many(self, values: np.ndarray, buckets: Optional[np.ndarray] = None, summary: Optional[Any] = None) -> None:
+        """Every value of an int64 array, as add() would one by one (`buckets`: their bucket_indices, if known;
+        `summary`: their low, high, bucket_low, bucket_high and total, if known: npu_trace.detectors.latency)."""
         if not len(values):
             return
         idx = bucket_indices(values) if buckets is None else buckets
-        first, last = int(idx.min()), int(idx.max())
+        if summary is None:
+            first, last, low, high = int(idx.min()), int(idx.max()), int(values.min()), int(values.max())
+            safe = max(abs(low), abs(high)) < (1 << 62) // len(values)  # the int64 sum cannot overflow
+            total = int(values.sum(dtype=np.int64)) if safe else None
+        else:
+            low, high, first, last, total = summary
         self._cover(first, last)
         self._counts[first - self._base : last - self._base + 1] += np.bincount(idx - first, minlength=last - first + 1)
-        low, high = int(values.min()), int(values.max())
         self.min = low if not self.count else min(self.min, low)
         self.max = max(self.max, high)
         self.count += len(values)
-        safe = max(abs(low), abs(high)) < (1 << 62) // len(values)  # the int64 sum cannot overflow
-        self.total += int(values.sum(dtype=np.int64)) if safe else sum(values.tolist())
+        self.total += total if total is not None else sum(values.tolist())
 
     def merge(self, other: Histogram) -> None:
         """Add `other`'s samples (bucket by bucket: exact, as if its values had been added here)."""

@@ -30,7 +30,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram, bucket_indices
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.order import KeyPacking, stable_order
+from npu_trace.pipeline.order import KeyPacking, member_of, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
 MS = 1_000_000
@@ -55,6 +55,27 @@ class TaskWatch(Protocol):
     def task(self, complete: NpuEvent, submitted: int) -> None: ...
 
 
+class Summary(NamedTuple):
+    """What many runs of samples need of their latencies, taken for all runs of a block at once: the lowest and
+    highest latency and histogram bucket, and the sum of the latencies (None where it could overflow int64)."""
+
+    low: int
+    high: int
+    bucket_low: int
+    bucket_high: int
+    total: Optional[int]
+
+
+def summaries(lat: np.ndarray, bucket: np.ndarray, starts: np.ndarray) -> List[Summary]:
+    """The Summary of each run of `lat` (and of its `bucket`s) beginning at `starts` (ascending, the first 0)."""
+    low, high = np.minimum.reduceat(lat, starts).tolist(), np.maximum.reduceat(lat, starts).tolist()
+    b_low, b_high = np.minimum.reduceat(bucket, starts).tolist(), np.maximum.reduceat(bucket, starts).tolist()
+    totals = np.add.reduceat(lat, starts).tolist()
+    counts = np.diff(np.append(starts, len(lat))).tolist()
+    return [Summary(lo, hi, bl, bh, t if max(abs(lo), abs(hi)) < (1 << 62) // n else None)  # int64 sums are exact
+            for lo, hi, bl, bh, t, n in zip(low, high, b_low, b_high, totals, counts)]  # fmt: skip
+
+
 class Samples(NamedTuple):
     """Latency samples of one (device, op), in time order."""
 
@@ -64,6 +85,7 @@ class Samples(NamedTuple):
     pid: np.ndarray
     source: Sequence[str]  # "call" or "task" (any sequence of them: a list, a numpy array of str)
     bucket: Optional[np.ndarray] = None  # the histogram bucket of each latency, when already known
+    summary: Optional[Summary] = None  # the latencies' extremes and sum, when already known
 
 
 class OpView(NamedTuple):
@@ -185,12 +207,13 @@ class LatencyDetector:
         end, pid = nb.block.ts[rows], nb.block.pid[rows]
         bucket = bucket_indices(lat)  # every key's at once
         edges = [0, *bounds.tolist(), len(rows)]
-        for lo, hi in zip(edges[:-1], edges[1:]):
+        summary = summaries(lat, bucket, np.array(edges[:-1], dtype=np.int64))
+        for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
             first = int(order[lo])
             d = int(dev[first])
             self.samples(None if d < 0 else d, nb.norm.ops[int(op[first])],
-                         Samples(lat[lo:hi], start[lo:hi], end[lo:hi], pid[lo:hi], sources[lo:hi], bucket[lo:hi]),
-                         out)  # fmt: skip
+                         Samples(lat[lo:hi], start[lo:hi], end[lo:hi], pid[lo:hi], sources[lo:hi], bucket[lo:hi],
+                                 summary[k]), out)  # fmt: skip
 
     def _tasks_block(self, nb: NormBlock) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Submits open tasks, completions close them, in time order (as _submit/_complete): the task samples
@@ -214,7 +237,7 @@ class LatencyDetector:
         if self.tasks:  # keys still open from before the block (few): matched by their packed value
             open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
             if open_keys:
-                carried = np.isin(k[starts], packing.pack(_key_columns(open_keys)))
+                carried = member_of(k[starts], packing.pack(_key_columns(open_keys)))
         prev_submit: np.ndarray = np.zeros(len(r), dtype=bool)
         prev_submit[1:] = is_submit[:-1] & ~start[1:]
         prev_submit[starts] = carried
@@ -340,7 +363,7 @@ class LatencyDetector:
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = OpStats(self.window)
-        st.hist.add_many(s.latency, s.bucket)
+        st.hist.add_many(s.latency, s.bucket, s.summary)
         absolute, _ = self._thresholds(op, st)
         adaptive_on = bool(self.op_rules.get(op, {}).get("adaptive", True))
         i = 0
@@ -360,7 +383,8 @@ class LatencyDetector:
         baseline each sample meets (a median of the window) is computed for those, and for the spikes."""
         lat = s.latency[i:]
         m = len(lat)
-        if _below_every(lat, absolute, self.floor_ns if adaptive_on else None):  # most runs: no spike can be
+        high = s.summary.high if i == 0 and s.summary is not None else int(lat.max())
+        if _below_every(high, absolute, self.floor_ns if adaptive_on else None):  # most runs: no spike can be
             self._learn_many(st, lat)
             return m
         spike = lat > absolute if absolute is not None else np.zeros(m, dtype=bool)
@@ -456,11 +480,11 @@ class LatencyDetector:
 TaskKey = Tuple[Optional[int], Any, Any]
 
 
-def _below_every(lat: np.ndarray, absolute: Optional[int], floor: Optional[int]) -> bool:
-    """No latency is above the absolute threshold, nor above the adaptive rule's floor (None: that rule is off):
-    no sample of the run can be a spike, whatever the baselines."""
+def _below_every(high: int, absolute: Optional[int], floor: Optional[int]) -> bool:
+    """No latency (the highest is `high`) is above the absolute threshold, nor above the adaptive rule's floor
+    (None: that rule is off): no sample of the run can be a spike, whatever the baselines."""
     limits = [x for x in (absolute, floor) if x is not None]
-    return bool(limits) and int(lat.max()) <= min(limits)
+    return bool(limits) and high <= min(limits)
 
 
 def _key_values(key: TaskKey) -> Tuple[Any, ...]:

@@ -23,7 +23,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.processes import Processes
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.order import KeyPacking, stable_order
+from npu_trace.pipeline.order import KeyPacking, sorted_distinct, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, rows_of
 
 DevPid = Tuple[int, int]
@@ -44,13 +44,35 @@ MAX_LISTED = 8  # thread ids listed as unattributed in the summary (the lowest)
 class MemoryDetector:
     def __init__(self, processes: Optional[Processes] = None) -> None:
         self.processes = processes if processes is not None else Processes()
-        self.live: Dict[Tuple[int, int], Tuple[int, int, int]] = {}  # (dev, va) -> (size, pid, ts)
+        # the live allocations, (dev, va) -> (size, pid, ts), in the order they were made: a map (one event at a
+        # time) or columns (a block at a time), whichever the last to change them keeps (`live`, `_columns`)
+        self._live: Dict[Tuple[int, int], Tuple[int, int, int]] = {}
+        self._cols: Optional[LiveColumns] = None
         self.dev_bytes: Dict[int, int] = {}
         self.peak: Dict[int, int] = {}
         self.pid_bytes: Dict[DevPid, int] = {}
         self.counts: Dict[str, int] = {"allocs": 0, "frees": 0, "failures": 0, "unknown_frees": 0, "double_allocs": 0}
         self.watch: Optional[MemoryWatch] = None  # told every change of live bytes (exporters draw counters)
         self.leaks_at_end = True  # False: the input is a window of a longer session (see the module docstring)
+
+    @property
+    def live(self) -> Dict[Tuple[int, int], Tuple[int, int, int]]:
+        """The live allocations as a map (made from the columns the block path keeps, if it kept them last)."""
+        if self._cols is not None:
+            self._live, self._cols = self._cols.as_map(), None
+        return self._live
+
+    def _columns(self) -> Optional[LiveColumns]:
+        """The live allocations as columns (made from the map, if the event path kept it last); None when one of
+        them does not fit in int64 (only events, not a block's columns, can carry such a value)."""
+        if self._cols is None:
+            self._cols = LiveColumns.of(self._live)
+            if self._cols is not None:
+                self._live = {}
+        return self._cols
+
+    def live_count(self) -> int:
+        return len(self._cols) if self._cols is not None else len(self._live)
 
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         out: List[Finding] = []
@@ -72,7 +94,7 @@ class MemoryDetector:
         if not len(rows):
             return []
         got = nb.int_args_of(rows, ("va", "size"))
-        if got is None:
+        if got is None or self._columns() is None:
             return self._one_by_one(nb, rows)
         vas, sizes = got
         return self._at_once(nb, rows, np.where(vas[1], vas[0], 0), np.where(sizes[1], sizes[0], 0))
@@ -103,8 +125,9 @@ class MemoryDetector:
         start: np.ndarray = np.ones(len(order), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         starts = np.flatnonzero(start)
-        key_of = _AddressOf(cols[:, by_key], starts)
-        carried = self._live_among(packing, k[starts], key_of)  # (start index, the live allocation) of each
+        live = self._columns()
+        assert live is not None, "feed_block goes one by one when the live allocations are not columns"
+        group, held = live.among(packing, k[starts])  # the block's addresses live before it, and where in `live`
         prev_alloc: np.ndarray = np.zeros(len(order), dtype=bool)
         prev_alloc[1:] = is_alloc[order][:-1] & ~start[1:]
         # what each row releases: the allocation before it of its address (in the block, or live before it)
@@ -112,33 +135,17 @@ class MemoryDetector:
         rel_pid: np.ndarray = np.zeros(len(order), np.int64)
         inside = np.flatnonzero(prev_alloc & ~start)
         rel_size[inside], rel_pid[inside] = size[order[inside - 1]], pid[order[inside - 1]]
-        for g, (v_size, v_pid, _) in carried:
-            i = int(starts[g])
-            prev_alloc[i] = True
-            rel_size[i], rel_pid[i] = v_size, v_pid
+        first = starts[group]
+        prev_alloc[first] = True
+        rel_size[first], rel_pid[first] = live.size[held], live.pid[held]
         self._count(is_alloc[order], prev_alloc)
         deltas = self._deltas(order, is_alloc[order], prev_alloc, rel_size, rel_pid, dev, pid, size)
         if self.watch is not None:
             self.watch.changes(ts[deltas[0]], deltas[2], deltas[3], deltas[4])
         fails = np.flatnonzero(kind == KIND_CODE["alloc_fail"])
         out = self._account_all(deltas, dev, rows, fails, nb)
-        self._settle_live(key_of, carried, order, start, is_alloc, size, pid, ts)
+        self._settle_live(live, held, cols[:, by_key], order, start, is_alloc, size, pid, ts)
         return out
-
-    def _live_among(self, packing: KeyPacking, keys: np.ndarray, key_of: Any) -> List[Tuple[int, Any]]:
-        """(index among the block's addresses, the live allocation) of the addresses live before the block:
-        by their packed keys when fewer are live than the block has addresses, else by a lookup each."""
-        if not self.live:
-            return []
-        if len(self.live) <= len(keys):
-            candidates = _fitting(packing, list(self.live))
-            if candidates is None:
-                return []
-            hits = np.flatnonzero(np.isin(keys, packing.pack(candidates)))
-        else:
-            hits = np.arange(len(keys))
-        found = ((g, self.live.get(key_of(g))) for g in hits.tolist())
-        return [(g, v) for g, v in found if v is not None]
 
     def _count(self, is_alloc: np.ndarray, prev_alloc: np.ndarray) -> None:
         self.counts["allocs"] += int(is_alloc.sum())
@@ -165,7 +172,7 @@ class MemoryDetector:
         pos, _, d, p, delta = deltas
         out: List[Finding] = []
         fail_at: Dict[int, List[int]] = {int(f): [] for f in fails.tolist()}
-        for device in np.unique(np.concatenate([d, dev[fails]])).tolist():
+        for device in sorted_distinct(np.concatenate([d, dev[fails]])).tolist():
             mine = d == device
             base = self.dev_bytes.get(device, 0)
             running = base + np.cumsum(delta[mine])
@@ -181,19 +188,17 @@ class MemoryDetector:
             out.append(self._failure(nb.event(int(rows[f])), fail_at[f][0] if fail_at[f] else None))
         return out
 
-    def _settle_live(self, key_of: Any, carried: List[Tuple[int, Any]], order: np.ndarray, start: np.ndarray,
-                     is_alloc: np.ndarray, size: np.ndarray, pid: np.ndarray, ts: np.ndarray) -> None:  # fmt: skip
+    def _settle_live(self, live: LiveColumns, held: np.ndarray, keys: np.ndarray, order: np.ndarray,
+                     start: np.ndarray, is_alloc: np.ndarray, size: np.ndarray, pid: np.ndarray,
+                     ts: np.ndarray) -> None:  # fmt: skip
         """The live allocations after the block: an address whose last row is an allocation is live (with that
-        allocation), the others are not."""
-        for g, _ in carried:
-            del self.live[key_of(g)]
+        allocation, made live after those before the block), the others are not (`held`: the rows of `live`
+        the block's addresses were; `keys`: the block's (dev, va) in `order`)."""
         last: np.ndarray = np.ones(len(order), dtype=bool)
         last[:-1] = start[1:]
-        group = np.cumsum(start) - 1
         at = np.flatnonzero(last & is_alloc[order])
         r = order[at]
-        keys = map(key_of, group[at].tolist())
-        self.live.update(zip(keys, zip(size[r].tolist(), pid[r].tolist(), ts[r].tolist())))
+        self._cols = live.without(held).then(keys[0, at], keys[1, at], size[r], pid[r], ts[r])
 
     def _alloc(self, ev: NpuEvent) -> None:
         self._alloc_at(_dev(ev), _int(ev.args.get("va")) or 0, _int(ev.args.get("size")) or 0, ev.pid, ev.ts_ns)
@@ -287,7 +292,7 @@ class MemoryDetector:
                 if n]  # fmt: skip
         loose = self.processes.unattributed(tid for _, tid in self.pid_bytes)
         threads = {} if loose is None else {"unattributed_threads": len(loose), "unattributed": loose[:MAX_LISTED]}
-        return {**self.counts, "live_allocations": len(self.live), "devices": devices, "processes": pids, **threads}
+        return {**self.counts, "live_allocations": self.live_count(), "devices": devices, "processes": pids, **threads}
 
 
 def _leak(dev: int, pid: int, allocs: List[Tuple[int, int, int]]) -> Finding:
@@ -312,28 +317,62 @@ def _sums(dev: np.ndarray, pid: np.ndarray, delta: np.ndarray) -> Dict[Tuple[int
     return out
 
 
-def _fitting(packing: KeyPacking, live: List[Tuple[int, int]]) -> Optional[np.ndarray]:
-    """The (device, va) keys of `live` that could be among a block's (inside its ranges), as two key columns;
-    None when there is none."""
-    try:
-        cols = np.array(live, dtype=np.int64).T.reshape(2, -1)
-    except OverflowError:  # a key beyond int64 (fed one by one): the block's columns hold none such
-        kept = [kk for kk in live if packing.fits(kk)]
-        return np.array(kept, dtype=np.int64).T.reshape(2, -1) if kept else None
-    inside: np.ndarray = np.ones(cols.shape[1], dtype=bool)
-    for col, low, span in zip(cols, packing.low, packing.spans):
-        inside &= (col >= low) & (col <= low + span - 1)  # the block's own min and max: no overflow
-    return cols[:, inside] if inside.any() else None
+class LiveColumns:
+    """Live allocations as int64 columns, one row each, in the order they were made live: (dev, va) -> (size,
+    pid, ts), each (dev, va) once."""
 
+    __slots__ = ("dev", "pid", "size", "ts", "va")
 
-class _AddressOf:
-    """The (device, va) key of each group of sorted rows (the columns' values at the groups' starts)."""
+    def __init__(self, dev: np.ndarray, va: np.ndarray, size: np.ndarray, pid: np.ndarray, ts: np.ndarray) -> None:
+        self.dev, self.va, self.size, self.pid, self.ts = dev, va, size, pid, ts
 
-    def __init__(self, cols: np.ndarray, starts: np.ndarray) -> None:
-        self.dev, self.va = cols[0, starts].tolist(), cols[1, starts].tolist()
+    def __len__(self) -> int:
+        return len(self.dev)
 
-    def __call__(self, group: int) -> Tuple[int, int]:
-        return (self.dev[group], self.va[group])
+    @staticmethod
+    def of(live: Dict[Tuple[int, int], Tuple[int, int, int]]) -> Optional[LiveColumns]:
+        """The map's entries as columns; None when a value does not fit in int64."""
+        try:
+            keys = np.array(list(live), dtype=np.int64).reshape(-1, 2)
+            values = np.array(list(live.values()), dtype=np.int64).reshape(-1, 3)
+        except OverflowError:
+            return None
+        return LiveColumns(keys[:, 0], keys[:, 1], values[:, 0], values[:, 1], values[:, 2])
+
+    def as_map(self) -> Dict[Tuple[int, int], Tuple[int, int, int]]:
+        keys = zip(self.dev.tolist(), self.va.tolist())
+        return dict(zip(keys, zip(self.size.tolist(), self.pid.tolist(), self.ts.tolist())))
+
+    def among(self, packing: KeyPacking, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Which of a block's addresses (`keys`: their packed (dev, va), ascending, each once) are live: (its
+        index in `keys`, its row here) of each, by row."""
+        none: np.ndarray = np.zeros(0, dtype=np.int64)
+        if not len(self) or not len(keys):
+            return none, none
+        inside: np.ndarray = np.ones(len(self), dtype=bool)
+        for col, low, span in zip((self.dev, self.va), packing.low, packing.spans):
+            inside &= (col >= low) & (col <= low + span - 1)  # the block's own min and max: no overflow
+        rows = np.flatnonzero(inside)
+        if not len(rows):
+            return none, none
+        packed = packing.pack(np.stack([self.dev[rows], self.va[rows]]))
+        at = np.minimum(np.searchsorted(keys, packed), len(keys) - 1)
+        hit = keys[at] == packed
+        return at[hit], rows[hit]
+
+    def without(self, rows: np.ndarray) -> LiveColumns:
+        if not len(rows):
+            return self
+        keep: np.ndarray = np.ones(len(self), dtype=bool)
+        keep[rows] = False
+        return LiveColumns(self.dev[keep], self.va[keep], self.size[keep], self.pid[keep], self.ts[keep])
+
+    def then(self, dev: np.ndarray, va: np.ndarray, size: np.ndarray, pid: np.ndarray, ts: np.ndarray) -> LiveColumns:
+        """These with the given allocations after them (none of their addresses among these)."""
+        if not len(dev):
+            return self
+        cols = zip((self.dev, self.va, self.size, self.pid, self.ts), (dev, va, size, pid, ts))
+        return LiveColumns(*(np.concatenate([a, b.astype(np.int64, copy=False)]) for a, b in cols))
 
 
 def _dev(ev: NpuEvent) -> int:

@@ -18,6 +18,8 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.pipeline.order import sorted_distinct
+
 try:
     from npu_trace.export import _texts
 except ImportError:  # installed where no compiler was: the numpy twin, with the same results
@@ -48,7 +50,7 @@ def distinct_py(bufs: Sequence[Any], buf: np.ndarray, start: np.ndarray,
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     width = max(int(length.max()), 1)
     raw: np.ndarray = np.zeros((len(buf), width), dtype=np.uint8)
-    for b in np.unique(buf).tolist():
+    for b in sorted_distinct(buf).tolist():
         mine = np.flatnonzero(buf == b)
         raw[mine] = _windows(np.frombuffer(bufs[b], dtype=np.uint8), start[mine], width)
     raw[np.arange(width) >= length[:, None]] = 0  # past each value's length

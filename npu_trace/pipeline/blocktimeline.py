@@ -333,23 +333,23 @@ class BlockTimeline:
                  for cpu in dict.fromkeys(cpus)}  # fmt: skip
         wm = self._wm
         for lo, hi, mark in _reads(chunk):  # thousands per chunk: the common read's steps kept inline
-            late: Dict[Tuple[str, int], int] = {}
+            late: Dict[Tuple[str, int], int] = {}  # only a read with late or untimed rows fills them
             front: List[_Rows] = []
             counts: Dict[int, int] = {}
             for cpu in cpus[lo:hi]:  # the CPUs of this read, in the order the read found them
                 counts[cpu] = counts.get(cpu, 0) + 1
             for cpu, n in counts.items():
                 walk = walks[cpu]
-                r0, r1, ordered, last_ts = walk.advance(n)
+                r0, r1, ordered, last_ts, low, high = walk.advance(n)
                 if r1 > r0:
-                    first = walk.first(r0, r1, ordered)
-                    if first < self._released or not first:  # the rare read with late or untimed rows
+                    if low < self._released or not low:  # the rare read with late or untimed rows
                         self._held_view(walk)
                         self._push(cpu, walk.rows(r0, r1, ordered), late, front)
                     else:  # the common read: the chunk's view of this CPU grows, nothing else moves
-                        walk.extend(r0, r1, ordered, first)
+                        walk.extend(r0, r1, ordered, low, high)
                         self._listed += r1 - r0
-                        wm.setdefault(cpu, -math.inf)
+                        if cpu not in wm:
+                            wm[cpu] = -math.inf
                 if last_ts > wm.get(cpu, -math.inf):  # _advance
                     wm[cpu] = last_ts
             if mark is not None:
@@ -573,8 +573,10 @@ class BlockTimeline:
 
     def _mark(self, mark: Mark) -> None:
         floor = mark.read_ns - self.margin_ns
-        for cpu in mark.caught_up:
-            self._advance(cpu, floor)
+        wm = self._wm
+        for cpu in mark.caught_up:  # _advance, once per read of a chunk: inline
+            if floor > wm.get(cpu, -math.inf):
+                wm[cpu] = floor
         if mark.channels_ns is not None:
             self._advance(CHANNELS, mark.channels_ns)
 
@@ -616,39 +618,42 @@ class _PagedRows:
         self.cols = (ts, etype, ref, length)
         self.cpu, self.bid = cpu, bid
         self.row_end, self.page_ts, self.page_backwards = row_end.tolist(), page_ts, page_backwards
+        # the stamps of each page's first row and of its last (those of a page without rows are not read)
+        starts = np.minimum(np.concatenate([[0], row_end[:-1]]), max(len(ts) - 1, 0)).astype(np.int64)
+        self.first_ts = ts[starts].tolist() if len(ts) else []
+        self.last_ts = ts[np.maximum(row_end - 1, 0)].tolist() if len(ts) else []
         self.backwards = before  # the walk's backwards count before the next page
         self.page = 0
         self.row = 0
         self.view: Optional[Tuple[int, int, bool, int, int]] = None  # rows held but not yet listed: start, end,
         # ordered, earliest and latest stamp
-    def advance(self, pages: int) -> Tuple[int, int, bool, int]:
-        """The next `pages` pages: their rows (start, end), ordered (unless one of them stepped back), and the
-        walk's time after them."""
-        last = self.page + pages - 1
+    def advance(self, pages: int) -> Tuple[int, int, bool, int, int, int]:
+        """The next `pages` pages: their rows (start, end), ordered (unless one of them stepped back), the
+        walk's time after them, and the rows' earliest and latest stamps (the first and the last of ordered
+        rows; the earliest is the merge's test stamp; both 0 when there are no rows)."""
+        first, last = self.page, self.page + pages - 1
         start, end = self.row, self.row_end[last]
         ordered = self.page_backwards[last] == self.backwards
         self.page, self.row, self.backwards = last + 1, end, self.page_backwards[last]
-        return start, end, ordered, self.page_ts[last]
-
-    def first(self, start: int, end: int, ordered: bool) -> int:
-        """The merge's test stamp of rows [start, end): the first of ordered rows, the earliest of others."""
-        ts = self.cols[0]
-        return int(ts[start]) if ordered else int(ts[start:end].min())
+        if end <= start:
+            return start, end, ordered, self.page_ts[last], 0, 0
+        if ordered:  # rows [start, end) begin with the first page's first row, end with the last page's last
+            return start, end, ordered, self.page_ts[last], self.first_ts[first], self.last_ts[last]
+        stamps = self.cols[0][start:end]
+        return start, end, ordered, self.page_ts[last], int(stamps.min()), int(stamps.max())
 
     def rows(self, start: int, end: int, ordered: bool) -> _Rows:
         ts, etype, ref, length = (col[start:end] for col in self.cols)
         return _Rows(ts, etype, ref, length, self.cpu, self.bid, ordered, self, start)
 
-    def extend(self, start: int, end: int, ordered: bool, first: int) -> None:
-        """Rows [start, end) join the pending view (they follow it: reads of one CPU come in order)."""
-        ts = self.cols[0]
-        last = int(ts[end - 1]) if ordered else int(ts[start:end].max())
-        low = first if ordered else int(ts[start:end].min())
+    def extend(self, start: int, end: int, ordered: bool, low: int, high: int) -> None:
+        """Rows [start, end) (their earliest and latest stamps: advance's) join the pending view (they follow
+        it: reads of one CPU come in order)."""
         if self.view is None or self.view[1] != start:
-            self.view = (start, end, ordered, low, last)
+            self.view = (start, end, ordered, low, high)
             return
         v_start, _, v_ordered, v_low, v_last = self.view
-        self.view = (v_start, end, v_ordered and ordered and v_last <= first, min(v_low, low), max(v_last, last))
+        self.view = (v_start, end, v_ordered and ordered and v_last <= low, min(v_low, low), max(v_last, high))
 
     def take_view(self) -> Optional[_Rows]:
         """The pending view as rows (None when there is none); the next reads start a new one."""

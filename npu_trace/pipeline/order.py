@@ -11,6 +11,11 @@ the cheapest way the keys allow:
   * keys and row numbers that fit together in 63 bits: (key, row) as one integer, each value distinct, so
     any sort gives the stable order (numpy's default sort: introsort);
   * otherwise numpy's stable sort.
+
+`sorted_distinct(values)`, `sorted_distinct_rows(rows)` and `member_of(values, among)` are np.unique(values),
+np.unique(rows, axis=0) and np.isin(values, among) without numpy 2's check for a masked array in np.unique
+(which np.isin calls for keys of a wide range), whose first call imports numpy.ma: ~20 ms of a command's
+start-up, or of the first block whose rows need it.
 """
 
 from __future__ import annotations
@@ -54,6 +59,37 @@ def stable_order(key: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending: np.unique(values) (a flat array)."""
+    ordered = np.sort(np.asarray(values).reshape(-1))
+    if len(ordered) < 2:
+        return ordered
+    keep: np.ndarray = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def sorted_distinct_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows of a 2-d integer array, in lexicographic order: np.unique(rows, axis=0)."""
+    if len(rows) < 2:
+        return rows.copy()
+    ordered = rows[np.lexsort(rows.T[::-1])]
+    keep: np.ndarray = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.any(ordered[1:] != ordered[:-1], axis=1, out=keep[1:])
+    return ordered[keep]
+
+
+def member_of(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Is each of `values` one of `among` (integers): np.isin(values, among)."""
+    known = sorted_distinct(among)
+    if not len(known):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(known, values), len(known) - 1)
+    return np.asarray(known[at] == values)
+
+
 class KeyPacking:
     """Rows of key columns (one column per key part, int64) packed into one int64 per row, exactly: each
     column's range within the block in bits of its own; where the ranges do not fit in 63 bits, a dense id per
@@ -68,7 +104,7 @@ class KeyPacking:
         self.fit = sum(self.bits) <= 63
         self._ids: Dict[Tuple[int, ...], int] = {}
         if not self.fit:
-            self._ids = {tuple(row): i for i, row in enumerate(np.unique(cols.T, axis=0).tolist())}
+            self._ids = {tuple(row): i for i, row in enumerate(sorted_distinct_rows(cols.T).tolist())}
 
     def fits(self, values: Sequence[int]) -> bool:
         """Could a key of these column values be among the block's (each inside the block's range)?"""

@@ -33,6 +33,7 @@ from npu_trace.events import TraceEvent
 from npu_trace.ftrace.filters import int_ranges
 from npu_trace.pipeline.blocks import OBJECT, Block
 from npu_trace.pipeline.normalize import Normalizer
+from npu_trace.pipeline.order import member_of
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, BlockNormalizer, NormBlock, kind_in
 
 # the trace's own records (and the tasks started, which say which process a thread is): in every device's scope
@@ -193,7 +194,7 @@ class ScopeFilter:
         if self.irqs is not None:
             self._interrupts(nb, keep)
         if self.devices:
-            in_scope = np.isin(nb.dev, np.array(sorted(self.devices), dtype=np.int64))
+            in_scope = member_of(nb.dev, np.array(sorted(self.devices), dtype=np.int64))
             in_scope |= (nb.dev < 0) & kind_in(nb.kind, KEEP_CODES)
             self.dropped["device"] += int((keep & ~in_scope).sum())
             keep &= in_scope

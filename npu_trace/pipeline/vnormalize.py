@@ -513,8 +513,9 @@ def _split_by(groups: np.ndarray) -> List[Tuple[int, np.ndarray]]:
     if (groups == first).all():
         return [(int(first), np.arange(len(groups)))]
     order = stable_order(groups)
-    cuts = np.flatnonzero(np.diff(groups[order])) + 1
-    return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
+    ordered = groups[order]
+    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
+    return [(int(ordered[a]), order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _is_int64(v: Any) -> bool:

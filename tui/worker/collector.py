@@ -19,6 +19,7 @@ from npu_trace.detectors.links import AFTER_NS, CAUSES, explain
 from npu_trace.device.profiles import Profile
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block, objects_block
+from npu_trace.pipeline.order import member_of, sorted_distinct
 from npu_trace.pipeline.scope import ScopeFilter
 from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
 from tui.fmt import log_row, row_plain
@@ -186,7 +187,7 @@ class Collector:
         values, present = got
         rows, values = rows[present], values[present]
         devs, index = nb.dev[rows], nb.block.ts[rows] // BIN_NS
-        for dev in np.unique(devs).tolist():
+        for dev in sorted_distinct(devs).tolist():
             mine = devs == dev
             idx, val = index[mine], values[mine]
             starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
@@ -469,8 +470,8 @@ def select_rows(flt: LogFilter, nb: NormBlock, comm_of: Callable[[int], str]) ->
     if flt.pid is not None:
         keep &= pids == flt.pid
     if flt.comm:
-        named = [p for p in np.unique(pids[keep]).tolist() if flt.comm in comm_of(p)]
-        keep &= np.isin(pids, named)
+        named = [p for p in sorted_distinct(pids[keep]).tolist() if flt.comm in comm_of(p)]
+        keep &= member_of(pids, np.array(named, dtype=np.int64))
     rows = np.flatnonzero(keep)
     if flt.text:
         events = [(r, nb.event(r)) for r in rows.tolist()]
