@@ -1,5 +1,11 @@
 """An export ended by a signal leaves nothing behind: SIGTERM (a service stop, `timeout`) and SIGHUP end it as Ctrl-C
-does, the file written beside the output removed, the output untouched, exit 128 + the signal's number."""
+does, the file written beside the output removed, the output untouched, exit 128 + the signal's number.
+
+Each export is caught in the state a test needs by construction, not by racing it: started and stopped at once,
+it runs in short steps (SIGCONT, half a millisecond, SIGSTOP) with a look at its state between two, so that its
+work between two looks is a step's whatever the host's speed; the recording (generated: three blocks of the mixed
+scenario) keeps every state looked for for many steps (its file partial: the whole export; its drawing's process
+alive with more to draw: two blocks' analysis and their drawing)."""
 
 from __future__ import annotations
 
@@ -9,13 +15,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Tuple
 
 import pytest
 
 CLI = [sys.executable, "-m", "npu_trace"]
-RECORDING = os.path.join(os.path.dirname(__file__), "data", "hostctx", "sim-ecc-reset.npt")
-TRIES = 5
+STEP_S = 0.0005  # how long the export runs between two looks
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from benchmarks.gen_recording import Spec, generate
+
+    made = generate(str(tmp_path_factory.mktemp("signals") / "mixed.npt"), Spec(duration_s=4.0, rate=26_000.0))
+    assert made.events > 2 * (1 << 16), made.events  # blocks analysed and drawn after the drawing's process starts
+    return made.path
 
 
 def partial_files(folder: Path) -> List[str]:
@@ -28,42 +42,52 @@ def _hangups_heard() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def stopped_mid_export(out: Path) -> Optional[subprocess.Popen[bytes]]:
-    """An export of RECORDING to `out`, stopped (SIGSTOP) while its file is partial; None when it ended first (a
-    host too slow to stop it between its file's creation and its end)."""
-    proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
+def _state(pid: int) -> str:
+    """The process's state letter in /proc ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP, and wait until the process is stopped (a signal is taken when the process next runs) or ended."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while _state(pid) not in ("T", "t", "Z", "X", "") and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    assert _state(pid) in ("T", "t", "Z", "X", ""), f"process {pid} did not stop in 30 s"
+
+
+def stopped_export(recording: str, out: Path) -> subprocess.Popen[bytes]:
+    """An export of `recording` to `out`, stopped as soon as it is started."""
+    proc = subprocess.Popen([*CLI, "export", recording, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
                             preexec_fn=_hangups_heard)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not partial_files(out.parent) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)
-    os.kill(proc.pid, signal.SIGSTOP)
-    if proc.poll() is None and partial_files(out.parent):
-        return proc  # frozen with its file partial: the signal lands mid-export
-    return let_finish(proc, out)
+    stop(proc.pid)
+    return proc
 
 
-def let_finish(proc: subprocess.Popen[bytes], out: Path) -> None:
-    """An export stopped too late for a test: let it finish, and clear what it wrote for the next try."""
-    os.kill(proc.pid, signal.SIGCONT)
-    proc.communicate(timeout=60)
-    for name in [*partial_files(out.parent), out.name]:
-        (out.parent / name).unlink(missing_ok=True)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_mid_export_removes_its_partial_file(tmp_path: Path, sig: int) -> None:
-    out = tmp_path / "x.pftrace"
-    proc = next((p for p in (stopped_mid_export(out) for _ in range(TRIES)) if p is not None), None)
-    assert proc is not None, f"the export ended before it could be stopped, {TRIES} times"
-    os.kill(proc.pid, sig)
-    os.kill(proc.pid, signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig, err
-    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no partial file, no output
-    assert b"Traceback" not in err
+def step_until(proc: subprocess.Popen[bytes], seen: Callable[[], bool]) -> bool:
+    """Run the stopped export in steps until `seen()` holds between two (True, the export stopped), or it ended
+    (False)."""
+    while proc.poll() is None:
+        if seen():
+            return True
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(STEP_S)
+        stop(proc.pid)
+    return False
 
 
 def children_of(pid: int) -> List[int]:
+    """The processes `pid`'s main thread started (its children list in /proc; a scan of every process's parent
+    where the kernel has no such list)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        pass
     mark = f"\nPPid:\t{pid}\n"
     out = []
     for entry in os.listdir("/proc"):
@@ -76,30 +100,48 @@ def children_of(pid: int) -> List[int]:
     return out
 
 
-def stopped_with_its_drawing(out: Path) -> Optional[Tuple[subprocess.Popen[bytes], int]]:
-    """An export of RECORDING to `out` and its drawing's process (npu_trace.export.apart), both stopped while
-    they run, the file still partial; None when the export ended (or put its file in place) before both could
-    be seen so."""
-    proc = subprocess.Popen([*CLI, "export", RECORDING, "-o", str(out), "--quiet"], stderr=subprocess.PIPE,
-                            preexec_fn=_hangups_heard)  # fmt: skip
-    deadline, kids = time.monotonic() + 60, []
-    while not kids and proc.poll() is None and time.monotonic() < deadline:
-        kids = children_of(proc.pid)
-    os.kill(proc.pid, signal.SIGSTOP)
-    if proc.poll() is None and kids and children_of(proc.pid) == kids and partial_files(out.parent):
-        os.kill(kids[0], signal.SIGSTOP)  # it can end now only if the export kills it
-        return proc, kids[0]  # mid-export: its file not yet in place
-    return let_finish(proc, out)
+def stopped_mid_export(recording: str, out: Path) -> subprocess.Popen[bytes]:
+    """An export of `recording` to `out`, stopped while its file is partial."""
+    proc = stopped_export(recording, out)
+    assert step_until(proc, lambda: bool(partial_files(out.parent))), "the export ended before its file was seen"
+    return proc
+
+
+def stopped_with_its_drawing(recording: str, out: Path) -> Tuple[subprocess.Popen[bytes], int]:
+    """An export of `recording` to `out` and its drawing's process (npu_trace.export.apart), both stopped while
+    they run, the file still partial."""
+    proc = stopped_mid_export(recording, out)
+    kids: List[int] = []
+
+    def drawing() -> bool:
+        kids[:] = children_of(proc.pid)
+        return bool(kids)
+
+    assert step_until(proc, drawing), "the export ended before its drawing's process was seen"
+    stop(kids[0])  # it can end now only if the export kills it
+    assert partial_files(out.parent), "the export's file was put in place before its drawing's end"
+    return proc, kids[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_ends_the_drawing_s_process_too(tmp_path: Path, sig: int) -> None:
+def test_a_signal_mid_export_removes_its_partial_file(tmp_path: Path, recording: str, sig: int) -> None:
+    out = tmp_path / "x.pftrace"
+    proc = stopped_mid_export(recording, out)
+    os.kill(proc.pid, sig)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no partial file, no output
+    assert b"Traceback" not in err
+
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_ends_the_drawing_s_process_too(tmp_path: Path, recording: str, sig: int) -> None:
     """The export's drawing process, stopped so that it cannot end by itself, is killed and reaped by the export
     a signal ends: gone once the export has exited, with its partial file."""
     out = tmp_path / "x.pftrace"
-    got = next((g for g in (stopped_with_its_drawing(out) for _ in range(TRIES)) if g is not None), None)
-    assert got is not None, f"the export ended before its drawing's process could be seen, {TRIES} times"
-    proc, child = got
+    proc, child = stopped_with_its_drawing(recording, out)
     os.kill(proc.pid, sig)
     os.kill(proc.pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=60)

@@ -77,18 +77,19 @@ class DrawingProcess:
         self.stream.flush()  # nothing of the parent's left in its buffer for the child to write twice
         gc.freeze()  # what both hold now is not traversed by either's collector: its pages stay shared (close()
         self.frozen = True  # undoes it in the parent: a process that exports again collects them as before)
-        try:
-            self.pid = os.fork()
-        except OSError as exc:  # no memory, or the user's process limit
-            for fd in (down_r, down_w, up_r, up_w):
-                os.close(fd)
-            raise DrawingError(f"cannot start the export's drawing process: {exc.strerror}") from None
-        if self.pid == 0:  # pragma: no cover (the child; its work is seen in the file and the answers)
-            _child(self, window, down_r, up_w, (down_w, up_r))
-        os.close(down_r)
-        os.close(up_w)
-        self.answers = up_r
-        self.sender = Sender(down_w, self.slots, self.shared, self._take)
+        with signals_held():  # a signal that comes now takes effect once the child's pid is kept: close() ends it
+            try:
+                self.pid = os.fork()
+            except OSError as exc:  # no memory, or the user's process limit
+                for fd in (down_r, down_w, up_r, up_w):
+                    os.close(fd)
+                raise DrawingError(f"cannot start the export's drawing process: {exc.strerror}") from None
+            if self.pid == 0:  # pragma: no cover (the child; its work is seen in the file and the answers)
+                _child(self, window, down_r, up_w, (down_w, up_r))
+            os.close(down_r)
+            os.close(up_w)
+            self.answers = up_r
+            self.sender = Sender(down_w, self.slots, self.shared, self._take)
 
     def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         ops = nb.norm.ops
