@@ -4,8 +4,9 @@ Workload A: `gen_syscalls N cpu [rate]` (benchmarks/gen_syscalls.c, built into a
 getpid syscalls pinned to one CPU; the event is `syscalls:sys_enter_getpid`. The tracer runs on another CPU.
 "npu-trace" is stream's own path in-process, its text written to /dev/null (the live source, the pump, the
 block timeline, `npu_trace.sinks.text.printing`); "npu-trace, no text" the same without the text (what the text
-costs). Targets: stream lossless at >= 1.0x trace-cmd record's lossless rate, its reader's CPU per event at most
-2x trace-cmd's.
+costs). Targets: stream lossless at >= 1.0x trace-cmd record's lossless rate (judged round by round when both
+are lossless at full speed, as benchmarks.checks judges its ratios: the median of the rounds' ratios), its
+reader's CPU per event at most 2x trace-cmd's.
 For each tool the benchmark reports events seen (the generator's pid only), events lost (kernel counters),
 the highest lossless rate (full speed, or stepping the generator's pace down when full speed loses), the
 reader's CPU per million events, the generator's slowdown against an untraced run, and bytes on disk per event.
@@ -542,6 +543,25 @@ def ratios(npu: Dict[str, Any], anchor: Dict[str, Any]) -> Dict[str, Optional[fl
     }
 
 
+def lossless_rounds(npu: List[Run], anchor: List[Run]) -> List[float]:
+    """Round by round, npu-trace's rate over trace-cmd's, when both were lossless at full speed in every round
+    (their lossless rates are then their full-speed rates, and the runs of a round share their minute: this VM's
+    speed drifts by tens of percent between minutes); [] otherwise (a lossless rate found by pacing)."""
+    if not npu or not anchor or not all(r.lossless for r in [*npu, *anchor]):
+        return []
+    return [a.rate / b.rate for a, b in zip(npu, anchor) if a.rate and b.rate]
+
+
+def lossless_ratio(of_medians: float, rounds_: List[float]) -> Tuple[float, str]:
+    """The ratio judged (the median of the rounds' ratios, as benchmarks.checks judges its own) and its text, the
+    ratio of the medians beside it."""
+    if not rounds_:
+        return of_medians, f"{of_medians:.2f}x trace-cmd's lossless rate"
+    r = median(rounds_)
+    each = ", ".join(f"{x:.2f}" for x in rounds_)
+    return r, f"{r:.3f}x trace-cmd's lossless rate round by round (median of {each}; of the medians: {of_medians:.2f}x)"
+
+
 def workload_b(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     """The simulated NPU's uprobe events, when npu_trace.sim offers run_scenario: the same planned scenario
     traced by each tool (the executor pinned like the generator); events expected come from the plan."""
@@ -677,6 +697,7 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
         result["text_cost"] = cpu_m / bare - 1
         log(f"the text: {cpu_m * 1000:.0f} vs {bare * 1000:.0f} ns of reader CPU per event without it "
             f"(+{(cpu_m / bare - 1) * 100:.0f}%)")  # fmt: skip
+    rounds_ = result["lossless_rounds"] = lossless_rounds(full[NPU], full[ANCHOR]) if anchor is not None else []
     if anchor is not None:
         r = result["ratios"] = ratios(npu, anchor)
         log(
@@ -687,8 +708,8 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     goal = [f"npu-trace (stream to /dev/null) lossless {lr / 1e6:.3f} M ev/s vs target 1.0 M ev/s: "
             f"{'met' if lr >= 1e6 else 'NOT met'}"]  # fmt: skip
     if anchor is not None and result["ratios"]["lossless_rate"] is not None:
-        rl = result["ratios"]["lossless_rate"]
-        goal.append(f"{rl:.2f}x trace-cmd's lossless rate vs target 1.0x: {'met' if rl >= 1.0 else 'NOT met'}")
+        rl, text = lossless_ratio(result["ratios"]["lossless_rate"], rounds_)
+        goal.append(f"{text} vs target 1.0x: {'met' if rl >= 1.0 else 'NOT met'}")
     if anchor is not None and result["ratios"]["reader_cpu_per_event"] is not None:
         rc = result["ratios"]["reader_cpu_per_event"]
         goal.append(f"reader CPU per event {rc:.2f}x trace-cmd's vs target at most 2x: "

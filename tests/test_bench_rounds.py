@@ -35,3 +35,24 @@ def test_the_ratio_is_taken_round_by_round_less_each_tools_start_up() -> None:
     a, b = (fig(0.3, 0.4), fig(0.2)), (fig(0.6, 1.1), fig(0.1))
     assert paired(a, 1000, b, 1000) == pytest.approx([5.0, 5.0])
     assert paired((fig(0.2), fig(0.2)), 10, b, 1000) == []  # no work left after the start-up: no ratio
+
+
+def test_the_stream_bench_judges_the_lossless_rate_round_by_round() -> None:
+    """Both tools lossless at full speed in every round: each round's rates compared (the rounds' median judged,
+    the ratio of the medians beside it); a round with a loss leaves the ratio of the medians alone."""
+    from benchmarks.common import Run
+    from benchmarks.ingest import lossless_ratio, lossless_rounds
+
+    def run(tool: str, seconds: float, lost: int = 0) -> Run:
+        return Run(tool, 1000, 0.0, gen_elapsed_ns=int(seconds * 1e9), events=1000 - lost, lost=lost)
+
+    npu = [run("npu", s) for s in (1.0, 2.0, 1.0)]
+    anchor = [run("tc", s) for s in (1.1, 2.2, 0.9)]
+    rounds_ = lossless_rounds(npu, anchor)
+    assert [round(x, 3) for x in rounds_] == [1.1, 1.1, 0.9]
+    judged, text = lossless_ratio(0.95, rounds_)
+    assert judged == pytest.approx(1.1)
+    assert text == ("1.100x trace-cmd's lossless rate round by round (median of 1.10, 1.10, 0.90; of the medians: "
+                    "0.95x)")  # fmt: skip
+    assert lossless_rounds([*npu[:2], run("npu", 1.0, lost=5)], anchor) == []
+    assert lossless_ratio(0.95, []) == (0.95, "0.95x trace-cmd's lossless rate")
