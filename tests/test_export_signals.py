@@ -135,7 +135,6 @@ def test_a_signal_mid_export_removes_its_partial_file(tmp_path: Path, recording:
     assert b"Traceback" not in err
 
 
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_ends_the_drawing_s_process_too(tmp_path: Path, recording: str, sig: int) -> None:
     """The export's drawing process, stopped so that it cannot end by itself, is killed and reaped by the export
@@ -144,10 +143,11 @@ def test_a_signal_ends_the_drawing_s_process_too(tmp_path: Path, recording: str,
     proc, child = stopped_with_its_drawing(recording, out)
     os.kill(proc.pid, sig)
     os.kill(proc.pid, signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)  # the export's end (a drawing process that outlived it would hold its stderr open)
     alive = os.path.exists(f"/proc/{child}")
     if alive:
         os.kill(child, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
     assert not alive, "the drawing's process outlived the export"
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
