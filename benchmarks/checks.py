@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from benchmarks.common import ANCHOR_INSTANCE, BenchError, log, median
+from benchmarks.common import ANCHOR_INSTANCE, BenchError, judged_ratio, log, median
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchmarks.ingest import Bench  # annotations only
@@ -406,15 +406,9 @@ def _output_target(fmt: str, fig: Dict[str, Any], tc: Optional[Dict[str, Any]],
 
 
 def _ratio(rate: float, tc: Dict[str, Any], rounds_: List[float]) -> Tuple[float, str]:
-    """The ratio judged: the median of the rounds' ratios (each tool's run of one round against the other's),
-    steadier than the ratio of the medians (also shown) when the machine's speed drifts."""
-    of_medians = rate / tc["events_per_s"]
-    if not rounds_:
-        return of_medians, f"{of_medians:.2f}x trace-cmd report's {tc['events_per_s'] / 1e6:.3f} M ev/s"
-    r = median(rounds_)
-    each = ", ".join(f"{x:.2f}" for x in rounds_)
-    return r, (f"{r:.3f}x trace-cmd report round by round (median of {each}; of the medians: {of_medians:.2f}x, "
-               f"report {tc['events_per_s'] / 1e6:.3f} M ev/s)")
+    """The ratio judged against trace-cmd report (benchmarks.common.judged_ratio)."""
+    return judged_ratio(rate / tc["events_per_s"], rounds_, "trace-cmd report",
+                        f"report {tc['events_per_s'] / 1e6:.3f} M ev/s")  # fmt: skip
 
 
 def _target(name: str, value: float, target: float, met: Optional[bool], text: str) -> Dict[str, Any]:

@@ -75,6 +75,19 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
+def judged_ratio(of_medians: float, rounds_: Sequence[float], anchor: str, beside: str = "") -> Tuple[float, str]:
+    """The ratio a bench judges between two tools it ran once per round: the median of the rounds' ratios (each
+    tool's run of a round against the other's: steadier than the ratio of the medians when this VM's speed drifts
+    between minutes), or the ratio of the medians when there are no rounds; and its text: "{ratio}x {anchor}",
+    the rounds and the ratio of the medians with it, and `beside` (the anchor's own figure, say)."""
+    if not rounds_:
+        return of_medians, f"{of_medians:.2f}x {anchor}" + (f" ({beside})" if beside else "")
+    r = median(rounds_)
+    each = ", ".join(f"{x:.2f}" for x in rounds_)
+    more = f", {beside}" if beside else ""
+    return r, f"{r:.3f}x {anchor} round by round (median of {each}; of the medians: {of_medians:.2f}x{more})"
+
+
 def cpu_self() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime

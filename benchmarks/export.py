@@ -26,7 +26,7 @@ import tempfile
 from typing import Any, Dict, List, Optional, Sequence
 
 from benchmarks.checks import Job, paired, per_event, rounds, run_job
-from benchmarks.common import log, median
+from benchmarks.common import judged_ratio, log
 
 _EXT = {"perfetto": ".pftrace", "chrome-json": ".json"}
 RSS_TARGET_MIB = 200.0
@@ -119,12 +119,11 @@ def table(events: int, figs: Dict[str, Any]) -> List[str]:
         drawing = f"{f['drawing_rss_mib']:12.0f}" if f["drawing_rss_mib"] else f"{'-':>12}"
         lines.append(f"{name:<12} {rate:12,.0f} {ratio:8.2f}x {wall:8.2f} {cpu:10.0f} {rss:13.0f} {drawing} {size}")
     for name in ("perfetto", "chrome-json"):
-        rate, each = figs[name]["events_per_s"], figs[name]["rounds"]
-        ratio = median(each) if each else (rate / check_rate if check_rate else 0.0)
+        rate = figs[name]["events_per_s"]
+        ratio, text = judged_ratio(rate / check_rate if check_rate else 0.0, figs[name]["rounds"], "check")
         met = "met" if rate >= RATE_TARGET and ratio >= CHECK_RATIO_TARGET else "NOT met"
-        rounds = f" round by round (median of {', '.join(f'{x:.2f}' for x in each)})" if len(each) > 1 else ""
         lines.append(f"target: {name} >= {RATE_TARGET / 1e6:.0f} M events/s and >= {CHECK_RATIO_TARGET}x check: "
-                     f"{rate / 1e6:.2f} M/s, {ratio:.3f}x{rounds} ({met})")  # fmt: skip
+                     f"{rate / 1e6:.2f} M/s, {text} ({met})")  # fmt: skip
     worst = max(max(figs[n]["rss_mib"], figs[n]["drawing_rss_mib"]) for n in ("perfetto", "chrome-json"))
     judged = events >= 0.95 * RSS_TARGET_EVENTS
     met = ("met" if worst < RSS_TARGET_MIB else "NOT met") if judged else "not judged: judged from 9.5 M events on"

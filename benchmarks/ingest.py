@@ -5,7 +5,7 @@ getpid syscalls pinned to one CPU; the event is `syscalls:sys_enter_getpid`. The
 "npu-trace" is stream's own path in-process, its text written to /dev/null (the live source, the pump, the
 block timeline, `npu_trace.sinks.text.printing`); "npu-trace, no text" the same without the text (what the text
 costs). Targets: stream lossless at >= 1.0x trace-cmd record's lossless rate (judged round by round when both
-are lossless at full speed, as benchmarks.checks judges its ratios: the median of the rounds' ratios), its
+are lossless at full speed, as every bench judges its ratios: benchmarks.common.judged_ratio), its
 reader's CPU per event at most 2x trace-cmd's.
 For each tool the benchmark reports events seen (the generator's pid only), events lost (kernel counters),
 the highest lossless rate (full speed, or stepping the generator's pace down when full speed loses), the
@@ -53,6 +53,7 @@ from benchmarks.common import (
     cpu_children,
     cpu_self,
     gcc,
+    judged_ratio,
     log,
     median,
     parse_gen,
@@ -552,16 +553,6 @@ def lossless_rounds(npu: List[Run], anchor: List[Run]) -> List[float]:
     return [a.rate / b.rate for a, b in zip(npu, anchor) if a.rate and b.rate]
 
 
-def lossless_ratio(of_medians: float, rounds_: List[float]) -> Tuple[float, str]:
-    """The ratio judged (the median of the rounds' ratios, as benchmarks.checks judges its own) and its text, the
-    ratio of the medians beside it."""
-    if not rounds_:
-        return of_medians, f"{of_medians:.2f}x trace-cmd's lossless rate"
-    r = median(rounds_)
-    each = ", ".join(f"{x:.2f}" for x in rounds_)
-    return r, f"{r:.3f}x trace-cmd's lossless rate round by round (median of {each}; of the medians: {of_medians:.2f}x)"
-
-
 def workload_b(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     """The simulated NPU's uprobe events, when npu_trace.sim offers run_scenario: the same planned scenario
     traced by each tool (the executor pinned like the generator); events expected come from the plan."""
@@ -708,7 +699,7 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     goal = [f"npu-trace (stream to /dev/null) lossless {lr / 1e6:.3f} M ev/s vs target 1.0 M ev/s: "
             f"{'met' if lr >= 1e6 else 'NOT met'}"]  # fmt: skip
     if anchor is not None and result["ratios"]["lossless_rate"] is not None:
-        rl, text = lossless_ratio(result["ratios"]["lossless_rate"], rounds_)
+        rl, text = judged_ratio(result["ratios"]["lossless_rate"], rounds_, "trace-cmd's lossless rate")
         goal.append(f"{text} vs target 1.0x: {'met' if rl >= 1.0 else 'NOT met'}")
     if anchor is not None and result["ratios"]["reader_cpu_per_event"] is not None:
         rc = result["ratios"]["reader_cpu_per_event"]

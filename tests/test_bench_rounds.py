@@ -40,8 +40,8 @@ def test_the_ratio_is_taken_round_by_round_less_each_tools_start_up() -> None:
 def test_the_stream_bench_judges_the_lossless_rate_round_by_round() -> None:
     """Both tools lossless at full speed in every round: each round's rates compared (the rounds' median judged,
     the ratio of the medians beside it); a round with a loss leaves the ratio of the medians alone."""
-    from benchmarks.common import Run
-    from benchmarks.ingest import lossless_ratio, lossless_rounds
+    from benchmarks.common import Run, judged_ratio
+    from benchmarks.ingest import lossless_rounds
 
     def run(tool: str, seconds: float, lost: int = 0) -> Run:
         return Run(tool, 1000, 0.0, gen_elapsed_ns=int(seconds * 1e9), events=1000 - lost, lost=lost)
@@ -50,9 +50,14 @@ def test_the_stream_bench_judges_the_lossless_rate_round_by_round() -> None:
     anchor = [run("tc", s) for s in (1.1, 2.2, 0.9)]
     rounds_ = lossless_rounds(npu, anchor)
     assert [round(x, 3) for x in rounds_] == [1.1, 1.1, 0.9]
-    judged, text = lossless_ratio(0.95, rounds_)
+    judged, text = judged_ratio(0.95, rounds_, "trace-cmd's lossless rate")
     assert judged == pytest.approx(1.1)
     assert text == ("1.100x trace-cmd's lossless rate round by round (median of 1.10, 1.10, 0.90; of the medians: "
                     "0.95x)")  # fmt: skip
     assert lossless_rounds([*npu[:2], run("npu", 1.0, lost=5)], anchor) == []
-    assert lossless_ratio(0.95, []) == (0.95, "0.95x trace-cmd's lossless rate")
+    assert judged_ratio(0.95, [], "trace-cmd's lossless rate") == (0.95, "0.95x trace-cmd's lossless rate")
+    # as the check bench says it, the anchor's own figure beside
+    assert judged_ratio(4.0, [5.0], "trace-cmd report", "report 0.600 M ev/s") == (
+        5.0, "5.000x trace-cmd report round by round (median of 5.00; of the medians: 4.00x, report 0.600 M ev/s)")
+    assert judged_ratio(4.0, [], "trace-cmd report", "report 0.600 M ev/s") == (
+        4.0, "4.00x trace-cmd report (report 0.600 M ev/s)")
