@@ -63,6 +63,8 @@ def patched(compiled: Any) -> Iterator[None]:
 def test_key_packing_groups_exactly(rows: List[tuple]) -> None:
     cols = np.array(rows, dtype=np.int64).T
     packing = KeyPacking(cols)
+    probe = [(d + 1, v, k) for d, v, k in rows] + [(-2, 0, 0)]  # keys in and out of the block's ranges
+    assert packing.within(np.array(probe, dtype=np.int64).T).tolist() == [packing.fits(p) for p in probe]
     packed = packing.pack(cols).tolist()
     for i, a in enumerate(rows):
         assert packing.fits(a)

@@ -94,10 +94,11 @@ class MemoryDetector:
         if not len(rows):
             return []
         got = nb.int_args_of(rows, ("va", "size"))
-        if got is None or self._columns() is None:
+        live = None if got is None else self._columns()
+        if got is None or live is None:
             return self._one_by_one(nb, rows)
         vas, sizes = got
-        return self._at_once(nb, rows, np.where(vas[1], vas[0], 0), np.where(sizes[1], sizes[0], 0))
+        return self._at_once(nb, rows, live, np.where(vas[1], vas[0], 0), np.where(sizes[1], sizes[0], 0))
 
     def _one_by_one(self, nb: NormBlock, rows: np.ndarray) -> List[Finding]:
         out: List[Finding] = []
@@ -110,10 +111,12 @@ class MemoryDetector:
                 out.append(self._failure(nb.event(r)))
         return out
 
-    def _at_once(self, nb: NormBlock, rows: np.ndarray, va: np.ndarray, size: np.ndarray) -> List[Finding]:
+    def _at_once(self, nb: NormBlock, rows: np.ndarray, live: LiveColumns, va: np.ndarray,
+                 size: np.ndarray) -> List[Finding]:  # fmt: skip
         """Allocations and frees matched by (device, va) in order, as _alloc/_free would one by one: a free
         releases the allocation just before it of its address (live before the block, or in it), an
-        allocation of a live address releases that one first (a double allocation)."""
+        allocation of a live address releases that one first (a double allocation); `live`: the allocations
+        live before the block, as columns."""
         kind, dev, pid, ts = nb.kind[rows], nb.dev[rows], nb.block.pid[rows].astype(np.int64), nb.block.ts[rows]
         is_alloc, is_free = kind == KIND_CODE["alloc"], kind == KIND_CODE["free"]
         mem = np.flatnonzero(is_alloc | is_free)  # the failures only read the live bytes
@@ -125,8 +128,6 @@ class MemoryDetector:
         start: np.ndarray = np.ones(len(order), dtype=bool)
         start[1:] = k[1:] != k[:-1]
         starts = np.flatnonzero(start)
-        live = self._columns()
-        assert live is not None, "feed_block goes one by one when the live allocations are not columns"
         group, held = live.among(packing, k[starts])  # the block's addresses live before it, and where in `live`
         prev_alloc: np.ndarray = np.zeros(len(order), dtype=bool)
         prev_alloc[1:] = is_alloc[order][:-1] & ~start[1:]
@@ -349,10 +350,7 @@ class LiveColumns:
         none: np.ndarray = np.zeros(0, dtype=np.int64)
         if not len(self) or not len(keys):
             return none, none
-        inside: np.ndarray = np.ones(len(self), dtype=bool)
-        for col, low, span in zip((self.dev, self.va), packing.low, packing.spans):
-            inside &= (col >= low) & (col <= low + span - 1)  # the block's own min and max: no overflow
-        rows = np.flatnonzero(inside)
+        rows = np.flatnonzero(packing.within(np.stack([self.dev, self.va])))
         if not len(rows):
             return none, none
         packed = packing.pack(np.stack([self.dev[rows], self.va[rows]]))

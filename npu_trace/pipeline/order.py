@@ -110,6 +110,13 @@ class KeyPacking:
         """Could a key of these column values be among the block's (each inside the block's range)?"""
         return all(isinstance(v, int) and 0 <= v - lo < span for v, lo, span in zip(values, self.low, self.spans))
 
+    def within(self, cols: np.ndarray) -> np.ndarray:
+        """`fits` of many rows of int64 columns (as in the block) at once: which could be among the block's."""
+        inside: np.ndarray = np.ones(cols.shape[1], dtype=bool)
+        for col, low, span in zip(cols, self.low, self.spans):
+            inside &= (col >= low) & (col <= low + span - 1)  # the block's own min and max: no overflow
+        return inside
+
     def pack(self, cols: np.ndarray) -> np.ndarray:
         """The packed keys of rows (columns as in the block; rows outside its ranges only if `fits`)."""
         if not self.fit:
