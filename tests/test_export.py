@@ -10,6 +10,8 @@ import io
 import json
 import os
 import random
+import stat
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -412,6 +414,31 @@ def test_the_command_writes_the_file_and_says_what_it_drew(tmp_path: Any, capsys
     err = capsys.readouterr().err
     assert "(perfetto," in err and "calls" in err and "loss: none" in err
     assert decode(out.read_bytes()).slices
+
+
+@pytest.mark.parametrize("fmt", ["chrome-json", "perfetto"])
+def test_an_output_that_is_a_fifo_is_written_in_place_not_replaced(tmp_path: Any, capsys: Any, ecc: Any,
+                                                                      fmt: str) -> None:  # fmt: skip
+    """A FIFO (or a device: /dev/null) is written as a shell's redirection writes it; a file written beside it
+    and moved over it replaced /dev/null with a regular file (as root, `export -o /dev/null`)."""
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    keeper = os.open(fifo, os.O_RDWR)  # a writer of the FIFO from the start: the reader's open never waits, and
+    got: List[bytes] = []  # its end of file comes once the export's end and this one are closed
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        assert main(["export", ecc[0], "-o", str(fifo), "--format", fmt]) == 0
+    finally:
+        os.close(keeper)
+        reader.join()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo"]
+    data = got[0]
+    if fmt == "chrome-json":
+        assert json.loads(data)["traceEvents"]
+    else:
+        assert decode(data).slices
+    assert f"{len(data) / 1e6:.1f} MB" in capsys.readouterr().err  # what was written, not the FIFO's size (0)
 
 
 # ---- the pieces -------------------------------------------------------------------------------------------------

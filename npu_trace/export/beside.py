@@ -6,12 +6,17 @@ more open than the recording it holds); `out` itself is untouched until then. Wh
 (an error, Ctrl-C, SIGTERM or SIGHUP where the command made them raise: npu_trace.process.end_on_termination)
 removes the file, and a signal that comes while it is being made takes effect once its name is known
 (npu_trace.process.signals_held). A folder where nothing can be made is one line (InputError).
+
+An output that exists and is not a regular file (a character device such as /dev/null, a FIFO a reader waits
+on) is written in place, as a shell's redirection writes it: a file beside it moved over it would replace the
+device or the FIFO with a regular file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from typing import IO, Any, Iterator, Optional, Tuple
 
@@ -22,6 +27,10 @@ from npu_trace.process import signals_held
 @contextlib.contextmanager
 def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
     """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
+    if _special(out):
+        with _opened(out, binary) as stream:
+            yield stream
+        return
     tmp: Optional[str] = None
     try:
         with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
@@ -35,6 +44,23 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
         if tmp is not None:
             _remove(tmp)
         raise
+
+
+def _special(out: str) -> bool:
+    """Does `out` exist as something other than a regular file or a folder (followed through links)?"""
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _opened(out: str, binary: bool) -> IO[Any]:
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n")
 
 
 def _open_beside(out: str) -> Tuple[int, str]:

@@ -409,5 +409,6 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     finally:
         if made is not None:
             made.reap()  # its drawing's process, which finished: reaped once the file is in place
-    summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, os.path.getsize(out)
+    written = os.path.getsize(out) if os.path.isfile(out) else int(summary["written"].get("bytes", 0))  # a FIFO
+    summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, written
     return summary
