@@ -24,7 +24,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import npu_trace.export.run as export_module
 from export_reference import ProtoPerfettoWriter, reference_export
-from npu_trace.ci.recording_analysis import analyze
+from npu_trace.ci.recording_analysis import Progress, analyze, blocks_of, profile_for
 from npu_trace.cli import main
 from npu_trace.detectors import Analysis
 from npu_trace.device import hal
@@ -45,6 +45,7 @@ from npu_trace.pipeline.blocks import records_of
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import SCENARIOS, Action, plan
 from npu_trace.sim.synth import formats, synth_events, truth_expectations
+from npu_trace.sources.replay_source import ReplaySource
 from test_timeline import HEADER, reads, spread, synth_header
 
 LOST = 7  # events the lossy recording says were lost
@@ -523,6 +524,27 @@ def test_the_export_writes_the_references_bytes_whatever_the_blocks(tmp_path: An
     _same_bytes(tmp_path, rec)
     monkeypatch.setattr(export_module, "EXPORT_ROWS", 61)
     _same_bytes(tmp_path, rec)
+
+
+def test_the_export_s_first_blocks_grow_in_steps_and_read_every_row_once(tmp_path: Any) -> None:
+    """blocks_of's ramp (the export's EXPORT_RAMP): the first block is smaller, the rows are those read without
+    it, in the same order (the bytes written whatever the blocks: the tests above)."""
+    rec = str(tmp_path / "rec.npt")
+    scenario(rec, "irq-storm", 2)
+
+    def blocks(ramp: int) -> List[Any]:
+        source = ReplaySource(rec)
+        analysis = Analysis(profile_for(source, None), source.scope_filter(), tasks=source.tasks,
+                            processes=source.processes)  # fmt: skip
+        bar = Progress(0)
+        bar.enabled = False
+        return [block for block, _ in blocks_of(source, analysis, 2000, bar, ramp)]
+
+    whole, stepped = blocks(1), blocks(4)
+    assert len(stepped[0]) < len(whole[0]) and len(stepped) > len(whole)
+    for col in ("ts", "cpu", "etype"):
+        assert np.array_equal(np.concatenate([getattr(b, col) for b in whole]),
+                              np.concatenate([getattr(b, col) for b in stepped]))  # fmt: skip
 
 
 def test_the_export_writes_the_references_bytes_whatever_the_names_seen_interned(tmp_path: Any,

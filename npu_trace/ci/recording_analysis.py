@@ -82,19 +82,22 @@ def finish(source: ReplaySource, analysis: Analysis) -> Dict[str, Any]:
             "ecc_times": analysis.health.ecc_times(), "header": source.header}  # fmt: skip
 
 
-def blocks_of(source: ReplaySource, analysis: Analysis, rows: int,
-              bar: Progress) -> Iterator[Tuple[Block, Optional[int]]]:  # fmt: skip
+def blocks_of(source: ReplaySource, analysis: Analysis, rows: int, bar: Progress,
+              ramp: int = 1) -> Iterator[Tuple[Block, Optional[int]]]:  # fmt: skip
     """The recording as the columnar timeline's blocks of about `rows` rows (check's reading: each recorded
     chunk walked in place), each with the timeline's watermark after it. The events of formats without a rule,
-    skipped unread, are counted into `analysis` after each block; `bar` is told the progress."""
+    skipped unread, are counted into `analysis` after each block; `bar` is told the progress. `ramp`: the first
+    blocks grow to `rows` in that many steps (rows/ramp, 2 rows/ramp, ...; the export's drawing waits for the
+    first block, npu_trace.export.run)."""
     blocks = source.block_timeline()
-    skipped = 0
+    skipped, taken = 0, 0
     for part in source.parts():
         if isinstance(part, Batch):
             blocks.add(part)
         else:
             blocks.add_chunk(part)
-        if blocks.pending_rows >= rows or blocks.ended:
+        if blocks.pending_rows >= rows * min(taken + 1, ramp) // ramp or blocks.ended:
+            taken += 1
             yield blocks.take(), blocks.now
             analysis.count_unmapped(source.events_skipped - skipped)
             skipped = source.events_skipped
