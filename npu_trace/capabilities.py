@@ -25,6 +25,7 @@ from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
 from npu_trace.errors import FormatError, NpuTraceError
+from npu_trace.export.handlers import IMPLEMENTATION as HANDLERS
 from npu_trace.export.lanes import IMPLEMENTATION as LANES
 from npu_trace.export.rows import IMPLEMENTATION as ROWS
 from npu_trace.export.texts import IMPLEMENTATION as TEXTS
@@ -522,11 +523,11 @@ def check_lines(implementation: str = "") -> Check:
     return Check("text lines", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")
 
 
-def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS, lanes: str = LANES,
-                    texts: str = TEXTS) -> Check:  # fmt: skip
-    """The export's compiled parts (the byte assembler, the pieces' rows, the lanes, the strings' distinct values):
-    compiled, or their pure-Python twins (the same files, slower)."""
-    parts = {"_wire": implementation, "_rows": rows, "_lanes": lanes, "_texts": texts}
+def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS, lanes: str = LANES, texts: str = TEXTS,
+                    handlers: str = HANDLERS) -> Check:  # fmt: skip
+    """The export's compiled parts (the byte assembler, the pieces' rows, the lanes, the strings' distinct values,
+    the interrupt handlers' pairing): compiled, or their pure-Python twins (the same files, slower)."""
+    parts = {"_wire": implementation, "_rows": rows, "_lanes": lanes, "_texts": texts, "_handlers": handlers}
     if all(how == "c" for how in parts.values()):
         return Check("export assembler", True, f"compiled (npu_trace.export.{', '.join(parts)})")
     missing = ", ".join(name for name, how in parts.items() if how != "c")

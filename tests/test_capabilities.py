@@ -284,11 +284,12 @@ def test_the_page_walker_line() -> None:
     assert doctor.check_walker() == Check("page walker", True, compiled)
     for slow, named in ((doctor.check_walker("python"), "_walk"), (doctor.check_walker("c", "python"), "_order")):
         assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
-    compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts)"
+    compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts, _handlers)"
     assert doctor.check_assembler() == Check("export assembler", True, compiled)
     for slow, named in ((doctor.check_assembler("python"), "_wire"), (doctor.check_assembler("c", "python"), "_rows"),
                         (doctor.check_assembler("c", "c", "python"), "_lanes"),
-                        (doctor.check_assembler("c", "c", "c", "python"), "_texts")):  # fmt: skip
+                        (doctor.check_assembler("c", "c", "c", "python"), "_texts"),
+                        (doctor.check_assembler("c", "c", "c", "c", "python"), "_handlers")):  # fmt: skip
         assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
 
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from npu_trace.export import handlers
 from npu_trace.export.parts import Part, _int_arg, picked, place
 from npu_trace.export.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, as_dicts, merge, put
 from npu_trace.export.track_map import MAX_OPEN_IRQS, _hashable
-from npu_trace.pipeline.order import stable_order
 from npu_trace.pipeline.vnormalize import NormBlock
 
 if TYPE_CHECKING:
@@ -50,12 +50,9 @@ class Irqs(Part):
         """The (entry, exit) positions of the handlers of the lines drawn as columns, by exit, and (line,
         position) of each entry left open at the block's end; the rows of the other lines are marked not ok
         (drawn one by one: an exit without an entry, more entries open than a line keeps, a row that cannot be
-        a column, a handler named before its name is known).
-
-        An exit closes the latest entry open (a stack, from the entries the line had open before the block):
-        by depth, the entries and exits of each level alternate, and an exit pairs with the entry before it
-        at its level. An exit that closes an entry of an earlier block (the first at a level held at the
-        block's start) goes one by one (the entry is the mapper's)."""
+        a column, a handler named before its name is known), and so are the exits that close an entry of an
+        earlier block (the entry is the mapper's). An exit closes the latest entry open, from those the line
+        held before the block on (npu_trace.export.handlers)."""
         values, has_irq = irq[0], irq[1]
         cols = [dev, np.where(has_irq, values, 0), has_irq.astype(np.int64)]
         line, firsts = factorize(cols)
@@ -63,55 +60,27 @@ class Irqs(Part):
                 for d, v, h in zip(*(c[firsts].tolist() for c in cols))]  # fmt: skip
         self._line_of, self._line_keys = line, keys
         held = np.array([len(self.m.irq_open.get(key, ())) for key in keys], dtype=np.int64)
-        order = stable_order(line)  # each line's rows, in row order
-        ln, en = line[order], entry[order]
-        start = np.asarray(np.searchsorted(ln, np.arange(len(keys))))  # where each line begins in `order`
-        step = np.where(en, 1, -1)
-        climb = np.cumsum(step)
-        after = held[ln] + climb - (climb - step)[start][ln]
-        before = after - step
-        bad = (~en & (before <= 0)) | (en & (before >= MAX_OPEN_IRQS)) | ~ok[order]
-        bad_line = np.bincount(ln[bad], minlength=len(keys)) > 0
-        bad_line |= self._named_late(keys, order, ln, en, start, name)
-        ok[order[bad_line[ln]]] = False
-        good = ~bad_line[ln]
-        return self._pair_levels(order[good], ln[good], en[good], np.where(en, after, before)[good], held, keys, ok)
+        bad, first_named, first_exit = handlers.checks(line, entry, ok, name[1], held, MAX_OPEN_IRQS)
+        bad = bad | self._named_late(keys, first_named.tolist(), first_exit.tolist(), name[0])
+        ok[bad[line]] = False
+        pairs, held_exits, opened = handlers.pairs(line, entry, bad, held)
+        ok[held_exits] = False
+        return pairs, [(keys[code], i) for code, i in zip(line[opened].tolist(), opened.tolist())]
 
-    def _named_late(self, keys: List[Any], order: np.ndarray, ln: np.ndarray, en: np.ndarray, start: np.ndarray,
-                    name: Tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # fmt: skip
+    def _named_late(self, keys: List[Any], first_named: List[int], first_exit: List[int],
+                    names: np.ndarray) -> np.ndarray:  # fmt: skip
         """Lines whose first handler (first exit) comes before their name is known (irq_names.setdefault at the
         first named row: the exit itself names it first); the others' names are set here."""
-        named = name[1][order]
-        first_named = _first_in(named, start, len(ln))
-        first_exit = _first_in(~en, start, len(ln))
         late: np.ndarray = np.zeros(len(keys), dtype=bool)
         for g, key in enumerate(keys):
-            at = int(first_named[g])
+            at = first_named[g]
             if at < 0 or key in self.m.irq_names:
                 continue
             if 0 <= first_exit[g] < at:
                 late[g] = True
             else:
-                self.m.irq_names[key] = self.o.d.strings.items[int(name[0][order[at]])]
+                self.m.irq_names[key] = self.o.d.strings.items[int(names[at])]
         return late
-
-    def _pair_levels(self, at: np.ndarray, ln: np.ndarray, en: np.ndarray, level: np.ndarray, held: np.ndarray,
-                     keys: List[Any], ok: np.ndarray) -> Tuple[np.ndarray, List[Tuple[Any, int]]]:  # fmt: skip
-        """Within each (line, level), in row order: entries and exits alternate; each entry followed by an exit
-        is a handler; a first exit at a level held before the block goes one by one; an entry not followed is
-        left open."""
-        order = _order_by(ln, level, at)
-        at, ln, en, level = at[order], ln[order], en[order], level[order]
-        first: np.ndarray = np.ones(len(at), dtype=bool)
-        first[1:] = (ln[1:] != ln[:-1]) | (level[1:] != level[:-1])
-        ok[at[first & ~en & (level <= held[ln])]] = False
-        closed: np.ndarray = np.zeros(len(at), dtype=bool)
-        closed[:-1] = en[:-1] & ~en[1:] & ~first[1:]
-        starts = np.flatnonzero(closed)
-        pairs = np.stack([at[starts], at[starts + 1]])
-        left = np.flatnonzero(en & ~closed)
-        opened = sorted((int(at[i]), keys[int(ln[i])]) for i in left.tolist())
-        return pairs.take(np.argsort(pairs[1], kind="stable"), axis=1), [(key, i) for i, key in opened]
 
     def _pairs(self, nb: NormBlock, rows: np.ndarray, plain: List[ArgSet], pairs: np.ndarray) -> None:
         starts, exits = pairs[0], pairs[1]
@@ -154,21 +123,6 @@ class Irqs(Part):
         self._opened = []
 
 
-def _order_by(*cols: np.ndarray) -> np.ndarray:
-    """np.lexsort(cols[::-1]) of integer columns whose last is distinct in every row (the row's position): one
-    sort of the columns packed into an int64 when their ranges fit in 63 bits (any sort: no two keys equal)."""
-    if not len(cols[0]):
-        return np.zeros(0, np.int64)
-    low = [int(c.min()) for c in cols]
-    bits = [max(1, (int(c.max()) - lo).bit_length()) for c, lo in zip(cols, low)]
-    if sum(bits) > 63:
-        return np.lexsort(cols[::-1])
-    key: np.ndarray = np.zeros(len(cols[0]), dtype=np.int64)
-    for c, lo, b in zip(cols, low, bits):
-        key = (key << b) | (c.astype(np.int64) - lo)
-    return np.argsort(key)
-
-
 def _edged(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
     """Interrupt rows of planned formats whose "edge" is a constant entry or exit, carrying no timing of
     their own (the kernel-timed handlers of BPF go one by one)."""
@@ -198,16 +152,6 @@ def _str_arg(sets: Sequence[ArgSet], name: str, n: int, strings: Any) -> Tuple[n
         elif got is not None and got[0] == CONST and isinstance(got[1], str):
             codes[s.at], named[s.at] = strings.code(got[1]), True
     return codes, named
-
-
-def _first_in(flags: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
-    """For each segment beginning at `start` (ascending, the last ending at n): the position of its first set
-    flag, -1 when none."""
-    hits = np.flatnonzero(flags)
-    at = np.searchsorted(hits, start)
-    found = hits[np.minimum(at, max(len(hits) - 1, 0))] if len(hits) else np.zeros(len(start), np.int64)
-    ends = np.append(start[1:], n)
-    return np.where((at < len(hits)) & (found < ends), found, -1)
 
 
 def _select(sets: Sequence[ArgSet], positions: np.ndarray) -> List[ArgSet]:
