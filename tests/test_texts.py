@@ -57,3 +57,23 @@ def test_a_value_outside_its_buffer_is_refused(implementation: Any) -> None:
     with pytest.raises(ValueError):
         implementation([b"abcd"], one + 1, one, one)
     assert implementation([b"abcd"], one, one + 1, one + 3)[1].tolist() == [0]
+
+
+@compiled
+@pytest.mark.parametrize("values", [1, 63, 64, 65, 200, 5000])
+def test_the_compiled_groups_hold_many_values(values: int) -> None:
+    """The compiled table grows as values come (from 64 groups on): as many values as the numpy twin finds."""
+    rng = np.random.default_rng(values)
+    data = bytearray()
+    spans = []
+    for k in range(values):
+        word = f"irq-{k}".encode() + b"\0" * int(rng.integers(0, 3))
+        spans.append((len(data), len(word)))
+        data += word
+    picks = rng.integers(0, values, 4 * values + 7)
+    start = np.array([spans[p][0] for p in picks], dtype=np.int64)
+    length = np.array([spans[p][1] for p in picks], dtype=np.int64)
+    buf = np.zeros(len(picks), dtype=np.int64)
+    got, want = distinct([bytes(data)], buf, start, length), distinct_py([bytes(data)], buf, start, length)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    assert len(got[1]) == len(set(picks.tolist()))

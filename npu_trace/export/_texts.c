@@ -1,5 +1,7 @@
-/* The distinct byte strings of many rows, compiled (npu_trace.export.texts): each row's value found in a hash
- * table of the values seen, one pass, the GIL released while it runs.
+/* The distinct byte strings of many rows, compiled (npu_trace.export.texts): every row's value checked to lie in
+ * its buffer, then each found in a hash table of the values seen, the GIL released while it runs. The table is
+ * sized to the values found, grown as they come (a block's interrupt names: a few dozen among tens of thousands
+ * of rows; a table sized to the rows cost more to clear and fault in than the search).
  *
  * texts.py holds the rules and the numpy twin, distinct_py, whose results are identical.
  *
@@ -29,46 +31,104 @@ static uint64_t hash(const uint8_t *p, Py_ssize_t n)
     return h;
 }
 
-/* The rows' values (their ending NULs left off); 0 when one lies outside its buffer */
-static int values(Py_buffer *held, Py_ssize_t nbufs, const int64_t *buf, const int64_t *start, const int64_t *length,
-                  Py_ssize_t n, Value *out)
+/* Row i's value (its ending NULs left off) */
+static Value value_of(const Py_buffer *held, const int64_t *buf, const int64_t *start, const int64_t *length,
+                      Py_ssize_t i)
+{
+    const uint8_t *p = (const uint8_t *)held[buf[i]].buf + start[i];
+    Py_ssize_t l = (Py_ssize_t)length[i];
+    while (l > 0 && p[l - 1] == 0)
+        l--;
+    Value v = {p, l};
+    return v;
+}
+
+/* 1 when every row's value lies inside its buffer */
+static int inside(const Py_buffer *held, Py_ssize_t nbufs, const int64_t *buf, const int64_t *start,
+                  const int64_t *length, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t b = buf[i], s = start[i], l = length[i];
         if (b < 0 || b >= nbufs || s < 0 || l < 0 || s + l > held[b].len)
             return 0;
-        const uint8_t *p = (const uint8_t *)held[b].buf + s;
-        while (l > 0 && p[l - 1] == 0)
-            l--;
-        out[i].data = p;
-        out[i].len = (Py_ssize_t)l;
     }
     return 1;
 }
 
-/* groups[i] for each row, the first row of each group in firsts; returns the groups' count */
-static Py_ssize_t group(const Value *v, Py_ssize_t n, int64_t *groups, int64_t *firsts, int64_t *slots,
-                        Py_ssize_t mask)
+/* The groups found so far: each group's first value and row, and a table of open addressing over them (its
+ * size a power of two, at least twice the groups': grown as they come, a block holds few distinct values) */
+typedef struct {
+    Value *values;
+    int64_t *firsts, *slots;
+    Py_ssize_t count, cap, mask;
+} Groups;
+
+static int grow_table(Groups *g, Py_ssize_t mask)
 {
-    Py_ssize_t count = 0;
+    int64_t *slots = PyMem_Malloc((size_t)(mask + 1) * 8);
+    if (slots == NULL)
+        return 0;
+    memset(slots, 0xff, (size_t)(mask + 1) * 8);
+    for (Py_ssize_t k = 0; k < g->count; k++) {
+        Py_ssize_t at = (Py_ssize_t)(hash(g->values[k].data, g->values[k].len) & (uint64_t)mask);
+        while (slots[at] >= 0)
+            at = (at + 1) & mask;
+        slots[at] = k;
+    }
+    PyMem_Free(g->slots);
+    g->slots = slots;
+    g->mask = mask;
+    return 1;
+}
+
+static int add_group(Groups *g, Value v, Py_ssize_t row)
+{
+    if (g->count == g->cap) {
+        Py_ssize_t cap = g->cap ? 2 * g->cap : 64;
+        Value *values = PyMem_Realloc(g->values, (size_t)cap * sizeof(Value));
+        if (values == NULL)
+            return 0;
+        g->values = values;
+        int64_t *firsts = PyMem_Realloc(g->firsts, (size_t)cap * 8);
+        if (firsts == NULL)
+            return 0;
+        g->firsts = firsts;
+        g->cap = cap;
+    }
+    g->values[g->count] = v;
+    g->firsts[g->count] = row;
+    g->count++;
+    return 1;
+}
+
+/* groups[i] for each row, the groups (their first rows: g->firsts) as they first occur; 0: no memory */
+static int group(const Py_buffer *held, const int64_t *buf, const int64_t *start, const int64_t *length,
+                 Py_ssize_t n, int64_t *groups, Groups *g)
+{
+    if (!grow_table(g, 127))
+        return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t at = (Py_ssize_t)(hash(v[i].data, v[i].len) & (uint64_t)mask);
-        for (;; at = (at + 1) & mask) {
-            int64_t g = slots[at];
-            if (g < 0) {
-                slots[at] = count;
-                firsts[count] = i;
-                groups[i] = count++;
+        Value v = value_of(held, buf, start, length, i);
+        Py_ssize_t at = (Py_ssize_t)(hash(v.data, v.len) & (uint64_t)g->mask);
+        for (;; at = (at + 1) & g->mask) {
+            int64_t k = g->slots[at];
+            if (k < 0) {
+                if (!add_group(g, v, i))
+                    return 0;
+                g->slots[at] = g->count - 1;
+                groups[i] = g->count - 1;
+                if (2 * g->count > g->mask && !grow_table(g, 2 * g->mask + 1))
+                    return 0;
                 break;
             }
-            const Value *f = &v[firsts[g]];
-            if (f->len == v[i].len && memcmp(f->data, v[i].data, (size_t)f->len) == 0) {
-                groups[i] = g;
+            const Value *f = &g->values[k];
+            if (f->len == v.len && memcmp(f->data, v.data, (size_t)v.len) == 0) {
+                groups[i] = k;
                 break;
             }
         }
     }
-    return count;
+    return 1;
 }
 
 static PyObject *py_distinct(PyObject *self, PyObject *args)
@@ -77,13 +137,10 @@ static PyObject *py_distinct(PyObject *self, PyObject *args)
     Py_buffer buf, start, length, groups;
     if (!PyArg_ParseTuple(args, "O!y*y*y*w*", &PyTuple_Type, &bufs, &buf, &start, &length, &groups))
         return NULL;
-    Py_ssize_t n = buf.len / 8, nbufs = PyTuple_GET_SIZE(bufs), got = 0, mask = 1;
-    while (mask < 2 * n)
-        mask <<= 1;
+    Py_ssize_t n = buf.len / 8, nbufs = PyTuple_GET_SIZE(bufs);
     Py_buffer *held = PyMem_Calloc((size_t)nbufs + 1, sizeof(Py_buffer));
-    Value *v = PyMem_Calloc((size_t)n + 1, sizeof(Value));
-    int64_t *firsts = PyMem_Calloc((size_t)n + 1, sizeof(int64_t)), *slots = PyMem_Malloc((size_t)mask * 8);
-    int ok = held != NULL && v != NULL && firsts != NULL && slots != NULL;
+    Groups g = {NULL, NULL, NULL, 0, 0, 0};
+    int ok = held != NULL;
     if (!ok)
         PyErr_NoMemory();
     if (ok && (buf.len % 8 || start.len != buf.len || length.len != buf.len || groups.len != buf.len)) {
@@ -95,28 +152,29 @@ static PyObject *py_distinct(PyObject *self, PyObject *args)
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, nheld), &held[nheld], PyBUF_SIMPLE) < 0)
             ok = 0;
     if (ok) {
-        int inside;
-        Py_BEGIN_ALLOW_THREADS /* the analysis of the next block runs meanwhile (npu_trace.export.overlap) */
-        inside = values(held, nbufs, buf.buf, start.buf, length.buf, n, v);
-        if (inside) {
-            memset(slots, 0xff, (size_t)mask * 8);
-            got = group(v, n, groups.buf, firsts, slots, mask - 1);
-        }
+        int within, made = 1;
+        Py_BEGIN_ALLOW_THREADS
+        within = inside(held, nbufs, buf.buf, start.buf, length.buf, n);
+        if (within)
+            made = group(held, buf.buf, start.buf, length.buf, n, groups.buf, &g);
         Py_END_ALLOW_THREADS
-        if (!inside) {
+        if (!within) {
             PyErr_SetString(PyExc_ValueError, "a value lies outside its buffer");
+            ok = 0;
+        } else if (!made) {
+            PyErr_NoMemory();
             ok = 0;
         }
     }
     if (ok)
-        result = PyBytes_FromStringAndSize((const char *)firsts, got * 8);
+        result = PyBytes_FromStringAndSize((const char *)g.firsts, g.count * 8);
     for (Py_ssize_t k = 0; k < nheld; k++)
         if (held[k].obj != NULL)
             PyBuffer_Release(&held[k]);
     PyMem_Free(held);
-    PyMem_Free(v);
-    PyMem_Free(firsts);
-    PyMem_Free(slots);
+    PyMem_Free(g.values);
+    PyMem_Free(g.firsts);
+    PyMem_Free(g.slots);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&start);
     PyBuffer_Release(&length);
