@@ -56,7 +56,8 @@ static int inside(const Py_buffer *held, Py_ssize_t nbufs, const int64_t *buf, c
 }
 
 /* The groups found so far: each group's first value and row, and a table of open addressing over them (its
- * size a power of two, at least twice the groups': grown as they come, a block holds few distinct values) */
+ * size a power of two, at least twice the groups': grown as they come, a block holds few distinct values).
+ * Grown with the raw allocator: the GIL is released meanwhile. */
 typedef struct {
     Value *values;
     int64_t *firsts, *slots;
@@ -65,7 +66,7 @@ typedef struct {
 
 static int grow_table(Groups *g, Py_ssize_t mask)
 {
-    int64_t *slots = PyMem_Malloc((size_t)(mask + 1) * 8);
+    int64_t *slots = PyMem_RawMalloc((size_t)(mask + 1) * 8);
     if (slots == NULL)
         return 0;
     memset(slots, 0xff, (size_t)(mask + 1) * 8);
@@ -75,7 +76,7 @@ static int grow_table(Groups *g, Py_ssize_t mask)
             at = (at + 1) & mask;
         slots[at] = k;
     }
-    PyMem_Free(g->slots);
+    PyMem_RawFree(g->slots);
     g->slots = slots;
     g->mask = mask;
     return 1;
@@ -85,11 +86,11 @@ static int add_group(Groups *g, Value v, Py_ssize_t row)
 {
     if (g->count == g->cap) {
         Py_ssize_t cap = g->cap ? 2 * g->cap : 64;
-        Value *values = PyMem_Realloc(g->values, (size_t)cap * sizeof(Value));
+        Value *values = PyMem_RawRealloc(g->values, (size_t)cap * sizeof(Value));
         if (values == NULL)
             return 0;
         g->values = values;
-        int64_t *firsts = PyMem_Realloc(g->firsts, (size_t)cap * 8);
+        int64_t *firsts = PyMem_RawRealloc(g->firsts, (size_t)cap * 8);
         if (firsts == NULL)
             return 0;
         g->firsts = firsts;
@@ -172,9 +173,9 @@ static PyObject *py_distinct(PyObject *self, PyObject *args)
         if (held[k].obj != NULL)
             PyBuffer_Release(&held[k]);
     PyMem_Free(held);
-    PyMem_Free(g.values);
-    PyMem_Free(g.firsts);
-    PyMem_Free(g.slots);
+    PyMem_RawFree(g.values);
+    PyMem_RawFree(g.firsts);
+    PyMem_RawFree(g.slots);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&start);
     PyBuffer_Release(&length);
