@@ -22,7 +22,7 @@ from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
-from npu_trace.recording.schema import PREAMBLE, chunk_crc32
+from npu_trace.recording.schema import PREAMBLE, Pages, chunk_crc32
 from npu_trace.sources.replay_source import ReplaySource
 from reference.pages import PageDecoder, iter_events
 
@@ -470,3 +470,27 @@ def test_the_chunks_checksum_is_zlibs_crc32() -> None:
     data = os.urandom(1 << 20) + bytes(4093)
     for piece in (b"", b"a", data[:7], data):
         assert chunk_crc32(piece) == zlib.crc32(piece)
+
+
+def test_a_decoded_chunk_s_pages_are_its_data_cut_at_their_lengths() -> None:
+    """Pages slices each page out of the chunk's data when asked (the block timeline reads only the CPUs and
+    lengths): as the list of (cpu, bytes) it stands for, by index, from the end, by slice and whole."""
+    cut = [(0, b"ab"), (1, b""), (0, b"cde"), (2, b"f")]
+    pages = Pages(b"".join(p for _, p in cut), [c for c, _ in cut], [len(p) for _, p in cut])
+    assert len(pages) == 4 and list(pages) == cut and pages == cut and pages[2] == (0, b"cde")
+    assert pages[-1] == (2, b"f") and pages[1:3] == cut[1:3] and pages[::-2] == cut[::-2]
+    for bad in (4, -5):
+        with pytest.raises(IndexError):
+            pages[bad]
+    assert (pages.cpus, pages.lens) == ([0, 1, 0, 2], [2, 0, 3, 1])
+
+
+def test_a_recorded_chunk_reads_back_as_its_pages(tmp_path: Any) -> None:
+    path = str(tmp_path / "rec.npt")
+    pages = [(cpu, bytes([cpu + 1]) * (100 + 7 * i)) for i, cpu in enumerate([0, 1, 1, 0, 3])]
+    with RecordingWriter(path, golden_header(), chunk_bytes=400) as w:  # two chunks or more
+        for cpu, page in pages:
+            w.add_page(cpu, page)
+    chunks = [item for kind, item in RecordingReader(path).records() if kind == "chunk"]
+    assert [p for c in chunks for p in c.pages] == pages and len(chunks) > 1
+    assert all(isinstance(c.pages, Pages) for c in chunks)

@@ -52,7 +52,7 @@ class Chunk(Protocol):
     the reads (number of the chunk's pages read before each), and the pages' bytes one after the other."""
 
     @property
-    def pages(self) -> List[Tuple[int, bytes]]: ...
+    def pages(self) -> Sequence[Tuple[int, bytes]]: ...
 
     @property
     def marks(self) -> List[Tuple[int, Mark]]: ...
@@ -167,7 +167,7 @@ class _Arena:
         size = sum(len(p) for p in pages)
         if size > SEGMENT // 4:
             bid = self._new(b"".join(pages))
-            return bid, self.buffers[bid], _offsets(pages, 0)
+            return bid, self.buffers[bid], _offsets([len(p) for p in pages], 0)
         if self._segment is None or self._used + size > SEGMENT:
             self._segment = bytearray(SEGMENT)
             self._segment_id = self._new(self._segment)
@@ -178,7 +178,7 @@ class _Arena:
             seg[pos : pos + len(page)] = page
             pos += len(page)
         self._used = pos
-        return self._segment_id, seg, _offsets(pages, start)
+        return self._segment_id, seg, _offsets([len(p) for p in pages], start)
 
     def keep(self, buffer: Any) -> int:
         """A buffer the caller already holds the pages in (a recorded chunk): its id, nothing copied."""
@@ -216,12 +216,21 @@ def _local_ids(buf: np.ndarray, records: np.ndarray) -> Tuple[List[int], np.ndar
     return (np.flatnonzero(present) + lo).tolist(), local
 
 
-def _offsets(pages: Sequence[bytes], start: int) -> List[int]:
+def _offsets(lens: Sequence[int], start: int) -> List[int]:
     out, pos = [], start
-    for page in pages:
+    for n in lens:
         out.append(pos)
-        pos += len(page)
+        pos += n
     return out
+
+
+def _layout(pages: Sequence[Tuple[int, bytes]]) -> Tuple[List[int], List[int]]:
+    """The CPU and the length of each of a chunk's pages (a decoded chunk's `Pages` know them without slicing
+    the pages out of its data: npu_trace.recording.schema)."""
+    known: Any = pages
+    if getattr(known, "lens", None) is not None:
+        return list(known.cpus), list(known.lens)
+    return [cpu for cpu, _ in pages], [len(page) for _, page in pages]
 
 
 class BlockTimeline:
@@ -320,16 +329,15 @@ class BlockTimeline:
     def add_chunk(self, chunk: Chunk) -> None:
         """A recorded chunk: exactly add() of each read it holds (the batches its marks cut, see
         ReplaySource.batches), with each CPU's pages walked in place by one call."""
-        pages = chunk.pages
-        if not pages or len(chunk.raw) != sum(len(page) for _, page in pages):
+        cpus, lens = _layout(chunk.pages)
+        if not cpus or len(chunk.raw) != sum(lens):
             for batch in chunk_batches(chunk):
                 self.add(batch)
             return
         bid = self._arena.keep(chunk.raw)
-        cpus = [cpu for cpu, _ in pages]
-        offsets = _offsets([page for _, page in pages], 0)
-        walks = {cpu: self._walk_chunk(chunk.raw, bid, cpu, [(offsets[i], len(pages[i][1])) for i, c in
-                                                              enumerate(cpus) if c == cpu])
+        offsets = _offsets(lens, 0)
+        walks = {cpu: self._walk_chunk(chunk.raw, bid, cpu, [(offsets[i], lens[i]) for i, c in enumerate(cpus)
+                                                              if c == cpu])
                  for cpu in dict.fromkeys(cpus)}  # fmt: skip
         wm = self._wm
         for lo, hi, mark in _reads(chunk):  # thousands per chunk: the common read's steps kept inline
@@ -680,7 +688,7 @@ def chunk_batches(chunk: Chunk) -> Iterator[Batch]:
     """A chunk's pages as the live batches they were read in: cut where the live reads ended (their marks);
     pages after the last mark (the chunk was full before the read ended) come without one."""
     for lo, hi, mark in _reads(chunk):
-        yield Batch(chunk.pages[lo:hi], [], mark)
+        yield Batch(list(chunk.pages[lo:hi]), [], mark)
 
 
 def block_timeline(header: PageHeader, decoders: Mapping[int, RecordDecoder], layouts: Any = None,
