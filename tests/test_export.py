@@ -11,6 +11,8 @@ import json
 import os
 import random
 import stat
+import subprocess
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from npu_trace.device import hal
 from npu_trace.device.profiles import PROFILES
 from npu_trace.errors import UsageError
 from npu_trace.events import Loss
-from npu_trace.export import perfetto_pieces
+from npu_trace.export import beside, perfetto_pieces
 from npu_trace.export.chrome_json import _dumps, _name, _plain
 from npu_trace.export.perfetto import PerfettoWriter
 from npu_trace.export.pieces import Strings
@@ -731,3 +733,17 @@ def test_running_memory_totals_are_each_keys_own_running_sum() -> None:
         got_live = dict(carried)
         assert _running(got_live, keys, delta).tolist() == want
         assert got_live == live
+
+
+def test_the_standard_output_s_link_is_written_in_place_whatever_it_leads_to(tmp_path: Any, ecc: Any) -> None:
+    """-o /proc/self/fd/1 (or /dev/stdout) where the shell sent the output to a file: the file gets the trace
+    (a file made beside the link and moved over it replaced /dev/stdout itself, as root; in /proc it cannot be
+    made, so a regression fails here without touching the host's /dev)."""
+    out = tmp_path / "redirected.json"
+    code = ("import sys; from npu_trace.cli import main; sys.exit(main(['export', sys.argv[1], '-o', "
+            "'/proc/self/fd/1', '--format', 'chrome-json', '--quiet']))")  # fmt: skip
+    with open(out, "wb") as f:
+        proc = subprocess.run([sys.executable, "-c", code, ecc[0]], stdout=f, stderr=subprocess.PIPE, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(out.read_bytes())["traceEvents"] and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    assert beside._special("/dev/stdout") and not beside._special(str(out))

@@ -8,8 +8,9 @@ removes the file, and a signal that comes while it is being made takes effect on
 (npu_trace.process.signals_held). A folder where nothing can be made is one line (InputError).
 
 An output that exists and is not a regular file (a character device such as /dev/null, a FIFO a reader waits
-on) is written in place, as a shell's redirection writes it: a file beside it moved over it would replace the
-device or the FIFO with a regular file.
+on), or a link under /dev or /proc (/dev/stdout: to what the shell redirected), is written in place, as a shell's
+redirection writes it: a file beside it moved over it would replace the device, the FIFO or the link with a
+regular file.
 """
 
 from __future__ import annotations
@@ -47,12 +48,16 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
 
 
 def _special(out: str) -> bool:
-    """Does `out` exist as something other than a regular file or a folder (followed through links)?"""
+    """Does `out` exist as something other than a regular file or a folder (followed through links), or as a link
+    among the system's devices and processes (/dev/stdout, /proc/self/fd/1: to whatever the shell redirected, a
+    regular file included; a file moved over it would replace the link)?"""
     try:
         mode = os.stat(out).st_mode
     except OSError:
         return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return True
+    return os.path.islink(out) and os.path.abspath(out).startswith(("/dev/", "/proc/"))
 
 
 def _opened(out: str, binary: bool) -> IO[Any]:
