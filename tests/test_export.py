@@ -746,4 +746,4 @@ def test_the_standard_output_s_link_is_written_in_place_whatever_it_leads_to(tmp
         proc = subprocess.run([sys.executable, "-c", code, ecc[0]], stdout=f, stderr=subprocess.PIPE, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
     assert json.loads(out.read_bytes())["traceEvents"] and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
-    assert beside._special("/dev/stdout") and not beside._special(str(out))
+    assert beside.in_place("/dev/stdout") and not beside.in_place(str(out))

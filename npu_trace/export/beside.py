@@ -28,7 +28,7 @@ from npu_trace.process import signals_held
 @contextlib.contextmanager
 def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
     """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
-    if _special(out):
+    if in_place(out):
         with _opened(out, binary) as stream:
             yield stream
         return
@@ -47,10 +47,11 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
         raise
 
 
-def _special(out: str) -> bool:
-    """Does `out` exist as something other than a regular file or a folder (followed through links), or as a link
-    among the system's devices and processes (/dev/stdout, /proc/self/fd/1: to whatever the shell redirected, a
-    regular file included; a file moved over it would replace the link)?"""
+def in_place(out: str) -> bool:
+    """Is `out` written in place (see the module docstring): does it exist as something other than a regular file
+    or a folder (followed through links), or as a link among the system's devices and processes (/dev/stdout,
+    /proc/self/fd/1: to whatever the shell redirected, a regular file included; a file moved over it would
+    replace the link)?"""
     try:
         mode = os.stat(out).st_mode
     except OSError:
