@@ -735,6 +735,14 @@ def test_running_memory_totals_are_each_keys_own_running_sum() -> None:
         assert got_live == live
 
 
+@pytest.mark.parametrize("out", ["out.pftrace", "out.json"])
+def test_the_summary_s_size_is_the_file_s(tmp_path: Any, out: str) -> None:
+    """The bytes the summary says (what the writer wrote) are the file's size, host context included."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    summary = exported(tmp_path, os.path.join(root, "tests/data/hostctx/sim-ecc-reset.npt"), out)
+    assert summary["bytes"] == os.path.getsize(tmp_path / out) > 0
+
+
 def test_the_standard_output_s_link_is_written_in_place_whatever_it_leads_to(tmp_path: Any, ecc: Any) -> None:
     """-o /proc/self/fd/1 (or /dev/stdout) where the shell sent the output to a file: the file gets the trace
     (a file made beside the link and moved over it replaced /dev/stdout itself, as root; in /proc it cannot be

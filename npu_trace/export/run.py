@@ -37,7 +37,7 @@ from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.export.apart import DrawingProcess
-from npu_trace.export.beside import in_place, written_beside
+from npu_trace.export.beside import written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawer import Drawer, Window
 from npu_trace.export.drawing import prepare
@@ -404,7 +404,6 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
     binary = request.fmt == "perfetto"
-    direct = in_place(out)  # a device, a FIFO, /dev/stdout: its size is not what was written
     made: Optional[Exporter] = None
     try:
         with written_beside(out, binary, like=request.recording) as stream:
@@ -414,6 +413,6 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     finally:
         if made is not None:
             made.reap()  # its drawing's process, which finished: reaped once the file is in place
-    written = int(summary["written"].get("bytes", 0)) if direct else os.path.getsize(out)
-    summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, written
+    # what the writer wrote: the file's size, and what a device, a FIFO or /dev/stdout was given
+    summary["out"], summary["format"], summary["bytes"] = request.out, request.fmt, int(summary["written"]["bytes"])
     return summary
