@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from npu_trace.bpf import abi as hal_abi
 from npu_trace.bpf import kernel as bpf_kernel
+from npu_trace.detectors.latency import IMPLEMENTATION as SPIKES
 from npu_trace.device.irqs import npu_irqs
 from npu_trace.device.switches import DRIVER_SYSTEMS
 from npu_trace.device.switches import summary as switch_summary
@@ -502,12 +503,14 @@ def _layout_format(fs: Tracefs) -> str:
     return fs.event_format("ftrace", "function")
 
 
-def check_walker(implementation: str = WALKER, order: str = ORDER) -> Check:
-    """The page walker of the columnar analysis and its counting sort: compiled, or their pure-Python and numpy
-    twins (the same results, slower)."""
-    if implementation == "c" and order == "c":
-        return Check("page walker", True, "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order)")
-    missing = ", ".join(name for name, how in (("_walk", implementation), ("_order", order)) if how != "c")
+def check_walker(implementation: str = WALKER, order: str = ORDER, spikes: str = SPIKES) -> Check:
+    """The page walker of the columnar analysis, its counting sort and the latency detector's scan: compiled, or
+    their pure-Python and numpy twins (the same results, slower)."""
+    parts = (("_walk", implementation), ("_order", order), ("_spikes", spikes))
+    if all(how == "c" for _, how in parts):
+        return Check("page walker", True,
+                     "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order, npu_trace.detectors._spikes)")
+    missing = ", ".join(name for name, how in parts if how != "c")
     detail = f"pure Python for {missing}: the C extension was not built where npu-trace was installed (same results, " \
              "slower)"
     return Check("page walker", False, detail, "install gcc and python3-dev, then reinstall npu-trace (scripts/setup)")

@@ -280,9 +280,10 @@ def test_corrupt_files_are_reported_not_raised(tmp_path: Path) -> None:
 
 def test_the_page_walker_line() -> None:
     """Here the extension is built (scripts/setup installs gcc); elsewhere the pure-Python walker is named."""
-    compiled = "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order)"
+    compiled = "compiled (npu_trace.ftrace._walk, npu_trace.pipeline._order, npu_trace.detectors._spikes)"
     assert doctor.check_walker() == Check("page walker", True, compiled)
-    for slow, named in ((doctor.check_walker("python"), "_walk"), (doctor.check_walker("c", "python"), "_order")):
+    for slow, named in ((doctor.check_walker("python"), "_walk"), (doctor.check_walker("c", "python"), "_order"),
+                        (doctor.check_walker("c", "c", "python"), "_spikes")):  # fmt: skip
         assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
     compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts, _handlers)"
     assert doctor.check_assembler() == Check("export assembler", True, compiled)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from npu_trace.detectors import latency
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.histogram import Histogram, bucket_index, bucket_indices
 from npu_trace.detectors.latency import LatencyDetector, Samples, summaries
@@ -163,11 +164,22 @@ def test_records_decoded_elsewhere_count_as_records(share: float) -> None:
                   max_size=300),
     config=st.sampled_from([{}, SIM_LATENCY, {"warmup": 3, "refresh": 5, "window": 16, "k": 2, "floor_ns": 30000},
                             {"k": 1.5}, {"floor_ns": 0, "k": 3, "refresh": 1, "window": 5},
-                            {"thresholds_ns": {"halMemAlloc": 40_000}, "warmup": 0}]),
+                            {"thresholds_ns": {"halMemAlloc": 40_000}, "warmup": 0},
+                            {"thresholds_ns": {"halMemAlloc": 40_000.5}, "k": 2.25, "window": 7, "refresh": 3},
+                            {"ops": {"halMemAlloc": {"adaptive": False}}},
+                            {"ops": {"halMemAlloc": {"absolute_ns": None}}, "warmup": 1, "window": 200}]),
     data=st.data(),
+    compiled=st.booleans(),
 )  # fmt: skip
-def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config: Any, data: Any) -> None:
+def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config: Any, data: Any,
+                                                        compiled: bool) -> None:  # fmt: skip
+    """Both scans of a run (the C extension's, the numpy twin) against the samples one by one."""
     one, many = LatencyDetector(config), LatencyDetector(config)
+    if compiled:  # the extension takes every run here: its twin is never asked
+        assert latency.IMPLEMENTATION == "c"
+        many._run = lambda *args: pytest.fail("the compiled scan gave the run to its twin")  # type: ignore
+    else:
+        many._run_compiled = lambda *args: False  # type: ignore
     want: List[Any] = []
     got: List[Any] = []
     for i, lat in enumerate(lats):
@@ -186,6 +198,25 @@ def test_latency_samples_at_once_are_samples_one_by_one(lats: List[int], config:
     assert got == want
     assert (a.seen, a.baseline, list(a.window), a.spikes) == (b.seen, b.baseline, list(b.window), b.spikes)
     assert a.hist.buckets == b.hist.buckets
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_latency_at_a_threshold_is_not_a_spike(compiled: bool) -> None:
+    """A latency exactly at the thresholds (k x the baseline, and the absolute one), then one above them."""
+    config = {"k": 2, "floor_ns": 0, "warmup": 3, "refresh": 1, "thresholds_ns": {"halMemAlloc": 2000}}
+    lats = [1000] * 6 + [2000, 2001, 1000, 1999]
+    one, many = LatencyDetector(config), LatencyDetector(config)
+    if not compiled:
+        many._run_compiled = lambda *args: False  # type: ignore
+    want: List[Any] = []
+    got: List[Any] = []
+    for i, lat in enumerate(lats):
+        one._sample_at(0, "halMemAlloc", lat, i, i + lat, 7, "call", want)
+    lat = np.array(lats, dtype=np.int64)
+    start = np.arange(len(lats), dtype=np.int64)
+    many.samples(0, "halMemAlloc", Samples(lat, start, start + lat, np.full(len(lats), 7), ["call"] * len(lats)), got)
+    assert [(f.details["latency_ns"], f.details["adaptive_ns"]) for f in want] == [(2001, 2000)]
+    assert got == want
 
 
 @st.composite

@@ -22,6 +22,7 @@ Config (a profile's `latency` mapping, all optional): floor_ns, k, window, warmu
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
@@ -32,6 +33,13 @@ from npu_trace.detectors.histogram import Histogram, bucket_indices
 from npu_trace.events import NpuEvent
 from npu_trace.pipeline.order import KeyPacking, member_of, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
+
+try:
+    from npu_trace.detectors import _spikes
+except ImportError:  # installed where no compiler was: the numpy twin (LatencyDetector._run), the same results
+    _spikes = None  # type: ignore[assignment]
+
+IMPLEMENTATION = "c" if _spikes is not None else "python"  # the runs of samples' scan
 
 MS = 1_000_000
 DEFAULT_THRESHOLDS_NS: Dict[str, int] = {
@@ -366,11 +374,55 @@ class LatencyDetector:
         st.hist.add_many(s.latency, s.bucket, s.summary)
         absolute, _ = self._thresholds(op, st)
         adaptive_on = bool(self.op_rules.get(op, {}).get("adaptive", True))
+        if _spikes is None or not self._run_compiled(st, s, absolute, adaptive_on, dev, op, out):
+            self._run(st, s, absolute, adaptive_on, dev, op, out)
+
+    def _run_compiled(self, st: OpStats, s: Samples, absolute: Optional[int], adaptive_on: bool,
+                      dev: Optional[int], op: str, out: List[Finding]) -> bool:  # fmt: skip
+        """samples() in one pass of the C extension; False (nothing changed) where it cannot take the run: a
+        threshold or factor of another type, an adaptive threshold outside int64."""
+        k, n = self.k, len(s.latency)
+        k_is_int = isinstance(k, int) and not isinstance(k, bool) and -(1 << 63) <= k < (1 << 63)
+        if not (k_is_int or isinstance(k, float)):
+            return False
+        limit = absolute
+        if isinstance(limit, float) and math.isfinite(limit) and abs(limit) < 2**62:
+            limit = math.floor(limit)  # an integer latency is above x where it is above floor(x)
+        if limit is not None and (not isinstance(limit, int) or not -(1 << 63) <= limit < (1 << 63)):
+            return False
+        at: np.ndarray = np.empty(n, dtype=np.int64)
+        adaptive: np.ndarray = np.empty(n, dtype=np.int64)
+        base: np.ndarray = np.empty(n, dtype=np.int64)
+        flags: np.ndarray = np.empty(n, dtype=np.uint8)
+        tail: np.ndarray = np.empty(self.window, dtype=np.int64)
+        window = np.array(st.window, dtype=np.int64)
+        try:
+            spikes, seen, baseline, kept = _spikes.scan(
+                np.ascontiguousarray(s.latency, dtype=np.int64), window, st.seen,
+                0 if st.baseline is None else st.baseline, st.baseline is not None, self.window, self.refresh,
+                self.warmup, self.floor_ns, k if k_is_int else 0, float(k), k_is_int,
+                0 if limit is None else limit, limit is not None, adaptive_on, at, adaptive, base, flags,
+                tail)  # fmt: skip
+        except (ValueError, OverflowError):  # the numpy twin takes it, with Python's integers where they must be
+            return False
+        learned = seen - st.seen
+        st.seen, st.baseline = seen, baseline
+        if learned:
+            st.window.extend(tail[:kept].tolist()[-learned:])
+        for i, thr, b, f in zip(at[:spikes].tolist(), adaptive[:spikes].tolist(), base[:spikes].tolist(),
+                                flags[:spikes].tolist()):  # fmt: skip
+            self._spike_finding(st, s, i, absolute, thr if f & 1 else None, b if f & 2 else None, dev, op, out)
+        return True
+
+    def _run(self, st: OpStats, s: Samples, absolute: Optional[int], adaptive_on: bool, dev: Optional[int], op: str,
+             out: List[Finding]) -> None:  # fmt: skip
+        """samples() in numpy (the twin of the C extension's pass: the same state and findings), from the run's
+        first sample to each spike past the warm-up (which does not learn, so the baselines diverge)."""
         i = 0
         while i < len(s.latency):
             done = self._scan(st, s, i, absolute, adaptive_on, dev, op, out)
             i += done
-            if i < len(s.latency):  # a spike past the warm-up: it does not learn, so the baselines diverge
+            if i < len(s.latency):  # a spike past the warm-up
                 self._spike(st, s, i, absolute, dev, op, out)
                 i += 1
 
