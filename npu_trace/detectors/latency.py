@@ -380,7 +380,8 @@ class LatencyDetector:
     def _run_compiled(self, st: OpStats, s: Samples, absolute: Optional[int], adaptive_on: bool,
                       dev: Optional[int], op: str, out: List[Finding]) -> bool:  # fmt: skip
         """samples() in one pass of the C extension; False (nothing changed) where it cannot take the run: a
-        threshold or factor of another type, an adaptive threshold outside int64."""
+        threshold or factor of another type, a value or an adaptive threshold outside int64, a window of no
+        sample."""
         k, n = self.k, len(s.latency)
         k_is_int = isinstance(k, int) and not isinstance(k, bool) and -(1 << 63) <= k < (1 << 63)
         if not (k_is_int or isinstance(k, float)):
@@ -394,9 +395,9 @@ class LatencyDetector:
         adaptive: np.ndarray = np.empty(n, dtype=np.int64)
         base: np.ndarray = np.empty(n, dtype=np.int64)
         flags: np.ndarray = np.empty(n, dtype=np.uint8)
-        tail: np.ndarray = np.empty(self.window, dtype=np.int64)
-        window = np.array(st.window, dtype=np.int64)
-        try:
+        try:  # a window of no sample, a value outside int64: the twin's (and the reference's) way
+            tail: np.ndarray = np.empty(self.window, dtype=np.int64)
+            window = np.array(st.window, dtype=np.int64)
             spikes, seen, baseline, kept = _spikes.scan(
                 np.ascontiguousarray(s.latency, dtype=np.int64), window, st.seen,
                 0 if st.baseline is None else st.baseline, st.baseline is not None, self.window, self.refresh,
