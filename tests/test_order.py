@@ -4,7 +4,7 @@ the whole int64 range); KeyPacking packs equal keys equal and different keys apa
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import numpy as np
 import pytest
@@ -46,6 +46,39 @@ def test_the_counting_sort_is_compiled_here_and_refuses_a_key_outside_its_range(
         order._order.counting_order(np.array([1, 9, 2], dtype=np.int64), 0, 5, out)
     with pytest.raises(ValueError, match="as many"):
         order._order.counting_order(np.array([1, 2], dtype=np.int64), 0, 5, out)
+
+
+def previous_one_by_one(keys: List[int]) -> Any:
+    """The reference: each row's previous row of its key and whether it is its key's last, a dict of keys seen."""
+    seen: Dict[int, int] = {}
+    prev, last = [], [True] * len(keys)
+    for i, k in enumerate(keys):
+        prev.append(seen.get(k, -1))
+        if k in seen:
+            last[seen[k]] = False
+        seen[k] = i
+    return prev, last
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.integers(0, 5), max_size=300), st.lists(INT64, max_size=300),
+                 st.lists(st.integers(0, 2000), min_size=200, max_size=600)))  # fmt: skip
+def test_previous_of_is_each_rows_previous_of_its_key(keys: List[int]) -> None:
+    """Both ways (the C table, grown past its first 64 slots by the wide keys; the numpy twin) give the rows one by
+    one gives."""
+    key = np.array(keys, dtype=np.int64)
+    want_prev, want_last = previous_one_by_one(keys)
+    for compiled in (order._order, None):
+        with patched(compiled):
+            prev, last = order.previous_of(key)
+        assert prev.tolist() == want_prev and last.tolist() == want_last
+        assert prev.dtype == np.int64 and last.dtype == bool
+
+
+def test_previous_of_refuses_arrays_of_other_sizes() -> None:
+    assert order.IMPLEMENTATION == "c"
+    with pytest.raises(ValueError, match="as many"):
+        order._order.previous(np.zeros(3, dtype=np.int64), np.empty(2, dtype=np.int64), np.empty(3, dtype=np.uint8))
 
 
 @contextmanager

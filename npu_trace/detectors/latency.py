@@ -31,7 +31,7 @@ import numpy as np
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram, bucket_indices
 from npu_trace.events import NpuEvent
-from npu_trace.pipeline.order import KeyPacking, member_of, stable_order
+from npu_trace.pipeline.order import KeyPacking, member_of, previous_of, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
 try:
@@ -234,47 +234,43 @@ class LatencyDetector:
         cols = np.stack([nb.dev[rows], streams[1], streams[0], tasks[1], tasks[0]])  # a task's key, as columns
         packing = KeyPacking(cols)
         key = packing.pack(cols)
-        order = stable_order(key)  # by key, each key's rows in time order
-        k, r = key[order], rows[order]
-        start: np.ndarray = np.ones(len(r), dtype=bool)
-        start[1:] = k[1:] != k[:-1]
-        is_submit = nb.kind[r] == KIND_CODE["submit"]
-        starts = np.flatnonzero(start)
-        group_of = np.cumsum(start) - 1  # sorted row -> its key's index among the starts
-        carried: np.ndarray = np.zeros(len(starts), dtype=bool)
+        prev, last = previous_of(key)  # each row's row before of its key (rows ascend: time order)
+        is_submit = nb.kind[rows] == KIND_CODE["submit"]
+        inner = prev >= 0
+        firsts = np.flatnonzero(~inner)  # each key's first row in the block
+        carried: np.ndarray = np.zeros(len(firsts), dtype=bool)
         if self.tasks:  # keys still open from before the block (few): matched by their packed value
             open_keys = [kk for kk in self.tasks if packing.fits(_key_values(kk))]
             if open_keys:
-                carried = member_of(k[starts], packing.pack(_key_columns(open_keys)))
-        prev_submit: np.ndarray = np.zeros(len(r), dtype=bool)
-        prev_submit[1:] = is_submit[:-1] & ~start[1:]
-        prev_submit[starts] = carried
-        matched = np.flatnonzero(~is_submit & prev_submit)
+                carried = member_of(key[firsts], packing.pack(_key_columns(open_keys)))
+        after_submit: np.ndarray = np.zeros(len(rows), dtype=bool)
+        after_submit[inner] = is_submit[prev[inner]]
+        after_submit[firsts] = carried
+        matched = np.flatnonzero(~is_submit & after_submit)
         self.counters["unmatched_completes"] += int((~is_submit).sum()) - len(matched)
         ts = nb.block.ts
+        before = prev[matched]
+        inside = before >= 0
         opened: np.ndarray = np.empty(len(matched), dtype=np.int64)
-        inside = ~start[matched]
-        opened[inside] = ts[r[matched[inside] - 1]]
-        key_of = _KeyOf(cols[:, order], starts)
+        opened[inside] = ts[rows[before[inside]]]
+        key_of = _KeyOf(cols)
         for j in np.flatnonzero(~inside).tolist():
-            opened[j] = self.tasks[key_of(int(group_of[matched[j]]))][0]
-        self._settle_tasks(nb, key_of, group_of, r, is_submit, start, carried)
-        done = r[matched]
-        back = stable_order(done)
-        return done[back], (ts[done] - opened)[back], opened[back]
+            opened[j] = self.tasks[key_of(int(matched[j]))][0]
+        self._settle_tasks(nb, key_of, rows, is_submit, firsts[carried], last)
+        done = rows[matched]
+        return done, ts[done] - opened, opened
 
-    def _settle_tasks(self, nb: NormBlock, key_of: Any, group_of: np.ndarray, r: np.ndarray,
-                      is_submit: np.ndarray, start: np.ndarray, carried: np.ndarray) -> None:  # fmt: skip
+    def _settle_tasks(self, nb: NormBlock, key_of: Any, rows: np.ndarray, is_submit: np.ndarray,
+                      carried: np.ndarray, last: np.ndarray) -> None:  # fmt: skip
         """The open tasks after the block, as _submit/_complete leave them (a key whose last row is a submit is
-        open, re-inserted where that submit put it; the others closed)."""
-        for g in np.flatnonzero(carried).tolist():
-            del self.tasks[key_of(g)]
-        last: np.ndarray = np.ones(len(r), dtype=bool)
-        last[:-1] = start[1:]
-        ends = np.flatnonzero(last & is_submit)
+        open, re-inserted where that submit put it; the others closed). `carried`: the first rows of the keys
+        open before the block."""
+        for i in carried.tolist():
+            del self.tasks[key_of(i)]
         ts, pid = nb.block.ts, nb.block.pid
-        for row, g in sorted(zip(r[ends].tolist(), group_of[ends].tolist())):
-            self.tasks[key_of(g)] = (int(ts[row]), int(pid[row]))
+        for i in np.flatnonzero(last & is_submit).tolist():  # in row order
+            row = int(rows[i])
+            self.tasks[key_of(i)] = (int(ts[row]), int(pid[row]))
 
     def _tasks_one_by_one(self, nb: NormBlock, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         streams, tasks = nb.int_arg(rows, "stream"), nb.int_arg(rows, "task")
@@ -553,13 +549,14 @@ def _key_columns(keys: Sequence[TaskKey]) -> np.ndarray:
 
 
 class _KeyOf:
-    """The (dev, stream, task) key of a group of sorted rows, as _submit makes it, made only when asked."""
+    """The (dev, stream, task) key of a row (its position among the key columns' rows), as _submit makes it, made
+    only when asked."""
 
-    def __init__(self, cols: np.ndarray, starts: np.ndarray) -> None:
-        self.cols, self.starts = cols, starts
+    def __init__(self, cols: np.ndarray) -> None:
+        self.cols = cols
 
-    def __call__(self, group: int) -> TaskKey:
-        d, sh, sv, th, tv = self.cols[:, int(self.starts[group])].tolist()
+    def __call__(self, at: int) -> TaskKey:
+        d, sh, sv, th, tv = self.cols[:, at].tolist()
         return (None if d < 0 else d, sv if sh else None, tv if th else None)
 
 

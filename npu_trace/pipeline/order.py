@@ -12,6 +12,9 @@ the cheapest way the keys allow:
     any sort gives the stable order (numpy's default sort: introsort);
   * otherwise numpy's stable sort.
 
+`previous_of(key)` gives each row's previous row of its key, and each key's last row (a pairing's steps in row
+order, no sort: npu_trace.pipeline.vnormalize).
+
 `sorted_distinct(values)`, `sorted_distinct_rows(rows)` and `member_of(values, among)` are np.unique(values),
 np.unique(rows, axis=0) and np.isin(values, among) without numpy 2's check for a masked array in np.unique
 (which np.isin calls for keys of a wide range), whose first call imports numpy.ma: ~20 ms of a command's
@@ -57,6 +60,32 @@ def stable_order(key: np.ndarray) -> np.ndarray:
         combined = np.sort(((key - low) << row_bits) | np.arange(n, dtype=np.int64))
         return combined & ((1 << row_bits) - 1)
     return np.argsort(key, kind="stable")
+
+
+def previous_of(key: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(prev, last) of integer keys: the row before each row with the same key (-1: none), and whether no later
+    row has the row's key. In C where it is built (one pass through a table of the keys), else
+    `previous_of_py`: the same arrays."""
+    if _order is None:
+        return previous_of_py(key)
+    n = len(key)
+    prev: np.ndarray = np.empty(n, dtype=np.int64)
+    last: np.ndarray = np.empty(n, dtype=np.uint8)
+    _order.previous(np.ascontiguousarray(key, dtype=np.int64), prev, last)
+    return prev, last.view(bool)
+
+
+def previous_of_py(key: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """previous_of() in numpy: each key's rows side by side in the stable order, each row after the one before."""
+    n = len(key)
+    order = stable_order(np.asarray(key))
+    ordered = np.asarray(key)[order]
+    same: np.ndarray = ordered[1:] == ordered[:-1]  # sorted row i + 1 has sorted row i's key
+    prev: np.ndarray = np.full(n, -1, dtype=np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    last: np.ndarray = np.ones(n, dtype=bool)
+    last[order[:-1][same]] = False
+    return prev, last
 
 
 def sorted_distinct(values: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 from npu_trace.events import KINDS, Loss, NpuEvent, TraceEvent, lost_event
 from npu_trace.pipeline.blocks import OBJECT, Block, objects_block
 from npu_trace.pipeline.normalize import MAX_PENDING, Normalizer
-from npu_trace.pipeline.order import stable_order
+from npu_trace.pipeline.order import previous_of, stable_order
 
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 LOG, LOST = KIND_CODE["log"], KIND_CODE["lost"]
@@ -404,24 +404,21 @@ class BlockNormalizer:
         if self.normalizer.pairing.count + int(is_entry.sum()) >= MAX_PENDING:
             return False
         pid, op = block.pid[rows].astype(np.int64), nb.op[rows].astype(np.int64)
-        key = (pid - pid.min()) * (int(op.max()) + 1) + op  # (pid, op) as one small number: a radix order
-        order = stable_order(key)  # by (pid, op), each in row order (rows ascend)
-        k, e = key[order], is_entry[order]
-        start: np.ndarray = np.ones(len(k), dtype=bool)
-        start[1:] = k[1:] != k[:-1]
-        if (e[1:] & e[:-1] & ~start[1:]).any():
+        prev, last = previous_of((pid - pid.min()) * (int(op.max()) + 1) + op)  # (pid, op) as one number
+        inner = prev >= 0  # a row after another of its (pid, op) in the block
+        after_entry: np.ndarray = np.zeros(len(rows), dtype=bool)
+        after_entry[inner] = is_entry[prev[inner]]
+        if (is_entry & after_entry).any():
             return False  # nested calls
-        carried = self._carried(nb, rows[order[start]])
+        firsts = np.flatnonzero(~inner)
+        carried = self._carried(nb, rows[firsts])
         if carried is None:
             return False
-        prev_entry: np.ndarray = np.zeros(len(k), dtype=bool)
-        prev_entry[1:] = e[:-1] & ~start[1:]
-        starts = np.flatnonzero(start)
-        if (e[starts] & carried).any():
+        if (is_entry[firsts] & carried).any():
             return False  # an entry on top of a pending one: nested
-        prev_entry[starts] = carried
-        self._apply_pairs(nb, rows[order], e, prev_entry, start)
-        self._settle_pending(nb, rows[order], e, start)
+        after_entry[firsts] = carried
+        self._apply_pairs(nb, rows, prev, is_entry, after_entry)
+        self._settle_pending(nb, rows, is_entry, last)
         return True
 
     def _carried(self, nb: NormBlock, first_rows: np.ndarray) -> Optional[np.ndarray]:
@@ -435,20 +432,23 @@ class BlockNormalizer:
             out[i] = depth == 1
         return out
 
-    def _apply_pairs(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, prev_entry: np.ndarray,
-                     start: np.ndarray) -> None:  # fmt: skip
+    def _apply_pairs(self, nb: NormBlock, rows: np.ndarray, prev: np.ndarray, is_entry: np.ndarray,
+                     after_entry: np.ndarray) -> None:  # fmt: skip
+        """Each return just after an entry of its (pid, op) paired with it: `prev`, the row before of its (pid,
+        op) in the block (-1: the entry, if any, is pending from before the block)."""
         pairing, block = self.normalizer.pairing, nb.block
         returns = ~is_entry
-        pairing.stats["unpaired_returns"] += int((returns & ~prev_entry).sum())
-        matched = np.flatnonzero(returns & prev_entry)
-        inside = matched[~start[matched]]  # the entry is the row just before, in this block
-        ret_rows, entry_rows = rows[inside], rows[inside - 1]
+        pairing.stats["unpaired_returns"] += int((returns & ~after_entry).sum())
+        matched = np.flatnonzero(returns & after_entry)
+        before = prev[matched]
+        inside = before >= 0  # the entry is in this block
+        ret_rows, entry_rows = rows[matched[inside]], rows[before[inside]]
         nb.paired[ret_rows] = True
         nb.entry_ts[ret_rows] = block.ts[entry_rows]
         nb.latency[ret_rows] = block.ts[ret_rows] - block.ts[entry_rows]
         nb.dev[ret_rows] = nb.dev[entry_rows]
         nb.entry_pos[ret_rows] = entry_rows
-        for r in rows[matched[start[matched]]].tolist():  # the entry was pending from before the block
+        for r in rows[matched[~inside]].tolist():  # the entry was pending from before the block
             key = (int(block.pid[r]), self.ops[int(nb.op[r])])
             self._return(nb, r, key, pairing.take(key))
         if not nb.shaped:
@@ -459,12 +459,10 @@ class BlockNormalizer:
             dev = None if nb.dev[r] < 0 else int(nb.dev[r])
             nb.shaped[r] = nb.shaped[r]._replace(dev=dev, args=nb._merged_args(r, nb.shaped[r].args))
 
-    def _settle_pending(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, start: np.ndarray) -> None:
+    def _settle_pending(self, nb: NormBlock, rows: np.ndarray, is_entry: np.ndarray, last: np.ndarray) -> None:
         """The stacks after the block, as pairing one by one leaves them: a (pid, op) whose last row is an entry
         has that entry pending (placed where its push put it: after the others, in row order), the others none."""
         pairing, block = self.normalizer.pairing, nb.block
-        last: np.ndarray = np.ones(len(rows), dtype=bool)
-        last[:-1] = start[1:]
         ends = np.flatnonzero(last)
         opened = []
         for i in ends.tolist():
@@ -474,7 +472,7 @@ class BlockNormalizer:
             if is_entry[i]:
                 dev = None if nb.dev[r] < 0 else int(nb.dev[r])
                 opened.append((r, key, (int(block.ts[r]), dev, nb.event(r).args)))
-        for _, key, entry in sorted(opened, key=lambda o: o[0]):
+        for _, key, entry in opened:  # in row order (the rows ascend)
             pairing.settle(key, entry)
 
     def _return(self, nb: NormBlock, r: int, key: Tuple[int, str], entry: Any) -> None:
