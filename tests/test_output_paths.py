@@ -23,7 +23,7 @@ from typing import Any, List, Tuple
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from goldens import load_pages
@@ -129,6 +129,7 @@ def test_a_scoped_recording_prints_what_its_scope_keeps_as_the_reference_does(tm
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flips=st.lists(st.tuples(st.integers(0, len(PAGES) - 1), st.one_of(st.integers(0, 63), st.integers(0, 4095)),
                                 st.integers(0, 255)), min_size=1, max_size=12))  # fmt: skip
+@example(flips=[(0, 7, 128), (0, 20, 0)])  # a page stamp past 2**63 - 1 over a record of an id no format describes
 def test_corrupted_pages_print_as_the_reference_prints_them(tmp_path: Any, flips: List[Tuple[int, int, int]]) -> None:
     """Bytes of the golden pages changed at random: malformed records (each a loss line, counted by its
     reason), records of ids no format describes (their bytes), stamps gone backwards. The same lines."""

@@ -245,10 +245,12 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
             etype = load16(pg, start);
             need = table_at(t, etype);
             if (need < 0) {
-                if (need == KEEP_RAW && ts <= TS_MAX) /* its bytes up to the commit's end at most */
-                    rc = emit(w, ts, etype, base + start, (pos > end ? end : pos) - start);
-                else
+                if (need != KEEP_RAW)
                     w->skipped++;
+                else if (ts > TS_MAX) /* kept as its bytes, but stamped past 2**63 - 1 */
+                    rc = malformed(w, TS_MAX, TS_OVERFLOW);
+                else /* its bytes up to the commit's end at most */
+                    rc = emit(w, ts, etype, base + start, (pos > end ? end : pos) - start);
                 continue;
             }
         } else if (tl == 0) {
@@ -265,10 +267,12 @@ static int walk_records(Walker *w, const Table *t, const Page *pg, int64_t base,
                     rc = malformed(w, ts, size < 8 ? BAD_LENGTH : RECORD_PAST_COMMIT);
                     break;
                 }
-                if (need == KEEP_RAW && ts <= TS_MAX)
-                    rc = emit(w, ts, etype, base + start, size);
-                else
+                if (need != KEEP_RAW)
                     w->skipped++;
+                else if (ts > TS_MAX)
+                    rc = malformed(w, TS_MAX, TS_OVERFLOW);
+                else
+                    rc = emit(w, ts, etype, base + start, size);
                 continue;
             }
         } else if (pos + 8 > end) { /* every remaining kind carries a second word */

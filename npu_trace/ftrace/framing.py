@@ -30,8 +30,10 @@ read only while at least 6 bytes are left before the commit's end (a header word
 Types 29..31 need their second word: one cut by the commit's end is malformed ("cut_header") unless it is the
 delta-0 padding that ends a page anyway.
 
-A data record is judged against its event's format (event id = the payload's first u16). A record of an event
-not wanted is stepped over and counted in `skipped`, unless it is a long one (type_len 0) whose payload is
+A data record is judged against its event's format (event id = the payload's first u16), or kept as its bytes
+where the walk keeps the records of events no format describes (replay, import: that one too is malformed when
+stamped past 2**63 - 1, "ts_overflow"). A record of an event not wanted is stepped over and counted in `skipped`,
+unless it is a long one (type_len 0) whose payload is
 under 8 bytes ("bad_length": no room for its common fields; under 2, for its event id) or runs past the
 commit's end ("record_past_commit"): malformed, and the page ends. A wanted record running past the commit's
 end is malformed ("record_past_commit") and ends the page; one shorter than its format's fixed fields

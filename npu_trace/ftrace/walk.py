@@ -13,7 +13,8 @@ the MSB rule, padding, long records, a commit beyond the page, short pages, the 
 to a `Want` (its decoder's minimum payload size and where its dynamic fields' locators are:
 `wants(decoders)`); records of other ids are skipped and counted, or, with `keep_unknown` (a consumer that
 shows every record: the ids no format describes), handed on as rows of their raw bytes (judged as records not
-wanted are: the framing's rules stay one; a fixed-size one running past the commit is cut there).
+wanted are: the framing's rules stay one; a fixed-size one running past the commit is cut there; one stamped
+past 2**63 - 1 is malformed, as a decoded one is).
 
 Timestamps are exact (Python integers) in `WalkState.last_ts` and in the losses. `Walk.ts` holds them as
 int64: a record stamped past 2**63 - 1 (only a corrupt page makes one) is malformed ("ts_overflow"): dropped,
@@ -389,8 +390,10 @@ class _PyWalker:
                 etype = u16(page, start)[0]
                 want = get(etype)
                 if want is None or want is RAW:
-                    if want is None or ts > TS_MAX:
+                    if want is None:
                         st.skipped += 1
+                    elif ts > TS_MAX:  # kept as its bytes, but stamped past 2**63 - 1
+                        self.malformed(TS_MAX, "ts_overflow")
                     else:  # its bytes up to the commit's end at most
                         self.emit(ts, etype, base + start, min(pos, end) - start)
                     continue
@@ -407,8 +410,10 @@ class _PyWalker:
                     if size < 8 or pos > end:
                         self.malformed(ts, "bad_length" if size < 8 else "record_past_commit")
                         break
-                    if want is None or ts > TS_MAX:
+                    if want is None:
                         st.skipped += 1
+                    elif ts > TS_MAX:
+                        self.malformed(TS_MAX, "ts_overflow")
                     else:
                         self.emit(ts, etype, base + start, size)
                     continue

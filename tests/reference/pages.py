@@ -214,9 +214,9 @@ class PageDecoder:
         return n
 
     def _raw(self, page: bytes, start: int, end: int, ts: int, etype: int, out: List[Any]) -> int:
-        """A record of an event no decoder describes, as its bytes (1), or skipped when stamped past the range."""
+        """A record of an event no decoder describes, as its bytes (1); malformed when stamped past the range."""
         if ts > TS_MAX:
-            self.skipped += 1
+            self._malformed(out, TS_MAX, "ts_overflow", "a timestamp past 2**63 - 1")
             return 0
         payload = bytes(page[start:end])
         order = "little" if self.byteorder == "little" else "big"
