@@ -7,6 +7,11 @@ the skip reason: CI must exercise the real kernel paths, not skip them silently.
 Skip inside the test or a fixture (pytest.skip), not at module level: a module-level skip happens at
 collection, before any test exists to fail.
 
+Property tests (hypothesis) draw the same examples on every run: each test's own seed, from the test itself, no
+example database. A commit's result is then its own, not the luck of a draw: a failure reproduces at the next
+run, and two runs of one commit agree. NPU_TRACE_EXPLORE=1 draws new examples at each run (and keeps those that
+fail in .hypothesis/): for looking for new failures, which then become @example lines.
+
 Parallel runs (pytest-xdist, `scripts/test` runs `--dist loadgroup`): the tests that touch host-global state
 are one group, `HOST_GROUP`, which xdist runs on one worker, one test after another, as a serial run would:
 the privileged ones (tracefs, the simulator's uprobe events, /dev/kmsg, uevents, mounts) and those marked
@@ -21,8 +26,14 @@ import os
 from typing import Any, Generator, List
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["pytester"]
+
+EXPLORE_ENV = "NPU_TRACE_EXPLORE"
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile("explore" if os.environ.get(EXPLORE_ENV, "") == "1" else "fixed")
 
 REQUIRE_ENV = "NPU_TRACE_REQUIRE_PRIVILEGED"
 HOST_GROUP = "host"  # the xdist group of the tests that share the host's kernel state
