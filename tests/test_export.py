@@ -755,3 +755,48 @@ def test_the_standard_output_s_link_is_written_in_place_whatever_it_leads_to(tmp
     assert proc.returncode == 0, proc.stderr.decode()
     assert json.loads(out.read_bytes())["traceEvents"] and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
     assert beside.in_place("/dev/stdout") and not beside.in_place(str(out))
+
+
+_TO_STDOUT = "import sys; from npu_trace.cli import main; sys.exit(main(['export', *sys.argv[1:]]))"
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome-json"])
+def test_dash_is_the_standard_output(tmp_path: Any, ecc: Any, fmt: str) -> None:
+    """-o -: the trace to the standard output (a pipe here), the same bytes as to a file; the summary on the
+    standard error says where it went; no file named "-" is made."""
+    ext = ".pftrace" if fmt == "perfetto" else ".json"
+    assert main(["export", ecc[0], "-o", str(tmp_path / ("file" + ext)), "-q"]) == 0
+    proc = subprocess.run([sys.executable, "-c", _TO_STDOUT, ecc[0], "-o", "-", "--format", fmt],
+                          capture_output=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == (tmp_path / ("file" + ext)).read_bytes()
+    assert "to the standard output (" in proc.stderr.decode()
+    assert not (tmp_path / "-").exists()
+
+
+def test_dash_appends_where_the_shell_opened_the_output_to_append(tmp_path: Any, ecc: Any) -> None:
+    """`>> FILE`: what the file held stays before the trace (the descriptor is the shell's own, not reopened)."""
+    out = tmp_path / "log.json"
+    out.write_bytes(b"kept\n")
+    with open(out, "ab") as f:
+        proc = subprocess.run([sys.executable, "-c", _TO_STDOUT, ecc[0], "-o", "-", "--format", "chrome-json", "-q"],
+                              stdout=f, stderr=subprocess.PIPE, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    data = out.read_bytes()
+    assert data.startswith(b"kept\n") and json.loads(data[5:])["traceEvents"]
+
+
+def test_a_binary_trace_is_not_written_to_a_terminal(tmp_path: Any, ecc: Any) -> None:
+    import pty
+
+    main_fd, terminal = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-c", _TO_STDOUT, ecc[0], "-o", "-", "--format", "perfetto", "-q"],
+                              stdout=terminal, stderr=subprocess.PIPE, timeout=120, cwd=tmp_path)  # fmt: skip
+    finally:
+        os.close(terminal)
+        os.close(main_fd)
+    assert proc.returncode == 2
+    assert proc.stderr.decode().strip().splitlines() == [
+        "npu-trace: -o -: a Perfetto trace is binary: redirect the standard output to a file or a pipe"]
+    assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Dict
 
 from npu_trace.errors import EXIT_OK, UsageError
+from npu_trace.export.beside import STDOUT
 from npu_trace.export.run import FORMATS, Request, export, output_format, parse_devices, parse_time
 from npu_trace.process import end_on_termination, tune_gc
 
@@ -22,7 +23,8 @@ def add_parser(sub: Any) -> None:
                        "output or a bad window.")  # fmt: skip
     p.add_argument("file", help="session file (.npt)")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="the file to write: .pftrace or .perfetto-trace (Perfetto), .json (Chrome JSON)")  # fmt: skip
+                   help="the file to write: .pftrace or .perfetto-trace (Perfetto), .json (Chrome JSON); "
+                        "- for the standard output (with --format)")  # fmt: skip
     p.add_argument("--format", choices=FORMATS, help="the output format (default: by OUT's extension)")
     p.add_argument("--from", dest="start", metavar="T",
                    help="start of the window: seconds from the recording's first event (12.5, 500ms), a "
@@ -60,10 +62,11 @@ def summary_line(s: Dict[str, Any]) -> str:
     span = f"{(hi - lo) / 1e9:.3f} s" if lo is not None and hi is not None else "?"
     cut = " (the window's end: the rest of the recording was not read)" if s["stopped_at_window_end"] else ""
     unreturned = f", {m['unreturned_calls']} calls without a return drawn to the end" if m["unreturned_calls"] else ""
+    where = "the standard output" if s["out"] == STDOUT else s["out"]
     host = s.get("host_context")
     if host:
         unreturned += ", the host's context: " + ", ".join(f"{n} {k.split(':')[-1]}" for k, n in sorted(host.items()))
-    return (f"npu-trace: exported {span} of {s['events_read']} events read to {s['out']} ({s['format']}, "
+    return (f"npu-trace: exported {span} of {s['events_read']} events read to {where} ({s['format']}, "
             f"{s['bytes'] / 1e6:.1f} MB{cut}): {m['calls']} calls, {m['tasks']} tasks, {m['irqs']} interrupts, "
             f"{m['resets']} reset sequences, {m['findings']} findings, {w['instants']} instants, "
             f"{w['counters']} counter values, {w['flows']} flows, {w['tracks']} tracks{unreturned}; {s['loss']}")

@@ -7,6 +7,10 @@ more open than the recording it holds); `out` itself is untouched until then. Wh
 removes the file, and a signal that comes while it is being made takes effect once its name is known
 (npu_trace.process.signals_held). A folder where nothing can be made is one line (InputError).
 
+`-` is the standard output, written in place through a copy of its descriptor (a file the shell opened to
+append stays so; what the process printed before is flushed first); a binary trace (Perfetto) is refused
+there when it is a terminal (UsageError: one line).
+
 An output that exists and is not a regular file (a character device such as /dev/null, a FIFO a reader waits
 on), or a link under /dev or /proc (/dev/stdout: to what the shell redirected), is written in place, as a shell's
 redirection writes it: a file beside it moved over it would replace the device, the FIFO or the link with a
@@ -18,16 +22,23 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from typing import IO, Any, Iterator, Optional, Tuple
 
-from npu_trace.errors import InputError
+from npu_trace.errors import InputError, UsageError
 from npu_trace.process import signals_held
+
+STDOUT = "-"  # the standard output
 
 
 @contextlib.contextmanager
 def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
     """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
+    if out == STDOUT:
+        with _standard_output(binary) as stream:
+            yield stream
+        return
     if in_place(out):
         with _opened(out, binary) as stream:
             yield stream
@@ -59,6 +70,17 @@ def in_place(out: str) -> bool:
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         return True
     return os.path.islink(out) and os.path.abspath(out).startswith(("/dev/", "/proc/"))
+
+
+def _standard_output(binary: bool) -> IO[Any]:
+    if binary and os.isatty(1):
+        raise UsageError("-o -: a Perfetto trace is binary: redirect the standard output to a file or a pipe")
+    sys.stdout.flush()
+    try:
+        fd = os.dup(1)
+    except OSError as exc:
+        raise InputError(f"cannot write the standard output: {exc.strerror}") from None
+    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n")
 
 
 def _opened(out: str, binary: bool) -> IO[Any]:

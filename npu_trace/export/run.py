@@ -37,7 +37,7 @@ from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.export.apart import DrawingProcess
-from npu_trace.export.beside import written_beside
+from npu_trace.export.beside import STDOUT, written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawer import Drawer, Window
 from npu_trace.export.drawing import prepare
@@ -400,7 +400,8 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     """Export one recording (see the module docstring): the file is written beside its final name and moved
     there once whole, with the recording's permission bits (it holds what the recording holds). `exporter`
     and `perfetto_writer`: other classes than Exporter and PerfettoWriter (the tests' reference)."""
-    rec, out = os.path.abspath(request.recording), os.path.abspath(request.out)
+    rec = os.path.abspath(request.recording)
+    out = request.out if request.out == STDOUT else os.path.abspath(request.out)
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
     binary = request.fmt == "perfetto"
