@@ -95,7 +95,7 @@ static PyObject *py_fill(PyObject *self, PyObject *args)
     if (ok)
         ok = columns(cols, n, parsed, held, &nheld);
     if (ok) {
-        Py_BEGIN_ALLOW_THREADS /* the analysis of the next block runs meanwhile (npu_trace.export.overlap) */
+        Py_BEGIN_ALLOW_THREADS /* the GIL released while the rows are laid out */
         fill(out.buf, width, where.buf, n, parsed, ncols);
         Py_END_ALLOW_THREADS
     }
