@@ -6,6 +6,7 @@ sorted by timestamp, ties in file order): held against the scenario's ground tru
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -800,3 +801,20 @@ def test_a_binary_trace_is_not_written_to_a_terminal(tmp_path: Any, ecc: Any) ->
     assert proc.stderr.decode().strip().splitlines() == [
         "npu-trace: -o -: a Perfetto trace is binary: redirect the standard output to a file or a pipe"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_stops_early_is_one_line_naming_the_standard_output(tmp_path: Any, ecc: Any) -> None:
+    """`| head -c 10`: the pipe closes under the export (EPIPE), which says so in one line and exits 2."""
+    assert main(["export", ecc[0], "-o", str(tmp_path / "whole.json"), "-q"]) == 0
+    r, w = os.pipe()
+    # the premise: the trace does not fit in the pipe, so the export is still writing when the reader leaves
+    capacity = fcntl.fcntl(w, getattr(fcntl, "F_GETPIPE_SZ", 1032))  # Python 3.10 on names the constant
+    assert capacity < (tmp_path / "whole.json").stat().st_size
+    proc = subprocess.Popen([sys.executable, "-c", _TO_STDOUT, ecc[0], "-o", "-", "--format", "chrome-json", "-q"],
+                            stdout=w, stderr=subprocess.PIPE, cwd=tmp_path)  # fmt: skip
+    os.close(w)
+    with os.fdopen(r, "rb") as reading:
+        assert reading.read(10)
+    err = proc.communicate(timeout=120)[1].decode()
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == ["npu-trace: cannot write the standard output: Broken pipe"]

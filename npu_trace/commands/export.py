@@ -7,7 +7,7 @@ import sys
 from typing import Any, Dict
 
 from npu_trace.errors import EXIT_OK, UsageError
-from npu_trace.export.beside import STDOUT
+from npu_trace.export.beside import shown
 from npu_trace.export.run import FORMATS, Request, export, output_format, parse_devices, parse_time
 from npu_trace.process import end_on_termination, tune_gc
 
@@ -62,7 +62,7 @@ def summary_line(s: Dict[str, Any]) -> str:
     span = f"{(hi - lo) / 1e9:.3f} s" if lo is not None and hi is not None else "?"
     cut = " (the window's end: the rest of the recording was not read)" if s["stopped_at_window_end"] else ""
     unreturned = f", {m['unreturned_calls']} calls without a return drawn to the end" if m["unreturned_calls"] else ""
-    where = "the standard output" if s["out"] == STDOUT else s["out"]
+    where = shown(s["out"])
     host = s.get("host_context")
     if host:
         unreturned += ", the host's context: " + ", ".join(f"{n} {k.split(':')[-1]}" for k, n in sorted(host.items()))

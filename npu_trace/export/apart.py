@@ -34,6 +34,7 @@ import traceback
 from typing import IO, Any, Dict, List, Optional, Sequence
 
 from npu_trace.errors import InputError, NpuTraceError
+from npu_trace.export.beside import shown
 from npu_trace.export.drawer import Changes, Drawer, Tasks, Window
 from npu_trace.export.drawing import Rows
 from npu_trace.export.ship import Receiver, Sender, Shared, Slots, read_frame, send_frame
@@ -180,7 +181,7 @@ class DrawingProcess:
 
     def _error(self, exc: BaseException, where: str) -> BaseException:
         if isinstance(exc, OSError):
-            return InputError(f"cannot write {self.out}: {exc.strerror or exc}")
+            return InputError(f"cannot write {shown(self.out)}: {exc.strerror or exc}")
         exc.__cause__ = ChildTraceback(where)
         return exc
 

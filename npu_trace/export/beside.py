@@ -32,6 +32,11 @@ from npu_trace.process import signals_held
 STDOUT = "-"  # the standard output
 
 
+def shown(out: str) -> str:
+    """The output as messages name it."""
+    return "the standard output" if out == STDOUT else out
+
+
 @contextlib.contextmanager
 def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
     """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
