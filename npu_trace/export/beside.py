@@ -40,10 +40,6 @@ def shown(out: str) -> str:
 @contextlib.contextmanager
 def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterator[IO[Any]]:
     """See the module docstring (`binary`: bytes, else ASCII text with "\\n" line ends)."""
-    if out == STDOUT:
-        with _standard_output(binary) as stream:
-            yield stream
-        return
     if in_place(out):
         with _opened(out, binary) as stream:
             yield stream
@@ -52,7 +48,7 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
     try:
         with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
             fd, tmp = _open_beside(out)
-        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n") as stream:
+        with _stream(fd, binary) as stream:
             yield stream
         if like is not None:
             _permissions(tmp, like)
@@ -67,7 +63,9 @@ def in_place(out: str) -> bool:
     """Is `out` written in place (see the module docstring): does it exist as something other than a regular file
     or a folder (followed through links), or as a link among the system's devices and processes (/dev/stdout,
     /proc/self/fd/1: to whatever the shell redirected, a regular file included; a file moved over it would
-    replace the link)?"""
+    replace the link)? The standard output (`-`) is."""
+    if out == STDOUT:
+        return True
     try:
         mode = os.stat(out).st_mode
     except OSError:
@@ -77,22 +75,21 @@ def in_place(out: str) -> bool:
     return os.path.islink(out) and os.path.abspath(out).startswith(("/dev/", "/proc/"))
 
 
-def _standard_output(binary: bool) -> IO[Any]:
-    if binary and os.isatty(1):
-        raise UsageError("-o -: a Perfetto trace is binary: redirect the standard output to a file or a pipe")
-    sys.stdout.flush()
-    try:
-        fd = os.dup(1)
-    except OSError as exc:
-        raise InputError(f"cannot write the standard output: {exc.strerror}") from None
-    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n")
-
-
 def _opened(out: str, binary: bool) -> IO[Any]:
+    """An output written in place: the file as it is, or a copy of the standard output's descriptor."""
+    if out == STDOUT:
+        if binary and os.isatty(1):
+            raise UsageError("-o -: a Perfetto trace is binary: redirect the standard output to a file or a pipe")
+        sys.stdout.flush()
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_CLOEXEC)
+        fd = os.dup(1) if out == STDOUT else os.open(out, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+        raise InputError(f"cannot write {shown(out)}: {exc.strerror}") from None
+    return _stream(fd, binary)
+
+
+def _stream(fd: int, binary: bool) -> IO[Any]:
+    """The descriptor as the writers' stream: bytes, or ASCII text with "\\n" line ends."""
     return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n")
 
 
