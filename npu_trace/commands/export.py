@@ -62,11 +62,10 @@ def summary_line(s: Dict[str, Any]) -> str:
     span = f"{(hi - lo) / 1e9:.3f} s" if lo is not None and hi is not None else "?"
     cut = " (the window's end: the rest of the recording was not read)" if s["stopped_at_window_end"] else ""
     unreturned = f", {m['unreturned_calls']} calls without a return drawn to the end" if m["unreturned_calls"] else ""
-    where = shown(s["out"])
     host = s.get("host_context")
     if host:
         unreturned += ", the host's context: " + ", ".join(f"{n} {k.split(':')[-1]}" for k, n in sorted(host.items()))
-    return (f"npu-trace: exported {span} of {s['events_read']} events read to {where} ({s['format']}, "
+    return (f"npu-trace: exported {span} of {s['events_read']} events read to {shown(s['out'])} ({s['format']}, "
             f"{s['bytes'] / 1e6:.1f} MB{cut}): {m['calls']} calls, {m['tasks']} tasks, {m['irqs']} interrupts, "
             f"{m['resets']} reset sequences, {m['findings']} findings, {w['instants']} instants, "
             f"{w['counters']} counter values, {w['flows']} flows, {w['tracks']} tracks{unreturned}; {s['loss']}")
