@@ -17,7 +17,9 @@ are one group, `HOST_GROUP`, which xdist runs on one worker, one test after anot
 the privileged ones (tracefs, the simulator's uprobe events, /dev/kmsg, uevents, mounts) and those marked
 `host` (they run the simulator's executor unprivileged: while another test has its uprobes registered, its
 calls would land in that test's trace). The rest (pure logic on captured bytes, files in their own temporary
-directories) run beside them on the other workers.
+directories) run beside them on the other workers. A test outside the group that starts the executor fails
+(`_executor_only_in_the_host_group`), on any host and in any order, not only when it happens to run beside a
+trace.
 """
 
 from __future__ import annotations
@@ -81,6 +83,24 @@ def _prioritise(item: pytest.Item) -> None:
     if os.geteuid() != 0 or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     os.setpriority(os.PRIO_PROCESS, 0, 0 if in_host_group(item) else OTHER_NICE)
+
+
+@pytest.fixture(autouse=True)
+def _executor_only_in_the_host_group(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every start of the simulator's executor (npu_trace.sim.runner.ScenarioRun: `sim run`, `sim cluster`,
+    `sim cycle`, the tests' scenarios) refused outside HOST_GROUP. The uprobes fire in every process running
+    the simulator: an executor started beside a privileged test puts its calls into that test's trace (one
+    did, on a busy machine: a `spikes` run's allocations, at the addresses every plan starts from, released
+    the weights a shared-weights test was counting)."""
+    if in_host_group(request.node):
+        return
+    from npu_trace.sim import runner
+
+    def refused(*_args: Any, **_kw: Any) -> None:
+        pytest.fail(f"{request.node.nodeid} starts the simulator's executor outside the host group: mark it "
+                    "`host` (tests/conftest.py)", pytrace=False)  # fmt: skip
+
+    monkeypatch.setattr(runner.ScenarioRun, "__init__", refused)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

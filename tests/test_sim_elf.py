@@ -79,6 +79,7 @@ def test_build_is_cached(binary: str) -> None:
     assert build.source_hash() in binary
 
 
+@pytest.mark.host  # its calls would land in the trace of a privileged test beside it (tests/conftest.py)
 def test_executor_runs_plan_and_times_calls(binary: str) -> None:
     run = start("spikes", 3, 0.3, 400, 2, binary=binary, host=SINGLE)  # one thread: the calls one after another
     truth = run.wait(timeout=30)
