@@ -66,3 +66,22 @@ def test_deterministic_and_one_cpu_keeps_everything_there() -> None:
     assert {(r.cpu_in, r.cpu_out) for _, r in timed("mixed", cpus=(3,))} == {(3, 3)}
     single = timed("mixed", SINGLE)
     assert {(r.tid, r.cpu_in, r.cpu_out) for _, r in single} == {(4242, 0, 0)}
+
+
+def test_a_long_run_keeps_only_the_last_second_and_forgetting_changes_no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 3.5 s of plan, what the timing keeps is the actions that ended within KEEP_NS of the latest planned
+    start (the oldest forgotten first, by plan index), and its runs are those of a timing that forgets nothing."""
+    from npu_trace.sim import timing as timing_module
+
+    keep_ns = timing_module.KEEP_NS
+    actions = plan("mixed", 5, 3.5, 2000, 2, host=HOST_LIKE)
+    forgetting = HostTiming(HOST_LIKE, (0, 1), T0)
+    runs = [forgetting.run(a) for a in actions]
+    monkeypatch.setattr(timing_module, "KEEP_NS", 10**18)
+    keeping = HostTiming(HOST_LIKE, (0, 1), T0)
+    assert [keeping.run(a) for a in actions] == runs
+    assert len(keeping.done) == len(actions)
+    kept = list(forgetting.done)
+    assert kept == list(range(forgetting.kept, len(actions))) and 0 < len(kept) < len(actions) // 2
+    latest = T0 + actions[-1].t_ns
+    assert runs[kept[0] - 1].end_ns + STEP_NS + keep_ns <= latest
