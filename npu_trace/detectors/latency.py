@@ -23,7 +23,7 @@ Config (a profile's `latency` mapping, all optional): floor_ns, k, window, warmu
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
@@ -141,7 +141,9 @@ class LatencyDetector:
         self.thresholds = {**DEFAULT_THRESHOLDS_NS, **cfg.get("thresholds_ns", {})}
         self.op_rules: Mapping[str, Mapping[str, Any]] = cfg.get("ops", {})
         self.stats: Dict[Key, OpStats] = {}
-        self.tasks: Dict[Tuple[Optional[int], Any, Any], Tuple[int, int]] = {}
+        # the open tasks, oldest first: an OrderedDict, whose oldest is taken in O(1) at the bound (a dict's
+        # next(iter()) walks past every key deleted before it: 26 us a submit at 100 k open, not 0.2)
+        self.tasks: OrderedDict[Tuple[Optional[int], Any, Any], Tuple[int, int]] = OrderedDict()
         self.counters = {"unmatched_completes": 0, "evicted_tasks": 0}
         self.task_watch: Optional[TaskWatch] = None  # told every task paired (exporters draw them)
 
@@ -318,7 +320,7 @@ class LatencyDetector:
     def _open_task(self, key: Tuple[Optional[int], Any, Any], ts: int, pid: int) -> None:
         self.tasks.pop(key, None)  # a reused id re-opens at the end (insertion order = age)
         if len(self.tasks) >= MAX_TASKS:
-            del self.tasks[next(iter(self.tasks))]
+            self.tasks.popitem(last=False)
             self.counters["evicted_tasks"] += 1
         self.tasks[key] = (ts, pid)
 

@@ -25,6 +25,7 @@ accounting detector compares only those with npu-smi's).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
 from npu_trace.detectors.base import Finding
@@ -40,17 +41,18 @@ class Processes:
     def __init__(self, tasks: Optional[Mapping[int, int]] = None, processes: Optional[Iterable[int]] = None) -> None:
         """`tasks`: {tid: tgid} of the threads alive at the start; `processes`: the processes then (None: not
         known, and no thread is counted as unattributed)."""
-        self.tasks: Dict[int, int] = {}
-        self.known: Optional[Dict[int, None]] = None  # an ordered set (the oldest forgotten first)
-        self.started: Dict[int, None] = {}  # the processes whose start the trace saw (ordered set, bounded)
+        # ordered (the oldest forgotten first at MAX_KNOWN): OrderedDicts, whose oldest goes in O(1)
+        self.tasks: OrderedDict[int, int] = OrderedDict()
+        self.known: Optional[OrderedDict[int, None]] = None  # an ordered set
+        self.started: OrderedDict[int, None] = OrderedDict()  # the processes whose start the trace saw
         self.counts = {"threads_started": 0, "processes_started": 0, "reused_ids": 0, "forgotten": 0}
         self.begin(tasks, processes)
 
     def begin(self, tasks: Optional[Mapping[int, int]], processes: Optional[Iterable[int]]) -> None:
         """The tasks alive when tracing began (as __init__ takes them), for a map made before its session
         started (the TUI's): before any event is fed."""
-        self.tasks = {t: g for t, g in (tasks or {}).items() if t != g}  # threads only
-        self.known = None if processes is None else dict.fromkeys([*processes, *self.tasks.values()])
+        self.tasks = OrderedDict((t, g) for t, g in (tasks or {}).items() if t != g)  # threads only
+        self.known = None if processes is None else OrderedDict.fromkeys([*processes, *self.tasks.values()])
 
     def of(self, tid: int) -> int:
         """The process (thread-group id) thread `tid` belongs to; `tid` itself when unknown."""
@@ -117,10 +119,10 @@ class Processes:
         return {**self.counts, "threads_known": len(self.tasks), "processes_known": self.known is not None}
 
 
-def _put(table: Dict[int, Any], key: int, value: Any, counts: Dict[str, int]) -> None:
+def _put(table: OrderedDict[int, Any], key: int, value: Any, counts: Dict[str, int]) -> None:
     """table[key] = value as the newest entry; the oldest one forgotten beyond MAX_KNOWN (counted)."""
     table.pop(key, None)
     table[key] = value
     if len(table) > MAX_KNOWN:
-        del table[next(iter(table))]
+        table.popitem(last=False)
         counts["forgotten"] += 1

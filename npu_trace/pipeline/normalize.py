@@ -36,6 +36,7 @@ silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from npu_trace.errors import UsageError
@@ -203,7 +204,7 @@ class CallPairing:
     pushed (since their last emptying): the oldest key's oldest entry is the one evicted at the bound."""
 
     def __init__(self) -> None:
-        self._stacks: Dict[Key, List[Entry]] = {}
+        self._stacks: OrderedDict[Key, List[Entry]] = OrderedDict()  # its oldest key found in O(1) at the bound
         self.count = 0  # entries pending, all keys together
         self.stats: Dict[str, int] = {"unpaired_entries": 0, "unpaired_returns": 0}
 
