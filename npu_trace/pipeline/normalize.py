@@ -35,8 +35,8 @@ silently; detectors ignore "log". `Loss` items become kind "lost" (op = the loss
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from npu_trace.errors import UsageError
