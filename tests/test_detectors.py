@@ -103,6 +103,25 @@ def test_task_latency_pairs_submit_and_complete_by_device_stream_task() -> None:
     assert out == []  # "task" has no absolute threshold, and the adaptive rule is still warming up
 
 
+def test_open_tasks_past_the_bound_forget_the_oldest_first() -> None:
+    """Submits whose completions never come: past MAX_TASKS open, each new one forgets the oldest open task (its
+    completion is then unmatched), whatever was opened and closed before; a task submitted again while open is
+    the newest."""
+    from npu_trace.detectors.latency import MAX_TASKS
+
+    det = LatencyDetector()
+    det.feed([E(i, "submit", 0, "s", stream=0, task=i) for i in range(10)])
+    det.feed([E(20 + i, "complete", 0, "task", stream=0, task=i) for i in range(5)])  # 5..9 stay open
+    det.feed([E(100 + i, "submit", 0, "s", stream=1, task=i) for i in range(MAX_TASKS)])  # forgets 5..9
+    det.feed([E(10**9, "submit", 0, "s", stream=1, task=0), E(10**9 + 1, "submit", 0, "s", stream=2, task=0)])
+    summary = det.summary()  # the second forgot (1, 1): (1, 0) was submitted again, the newest but one
+    assert summary["pending_tasks"] == MAX_TASKS and summary["evicted_tasks"] == 5 + 1
+    done = [(0, 4), (0, 5), (0, 9), (1, 0), (1, 1), (1, 2), (2, 0)]
+    det.feed([E(2 * 10**9, "complete", 0, "task", stream=s, task=t) for s, t in done])
+    assert det.summary()["unmatched_completes"] == 4  # (0, 4) closed before, (0, 5), (0, 9) and (1, 1) forgotten
+    assert det.summary()["pending_tasks"] == MAX_TASKS - 3
+
+
 def test_per_op_config_disables_rules() -> None:
     det = LatencyDetector(PROFILES["sim"].latency)
     for i in range(50):
