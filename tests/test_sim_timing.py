@@ -69,8 +69,9 @@ def test_deterministic_and_one_cpu_keeps_everything_there() -> None:
 
 
 def test_a_long_run_keeps_only_the_last_second_and_forgetting_changes_no_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over 3.5 s of plan, what the timing keeps is the actions that ended within KEEP_NS of the latest planned
-    start (the oldest forgotten first, by plan index), and its runs are those of a timing that forgets nothing."""
+    """Over 3.5 s of plan, the timing keeps the actions from one plan index to the last (fewer than half; the
+    oldest forgotten first), the last one it forgot ended KEEP_NS before the latest planned start, and its runs
+    are those of a timing that forgets nothing."""
     from npu_trace.sim import timing as timing_module
 
     keep_ns = timing_module.KEEP_NS
