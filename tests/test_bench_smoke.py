@@ -110,3 +110,15 @@ def test_bench_export_runs_and_states_its_rates_beside_check(tmp_path: Any) -> N
     assert result["events"] > 10_000 and set(result["figures"]) == {"check", "perfetto", "chrome-json"}
     assert all(fig["rss_mib"] > 0 for fig in result["figures"].values())
     assert re.search(r"^perfetto\s+[\d,]+\s+[\d.]+x", proc.stdout, re.M), proc.stdout
+
+
+def test_export_bench_bound_is_the_cpus_times_checks_wall_over_the_exports_cpu() -> None:
+    from benchmarks.export import bounds
+
+    figs = {"check": {"events_per_s": 4e6}, "perfetto": {"cpu_ns_per_event": 700.0},
+            "chrome-json": {"cpu_ns_per_event": 0.0}}  # fmt: skip
+    assert bounds(figs, 2) == [
+        "bound: perfetto at 700 ns of CPU an event on 2 CPUs: at most 0.71x check (check: 250 ns of wall an "
+        "event) however its work is split; 0.7x needs at most 714 ns of CPU an event"
+    ]  # chrome-json: no CPU measured (start-up noise on a tiny recording), no bound
+    assert bounds({"check": {"events_per_s": 0.0}, "perfetto": {}, "chrome-json": {}}, 2) == []
