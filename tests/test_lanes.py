@@ -65,7 +65,10 @@ def test_the_compiled_placement_refuses_what_does_not_fit() -> None:
         lanes._lanes.place_many(packer.lanes, b, e[:2], out, 0, 4)
     with pytest.raises(ValueError):
         lanes._lanes.place_many(packer.lanes, b, e, out, 4, 4)
-    packer.lanes[0].ends.append("x")
+    packer.lanes[0].ends.append(30)  # ends and begins of two lengths
+    with pytest.raises(ValueError):
+        lanes._lanes.place_many(packer.lanes, b + 5, e, out, 0, 4)
+    packer.lanes[0].ends = [10]  # roots not of int64
     with pytest.raises(TypeError):
         lanes._lanes.place_many(packer.lanes, b + 5, e, out, 0, 4)
 

@@ -1,12 +1,13 @@
 /* The lane placement of npu_trace.export.lanes, compiled: LanePacker.place_many's loop over one group's
- * slices, on the lanes' own lists (no copy of them in or out: each lane's roots stay the Python lists the
- * one-by-one placement reads, changed in place).
+ * slices, and add_runs. Each lane's roots (array('q') of begins and of ends, Lane's own) are copied out at the
+ * start of a call, worked on as int64 values and written back at its end when they changed (a root kept as a
+ * Python int cost a new int and its release each: most of the placement's time when they were lists).
  *
  * lanes.py holds the rules (Lane.fits, Lane.add, Lane.add_run, LanePacker.place) and the pure-Python twin,
  * LanePacker.place_many_py, whose lanes and lane numbers are identical.
  *
  * place_many(lanes, begins, ends, out, at, max_roots) -> int
- *   lanes      a list of Lane objects (`begins`, `ends`: lists of ints; `floor`, `last_end`: ints)
+ *   lanes      a list of Lane objects (`begins`, `ends`: arrays of int64, array('q'); `floor`, `last_end`: ints)
  *   begins     int64, n: the slices' begins;  ends: int64, n, in order
  *   out        int64, n: the lane number of each slice placed (written from `at` on)
  *   at         the first slice to place
@@ -14,7 +15,7 @@
  * A slice that begins at or after every end before it (the lanes' and the group's slices') goes to the first
  * lane, a run of them at once (Lane.add_run); any other to the first lane it fits (Lane.fits, Lane.add).
  * Returns n once every slice is placed, or the first slice no lane fits: the caller adds a lane and calls
- * again from it. A lane's lists hold the int64 values they were given (a value of another type: TypeError).
+ * again from it. A lane whose roots are not arrays of int64 is a TypeError; of two lengths, a ValueError.
  *
  * add_runs(lanes, begins, ends, starts, stops, max_roots) -> None
  *   Lane.add_run of the slices starts[k] .. stops[k] on lanes[k] (a list of Lane objects, one per run), for
@@ -24,14 +25,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
-#define TRIM 1024 /* forgotten roots taken off a lane's lists at once */
-
+/* A lane as the loops use it: its roots copied out of its arrays into memory of its own (at [head, n), room
+ * up to cap), floor and last end; written back to the Lane object (`store`) when they changed. */
 typedef struct {
-    PyObject *lane;    /* borrowed from the list of lanes */
-    PyObject *begins;  /* the lane's lists (new references) */
-    PyObject *ends;
-    Py_ssize_t head;   /* the roots before it are forgotten (taken off the lists once, at the end of the call) */
+    PyObject *lane; /* borrowed from the list of lanes */
+    PyObject *begins, *ends; /* the lane's arrays (new references) */
+    int64_t *b, *e;
+    Py_ssize_t head, n, cap;
     int64_t floor, last_end;
     int changed;
 } Lane;
@@ -45,7 +47,7 @@ static int as_i64(PyObject *o, int64_t *out)
     return 1;
 }
 
-static PyObject *BEGINS, *ENDS, *FLOOR, *LAST_END; /* the Lane's attributes' names, made once */
+static PyObject *BEGINS, *ENDS, *FLOOR, *LAST_END, *FROMBYTES; /* the names used, made once */
 
 static int attr_i64(PyObject *o, PyObject *name, int64_t *out)
 {
@@ -57,18 +59,12 @@ static int attr_i64(PyObject *o, PyObject *name, int64_t *out)
     return ok;
 }
 
-/* bisect_right(list[lo:], x): the first position from lo on whose value is above x */
-static Py_ssize_t bisect_right(PyObject *list, Py_ssize_t lo, int64_t x, int *err)
+/* The first position in [lo, hi) whose end is above x (bisect_right) */
+static Py_ssize_t bisect_right(const int64_t *ends, Py_ssize_t lo, Py_ssize_t hi, int64_t x)
 {
-    Py_ssize_t hi = PyList_GET_SIZE(list);
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        int64_t v;
-        if (!as_i64(PyList_GET_ITEM(list, mid), &v)) {
-            *err = 1;
-            return 0;
-        }
-        if (x < v)
+        if (x < ends[mid])
             hi = mid;
         else
             lo = mid + 1;
@@ -76,70 +72,74 @@ static Py_ssize_t bisect_right(PyObject *list, Py_ssize_t lo, int64_t x, int *er
     return lo;
 }
 
-static int append(PyObject *list, int64_t v)
+/* Room for one more root at n: the roots moved to the front when the forgotten ones take the room, the memory
+ * grown when the roots kept do; 0: no memory */
+static int room(Lane *l)
 {
-    PyObject *o = PyLong_FromLongLong(v);
-    if (o == NULL)
+    if (l->n < l->cap)
+        return 1;
+    if (l->head > 0) {
+        Py_ssize_t kept = l->n - l->head;
+        memmove(l->b, l->b + l->head, (size_t)kept * 8);
+        memmove(l->e, l->e + l->head, (size_t)kept * 8);
+        l->n = kept;
+        l->head = 0;
+        return 1;
+    }
+    Py_ssize_t cap = 2 * l->cap + 16;
+    int64_t *b = PyMem_Realloc(l->b, (size_t)cap * 8);
+    if (b == NULL)
         return 0;
-    int rc = PyList_Append(list, o);
-    Py_DECREF(o);
-    return rc == 0;
-}
-
-/* The roots forgotten taken off the lists */
-static int trim(Lane *l)
-{
-    if (l->head && (PyList_SetSlice(l->begins, 0, l->head, NULL) < 0 || PyList_SetSlice(l->ends, 0, l->head, NULL) < 0))
+    l->b = b;
+    int64_t *e = PyMem_Realloc(l->e, (size_t)cap * 8);
+    if (e == NULL)
         return 0;
-    l->head = 0;
+    l->e = e;
+    l->cap = cap;
     return 1;
 }
 
-/* Lane._forget: the roots past max_roots forgotten, the floor at the end of the last of them (taken off the
- * lists a thousand at a time: each time would move the roots kept each time) */
-static int forget(Lane *l, int64_t last_end, Py_ssize_t max_roots)
+static int push(Lane *l, int64_t b, int64_t e)
 {
-    Py_ssize_t extra = PyList_GET_SIZE(l->ends) - l->head - max_roots;
+    if (!room(l)) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    l->b[l->n] = b;
+    l->e[l->n] = e;
+    l->n++;
+    return 1;
+}
+
+/* Lane._forget: the roots past max_roots forgotten, the floor at the end of the last of them */
+static void forget(Lane *l, int64_t last_end, Py_ssize_t max_roots)
+{
+    Py_ssize_t extra = l->n - l->head - max_roots;
     if (extra > 0) {
-        if (!as_i64(PyList_GET_ITEM(l->ends, l->head + extra - 1), &l->floor))
-            return 0;
+        l->floor = l->e[l->head + extra - 1];
         l->head += extra;
-        if (l->head >= TRIM && !trim(l))
-            return 0;
     }
     l->last_end = last_end;
     l->changed = 1;
-    return 1;
 }
 
-/* Lane.fits: 1, 0, or -1 on an error */
-static int fits(Lane *l, int64_t b, int64_t e)
+/* Lane.fits */
+static int fits(const Lane *l, int64_t b, int64_t e)
 {
     if (e < l->last_end || b < l->floor)
         return 0;
-    int err = 0;
-    Py_ssize_t after = bisect_right(l->ends, l->head, b, &err);
-    if (err)
-        return -1;
-    if (after == PyList_GET_SIZE(l->ends))
-        return 1;
-    int64_t v;
-    if (!as_i64(PyList_GET_ITEM(l->begins, after), &v))
-        return -1;
-    return v > b;
+    Py_ssize_t after = bisect_right(l->e, l->head, l->n, b);
+    return after == l->n || l->b[after] > b;
 }
 
 /* Lane.add: the roots ending after b are nested in the new slice */
 static int add(Lane *l, int64_t b, int64_t e, Py_ssize_t max_roots)
 {
-    int err = 0;
-    Py_ssize_t keep = bisect_right(l->ends, l->head, b, &err);
-    if (err)
+    l->n = bisect_right(l->e, l->head, l->n, b);
+    if (!push(l, b, e))
         return 0;
-    Py_ssize_t n = PyList_GET_SIZE(l->ends);
-    if (keep < n && (PyList_SetSlice(l->begins, keep, n, NULL) < 0 || PyList_SetSlice(l->ends, keep, n, NULL) < 0))
-        return 0;
-    return append(l->begins, b) && append(l->ends, e) && forget(l, e, max_roots);
+    forget(l, e, max_roots);
+    return 1;
 }
 
 /* Lane.add_run: slices [lo, hi) none of which nests another: the last max_roots + 1 kept */
@@ -147,22 +147,38 @@ static int add_run(Lane *l, const int64_t *b, const int64_t *e, Py_ssize_t lo, P
 {
     Py_ssize_t from = hi - lo > max_roots + 1 ? hi - (max_roots + 1) : lo;
     for (Py_ssize_t i = from; i < hi; i++)
-        if (!append(l->begins, b[i]) || !append(l->ends, e[i]))
+        if (!push(l, b[i], e[i]))
             return 0;
-    return forget(l, e[hi - 1], max_roots);
+    forget(l, e[hi - 1], max_roots);
+    return 1;
 }
 
-/* The lanes' state set back on the Lane objects (the roots forgotten taken off, floor, last_end) */
+/* One of a lane's arrays written anew from roots [head, n) */
+static int write_back(PyObject *array, const int64_t *values, Py_ssize_t head, Py_ssize_t n)
+{
+    if (PySequence_DelSlice(array, 0, PY_SSIZE_T_MAX) < 0)
+        return 0;
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)(values + head), (n - head) * 8);
+    if (bytes == NULL)
+        return 0;
+    PyObject *got = PyObject_CallMethodOneArg(array, FROMBYTES, bytes);
+    Py_DECREF(bytes);
+    Py_XDECREF(got);
+    return got != NULL;
+}
+
+/* The lanes' state set back on the Lane objects (their roots, floor, last_end) */
 static int store(Lane *lanes, Py_ssize_t nl)
 {
     for (Py_ssize_t k = 0; k < nl; k++) {
-        if (!lanes[k].changed)
+        Lane *l = &lanes[k];
+        if (!l->changed)
             continue;
-        if (!trim(&lanes[k]))
+        if (!write_back(l->begins, l->b, l->head, l->n) || !write_back(l->ends, l->e, l->head, l->n))
             return 0;
-        PyObject *floor = PyLong_FromLongLong(lanes[k].floor), *last = PyLong_FromLongLong(lanes[k].last_end);
-        int ok = floor != NULL && last != NULL && PyObject_SetAttr(lanes[k].lane, FLOOR, floor) == 0
-                 && PyObject_SetAttr(lanes[k].lane, LAST_END, last) == 0;
+        PyObject *floor = PyLong_FromLongLong(l->floor), *last = PyLong_FromLongLong(l->last_end);
+        int ok = floor != NULL && last != NULL && PyObject_SetAttr(l->lane, FLOOR, floor) == 0
+                 && PyObject_SetAttr(l->lane, LAST_END, last) == 0;
         Py_XDECREF(floor);
         Py_XDECREF(last);
         if (!ok)
@@ -171,25 +187,75 @@ static int store(Lane *lanes, Py_ssize_t nl)
     return 1;
 }
 
-/* A Lane object's state (its lists held, new references) */
-static int load_one(PyObject *lane, Lane *l)
+/* The values of one of a lane's arrays (int64: array('q')) copied into `to` (room for them): how many, or -1 */
+static Py_ssize_t read_array(PyObject *array, int64_t **to, Py_ssize_t *cap, Py_ssize_t room_after)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(array, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "a lane's roots are not arrays of int64");
+        return -1;
+    }
+    Py_ssize_t n = view.len / 8;
+    const char *format = view.format != NULL ? view.format : "";
+    int ok = view.itemsize == 8 && (strcmp(format, "q") == 0 || strcmp(format, "l") == 0);
+    if (!ok)
+        PyErr_SetString(PyExc_TypeError, "a lane's roots are not arrays of int64");
+    else {
+        Py_ssize_t want = n + room_after;
+        *to = PyMem_Malloc((size_t)want * 8);
+        if (*to == NULL) {
+            PyErr_NoMemory();
+            ok = 0;
+        } else {
+            memcpy(*to, view.buf, (size_t)n * 8);
+            *cap = want;
+        }
+    }
+    PyBuffer_Release(&view);
+    return ok ? n : -1;
+}
+
+/* A Lane object's state (its arrays held, new references; its roots copied) */
+static int load_one(PyObject *lane, Lane *l, Py_ssize_t max_roots)
 {
     l->lane = lane;
     l->begins = PyObject_GetAttr(l->lane, BEGINS);
     l->ends = PyObject_GetAttr(l->lane, ENDS);
     if (l->begins == NULL || l->ends == NULL)
         return 0;
-    if (!PyList_CheckExact(l->begins) || !PyList_CheckExact(l->ends)) {
-        PyErr_SetString(PyExc_TypeError, "a lane's roots are not lists");
+    Py_ssize_t cap_b = 0, cap_e = 0;
+    Py_ssize_t nb = read_array(l->begins, &l->b, &cap_b, max_roots + 2);
+    if (nb < 0)
+        return 0;
+    Py_ssize_t ne = read_array(l->ends, &l->e, &cap_e, max_roots + 2);
+    if (ne < 0)
+        return 0;
+    if (nb != ne) {
+        PyErr_SetString(PyExc_ValueError, "a lane's begins and ends are not of one length");
         return 0;
     }
+    l->head = 0;
+    l->n = nb;
+    l->cap = cap_b;
     return attr_i64(l->lane, FLOOR, &l->floor) && attr_i64(l->lane, LAST_END, &l->last_end);
 }
 
-static int load(PyObject *list, Lane *lanes, Py_ssize_t nl)
+static void release(Lane *lanes, Py_ssize_t nl)
+{
+    for (Py_ssize_t k = 0; lanes != NULL && k < nl; k++) {
+        Py_XDECREF(lanes[k].begins);
+        Py_XDECREF(lanes[k].ends);
+        PyMem_Free(lanes[k].b);
+        PyMem_Free(lanes[k].e);
+    }
+    PyMem_Free(lanes);
+}
+
+static int load(PyObject *list, Lane *lanes, Py_ssize_t nl, Py_ssize_t max_roots)
 {
     for (Py_ssize_t k = 0; k < nl; k++)
-        if (!load_one(PyList_GET_ITEM(list, k), &lanes[k]))
+        if (!load_one(PyList_GET_ITEM(list, k), &lanes[k], max_roots))
             return 0;
     return 1;
 }
@@ -215,13 +281,8 @@ static Py_ssize_t place(Lane *lanes, Py_ssize_t nl, const int64_t *b, const int6
         if (j == n)
             return n;
         Py_ssize_t k = 0;
-        for (; k < nl; k++) {
-            int f = fits(&lanes[k], b[j], e[j]);
-            if (f < 0)
-                return -1;
-            if (f)
-                break;
-        }
+        while (k < nl && !fits(&lanes[k], b[j], e[j]))
+            k++;
         if (k == nl)
             return j;
         if (!add(&lanes[k], b[j], e[j], max_roots))
@@ -245,16 +306,12 @@ static Py_ssize_t one_group(PyObject *list, const int64_t *b, const int64_t *e, 
     Lane *lanes = PyMem_Calloc((size_t)nl + 1, sizeof(Lane));
     if (lanes == NULL)
         PyErr_NoMemory();
-    else if (load(list, lanes, nl)) {
+    else if (load(list, lanes, nl, max_roots)) {
         got = place(lanes, nl, b, e, out, n, at, max_roots);
         if (got >= 0 && !store(lanes, nl))
             got = -1;
     }
-    for (Py_ssize_t k = 0; lanes != NULL && k < nl; k++) {
-        Py_XDECREF(lanes[k].begins);
-        Py_XDECREF(lanes[k].ends);
-    }
-    PyMem_Free(lanes);
+    release(lanes, nl);
     return got;
 }
 
@@ -281,11 +338,14 @@ static int runs(PyObject *list, const int64_t *b, const int64_t *e, const int64_
                 Py_ssize_t max_roots)
 {
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
-        Lane lane = {0};
-        int ok = load_one(PyList_GET_ITEM(list, k), &lane)
-                 && add_run(&lane, b, e, starts[k], stops[k], max_roots) && store(&lane, 1);
-        Py_XDECREF(lane.begins);
-        Py_XDECREF(lane.ends);
+        Lane *lane = PyMem_Calloc(1, sizeof(Lane));
+        if (lane == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        int ok = load_one(PyList_GET_ITEM(list, k), lane, max_roots)
+                 && add_run(lane, b, e, starts[k], stops[k], max_roots) && store(lane, 1);
+        release(lane, 1);
         if (!ok)
             return 0;
     }
@@ -340,7 +400,8 @@ PyMODINIT_FUNC PyInit__lanes(void)
     ENDS = PyUnicode_InternFromString("ends");
     FLOOR = PyUnicode_InternFromString("floor");
     LAST_END = PyUnicode_InternFromString("last_end");
-    if (BEGINS == NULL || ENDS == NULL || FLOOR == NULL || LAST_END == NULL)
+    FROMBYTES = PyUnicode_InternFromString("frombytes");
+    if (BEGINS == NULL || ENDS == NULL || FLOOR == NULL || LAST_END == NULL || FROMBYTES == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -6,12 +6,13 @@ ends, one at a time (`place`, what the mapper calls: npu_trace.export.track_map)
 what the columnar drawing calls: npu_trace.export.parts); `add_runs` gives many groups' first lanes a run of
 slices each (Lane.add_run) at once. Two implementations of `place_many` and `add_runs`, identical in every lane
 and lane number: the C extension `npu_trace.export._lanes` (built by the package's install where a compiler
-is), which runs the loops on the lanes' own lists, and `place_many_py`, `add_runs_py` in numpy and Python.
-`IMPLEMENTATION` says which runs ("c" or "python").
+is), which runs the loops on the lanes' roots as int64 values, and `place_many_py`, `add_runs_py` in numpy and
+Python. `IMPLEMENTATION` says which runs ("c" or "python").
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from typing import Callable, List, Sequence, Tuple
 
@@ -31,7 +32,7 @@ _MIN = -(1 << 63)
 
 class Lane:
     """One track of a lane group: the outermost slices given to it lately (`roots`: disjoint, in time order,
-    so their begins and their ends both ascend: kept as two arrays, searched by bisection).
+    so their begins and their ends both ascend: kept as two arrays of int64, searched by bisection).
 
     A new slice [b, e] (e at least every end before) nests properly there when every root that ends after b
     starts after b (the new slice then contains it). Ties are decided by the file order a stable sort keeps:
@@ -43,8 +44,8 @@ class Lane:
 
     def __init__(self, track: Track) -> None:
         self.track = track
-        self.begins: List[int] = []
-        self.ends: List[int] = []
+        self.begins = array("q")
+        self.ends = array("q")
         self.floor = -(1 << 63)
         self.last_end = -(1 << 63)
 
@@ -68,8 +69,8 @@ class Lane:
     def add_run(self, begins: np.ndarray, ends: np.ndarray) -> None:
         """add() of slices each beginning at or after the end of every root and of the slice before it (none
         nests another): all appended (the last MAX_ROOTS + 1 of them say all that is kept)."""
-        self.begins += begins[-MAX_ROOTS - 1 :].tolist()
-        self.ends += ends[-MAX_ROOTS - 1 :].tolist()
+        self.begins.extend(begins[-MAX_ROOTS - 1 :].tolist())
+        self.ends.extend(ends[-MAX_ROOTS - 1 :].tolist())
         self._forget(int(ends[-1]))
 
     def _forget(self, last_end: int) -> None:
