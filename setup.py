@@ -12,11 +12,10 @@ pyproject.toml needs setuptools 74, newer than the distributions' own.)
 
 -O3: a distribution's Python compiles extensions with its own optimization level (Debian 12's compiler line:
 "-DNDEBUG -g -fwrapv -O2 -Wall ... -g -fwrapv -O2"); the options given here come after those, and the last one
-wins. Measured on the
-2-vCPU VM the benchmarks run on, the export of a 2 M-event recording to Chrome JSON, 5 alternating runs of each
-build: the byte assembler 164 -> 135 ms, the pieces' rows 52 -> 46 ms, the lanes 97 -> 86 ms, the drawing's
-process 1023 -> 955 ms (medians, the same bytes written); check's analysis of the detector-heavy recording 193, 200
-and 169 ms against 198, 206 and 206 (three rounds, medians of 7 in-process runs).
+wins. Measured on the 2-vCPU VM the benchmarks run on, the export of a 2 M-event recording to Chrome JSON, 5
+alternating runs of each build: the byte assembler 164 -> 135 ms, the pieces' rows 52 -> 46 ms, the lanes 97 -> 86
+ms, the drawing's process 1023 -> 955 ms (medians, the same bytes written); check's analysis of the detector-heavy
+recording 193, 200 and 169 ms against 198, 206 and 206 (three rounds, medians of 7 in-process runs).
 """
 
 from setuptools import Extension, setup

@@ -187,8 +187,9 @@ static int store(Lane *lanes, Py_ssize_t nl)
     return 1;
 }
 
-/* The values of one of a lane's arrays (int64: array('q')) copied into `to` (room for them): how many, or -1 */
-static Py_ssize_t read_array(PyObject *array, int64_t **to, Py_ssize_t *cap, Py_ssize_t room_after)
+/* The values of one of a lane's arrays (int64: array('q')) copied into `to`, with room for room_after more: how
+ * many, or -1 */
+static Py_ssize_t read_array(PyObject *array, int64_t **to, Py_ssize_t room_after)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(array, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
@@ -202,15 +203,12 @@ static Py_ssize_t read_array(PyObject *array, int64_t **to, Py_ssize_t *cap, Py_
     if (!ok)
         PyErr_SetString(PyExc_TypeError, "a lane's roots are not arrays of int64");
     else {
-        Py_ssize_t want = n + room_after;
-        *to = PyMem_Malloc((size_t)want * 8);
+        *to = PyMem_Malloc((size_t)(n + room_after) * 8);
         if (*to == NULL) {
             PyErr_NoMemory();
             ok = 0;
-        } else {
+        } else
             memcpy(*to, view.buf, (size_t)n * 8);
-            *cap = want;
-        }
     }
     PyBuffer_Release(&view);
     return ok ? n : -1;
@@ -224,11 +222,10 @@ static int load_one(PyObject *lane, Lane *l, Py_ssize_t max_roots)
     l->ends = PyObject_GetAttr(l->lane, ENDS);
     if (l->begins == NULL || l->ends == NULL)
         return 0;
-    Py_ssize_t cap_b = 0, cap_e = 0;
-    Py_ssize_t nb = read_array(l->begins, &l->b, &cap_b, max_roots + 2);
+    Py_ssize_t nb = read_array(l->begins, &l->b, max_roots + 2);
     if (nb < 0)
         return 0;
-    Py_ssize_t ne = read_array(l->ends, &l->e, &cap_e, max_roots + 2);
+    Py_ssize_t ne = read_array(l->ends, &l->e, max_roots + 2);
     if (ne < 0)
         return 0;
     if (nb != ne) {
@@ -237,7 +234,7 @@ static int load_one(PyObject *lane, Lane *l, Py_ssize_t max_roots)
     }
     l->head = 0;
     l->n = nb;
-    l->cap = cap_b;
+    l->cap = nb + max_roots + 2;
     return attr_i64(l->lane, FLOOR, &l->floor) && attr_i64(l->lane, LAST_END, &l->last_end);
 }
 
