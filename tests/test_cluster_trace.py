@@ -11,6 +11,7 @@ from typing import Any, Dict, List
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+import npu_trace.export.output as output
 from cluster_support import write_cluster
 from npu_trace.cli import main
 from npu_trace.export.output import Output
@@ -81,6 +82,7 @@ def test_a_trace_that_cannot_be_written_is_one_line(tmp_path: Any, monkeypatch: 
     def full(self: Output, data: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    monkeypatch.setattr(output, "DIRECT", False)  # through the stream (test_export_apart: the direct writes')
     monkeypatch.setattr(Output, "write", full)
     out = tmp_path / "out" / "c.pftrace"
     out.parent.mkdir()

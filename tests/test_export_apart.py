@@ -14,6 +14,8 @@ from typing import Any, List, Optional, Set
 import numpy as np
 import pytest
 
+import npu_trace.export.direct as direct
+import npu_trace.export.output as output
 import npu_trace.export.run as export_module
 from export_reference import reference_export
 from npu_trace.errors import InputError
@@ -77,7 +79,7 @@ def test_each_block_is_drawn_with_the_names_known_when_it_was_read(tmp_path: Any
         ref = reference_export(Request(rec, str(tmp_path / ("ref-" + out)), fmt, progress=False))
         assert (tmp_path / ("fast-" + out)).read_bytes() == (tmp_path / ("ref-" + out)).read_bytes(), out
         assert {**fast, "out": None} == {**ref, "out": None}
-    assert b"-0\"" in (tmp_path / "fast-out.json").read_bytes()  # the names of the first reads are shown
+    assert b'-0"' in (tmp_path / "fast-out.json").read_bytes()  # the names of the first reads are shown
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -182,8 +184,8 @@ def test_an_error_in_the_drawing_is_the_exports_own(tmp_path: Any, monkeypatch: 
 
 
 def test_a_failed_write_in_the_child_is_one_line(tmp_path: Any, monkeypatch: Any) -> None:
-    """A full disk: the child's write fails; the export's error names the output and why (InputError: the CLI
-    prints it as one line and exits 2)."""
+    """A full disk: the child's write fails, through the stream; the export's error names the output and why
+    (InputError: the CLI prints it as one line and exits 2)."""
     written = [0]
     write = Output.write
 
@@ -193,7 +195,26 @@ def test_a_failed_write_in_the_child_is_one_line(tmp_path: Any, monkeypatch: Any
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         write(self, data)
 
+    monkeypatch.setattr(output, "DIRECT", False)
     monkeypatch.setattr(Output, "write", full)
+    _export_fails(tmp_path, monkeypatch, InputError, "cannot write .*out.pftrace: No space left on device")
+
+
+def test_a_failed_direct_write_in_the_child_is_one_line(tmp_path: Any, monkeypatch: Any) -> None:
+    """The same, the file written direct (npu_trace.export.direct): the writing thread's second write fails,
+    the error is raised by the drawing's next call."""
+    written = [0]
+    write_all = direct._Writes._all
+
+    def full(self: Any, view: memoryview) -> None:
+        assert self.direct  # the file takes O_DIRECT (the tests' tmp_path is on a file system that does)
+        written[0] += 1
+        if written[0] == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write_all(self, view)
+
+    monkeypatch.setattr(direct, "CHUNK", 1 << 16)  # many writes in a small export
+    monkeypatch.setattr(direct._Writes, "_all", full)
     _export_fails(tmp_path, monkeypatch, InputError, "cannot write .*out.pftrace: No space left on device")
 
 

@@ -3,6 +3,7 @@ template and any values, and refuses what is malformed the same way."""
 
 from __future__ import annotations
 
+import mmap
 from typing import Any, List, Tuple
 
 import numpy as np
@@ -100,8 +101,20 @@ def test_the_python_assembler_writes_protobufs_and_texts() -> None:
     assert out == first + second
 
 
-@pytest.mark.parametrize("words", [[99, 0], [wire.VARINT, 7], [wire.CONST, 3], [wire.TABLE, 0, 1], [wire.VARINT],
-                                   [wire.SPAN, 0, 4], [wire.SPAN, 4, 0], [wire.LOW, 0, 0], [wire.LOW, 0, 64]])
+@pytest.mark.parametrize(
+    "words",
+    [
+        [99, 0],
+        [wire.VARINT, 7],
+        [wire.CONST, 3],
+        [wire.TABLE, 0, 1],
+        [wire.VARINT],
+        [wire.SPAN, 0, 4],
+        [wire.SPAN, 4, 0],
+        [wire.LOW, 0, 0],
+        [wire.LOW, 0, 64],
+    ],
+)
 def test_a_malformed_template_is_refused_by_both(words: List[int]) -> None:
     prog, starts = np.array(words, np.int32), np.array([0, len(words)], np.int32)
     cols = np.zeros((1, NCOLS), np.int64)
@@ -175,3 +188,34 @@ def test_a_span_and_low_bits_are_written_as_the_numbers_they_stand_for() -> None
     out = bytearray()
     n = assemble(prog, starts, np.zeros(4, np.int32), cols, tuple(consts.items), (), out)
     assert bytes(out[:n]) == want and b"12.345|7\n" in want and b"0.000|9007199254740991\n" in want
+
+
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_rows_go_after_an_offset_and_a_fixed_buffer_too_small_is_left_as_it_was(impl: str, monkeypatch: Any) -> None:
+    """`at`: the rows written from there, what lies before kept (a bytearray grown to hold them). A buffer of
+    a fixed size (an anonymous map, as the direct writes use) that may not hold them: nothing written, minus a
+    size that holds them returned; given that size, the same bytes."""
+    if impl == "c" and wire.IMPLEMENTATION != "c":
+        pytest.skip("the compiled assembler is not built here")
+    if impl == "python":
+        monkeypatch.setattr(wire, "_wire", None)
+    consts = Consts()
+    prog, starts = program([Template(consts).const(b"<").dec(0).const(b">").done()])
+    cols = np.array([[-5], [123456789], [0]], dtype=np.int64)
+    which = np.zeros(3, np.int32)
+    rows = b"<-5><123456789><0>"
+    out = bytearray(b"head")
+    assert assemble(prog, starts, which, cols, tuple(consts.items), (), out, 4) == 4 + len(rows)
+    assert bytes(out[: 4 + len(rows)]) == b"head" + rows
+    small = mmap.mmap(-1, mmap.PAGESIZE)
+    small[:4] = b"head"
+    at = mmap.PAGESIZE - 8
+    need = assemble(prog, starts, which, cols, tuple(consts.items), (), small, at)
+    assert need < 0 and -need >= at + len(rows) and small[:] == b"head" + bytes(mmap.PAGESIZE - 4)
+    room = mmap.mmap(-1, -need)
+    assert assemble(prog, starts, which, cols, tuple(consts.items), (), room, at) == at + len(rows)
+    assert room[at : at + len(rows)] == rows
+    with pytest.raises(ValueError, match="at must not be negative"):
+        assemble(prog, starts, which, cols, tuple(consts.items), (), out, -1)
+    with pytest.raises((TypeError, BufferError)):
+        assemble(prog, starts, which, cols, tuple(consts.items), (), b"read only", 0)

@@ -8,9 +8,11 @@
  * of its table is a ValueError after the call), and nesting is checked per row. Only the templates the rows
  * use are checked (and need their columns).
  *
- * assemble(prog, starts, which, cols, ncols, consts, tables, out) -> the number of bytes written
- *   (into `out`, a bytearray, from its start: it is grown when too small, never shrunk, so that the pages
- *   it holds are used again from call to call)
+ * assemble(prog, starts, which, cols, ncols, consts, tables, out, at) -> where the rows' bytes end in `out`
+ *   written into `out` from offset `at`. A bytearray is grown when too small, never shrunk, so that the pages
+ *   it holds are used again from call to call. Any other writable buffer keeps its size: when the rows may
+ *   not fit after `at` (their bound, the most bytes they can take, passes its end) nothing is written and the
+ *   result is minus the size it needs (at + the bound), so that the caller can give room and call again.
  *   prog    int32 words of every template, one after the other
  *   starts  int32: template t is prog[starts[t]:starts[t + 1]]
  *   which   int32: the template of each row (n rows)
@@ -416,21 +418,36 @@ static int check_sizes(Py_buffer *prog, Py_buffer *starts, Py_buffer *which, Py_
     return 1;
 }
 
-/* Every row written into `out` (a bytearray, grown to the rows' bound first): the bytes written. */
-static PyObject *run(Job *j, PyObject *out)
+/* Every row written into `out` from `at` (a bytearray is grown to the rows' bound first; another buffer too
+ * small for it: nothing written, minus the size needed): where the bytes end. */
+static PyObject *run(Job *j, PyObject *out, Py_ssize_t at)
 {
-    size_t need = 0, pos = 0;
+    size_t need = (size_t)at, pos = (size_t)at;
     int failed = 0;
+    Py_buffer view = {0};
+    uint8_t *buf;
     for (Py_ssize_t i = 0; i < j->n; i++)
         need += j->bound[j->which[i]];
     need += PAD; /* a short copy writes PAD bytes */
-    if ((Py_ssize_t)need > PyByteArray_GET_SIZE(out) && PyByteArray_Resize(out, (Py_ssize_t)need) < 0)
-        return NULL;
-    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out);
+    if (PyByteArray_Check(out)) {
+        if ((Py_ssize_t)need > PyByteArray_GET_SIZE(out) && PyByteArray_Resize(out, (Py_ssize_t)need) < 0)
+            return NULL;
+        buf = (uint8_t *)PyByteArray_AS_STRING(out);
+    } else {
+        if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        if ((Py_ssize_t)need > view.len) {
+            PyBuffer_Release(&view);
+            return PyLong_FromSsize_t(-(Py_ssize_t)need);
+        }
+        buf = (uint8_t *)view.buf;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < j->n && !failed; i++)
         pos = row(j, i, buf, pos, &failed);
     Py_END_ALLOW_THREADS
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
     if (failed == 2)
         PyErr_SetString(PyExc_ValueError, "a value is out of its table");
     else if (failed == 3)
@@ -443,10 +460,15 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
     Py_buffer prog, starts, which, cols;
     PyObject *consts, *tables, *out, *result = NULL;
     Job j = {0};
-    Py_ssize_t nconsts = 0, ntables = 0, done = 0;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*nOOY", &prog, &starts, &which, &cols, &j.ncols, &consts, &tables, &out))
+    Py_ssize_t nconsts = 0, ntables = 0, done = 0, at = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*nOOO|n", &prog, &starts, &which, &cols, &j.ncols, &consts, &tables, &out,
+                          &at))
         return NULL;
     j.prog = prog.buf, j.starts = starts.buf, j.which = which.buf, j.cols = cols.buf;
+    if (at < 0) {
+        PyErr_SetString(PyExc_ValueError, "at must not be negative");
+        goto out;
+    }
     if (!check_sizes(&prog, &starts, &which, &cols, &j) || !pieces_of(consts, &j.consts))
         goto out;
     nconsts = j.consts.len;
@@ -481,7 +503,7 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
             goto out;
         }
     }
-    result = run(&j, out);
+    result = run(&j, out, at);
 out:
     for (Py_ssize_t k = 0; j.tables && k < done; k++) {
         PyMem_Free(j.tables[k].items);

@@ -14,5 +14,6 @@ def assemble(
     ncols: int,
     consts: Tuple[bytes, ...],
     tables: Tuple[Tuple[bytes, ...], ...],
-    out: bytearray,
+    out: _Bytes,
+    at: int = 0,
 ) -> int: ...

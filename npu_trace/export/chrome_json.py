@@ -154,7 +154,7 @@ class ChromeJsonWriter:
         self._flush()
         self.output.write(data)
 
-    def assembled(self, run: Callable[[bytearray], int]) -> None:
+    def assembled(self, run: Callable[[Any, int], int]) -> None:
         """Lines `run` lays out in a buffer (npu_trace.export.output), after those written so far."""
         self._flush()
         self.output.assembled(run)
@@ -162,6 +162,7 @@ class ChromeJsonWriter:
     def close(self) -> Dict[str, int]:
         self._raw("\n]}\n")
         self._flush()
+        self.output.close()
         self.out.flush()
         return dict(self.counts)
 

@@ -256,6 +256,7 @@ class PerfettoWriter:
 
     def close(self) -> Dict[str, int]:
         self._flush()
+        self.output.close()
         self.out.flush()
         return dict(self.counts)
 
@@ -274,7 +275,7 @@ class PerfettoWriter:
         self._flush()
         self.output.write(data)
 
-    def assembled(self, run: Callable[[bytearray], int]) -> None:
+    def assembled(self, run: Callable[[Any, int], int]) -> None:
         """Packets `run` lays out in a buffer (npu_trace.export.output), after those built so far."""
         self._flush()
         self.output.assembled(run)

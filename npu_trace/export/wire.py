@@ -5,10 +5,12 @@ little-endian bytes, as decimal text or as microseconds with three decimals, the
 as microseconds (a slice's duration, `span`), a column's low bits as decimal text (`low`), bytes from a table
 by the column's value, and length-delimited parts (a protobuf message inside another: its length in front
 of it).
-`assemble(prog, starts, which, cols, consts, tables, out)` writes row i by template `which[i]` with row i of
-every column, the rows one after the other, into the bytearray `out` (kept from call to call: a fresh buffer
-costs its pages' first touch each time): a Perfetto packet or a Chrome JSON line per row, no Python object
-per row.
+`assemble(prog, starts, which, cols, consts, tables, out, at)` writes row i by template `which[i]` with row i
+of every column, the rows one after the other, into `out` from offset `at`: a Perfetto packet or a Chrome JSON
+line per row, no Python object per row. `out` is a bytearray, grown as needed (kept from call to call: a fresh
+buffer costs its pages' first touch each time), or another writable buffer of a fixed size (a page-aligned
+one the output writes from directly, npu_trace.export.output), into which rows that may not fit are not
+written: the call then gives minus a size that would hold them.
 
 Two implementations, identical in every result: the C extension `npu_trace.export._wire` (built by the
 package's install where a compiler is; the GIL is released while it writes) and `assemble_py` in pure Python.
@@ -17,7 +19,7 @@ package's install where a compiler is; the GIL is released while it writes) and 
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -135,19 +137,28 @@ def program(templates: Sequence[Sequence[int]]) -> Tuple[np.ndarray, np.ndarray]
 
 
 def assemble(prog: np.ndarray, starts: np.ndarray, which: np.ndarray, cols: np.ndarray, consts: Tuple[bytes, ...],
-             tables: Tuple[Tuple[bytes, ...], ...], out: bytearray) -> int:  # fmt: skip
+             tables: Tuple[Tuple[bytes, ...], ...], out: Any, at: int = 0) -> int:  # fmt: skip
     """Row i of `cols` (int64, n rows of one value per column) written by template which[i] (see the module
-    docstring), the rows one after the other, into `out` from its start (grown when too small, never shrunk):
-    how many bytes were written."""
+    docstring), the rows one after the other, into `out` from offset `at` (a bytearray is grown when too
+    small, never shrunk): where the bytes end; minus a size that would hold them when `out` is another buffer
+    too small for them (nothing written)."""
     which = np.ascontiguousarray(which, dtype=np.int32)
     cols = np.ascontiguousarray(cols, dtype=np.int64)
     if _wire is not None:
-        return int(_wire.assemble(prog, starts, which, cols, cols.shape[1], consts, tables, out))
+        return int(_wire.assemble(prog, starts, which, cols, cols.shape[1], consts, tables, out, at))
+    if at < 0:
+        raise ValueError("at must not be negative")
+    with memoryview(out) as view:
+        if view.readonly:
+            raise TypeError("out must be a writable buffer")
     data = assemble_py(prog, starts, which, cols, consts, tables)
-    if len(data) > len(out):
-        out.extend(bytes(len(data) - len(out)))
-    out[: len(data)] = data
-    return len(data)
+    end = at + len(data)
+    if end > len(out):
+        if not isinstance(out, bytearray):
+            return -end
+        out.extend(bytes(end - len(out)))
+    memoryview(out)[at:end] = data
+    return end
 
 
 def assemble_py(prog: np.ndarray, starts: np.ndarray, which: np.ndarray, cols: np.ndarray,
