@@ -105,6 +105,8 @@ def test_the_python_assembler_writes_protobufs_and_texts() -> None:
     "words",
     [
         [99, 0],
+        [wire.LOW + 1],  # the compiled one's own end of a template (OP_RET): never in a program given
+        [0],
         [wire.VARINT, 7],
         [wire.CONST, 3],
         [wire.TABLE, 0, 1],

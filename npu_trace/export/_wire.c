@@ -52,7 +52,8 @@ enum {
     OP_MICROS,
     OP_FRAMED,
     OP_SPAN,
-    OP_LOW
+    OP_LOW,
+    OP_RET /* a template's end: only in the copy the rows run (Job.code), never in a program given */
 };
 #define MAX_DEPTH 32
 
@@ -151,24 +152,27 @@ static inline size_t copy(uint8_t *to, const uint8_t *from, size_t len)
     return len;
 }
 
-/* A number written by VARINT, FIXED64, DEC or MICROS at `at` (room for 32 bytes): how many bytes. */
-static size_t number_at(uint8_t *at, int op, int64_t v)
+static size_t fixed64_at(uint8_t *at, uint64_t u)
 {
-    size_t k = 0;
-    if (op == OP_VARINT)
-        return varint_at(at, (uint64_t)v);
-    if (op == OP_FIXED64) {
-        uint64_t u = (uint64_t)v;
-        for (int b = 0; b < 8; b++)
-            at[b] = (uint8_t)(u >> (8 * b));
-        return 8;
-    }
-    if (v < 0)
-        at[k++] = '-';
-    uint64_t m = magnitude(v);
-    if (op == OP_DEC)
-        return k + decimal_at(at + k, m);
-    uint64_t frac = m % 1000;
+    for (int b = 0; b < 8; b++)
+        at[b] = (uint8_t)(u >> (8 * b));
+    return 8;
+}
+
+/* A signed value in decimal. */
+static size_t signed_at(uint8_t *at, int64_t v)
+{
+    size_t k = v < 0;
+    at[0] = '-';
+    return k + decimal_at(at + k, magnitude(v));
+}
+
+/* A signed count of nanoseconds as microseconds with three decimals ("-12.345"). */
+static size_t micros_at(uint8_t *at, int64_t v)
+{
+    size_t k = v < 0;
+    uint64_t m = magnitude(v), frac = m % 1000;
+    at[0] = '-';
     k += decimal_at(at + k, m / 1000);
     at[k] = '.';
     at[k + 1] = (uint8_t)('0' + frac / 100);
@@ -216,7 +220,9 @@ static int operands(int op)
 
 typedef struct {
     const int32_t *prog, *starts, *which;
-    int32_t *code; /* the templates run: prog's words, each SKIPZ's count of operations made the words they take */
+    int32_t *code; /* the templates run: prog's words, each SKIPZ's count of operations made the words they take,
+                    * each template followed by OP_RET (template t at code_starts[t]) */
+    Py_ssize_t *code_starts;
     const int64_t *cols;
     Py_ssize_t n, ncols, ntemplates;
     Table consts;
@@ -225,73 +231,91 @@ typedef struct {
 } Job;
 
 /* Row i written at buf + pos (room for its template's bound): the position after it, or 0 with *failed set
- * (2: a value out of its table, 3: BEGIN and END that do not match). */
+ * (2: a value out of its table, 3: BEGIN and END that do not match). The operations are dispatched by
+ * computed goto (GNU C): each jumps to the next from its own end, a branch of its own that the processor
+ * predicts from that operation's successors, where a switch has one jump for all (a block's rows change
+ * templates from row to row). Measured on a block of the 2 M-event recording, 35 k rows: 97-100 -> 67-70 ns
+ * a row to Perfetto, 96-100 -> 83-87 to Chrome JSON. Each template in j->code ends with OP_RET. */
 static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *failed)
 {
-    int t = j->which[i];
-    const int32_t *w = j->code + j->starts[t], *end = j->code + j->starts[t + 1];
+    static const void *const at_op[] = {
+        [OP_CONST] = &&op_const, [OP_VARINT] = &&op_varint, [OP_FIXED64] = &&op_fixed64, [OP_TABLE] = &&op_table,
+        [OP_BEGIN] = &&op_begin, [OP_END] = &&op_end,         [OP_SKIPZ] = &&op_skipz,     [OP_DEC] = &&op_dec,
+        [OP_MICROS] = &&op_micros, [OP_FRAMED] = &&op_framed, [OP_SPAN] = &&op_span,       [OP_LOW] = &&op_low,
+        [OP_RET] = &&op_ret,
+    };
+    const int32_t *w = j->code + j->code_starts[j->which[i]];
     const int64_t *row_values = j->cols + i * j->ncols;
     size_t open[MAX_DEPTH];
     int depth = 0;
-    while (w < end) {
-        int op = *w++;
-        switch (op) {
-        case OP_CONST: {
-            Piece c = j->consts.items[*w++];
-            pos += copy(buf + pos, c.p, (size_t)c.len);
-            break;
-        }
-        case OP_BEGIN:
-            if (depth == MAX_DEPTH) {
-                *failed = 3;
-                return 0;
-            }
-            open[depth++] = pos++;
-            break;
-        case OP_END:
-            if (depth == 0) {
-                *failed = 3;
-                return 0;
-            }
-            pos = close_part(buf, open[--depth], pos);
-            break;
-        case OP_TABLE: {
-            int64_t v = row_values[w[0]];
-            Table tab = j->tables[w[1]];
-            w += 2;
-            if (v >= tab.len) {
-                *failed = 2;
-                return 0;
-            }
-            if (v >= 0)
-                pos += copy(buf + pos, tab.items[v].p, (size_t)tab.items[v].len);
-            break;
-        }
-        case OP_FRAMED: {
-            Piece tag = j->consts.items[w[0]], body = j->consts.items[w[1]];
-            uint64_t v = (uint64_t)row_values[w[2]];
-            w += 3;
-            pos += copy(buf + pos, tag.p, (size_t)tag.len);
-            pos += varint_at(buf + pos, (uint64_t)body.len + varint_size(v));
-            pos += copy(buf + pos, body.p, (size_t)body.len);
-            pos += varint_at(buf + pos, v);
-            break;
-        }
-        case OP_SPAN:
-            pos += number_at(buf + pos, OP_MICROS, (int64_t)((uint64_t)row_values[w[0]] - (uint64_t)row_values[w[1]]));
-            w += 2;
-            break;
-        case OP_LOW:
-            pos += number_at(buf + pos, OP_DEC, (int64_t)((uint64_t)row_values[w[0]] & ((1ULL << w[1]) - 1)));
-            w += 2;
-            break;
-        case OP_SKIPZ: /* its second operand: the words the skipped operations take (see skip_words) */
-            w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
-            break;
-        default:
-            pos += number_at(buf + pos, op, row_values[*w++]);
-        }
+#define NEXT goto *at_op[*w++]
+    NEXT;
+op_const: {
+    Piece c = j->consts.items[*w++];
+    pos += copy(buf + pos, c.p, (size_t)c.len);
+    NEXT;
+}
+op_begin:
+    if (depth == MAX_DEPTH) {
+        *failed = 3;
+        return 0;
     }
+    open[depth++] = pos++;
+    NEXT;
+op_end:
+    if (depth == 0) {
+        *failed = 3;
+        return 0;
+    }
+    pos = close_part(buf, open[--depth], pos);
+    NEXT;
+op_table: {
+    int64_t v = row_values[w[0]];
+    Table tab = j->tables[w[1]];
+    w += 2;
+    if (v >= tab.len) {
+        *failed = 2;
+        return 0;
+    }
+    if (v >= 0)
+        pos += copy(buf + pos, tab.items[v].p, (size_t)tab.items[v].len);
+    NEXT;
+}
+op_framed: {
+    Piece tag = j->consts.items[w[0]], body = j->consts.items[w[1]];
+    uint64_t v = (uint64_t)row_values[w[2]];
+    w += 3;
+    pos += copy(buf + pos, tag.p, (size_t)tag.len);
+    pos += varint_at(buf + pos, (uint64_t)body.len + varint_size(v));
+    pos += copy(buf + pos, body.p, (size_t)body.len);
+    pos += varint_at(buf + pos, v);
+    NEXT;
+}
+op_varint:
+    pos += varint_at(buf + pos, (uint64_t)row_values[*w++]);
+    NEXT;
+op_fixed64:
+    pos += fixed64_at(buf + pos, (uint64_t)row_values[*w++]);
+    NEXT;
+op_dec:
+    pos += signed_at(buf + pos, row_values[*w++]);
+    NEXT;
+op_micros:
+    pos += micros_at(buf + pos, row_values[*w++]);
+    NEXT;
+op_span:
+    pos += micros_at(buf + pos, (int64_t)((uint64_t)row_values[w[0]] - (uint64_t)row_values[w[1]]));
+    w += 2;
+    NEXT;
+op_low:
+    pos += signed_at(buf + pos, (int64_t)((uint64_t)row_values[w[0]] & ((1ULL << w[1]) - 1)));
+    w += 2;
+    NEXT;
+op_skipz: /* its second operand: the words the skipped operations take (see skip_words) */
+    w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
+    NEXT;
+op_ret:
+#undef NEXT
     if (depth) {
         *failed = 3;
         return 0;
@@ -353,7 +377,7 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
     j->bound[t] = bound;
     for (w = j->prog + j->starts[t]; w < end; w += 1 + operands(*w))
         if (*w == OP_SKIPZ)
-            j->code[w - j->prog + 2] = skip_words(w + 3, end, w[2]);
+            j->code[j->code_starts[t] + (w - j->prog - j->starts[t]) + 2] = skip_words(w + 3, end, w[2]);
     return 1;
 }
 
@@ -489,12 +513,18 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
         }
     }
     j.bound = PyMem_Calloc((size_t)(j.ntemplates ? j.ntemplates : 1), sizeof(size_t));
-    j.code = PyMem_Malloc((size_t)prog.len + 4);
-    if (j.bound == NULL || j.code == NULL) {
+    j.code = PyMem_Malloc((size_t)prog.len + 4 * (size_t)(j.ntemplates + 1));
+    j.code_starts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(j.ntemplates + 1));
+    if (j.bound == NULL || j.code == NULL || j.code_starts == NULL) {
         PyErr_NoMemory();
         goto out;
     }
-    memcpy(j.code, j.prog, (size_t)prog.len);
+    for (Py_ssize_t t = 0; t < j.ntemplates; t++) { /* each template, then OP_RET */
+        Py_ssize_t words = j.starts[t + 1] - j.starts[t];
+        j.code_starts[t] = j.starts[t] + t;
+        memcpy(j.code + j.code_starts[t], j.prog + j.starts[t], 4 * (size_t)words);
+        j.code[j.code_starts[t] + words] = OP_RET;
+    }
     for (Py_ssize_t i = 0; i < j.n; i++)
         j.bound[j.which[i]] = 1; /* the templates the rows use: only those are checked */
     for (Py_ssize_t t = 0; t < j.ntemplates; t++) {
@@ -514,6 +544,7 @@ out:
     PyMem_Free(j.consts.arena);
     PyMem_Free(j.bound);
     PyMem_Free(j.code);
+    PyMem_Free(j.code_starts);
     PyBuffer_Release(&prog);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&which);
