@@ -17,6 +17,7 @@ import pytest
 import npu_trace.export.direct as direct
 import npu_trace.export.output as output
 import npu_trace.export.run as export_module
+import npu_trace.export.ship as ship
 from export_reference import reference_export
 from npu_trace.errors import InputError
 from npu_trace.export.apart import DrawingError
@@ -144,6 +145,42 @@ def test_a_message_comes_back_as_sent_its_columns_through_a_slot() -> None:
     finally:
         os.close(down_w)
         assert receiver.receive() is None  # the sender's end closed
+        os.close(down_r)
+        slots.close()
+
+
+def test_arrays_come_back_as_sent_a_shared_record_type_by_reference(monkeypatch: Any) -> None:
+    """Columns of numbers (any type, byte order, shape, writable or not), a table's records of a shared record
+    type (sent as its number, not as its fields), and arrays pickle leaves to numpy (not contiguous, objects)."""
+    down_r, down_w = os.pipe()
+    records = np.dtype({"names": ["common_pid", "a_field_name"], "formats": ["<i4", "<u8"], "offsets": [0, 8],
+                        "itemsize": 16})  # fmt: skip
+    slots, free = Slots(size=4096), [0, 1]
+    sender = Sender(down_w, slots, Shared([records]), free.pop)
+    receiver = Receiver(down_r, slots, Shared([records]))
+    frozen = np.arange(3000, dtype=">u4")
+    frozen.flags.writeable = False
+    sent = [np.arange(6000, dtype=np.int64).reshape(2, 3000), frozen, np.array([True, False]), np.zeros(0, np.int8),
+            np.zeros(1000, dtype=records), np.arange(10_000, dtype=np.int64)[::2],
+            np.array([1, "a"], dtype=object)]  # fmt: skip
+    sent[4]["a_field_name"] = np.arange(1000)
+    body: List[bytes] = []
+    write_all = ship.write_all
+    monkeypatch.setattr(ship, "write_all", lambda fd, data: (body.append(bytes(data)), write_all(fd, data))[1])
+    try:
+        sender.send(("block", tuple(sent)))
+        got = receiver.receive()
+        assert got is not None
+        (name, back), held = got
+        assert name == "block"
+        for a, b in zip(sent, back):
+            assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+        assert back[4].dtype is records  # the receiver's own
+        assert b"a_field_name" not in body[0]
+        del back, got
+        receiver.release(held)
+    finally:
+        os.close(down_w)
         os.close(down_r)
         slots.close()
 

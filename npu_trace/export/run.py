@@ -277,11 +277,12 @@ class Exporter:
 
     def _shared(self) -> List[Any]:
         """What the drawing's process reads as its own copies (npu_trace.export.ship.Shared): the block
-        normalizer, each format's column plan, format, fields and positional plan (all made by now)."""
+        normalizer, each format's column plan, its record type, format, fields and positional plan (all made
+        by now)."""
         normalizer = self.analysis.normalizer
         out: List[Any] = [self.analysis.block_normalizer]
         for plan in self.source.block_timeline().plans.values():
-            out += [plan, plan.fmt, plan.fmt.fields, normalizer.format_info(plan.fmt)[2]]
+            out += [plan, plan.dtype, plan.fmt, plan.fmt.fields, normalizer.format_info(plan.fmt)[2]]
         return [o for o in out if o is not None]
 
     def _draw_block(self, nb: NormBlock) -> None:

@@ -24,6 +24,8 @@ import pickle
 import struct
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 INLINE = 4096  # buffers shorter than this stay in the pickle
 SLOT_BYTES = 16 << 20  # a slot's first size (a block of 64 Ki rows needs ~14 MB)
 _ALIGN = 64
@@ -136,6 +138,16 @@ class _Pickler(pickle.Pickler):
         super().__init__(out, protocol=5, buffer_callback=_out_of_band(oob))  # no cycle: freed once dumped
         self.shared, self.records = shared, records
 
+    def reducer_override(self, obj: Any) -> Any:
+        """A C-contiguous array of numbers (a block's columns, a table's records) as its buffer, its type and
+        its shape: the type of numbers by its name, a table's record type as itself (a plan's, so shared: sent
+        as its number). numpy's own reduction pickles a type as an object of many parts, a record type as one
+        of many parts per field. The rest as pickle does it."""
+        if obj.__class__ is not np.ndarray or obj.dtype.hasobject or not obj.flags.c_contiguous:
+            return NotImplemented
+        dtype = obj.dtype
+        return _array, (pickle.PickleBuffer(obj.data), dtype if dtype.names is not None else dtype.str, obj.shape)
+
     def persistent_id(self, obj: Any) -> Any:
         number = self.shared.number.get(id(obj))
         if number is not None and self.shared.objects[number] is obj:
@@ -143,6 +155,11 @@ class _Pickler(pickle.Pickler):
         if (obj.__class__ is bytes or obj.__class__ is bytearray) and len(obj) >= INLINE:
             return ("r", self.records.number(obj))
         return None
+
+
+def _array(buf: Any, dtype: Any, shape: Tuple[int, ...]) -> np.ndarray:
+    """An array pickled by _Pickler.reducer_override, over its buffer (as numpy's own reduction makes it)."""
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 def _out_of_band(oob: List[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffer], bool]:

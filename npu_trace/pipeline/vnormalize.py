@@ -50,6 +50,11 @@ class _Group:
         self.arg_at: Dict[str, int] = dict(plan[3]) if plan is not None else {}
         self.const: Dict[str, Any] = dict(plan[4]) if plan is not None else {}
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickled as what it is made of (the rest follows from them: an export sends a block's groups to its
+        drawing's process, the plans as references, npu_trace.export.ship)."""
+        return _Group, (self.rows, self.table, self.plan)
+
 
 class NormBlock:
     """A normalized block: per row `kind` (codes of KINDS), `op` (codes of `ops`), `dev` (-1: none), and for
