@@ -157,15 +157,18 @@ def _str_arg(sets: Sequence[ArgSet], name: str, n: int, strings: Any) -> Tuple[n
 def _select(sets: Sequence[ArgSet], positions: np.ndarray) -> List[ArgSet]:
     """The sets at `positions` (each in one of them), as sets over 0..len(positions)."""
     n = max((int(s.at.max()) + 1 for s in sets if len(s.at)), default=0)
-    which: np.ndarray = np.full(max(n, int(positions.max()) + 1 if len(positions) else 0), -1, dtype=np.int64)
+    size = max(n, int(positions.max()) + 1 if len(positions) else 0)
+    which: np.ndarray = np.full(size, -1, dtype=np.int64)
+    index: np.ndarray = np.zeros(size, dtype=np.int64)  # a position's place in its set's rows
     for k, s in enumerate(sets):
         which[s.at] = k
+        index[s.at] = np.arange(len(s.at))
     mine = which[positions]
     out = []
     for k in present(mine[mine >= 0]):
         at = np.flatnonzero(mine == k)
         s = sets[k]
-        pick = np.searchsorted(s.at, positions[at])
+        pick = index[positions[at]]  # positions in no order: a lookup, not a search
         out.append(ArgSet(at, {name: (kind, v[pick] if kind != CONST else v) for name, (kind, v) in s.keys.items()}))
     return out
 

@@ -203,12 +203,13 @@ class PiecesWriter:
 
     def _count(self, p: Pieces, lo: int, hi: int) -> None:
         what = p.what[lo:hi]
-        made = np.bincount(what, minlength=3)  # by SLICE, INSTANT, COUNTER
+        slices = what == SLICE
+        made = np.count_nonzero(slices), np.count_nonzero(what == INSTANT)  # (bincount: 2.7x as long)
         counts = self.w.counts
-        counts["slices"] += int(made[SLICE])
-        counts["instants"] += int(made[INSTANT])
-        counts["counters"] += int(made[COUNTER])
-        counts["flows"] += int(np.count_nonzero((p.flow_in[lo:hi] != 0) & (what == SLICE)))
+        counts["slices"] += int(made[0])
+        counts["instants"] += int(made[1])
+        counts["counters"] += len(what) - int(made[0]) - int(made[1])
+        counts["flows"] += int(np.count_nonzero((p.flow_in[lo:hi] != 0) & slices))
 
     def _templates(self, p: Pieces, lo: int, hi: int, drawn: Any) -> np.ndarray:
         """The template of each piece, by its kind and layout."""
