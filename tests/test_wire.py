@@ -221,3 +221,18 @@ def test_rows_go_after_an_offset_and_a_fixed_buffer_too_small_is_left_as_it_was(
         assemble(prog, starts, which, cols, tuple(consts.items), (), out, -1)
     with pytest.raises((TypeError, BufferError)):
         assemble(prog, starts, which, cols, tuple(consts.items), (), b"read only", 0)
+
+
+def test_a_skip_may_end_between_a_constant_and_the_number_after_it() -> None:
+    """The compiled one runs a constant and the number after it as one operation; a SKIPZ that skips the
+    constant alone lands on the number, which is written all the same."""
+    consts = Consts()
+    t = Template(consts)
+    mark = t.unless_zero(1)
+    t.const(b"x=").until(mark).dec(0).const(b";").micros(0).const(b"|").span(0, 1).const(b"\n")
+    prog, starts = program([t.done()])
+    cols = np.array([[1500, 0], [-2500, 7]], dtype=np.int64)
+    out = bytearray()
+    got = bytes(out[: assemble(prog, starts, np.zeros(2, np.int32), cols, tuple(consts.items), (), out)])
+    assert got == b"1500;1.500|1.500\nx=-2500;-2.500|-2.507\n"
+    assert got == assemble_py(prog, starts, np.zeros(2, np.int32), cols, tuple(consts.items), ())

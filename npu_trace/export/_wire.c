@@ -53,7 +53,14 @@ enum {
     OP_FRAMED,
     OP_SPAN,
     OP_LOW,
-    OP_RET /* a template's end: only in the copy the rows run (Job.code), never in a program given */
+    OP_RET, /* a template's end: only in the copy the rows run (Job.code), never in a program given */
+    /* only in that copy too: a CONST followed by the operation named, both done by one (its words are kept
+     * after the CONST's: a SKIPZ that skips the CONST alone lands on them) */
+    OP_CONST_VARINT,
+    OP_CONST_DEC,
+    OP_CONST_MICROS,
+    OP_CONST_SPAN,
+    OP_CONST_TABLE
 };
 #define MAX_DEPTH 32
 
@@ -242,8 +249,11 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
         [OP_CONST] = &&op_const, [OP_VARINT] = &&op_varint, [OP_FIXED64] = &&op_fixed64, [OP_TABLE] = &&op_table,
         [OP_BEGIN] = &&op_begin, [OP_END] = &&op_end,         [OP_SKIPZ] = &&op_skipz,     [OP_DEC] = &&op_dec,
         [OP_MICROS] = &&op_micros, [OP_FRAMED] = &&op_framed, [OP_SPAN] = &&op_span,       [OP_LOW] = &&op_low,
-        [OP_RET] = &&op_ret,
+        [OP_RET] = &&op_ret,     [OP_CONST_VARINT] = &&op_const_varint, [OP_CONST_DEC] = &&op_const_dec,
+        [OP_CONST_MICROS] = &&op_const_micros, [OP_CONST_SPAN] = &&op_const_span,
+        [OP_CONST_TABLE] = &&op_const_table,
     };
+    int64_t v;
     const int32_t *w = j->code + j->code_starts[j->which[i]];
     const int64_t *row_values = j->cols + i * j->ncols;
     size_t open[MAX_DEPTH];
@@ -311,6 +321,32 @@ op_low:
     pos += signed_at(buf + pos, (int64_t)((uint64_t)row_values[w[0]] & ((1ULL << w[1]) - 1)));
     w += 2;
     NEXT;
+/* a CONST and the operation after it: w[0] the constant, w[1] the operation, its operands from w[2] */
+#define CONST_THEN(number, words)                                                                                  \
+    pos += copy(buf + pos, j->consts.items[w[0]].p, (size_t)j->consts.items[w[0]].len);                           \
+    pos += (number);                                                                                               \
+    w += (words);                                                                                                  \
+    NEXT
+op_const_varint:
+    CONST_THEN(varint_at(buf + pos, (uint64_t)row_values[w[2]]), 3);
+op_const_dec:
+    CONST_THEN(signed_at(buf + pos, row_values[w[2]]), 3);
+op_const_micros:
+    CONST_THEN(micros_at(buf + pos, row_values[w[2]]), 3);
+op_const_span:
+    CONST_THEN(micros_at(buf + pos, (int64_t)((uint64_t)row_values[w[2]] - (uint64_t)row_values[w[3]])), 4);
+#undef CONST_THEN
+op_const_table:
+    v = row_values[w[2]];
+    if (v >= j->tables[w[3]].len) {
+        *failed = 2;
+        return 0;
+    }
+    pos += copy(buf + pos, j->consts.items[w[0]].p, (size_t)j->consts.items[w[0]].len);
+    if (v >= 0)
+        pos += copy(buf + pos, j->tables[w[3]].items[v].p, (size_t)j->tables[w[3]].items[v].len);
+    w += 4;
+    NEXT;
 op_skipz: /* its second operand: the words the skipped operations take (see skip_words) */
     w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
     NEXT;
@@ -340,6 +376,25 @@ static int32_t skip_words(const int32_t *w, const int32_t *end, int32_t skip)
     for (; skip > 0 && w < end; skip--)
         w += 1 + operands(*w);
     return (int32_t)(w - from);
+}
+
+/* The operation a CONST followed by `op` is run as (OP_CONST when none does both). */
+static int32_t fused(int32_t op)
+{
+    switch (op) {
+    case OP_VARINT:
+        return OP_CONST_VARINT;
+    case OP_DEC:
+        return OP_CONST_DEC;
+    case OP_MICROS:
+        return OP_CONST_MICROS;
+    case OP_SPAN:
+        return OP_CONST_SPAN;
+    case OP_TABLE:
+        return OP_CONST_TABLE;
+    default:
+        return OP_CONST;
+    }
 }
 
 /* Checks template t's operations and operands; sets its bound (the most bytes a row of it takes) and the words
@@ -375,9 +430,13 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
         w += k;
     }
     j->bound[t] = bound;
-    for (w = j->prog + j->starts[t]; w < end; w += 1 + operands(*w))
+    for (w = j->prog + j->starts[t]; w < end; w += 1 + operands(*w)) {
+        int32_t *at = j->code + j->code_starts[t] + (w - j->prog - j->starts[t]);
         if (*w == OP_SKIPZ)
-            j->code[j->code_starts[t] + (w - j->prog - j->starts[t]) + 2] = skip_words(w + 3, end, w[2]);
+            at[2] = skip_words(w + 3, end, w[2]);
+        else if (*w == OP_CONST && w + 2 < end)
+            at[0] = fused(w[2]);
+    }
     return 1;
 }
 
