@@ -1,8 +1,8 @@
 """The compiled parts: the page walker (npu_trace/ftrace/_walk.c), the counting sort
 (npu_trace/pipeline/_order.c), the latency detector's runs of samples (npu_trace/detectors/_spikes.c), the text
 lines' assembly (npu_trace/sinks/_lines.c), the exporters' byte assembler (npu_trace/export/_wire.c), their
-pieces' rows (_rows.c), lane placement (_lanes.c), distinct strings (_texts.c) and interrupt handlers' pairing
-(_handlers.c); everything else is declared in pyproject.toml.
+pieces' rows (_rows.c), lane placement (_lanes.c), distinct strings (_texts.c), interrupt handlers' pairing
+(_handlers.c) and flow ids (_flows.c); everything else is declared in pyproject.toml.
 
 optional=True: where no compiler is, the install goes on without them and npu_trace.ftrace.walk runs its
 pure-Python walk, npu_trace.pipeline.order its numpy sorts, npu_trace.detectors.latency its numpy scan,
@@ -36,5 +36,6 @@ setup(
         _c("npu_trace.export._lanes", "npu_trace/export/_lanes.c"),
         _c("npu_trace.export._texts", "npu_trace/export/_texts.c"),
         _c("npu_trace.export._handlers", "npu_trace/export/_handlers.c"),
+        _c("npu_trace.export._flows", "npu_trace/export/_flows.c"),
     ]
 )

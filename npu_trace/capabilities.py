@@ -30,6 +30,7 @@ from npu_trace.export.handlers import IMPLEMENTATION as HANDLERS
 from npu_trace.export.lanes import IMPLEMENTATION as LANES
 from npu_trace.export.rows import IMPLEMENTATION as ROWS
 from npu_trace.export.texts import IMPLEMENTATION as TEXTS
+from npu_trace.export.tracks import FLOWS
 from npu_trace.export.wire import IMPLEMENTATION as ASSEMBLER
 from npu_trace.ftrace import layouts
 from npu_trace.ftrace.filters import int_ranges
@@ -527,10 +528,11 @@ def check_lines(implementation: str = "") -> Check:
 
 
 def check_assembler(implementation: str = ASSEMBLER, rows: str = ROWS, lanes: str = LANES, texts: str = TEXTS,
-                    handlers: str = HANDLERS) -> Check:  # fmt: skip
+                    handlers: str = HANDLERS, flows: str = FLOWS) -> Check:  # fmt: skip
     """The export's compiled parts (the byte assembler, the pieces' rows, the lanes, the strings' distinct values,
-    the interrupt handlers' pairing): compiled, or their pure-Python twins (the same files, slower)."""
-    parts = {"_wire": implementation, "_rows": rows, "_lanes": lanes, "_texts": texts, "_handlers": handlers}
+    the interrupt handlers' pairing, the flow ids): compiled, or their pure-Python twins (the same files, slower)."""
+    parts = {"_wire": implementation, "_rows": rows, "_lanes": lanes, "_texts": texts, "_handlers": handlers,
+             "_flows": flows}  # fmt: skip
     if all(how == "c" for how in parts.values()):
         return Check("export assembler", True, f"compiled (npu_trace.export.{', '.join(parts)})")
     missing = ", ".join(name for name, how in parts.items() if how != "c")

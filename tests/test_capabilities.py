@@ -285,12 +285,13 @@ def test_the_page_walker_line() -> None:
     for slow, named in ((doctor.check_walker("python"), "_walk"), (doctor.check_walker("c", "python"), "_order"),
                         (doctor.check_walker("c", "c", "python"), "_spikes")):  # fmt: skip
         assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
-    compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts, _handlers)"
+    compiled = "compiled (npu_trace.export._wire, _rows, _lanes, _texts, _handlers, _flows)"
     assert doctor.check_assembler() == Check("export assembler", True, compiled)
     for slow, named in ((doctor.check_assembler("python"), "_wire"), (doctor.check_assembler("c", "python"), "_rows"),
                         (doctor.check_assembler("c", "c", "python"), "_lanes"),
                         (doctor.check_assembler("c", "c", "c", "python"), "_texts"),
-                        (doctor.check_assembler("c", "c", "c", "c", "python"), "_handlers")):  # fmt: skip
+                        (doctor.check_assembler("c", "c", "c", "c", "python"), "_handlers"),
+                        (doctor.check_assembler("c", "c", "c", "c", "c", "python"), "_flows")):  # fmt: skip
         assert slow.mark == "--" and f"pure Python for {named}:" in slow.detail and "gcc" in slow.fix
 
 

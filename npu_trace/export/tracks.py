@@ -18,6 +18,13 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Protocol, Sequence,
 
 import numpy as np
 
+try:
+    from npu_trace.export import _flows
+except ImportError:  # installed where no compiler was: numpy folds the keys, into the same numbers
+    _flows = None  # type: ignore[assignment]
+
+FLOWS = "c" if _flows is not None else "python"  # which folds flow ids (doctor names it)
+
 GROUP, SLICES, INSTANTS, COUNTER = "group", "slices", "instants", "counter"
 Value = Union[int, float]
 
@@ -53,20 +60,20 @@ def flow_id(*key: Any) -> int:
 
 def flow_ids(domain: str, *parts: Union[np.ndarray, Tuple[np.ndarray, np.ndarray], None]) -> np.ndarray:
     """flow_id(domain, *row) of each row of integer columns (a None part: None in every row; a masked column
-    (values, present): None where not present), as int64 numbers."""
+    (values, present): None where not present), as int64 numbers. Each part is folded in by the compiled
+    `_flows.fold` where it was built, else by `_fold_part` (numpy: the same numbers)."""
     kind, value = _part(domain)
     h: np.ndarray = np.full(_rows(parts), _fold(_fold(_SEED, kind), value), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for part in parts:
-            if part is None:
-                h = _fold_np(_fold_np(h, _NONE), 0)
-                continue
-            values, present = part if isinstance(part, tuple) else (part, None)
-            kinds = np.full(len(h), _INT, dtype=np.uint64)
-            if present is not None:
-                kinds[~present] = _NONE
-                values = np.where(present, values, 0)
-            h = _fold_np(_fold_np(h, kinds), values.astype(np.int64).view(np.uint64))
+    for part in parts:
+        values, present = (None, None) if part is None else part if isinstance(part, tuple) else (part, None)
+        if values is not None:
+            values = np.ascontiguousarray(values, dtype=np.int64)
+        if present is not None:
+            present = np.ascontiguousarray(present, dtype=bool)
+        if _flows is not None:
+            _flows.fold(h, values, present)
+        else:
+            h = _fold_part(h, values, present)
     out = (h >> np.uint64(1)).astype(np.int64)
     out[out == 0] = 1
     return out
@@ -92,6 +99,18 @@ def _fold(h: int, value: int) -> int:
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
     return z ^ (z >> 31)
+
+
+def _fold_part(h: np.ndarray, values: Optional[np.ndarray], present: Optional[np.ndarray]) -> np.ndarray:
+    """One part of each row's key folded into its hash, in numpy (_flows.fold's twin)."""
+    with np.errstate(over="ignore"):
+        if values is None:
+            return _fold_np(_fold_np(h, _NONE), 0)
+        kinds = np.full(len(h), _INT, dtype=np.uint64)
+        if present is not None:
+            kinds[~present] = _NONE
+            values = np.where(present, values, 0)
+        return _fold_np(_fold_np(h, kinds), values.view(np.uint64))
 
 
 def _fold_np(h: np.ndarray, value: Any) -> np.ndarray:
