@@ -6,23 +6,26 @@ Chrome JSON (280 MB): the drawing's process spent 0.15-0.30 s of system CPU on i
 CPU. Written direct, the disk's transfer reads the buffer itself and that CPU is not spent (0.07-0.14 s left).
 
 `DirectFile.of(stream)` gives one for a stream whose descriptor is a regular file, not opened to append, at an
-offset that is a multiple of ALIGN, once O_DIRECT is set on it (fcntl); else None, and the caller writes
-through the stream. The bytes go into the current buffer (an anonymous map: page-aligned): `write(data)`
-copies them in; `assembled(run)` has `run(buffer, at)` (npu_trace.export.wire.assemble) lay them out in it
-where the last ones end, with no copy (a run the buffer may not hold gets a buffer with room, and runs again).
-Once a buffer holds CHUNK bytes, its whole ALIGN-sized blocks go to the thread, and the rest (less than
-ALIGN) begins the other buffer: one is written while the other fills. `close()` writes what is left, its
-whole blocks direct, then the rest after O_DIRECT is cleared; the descriptor's flags are then as they were.
+offset that is a multiple of ALIGN, that the process can open again with O_DIRECT (through /proc/self/fd: a
+descriptor of its own, so that the stream's own, which a shell may share, never has the flag, whatever ends
+the process); else None, and the caller writes through the stream. The bytes go into the current buffer (an
+anonymous map: page-aligned): `write(data)` copies them in; `assembled(run)` has `run(buffer, at)`
+(npu_trace.export.wire.assemble) lay them out in it where the last ones end, with no copy (a run the buffer
+may not hold gets a buffer with room, and runs again). Once a buffer holds CHUNK bytes, its whole ALIGN-sized
+blocks go to the thread, and the rest (less than ALIGN) begins the other buffer: one is written while the
+other fills. Every write is at its offset (pwrite). `close()` writes what is left, its whole blocks direct,
+the rest through the stream's descriptor, and leaves that descriptor's offset at the end, as writing
+through it would have.
 
 A write the file refuses direct (EINVAL: a file system that takes the flag but not such writes) is made again
-without O_DIRECT, and so is every later one. A write's error (a full disk) is raised by the writing side's
-next call (`write`, `assembled` or `close`) as the OSError it is; nothing is written after it. A DirectFile
-dropped without `close()` (the export failed: its file is removed) ends its thread when it is collected.
+through the stream's descriptor, and so is every later one. A write's error (a full disk) is raised by the
+writing side's next call (`write`, `assembled` or `close`) as the OSError it is; nothing is written after it.
+A DirectFile dropped without `close()` (the export failed: its file is removed) ends its thread when it is
+collected.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import mmap
@@ -42,8 +45,8 @@ Job = Optional[Tuple[mmap.mmap, int, bool]]  # (buffer, bytes, the last: its tai
 class DirectFile:
     """See the module docstring: the writing side."""
 
-    def __init__(self, fd: int, flags: int) -> None:
-        self._writes = _Writes(fd, flags)
+    def __init__(self, fd: int, direct: int, offset: int) -> None:
+        self._writes = _Writes(fd, direct, offset)
         self.buf = mmap.mmap(-1, 2 * CHUNK)
         self.fill = 0
         self._thread = threading.Thread(target=self._writes.run, name="npu-trace export writes", daemon=True)
@@ -57,16 +60,16 @@ class DirectFile:
             return None
         try:
             fd = stream.fileno()
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or flags & os.O_APPEND:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
                 return None
             stream.flush()
-            if os.lseek(fd, 0, os.SEEK_CUR) % ALIGN:
+            offset = os.lseek(fd, 0, os.SEEK_CUR)
+            if offset % ALIGN:
                 return None
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags | _O_DIRECT)
+            direct = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
         except (AttributeError, OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both), no flag
             return None
-        return cls(fd, flags)
+        return cls(fd, direct, offset)
 
     def write(self, data: Any) -> None:
         """Bytes, or ASCII text, after those written so far."""
@@ -98,14 +101,14 @@ class DirectFile:
         return size
 
     def close(self) -> None:
-        """What is left written, the thread ended, the descriptor's flags as they were; a write's error raised."""
+        """What is left written, the thread ended, the stream's descriptor at the end; a write's error raised."""
         self._writes.todo.put((self.buf, self.fill, True))
         self._stop()
         self._thread.join()
         self._check()
 
     def _check(self) -> None:
-        """A write's error raised, once the thread ended (the descriptor's flags as they were)."""
+        """A write's error raised, once the thread ended."""
         if self._writes.error is not None:
             self._stop()
             self._thread.join()
@@ -130,14 +133,15 @@ class DirectFile:
 
 
 class _Writes:
-    """The thread's side: writes the buffers it is given, in order, and hands each back."""
+    """The thread's side: writes the buffers it is given, in order, and hands each back. `fd`: the stream's
+    descriptor; `direct`: the file's, opened with O_DIRECT (-1 once it is given up); `offset`: where the next
+    bytes go."""
 
-    def __init__(self, fd: int, flags: int) -> None:
-        self.fd, self.flags = fd, flags
+    def __init__(self, fd: int, direct: int, offset: int) -> None:
+        self.fd, self.direct, self.offset = fd, direct, offset
         self.todo: queue.Queue[Job] = queue.Queue()
         self.spare: queue.Queue[mmap.mmap] = queue.Queue()
         self.spare.put(mmap.mmap(-1, 2 * CHUNK))
-        self.direct = True
         self.error: Optional[OSError] = None
 
     def run(self) -> None:
@@ -154,31 +158,33 @@ class _Writes:
                         self.error = exc
                 self.spare.put(buf)
         finally:
-            with contextlib.suppress(OSError):  # the descriptor closed meanwhile (a failed export): nothing to restore
-                self._buffered()
+            self._buffered()
 
     def _write(self, buf: mmap.mmap, size: int, last: bool) -> None:
         with memoryview(buf) as view:
             whole = size - size % ALIGN
             self._all(view[:whole])
-            if last and size > whole:
+            if last:
                 self._buffered()
                 self._all(view[whole:size])
+                os.lseek(self.fd, self.offset, os.SEEK_SET)  # the stream's descriptor after what was written
 
     def _all(self, view: memoryview) -> None:
         while len(view):
             try:
-                view = view[os.write(self.fd, view) :]
+                n = os.pwrite(self.direct if self.direct >= 0 else self.fd, view, self.offset)
             except OSError as exc:
-                if exc.errno != errno.EINVAL or not self.direct:
+                if exc.errno != errno.EINVAL or self.direct < 0:
                     raise
-                self._buffered()  # refused direct: written as any write, from now on
+                self._buffered()  # refused direct: written through the stream's descriptor, from now on
+                continue
+            view, self.offset = view[n:], self.offset + n
 
     def _buffered(self) -> None:
-        """O_DIRECT cleared: the descriptor's flags as they were."""
-        if self.direct:
-            self.direct = False
-            fcntl.fcntl(self.fd, fcntl.F_SETFL, self.flags)
+        """The direct descriptor given up (closed)."""
+        if self.direct >= 0:
+            direct, self.direct = self.direct, -1
+            os.close(direct)
 
 
 def _rounded(size: int) -> int:
