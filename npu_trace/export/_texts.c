@@ -1,5 +1,6 @@
 /* The distinct byte strings of many rows, compiled (npu_trace.export.texts): every row's value checked to lie in
- * its buffer, then each found in a hash table of the values seen, the GIL released while it runs. The table is
+ * its buffer, then each found in a hash table of the values seen (a row whose value is the row before's takes
+ * its group without a search), the GIL released while it runs. The table is
  * sized to the values found, grown as they come (a block's interrupt names: a few dozen among tens of thousands
  * of rows; a table sized to the rows cost more to clear and fault in than the search).
  *
@@ -23,12 +24,21 @@ typedef struct {
     Py_ssize_t len;
 } Value;
 
+/* A value's hash, eight bytes a step (a byte a step took as long as the rest of a row's search, for the
+ * dozen-byte names of interrupt handlers). Only where a value sits in the table depends on it. */
 static uint64_t hash(const uint8_t *p, Py_ssize_t n)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    w = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        w |= (uint64_t)p[k] << (8 * k);
+    h = (h ^ w) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 29);
 }
 
 /* Row i's value (its ending NULs left off) */
@@ -108,8 +118,14 @@ static int group(const Py_buffer *held, const int64_t *buf, const int64_t *start
 {
     if (!grow_table(g, 127))
         return 0;
+    Value last = {NULL, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
         Value v = value_of(held, buf, start, length, i);
+        if (v.len == last.len && memcmp(v.data, last.data, (size_t)v.len) == 0) { /* the row before's value */
+            groups[i] = groups[i - 1];
+            continue;
+        }
+        last = v;
         Py_ssize_t at = (Py_ssize_t)(hash(v.data, v.len) & (uint64_t)g->mask);
         for (;; at = (at + 1) & g->mask) {
             int64_t k = g->slots[at];
