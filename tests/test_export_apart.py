@@ -150,8 +150,9 @@ def test_a_message_comes_back_as_sent_its_columns_through_a_slot() -> None:
 
 
 def test_arrays_come_back_as_sent_a_shared_record_type_by_reference(monkeypatch: Any) -> None:
-    """Columns of numbers (any type, byte order, shape, writable or not), a table's records of a shared record
-    type (sent as its number, not as its fields), and arrays pickle leaves to numpy (not contiguous, objects)."""
+    """Columns of numbers (any type, byte order, shape, writable or not, 0-d), a table's records of a shared
+    record type (sent as its number, not as its fields), and arrays pickle leaves to numpy (not contiguous,
+    objects)."""
     down_r, down_w = os.pipe()
     records = np.dtype({"names": ["common_pid", "a_field_name"], "formats": ["<i4", "<u8"], "offsets": [0, 8],
                         "itemsize": 16})  # fmt: skip
@@ -162,7 +163,7 @@ def test_arrays_come_back_as_sent_a_shared_record_type_by_reference(monkeypatch:
     frozen.flags.writeable = False
     sent = [np.arange(6000, dtype=np.int64).reshape(2, 3000), frozen, np.array([True, False]), np.zeros(0, np.int8),
             np.zeros(1000, dtype=records), np.arange(10_000, dtype=np.int64)[::2],
-            np.array([1, "a"], dtype=object)]  # fmt: skip
+            np.array([1, "a"], dtype=object), np.array(7, dtype=np.int32)]  # fmt: skip
     sent[4]["a_field_name"] = np.arange(1000)
     body: List[bytes] = []
     write_all = ship.write_all

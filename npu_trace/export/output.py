@@ -5,14 +5,13 @@
 `close()` writes what is left. They write where the drawing runs (the export's drawing process,
 npu_trace.export.apart). `send` is the stream's write; `counts["bytes"]` counts what is written.
 
-A stream whose file can be written direct is (npu_trace.export.direct: O_DIRECT, from page-aligned buffers
-the assembler lays its bytes out in, by a thread): decided at the first write, the stream flushed then.
-Otherwise the bytes go through `send` at once, `assembled`'s laid out in the output's own buffer, kept from
-one block to the next, and what was written more than `KEPT` bytes ago is let go from the page cache
-(`stream`'s file, when it is one:
-posix_fadvise DONTNEED, which starts the writing back of those pages and drops those already written): an
-export writes hundreds of MB to GB, and the kernel then reuses the pages it let go for what follows instead
-of making new ones. Measured on the 2-vCPU VM the benchmarks run on, 1.4 GB written 650 kB at a time: 1.3 s of
+A stream whose file can be written direct is written so (npu_trace.export.direct: O_DIRECT, from page-aligned
+buffers the assembler lays its bytes out in, by a thread): decided at the first write, the stream flushed
+then. Otherwise the bytes go through `send` at once, `assembled`'s laid out in the output's own buffer, kept
+from one block to the next, and what was written more than `KEPT` bytes ago is let go from the page cache
+(`stream`'s file, when it is one: posix_fadvise DONTNEED, which starts the writing back of those pages and
+drops those already written): an export writes hundreds of MB to GB, and the kernel then reuses the pages it
+let go for what follows instead of making new ones. Measured on the 2-vCPU VM the benchmarks run on, 1.4 GB written 650 kB at a time: 1.3 s of
 CPU into pages the machine had not used lately (0.29 s into pages just freed), 0.43-0.49 s letting them go
 this way; the export of 10 M events to Chrome JSON spent 3.0 s of its drawing's process's CPU writing. The
 pages are let go close behind the writing (16 MB: what was let go is written into again a few ms later, before
