@@ -6,20 +6,20 @@
 npu_trace.export.apart). `send` is the stream's write; `counts["bytes"]` counts what is written.
 
 A stream whose file can be written direct is written so (npu_trace.export.direct: O_DIRECT, from page-aligned
-buffers the assembler lays its bytes out in, by a thread): decided at the first write, the stream flushed
-then. Otherwise the bytes go through `send` at once, `assembled`'s laid out in the output's own buffer, kept
-from one block to the next, and what was written more than `KEPT` bytes ago is let go from the page cache
-(`stream`'s file, when it is one: posix_fadvise DONTNEED, which starts the writing back of those pages and
-drops those already written): an export writes hundreds of MB to GB, and the kernel then reuses the pages it
-let go for what follows instead of making new ones. Measured on the 2-vCPU VM the benchmarks run on, 1.4 GB written 650 kB at a time: 1.3 s of
-CPU into pages the machine had not used lately (0.29 s into pages just freed), 0.43-0.49 s letting them go
-this way; the export of 10 M events to Chrome JSON spent 3.0 s of its drawing's process's CPU writing. The
-pages are let go close behind the writing (16 MB: what was let go is written into again a few ms later, before
-the machine gives the pages back: this VM's balloon returns freed memory to the host after ~2 s, and taking it
-back costs ~4x a page just freed). Exports whose start finds only such pages (run 3 s after the last), 16 MB
-kept against 64: 1 M events to Chrome JSON (140 MB), the drawing's writes 44-96 ms against 131-198, the whole
-export 0.873x the wall (16 rounds; two identical trees came out 1.030x apart); 10 M events, 0.958x (1.012x),
-0.45 s less system CPU; to Perfetto (71 MB, of which 64 MB kept let nothing go), 0.99x (1.046x).
+buffers the assembler lays its bytes out in, by a thread): decided at the first write, the stream flushed then.
+Otherwise the bytes go through `send` at once, `assembled`'s laid out in the output's own buffer, kept from one
+block to the next, and what was written more than `KEPT` bytes ago is let go from the page cache (`stream`'s file,
+when it is one: posix_fadvise DONTNEED, which starts the writing back of those pages and drops those already
+written): an export writes hundreds of MB to GB, and the kernel then reuses the pages it let go for what follows
+instead of making new ones. Measured on the 2-vCPU VM the benchmarks run on, 1.4 GB written 650 kB at a time: 1.3 s
+of CPU into pages the machine had not used lately (0.29 s into pages just freed), 0.43-0.49 s letting them go this
+way; the export of 10 M events to Chrome JSON spent 3.0 s of its drawing's process's CPU writing. The pages are let
+go close behind the writing (16 MB: what was let go is written into again a few ms later, before the machine gives
+the pages back: this VM's balloon returns freed memory to the host after ~2 s, and taking it back costs ~4x a page
+just freed). Exports whose start finds only such pages (run 3 s after the last), 16 MB kept against 64: 1 M events
+to Chrome JSON (140 MB), the drawing's writes 44-96 ms against 131-198, the whole export 0.873x the wall (16 rounds;
+two identical trees came out 1.030x apart); 10 M events, 0.958x (1.012x), 0.45 s less system CPU; to Perfetto (71
+MB, of which 64 MB kept let nothing go), 0.99x (1.046x).
 """
 
 from __future__ import annotations
