@@ -122,9 +122,18 @@ def _o_direct(fd: int) -> bool:
 def _direct_writes(path: Any, monkeypatch: Any) -> Tuple[List[bool], bytes]:
     """Text, bytes and assembler runs (one far past a buffer's size) written to a new file through Output:
     whether O_DIRECT was set at each write the thread made, and the bytes expected."""
-    monkeypatch.setattr(direct, "CHUNK", 1 << 16)  # buffers of 128 kB: many of them, and a run past one
+    monkeypatch.setattr(direct, "CHUNK", 1 << 16)  # many buffers written
+    monkeypatch.setattr(direct, "ROOM", 1 << 17)  # of 128 kB: a run past one (refused, then given room)
     flags: List[bool] = []
     write_all = direct._Writes._all
+    refused = [0]
+    next_buffer = direct.DirectFile._next
+
+    def counted(self: Any, room: int) -> None:
+        refused[0] += room > 0
+        next_buffer(self, room)
+
+    monkeypatch.setattr(direct.DirectFile, "_next", counted)
 
     def seen(self: Any, view: memoryview) -> None:
         assert not _o_direct(self.fd)  # the stream's own descriptor: never
@@ -148,6 +157,7 @@ def _direct_writes(path: Any, monkeypatch: Any) -> Tuple[List[bool], bytes]:
         assert f.tell() == len(expected)  # the stream's descriptor after what was written
         f.flush()
     assert counts["bytes"] == len(expected)
+    assert refused[0] >= 1  # the run of 40 000 lines did not fit
     return flags, bytes(expected)
 
 

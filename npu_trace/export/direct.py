@@ -38,6 +38,7 @@ from typing import IO, Any, Callable, Optional, Tuple
 
 ALIGN = 4096  # what O_DIRECT needs of a write's offset, length and memory (a page: every common disk's block)
 CHUNK = 4 << 20  # the bytes a buffer gathers before they are written
+ROOM = 64 << 20  # a buffer's size: only its pages written to are made (see DirectFile._next)
 _O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux's (not on macOS: never direct there)
 Job = Optional[Tuple[mmap.mmap, int, bool]]  # (buffer, bytes, the last: its tail written too), None: stop
 
@@ -47,7 +48,7 @@ class DirectFile:
 
     def __init__(self, fd: int, direct: int, offset: int) -> None:
         self._writes = _Writes(fd, direct, offset)
-        self.buf = mmap.mmap(-1, 2 * CHUNK)
+        self.buf = mmap.mmap(-1, ROOM)
         self.fill = 0
         self._thread = threading.Thread(target=self._writes.run, name="npu-trace export writes", daemon=True)
         self._thread.start()
@@ -116,14 +117,17 @@ class DirectFile:
 
     def _next(self, room: int) -> None:
         """The buffer's whole blocks to the thread; a free buffer (with `room` bytes past what is left) begun
-        with the rest."""
+        with the rest. A run's room is the most its rows could take (npu_trace.export.wire: 32 bytes a number),
+        a few times what they do take: the buffers are large maps (ROOM), of which only the pages written are
+        made, and a run refused for want of room (its call made twice) is rare; one is made larger, twice
+        what was asked, when a run needs more."""
         old, fill = self.buf, self.fill
         whole = fill - fill % ALIGN
         new = self._writes.spare.get()  # waits while the thread writes it
         self._check()
         if len(new) < fill - whole + room:
             new.close()
-            new = mmap.mmap(-1, _rounded(fill - whole + room + CHUNK))
+            new = mmap.mmap(-1, _rounded(2 * (fill - whole + room) + CHUNK))
         new[: fill - whole] = old[whole:fill]
         if whole:
             self._writes.todo.put((old, whole, False))
@@ -141,7 +145,7 @@ class _Writes:
         self.fd, self.direct, self.offset = fd, direct, offset
         self.todo: queue.Queue[Job] = queue.Queue()
         self.spare: queue.Queue[mmap.mmap] = queue.Queue()
-        self.spare.put(mmap.mmap(-1, 2 * CHUNK))
+        self.spare.put(mmap.mmap(-1, ROOM))
         self.error: Optional[OSError] = None
 
     def run(self) -> None:
