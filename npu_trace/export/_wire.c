@@ -228,14 +228,19 @@ static int operands(int op)
 typedef struct {
     const int32_t *prog, *starts, *which;
     int32_t *code; /* the templates run: prog's words, each SKIPZ's count of operations made the words they take,
-                    * each template followed by OP_RET (template t at code_starts[t]) */
-    Py_ssize_t *code_starts;
+                    * each template followed by OP_RET (template t from code_at(j, t)) */
     const int64_t *cols;
     Py_ssize_t n, ncols, ntemplates;
     Table consts;
     Table *tables;
     size_t *bound; /* per template: the most bytes a row can take */
 } Job;
+
+/* Template t in j->code: where prog has it, after the OP_RET of each template before it. */
+static inline int32_t *code_at(const Job *j, Py_ssize_t t)
+{
+    return j->code + j->starts[t] + t;
+}
 
 /* Row i written at buf + pos (room for its template's bound): the position after it, or 0 with *failed set
  * (2: a value out of its table, 3: BEGIN and END that do not match). The operations are dispatched by
@@ -253,8 +258,7 @@ static size_t row(const Job *j, Py_ssize_t i, uint8_t *buf, size_t pos, int *fai
         [OP_CONST_MICROS] = &&op_const_micros, [OP_CONST_SPAN] = &&op_const_span,
         [OP_CONST_TABLE] = &&op_const_table,
     };
-    int64_t v;
-    const int32_t *w = j->code + j->code_starts[j->which[i]];
+    const int32_t *w = code_at(j, j->which[i]);
     const int64_t *row_values = j->cols + i * j->ncols;
     size_t open[MAX_DEPTH];
     int depth = 0;
@@ -321,32 +325,23 @@ op_low:
     pos += signed_at(buf + pos, (int64_t)((uint64_t)row_values[w[0]] & ((1ULL << w[1]) - 1)));
     w += 2;
     NEXT;
-/* a CONST and the operation after it: w[0] the constant, w[1] the operation, its operands from w[2] */
-#define CONST_THEN(number, words)                                                                                  \
+/* a CONST and the operation after it: the constant (w[0]), then, past the operation's own code (w[1]), a direct
+ * jump to its handler, which reads its operands from w */
+#define CONST_THEN(op)                                                                                             \
     pos += copy(buf + pos, j->consts.items[w[0]].p, (size_t)j->consts.items[w[0]].len);                           \
-    pos += (number);                                                                                               \
-    w += (words);                                                                                                  \
-    NEXT
+    w += 2;                                                                                                        \
+    goto op
 op_const_varint:
-    CONST_THEN(varint_at(buf + pos, (uint64_t)row_values[w[2]]), 3);
+    CONST_THEN(op_varint);
 op_const_dec:
-    CONST_THEN(signed_at(buf + pos, row_values[w[2]]), 3);
+    CONST_THEN(op_dec);
 op_const_micros:
-    CONST_THEN(micros_at(buf + pos, row_values[w[2]]), 3);
+    CONST_THEN(op_micros);
 op_const_span:
-    CONST_THEN(micros_at(buf + pos, (int64_t)((uint64_t)row_values[w[2]] - (uint64_t)row_values[w[3]])), 4);
-#undef CONST_THEN
+    CONST_THEN(op_span);
 op_const_table:
-    v = row_values[w[2]];
-    if (v >= j->tables[w[3]].len) {
-        *failed = 2;
-        return 0;
-    }
-    pos += copy(buf + pos, j->consts.items[w[0]].p, (size_t)j->consts.items[w[0]].len);
-    if (v >= 0)
-        pos += copy(buf + pos, j->tables[w[3]].items[v].p, (size_t)j->tables[w[3]].items[v].len);
-    w += 4;
-    NEXT;
+    CONST_THEN(op_table);
+#undef CONST_THEN
 op_skipz: /* its second operand: the words the skipped operations take (see skip_words) */
     w += row_values[w[0]] == 0 ? 2 + w[1] : 2;
     NEXT;
@@ -431,7 +426,7 @@ static int check_template(Job *j, Py_ssize_t ntables, Py_ssize_t nconsts, int t)
     }
     j->bound[t] = bound;
     for (w = j->prog + j->starts[t]; w < end; w += 1 + operands(*w)) {
-        int32_t *at = j->code + j->code_starts[t] + (w - j->prog - j->starts[t]);
+        int32_t *at = code_at(j, t) + (w - j->prog - j->starts[t]);
         if (*w == OP_SKIPZ)
             at[2] = skip_words(w + 3, end, w[2]);
         else if (*w == OP_CONST && w + 2 < end)
@@ -573,16 +568,14 @@ static PyObject *py_assemble(PyObject *self, PyObject *args)
     }
     j.bound = PyMem_Calloc((size_t)(j.ntemplates ? j.ntemplates : 1), sizeof(size_t));
     j.code = PyMem_Malloc((size_t)prog.len + 4 * (size_t)(j.ntemplates + 1));
-    j.code_starts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(j.ntemplates + 1));
-    if (j.bound == NULL || j.code == NULL || j.code_starts == NULL) {
+    if (j.bound == NULL || j.code == NULL) {
         PyErr_NoMemory();
         goto out;
     }
     for (Py_ssize_t t = 0; t < j.ntemplates; t++) { /* each template, then OP_RET */
         Py_ssize_t words = j.starts[t + 1] - j.starts[t];
-        j.code_starts[t] = j.starts[t] + t;
-        memcpy(j.code + j.code_starts[t], j.prog + j.starts[t], 4 * (size_t)words);
-        j.code[j.code_starts[t] + words] = OP_RET;
+        memcpy(code_at(&j, t), j.prog + j.starts[t], 4 * (size_t)words);
+        code_at(&j, t)[words] = OP_RET;
     }
     for (Py_ssize_t i = 0; i < j.n; i++)
         j.bound[j.which[i]] = 1; /* the templates the rows use: only those are checked */
@@ -603,7 +596,6 @@ out:
     PyMem_Free(j.consts.arena);
     PyMem_Free(j.bound);
     PyMem_Free(j.code);
-    PyMem_Free(j.code_starts);
     PyBuffer_Release(&prog);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&which);
