@@ -4,10 +4,10 @@ lines' assembly (npu_trace/sinks/_lines.c), the exporters' byte assembler (npu_t
 pieces' rows (_rows.c), lane placement (_lanes.c), distinct strings (_texts.c), interrupt handlers' pairing
 (_handlers.c) and flow ids (_flows.c); everything else is declared in pyproject.toml.
 
-optional=True: where no compiler is, the install goes on without them and npu_trace.ftrace.walk runs its
-pure-Python walk, npu_trace.pipeline.order its numpy sorts, npu_trace.detectors.latency its numpy scan,
-npu_trace.sinks.text its pure-Python lines, npu_trace.export.wire, rows, lanes, texts and handlers their Python
-twins (the same results, slower); `npu-trace doctor` says which ones run. (Kept here: declaring extensions in
+optional=True: where no compiler is, the install goes on without them and npu_trace.ftrace.walk runs its pure-Python
+walk, npu_trace.pipeline.order its numpy sorts, npu_trace.detectors.latency its numpy scan, npu_trace.sinks.text its
+pure-Python lines, npu_trace.export.wire, rows, lanes, texts, handlers and tracks (the flow ids) their Python twins
+(the same results, slower); `npu-trace doctor` says which ones run. (Kept here: declaring extensions in
 pyproject.toml needs setuptools 74, newer than the distributions' own.)
 
 -O3: a distribution's Python compiles extensions with its own optimization level (Debian 12's compiler line:
