@@ -529,9 +529,10 @@ def test_the_export_writes_the_references_bytes_whatever_the_blocks(tmp_path: An
     _same_bytes(tmp_path, rec)
 
 
-def test_the_export_s_first_blocks_grow_in_steps_and_read_every_row_once(tmp_path: Any) -> None:
-    """blocks_of's ramp (the export's EXPORT_RAMP): the first block is smaller, the rows are those read without
-    it, in the same order (the bytes written whatever the blocks: the tests above)."""
+def test_the_export_s_first_and_last_blocks_are_small_and_every_row_is_read_once(tmp_path: Any) -> None:
+    """blocks_of's ramp (the export's EXPORT_RAMP): the first block is smaller, and so is the last (the blocks
+    of the last rows are taken part by part); the rows are those read without it, in the same order (the bytes
+    written whatever the blocks: the tests above)."""
     rec = str(tmp_path / "rec.npt")
     scenario(rec, "irq-storm", 2)
 
@@ -545,6 +546,8 @@ def test_the_export_s_first_blocks_grow_in_steps_and_read_every_row_once(tmp_pat
 
     whole, stepped = blocks(1), blocks(4)
     assert len(stepped[0]) < len(whole[0]) and len(stepped) > len(whole)
+    last = [len(b) for b in whole if len(b)][-1]
+    assert 0 < [len(b) for b in stepped if len(b)][-1] < last // 4
     for col in ("ts", "cpu", "etype"):
         assert np.array_equal(np.concatenate([getattr(b, col) for b in whole]),
                               np.concatenate([getattr(b, col) for b in stepped]))  # fmt: skip

@@ -88,17 +88,28 @@ def blocks_of(source: ReplaySource, analysis: Analysis, rows: int, bar: Progress
     chunk walked in place), each with the timeline's watermark after it. The events of formats without a rule,
     skipped unread, are counted into `analysis` after each block; `bar` is told the progress. `ramp`: the first
     blocks grow to `rows` in that many steps (rows/ramp, 2 rows/ramp, ...; the export's drawing waits for the
-    first block, npu_trace.export.run)."""
+    first block, npu_trace.export.run), and so are the blocks of the last 2 `rows` rows (told from the bytes left
+    at the rows read so far per byte): the last block is small (the export's drawing draws it once the
+    analysis has ended)."""
     blocks = source.block_timeline()
-    skipped, taken = 0, 0
+    skipped, taken, read = 0, 0, 0
+    size = os.path.getsize(source.reader.path) if ramp > 1 else 0
     for part in source.parts():
         if isinstance(part, Batch):
             blocks.add(part)
         else:
             blocks.add_chunk(part)
-        if blocks.pending_rows >= rows * min(taken + 1, ramp) // ramp or blocks.ended:
+        want = rows * min(taken + 1, ramp) // ramp
+        if size:
+            at = source.reader_position()
+            pending = blocks.pending_rows
+            left = (size - at) * (read + pending) // max(at, 1)  # the rows still to read, at the rate so far
+            want = rows // ramp if left < 2 * rows else want
+        if blocks.pending_rows >= want or blocks.ended:
             taken += 1
-            yield blocks.take(), blocks.now
+            block = blocks.take()
+            read += len(block)
+            yield block, blocks.now
             analysis.count_unmapped(source.events_skipped - skipped)
             skipped = source.events_skipped
             bar.update(source.reader_position(), source.events_read)
