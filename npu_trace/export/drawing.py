@@ -277,7 +277,8 @@ def drawn_rows(nb: NormBlock) -> np.ndarray:
     drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
     keep = ~nb.counted_only & (nb.kind != _COMPLETE)
     calls = np.flatnonzero(keep & kind_in(nb.kind, _CALLS))
-    got = nb.int_args(calls, "latency_ns")
+    pairing = nb.pairing_args(calls)  # the common case: the latencies are the pairing's, the paired returns'
+    got = (pairing[0], pairing[2]) if pairing is not None else nb.int_args(calls, "latency_ns")
     if got is not None:
         keep[calls[~got[1]]] = False
     return np.flatnonzero(keep)
