@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from npu_trace.export.parts import MIN, Part, _int_arg, _keep, picked, place
+from npu_trace.export.parts import MIN, Part, _int_arg, _keep, chosen, picked, place
 from npu_trace.export.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, merge, put
@@ -41,7 +41,7 @@ class Calls(Part):
         ok = shown & _keep(len(rows), bad_e, bad_r, bad_f)
         self.rows = rows[_keep(len(rows), bad_e, bad_r, bad_f)]  # not shown: drawn as nothing, by either path
         layout, vals = owner.layout(sets, len(rows))
-        sel = np.flatnonzero(ok)
+        sel = chosen(ok)
         self.keys = rows[sel] * SUBKEYS
         self.dev, self.b, self.e, self.layout_ = nb.dev[rows[sel]], b[sel], e[sel], layout[sel]
         self.vals = picked(vals, sel)
@@ -83,7 +83,7 @@ class Submits(Part):
         self.rows = rows[ok]
         flows = flow_ids("task", (dev, dev >= 0), stream[:2], task[:2], ts)
         layout, vals = owner.layout(owner.plain(nb, rows, sets), len(rows))
-        sel = np.flatnonzero(ok & self.inside(ts))
+        sel = chosen(ok & self.inside(ts))
         self.keys, self.ts, self.dev = rows[sel] * SUBKEYS, ts[sel], dev[sel]
         self.stream = np.where(stream[1], stream[0], _MIN)[sel]
         self.layout_, self.vals, self.flow = layout[sel], picked(vals, sel), flows[sel]
@@ -119,7 +119,7 @@ class Allocs(Part):
         ok = _keep(len(rows), bad)
         self.rows = rows[ok]
         layout, vals = owner.layout(owner.plain(nb, rows, sets), len(rows))
-        sel = np.flatnonzero(ok & self.inside(ts) & (nb.dev[rows] >= 0))
+        sel = chosen(ok & self.inside(ts) & (nb.dev[rows] >= 0))
         self.keys, self.ts, self.dev = rows[sel] * SUBKEYS, ts[sel], nb.dev[rows[sel]]
         self.layout_, self.vals = layout[sel], picked(vals, sel)
         self.name = owner.d.names.code("alloc")

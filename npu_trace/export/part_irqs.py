@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.export import handlers
-from npu_trace.export.parts import Part, _int_arg, picked, place
+from npu_trace.export.parts import Part, _int_arg, chosen, picked, place
 from npu_trace.export.pieces import CONST, SLICE, STR, SUBKEYS, Pieces, factorize, present
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, as_dicts, merge, put
@@ -90,7 +90,7 @@ class Irqs(Part):
         sets = put(sets, "cpu_exit", INT_ARG, nb.block.cpu[rows[exits]].astype(np.int64))
         sets = put(sets, "clipped", CONST, True, clipped)
         layout, vals = self.o.layout(sets, len(starts))
-        sel = np.flatnonzero(shown)
+        sel = chosen(shown)
         self.keys = rows[exits[sel]] * SUBKEYS
         self.b, self.e, self.layout_, self.vals = b[sel], e[sel], layout[sel], picked(vals, sel)
         self.line = self._line_of[exits[sel]]

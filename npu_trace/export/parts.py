@@ -3,7 +3,7 @@ columns, in key order, keeping the mapper's state as the mapper does; the helper
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -88,9 +88,21 @@ def _int_arg(sets: Sequence[ArgSet], name: str, n: int) -> Tuple[np.ndarray, np.
     return values, present, usable
 
 
-def picked(vals: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    """The value rows' columns `sel`, each row's values side by side (vals[:, sel] is not: a copy of each row
-    when the pieces are written, and slower to make)."""
+Chosen = Union[np.ndarray, slice]
+
+
+def chosen(ok: np.ndarray) -> Chosen:
+    """The positions where `ok`, to index columns with: every position as a slice (each column indexed by it
+    is itself, not a copy of it: nearly every row of a block is drawn)."""
+    sel = np.flatnonzero(ok)
+    return slice(None) if len(sel) == len(ok) else sel
+
+
+def picked(vals: np.ndarray, sel: Chosen) -> np.ndarray:
+    """The value rows' columns `sel` (`chosen`'s), each row's values side by side (vals[:, sel] of positions is
+    not: a copy of each row when the pieces are written, and slower to make)."""
+    if isinstance(sel, slice):
+        return vals[:, sel]
     out: np.ndarray = vals.take(sel, axis=1)
     return out
 
