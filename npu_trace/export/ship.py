@@ -52,12 +52,14 @@ class Slots:
         self.maps: List[Optional[mmap.mmap]] = [None] * count
 
     def put(self, slot: int, parts: Sequence[memoryview]) -> List[Span]:
-        """Copy the parts into the slot (grown to hold them): where each lies."""
+        """Copy the parts into the slot (grown to hold them): where each lies. The sender's mapping of a slot
+        is made with its pages mapped at once (`mapped`'s populate): its first copy into them took a fault a
+        page (2 M events: ~4 k faults of the ~27 k the export's analysing process takes)."""
         spans, at = [], 0
         for part in parts:
             spans.append((at, at + part.nbytes))
             at = (at + part.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        area = self.mapped(slot, at, grow=True)
+        area = self.mapped(slot, at, grow=True, populate=True)
         with memoryview(area) as view:
             for (lo, hi), part in zip(spans, parts):
                 view[lo:hi] = part
