@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from npu_trace.export.parts import MIN, Part, _int_arg, _keep, chosen, picked, place
-from npu_trace.export.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, present, split
+from npu_trace.export.pieces import CONST, INSTANT, SLICE, SUBKEYS, Pieces, factorize, split
 from npu_trace.export.pieces import INT as INT_ARG
 from npu_trace.export.rowargs import ArgSet, args_of, merge, put
 from npu_trace.export.tracks import INSTANTS, flow_ids
@@ -199,13 +199,12 @@ def _plain_rows(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
 
 
 def _no_pairing_args(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
-    ok: np.ndarray = np.ones(len(rows), dtype=bool)
-    groups = nb.group_of[rows]
-    for g in present(groups[groups >= 0]):
-        group = nb.groups[g]
-        if any(name in group.arg_at or name in group.const for name in _PAIRING_ARGS):
-            ok[groups == g] = False
-    return ok
+    """Rows of no format that carries a pairing argument itself (every row when no format of the block does)."""
+    carries = [any(name in g.arg_at or name in g.const for name in _PAIRING_ARGS) for g in nb.groups]
+    if not any(carries):
+        return np.ones(len(rows), dtype=bool)
+    table: np.ndarray = np.array([*carries, False], dtype=bool)  # group -1 (no format): the last
+    return ~table[nb.group_of[rows]]
 
 
 def _submit_flows(nb: NormBlock, rows: np.ndarray, sets: Sequence[ArgSet],
