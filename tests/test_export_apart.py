@@ -25,7 +25,9 @@ from npu_trace.export.drawing import BlockDrawing
 from npu_trace.export.output import Output
 from npu_trace.export.run import Exporter, Request, export
 from npu_trace.export.ship import Receiver, Sender, Shared, Slots
+from npu_trace.ftrace.columns import FormatColumns, Table
 from npu_trace.ftrace.encode import PageEncoder
+from npu_trace.ftrace.format import parse_format
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import SCENARIOS, plan
 from npu_trace.sim.synth import synth_events
@@ -147,6 +149,61 @@ def test_a_message_comes_back_as_sent_its_columns_through_a_slot() -> None:
         assert receiver.receive() is None  # the sender's end closed
         os.close(down_r)
         slots.close()
+
+
+def test_a_chunk_no_later_message_names_is_read_in_place_and_let_go_with_its_message() -> None:
+    """Sender(later=...): a record buffer (bytes) no later message may name comes back as a memoryview into
+    the slot (no copy), dropped from what the receiver holds and released once its message is (a copy of one
+    the sender says a later message may name is kept); a table reads a record of one as of bytes."""
+    down_r, down_w = os.pipe()
+    slots, free = Slots(size=4096), [0, 1]
+    kept = bytes(range(256)) * 32
+    alone = bytes(reversed(range(256))) * 32
+    sender = Sender(down_w, slots, Shared([]), free.pop, later=lambda chunk: chunk is kept)
+    receiver = Receiver(down_r, slots, Shared([]))
+    try:
+        sender.send(("block", (kept, alone)))
+        got = receiver.receive()
+        assert got is not None
+        (_, (k, a)), held = got
+        assert type(k) is bytes and k == kept and type(a) is memoryview and a == alone
+        assert sorted(receiver.records) == [0, 1]
+        table = Table(_plan_of(), np.zeros(1), [a], np.zeros(1, np.int32), np.array([256], np.int64),
+                      np.array([16], np.int64))  # fmt: skip
+        assert table.row_values(0) == _plan_of().decoder.decode(alone, 256, 16)
+        del got
+        receiver.release(held)
+        assert sorted(receiver.records) == [0]  # the chunk read in place let go with its message
+        with pytest.raises(ValueError):
+            table.row_values(0)  # and never read after it: the view is released, not left over a reused slot
+        del a, table
+        free.append(1)
+        sender.send(("block", (kept, alone)))  # named again after all: sent again
+        got = receiver.receive()
+        assert got is not None and got[0][1][0] is k and got[0][1][1] == alone
+        held = got[1]
+        del got
+        receiver.release(held)
+    finally:
+        os.close(down_w)
+        os.close(down_r)
+        slots.close()
+
+
+def _plan_of() -> Any:
+    """A format's column plan whose records are 16 bytes: the common fields and one of 8."""
+    text = """name: one
+ID: 7
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+\tfield:u64 value;\toffset:8;\tsize:8;\tsigned:0;
+
+print fmt: "value=%llu", REC->value
+"""
+    return FormatColumns(parse_format(text, "test"))
 
 
 def test_arrays_come_back_as_sent_a_shared_record_type_by_reference(monkeypatch: Any) -> None:

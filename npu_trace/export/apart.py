@@ -31,7 +31,7 @@ import os
 import pickle
 import signal
 import traceback
-from typing import IO, Any, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence
 
 from npu_trace.errors import InputError, NpuTraceError
 from npu_trace.export.beside import shown
@@ -56,8 +56,11 @@ class ChildTraceback(Exception):
 class DrawingProcess:
     """See the module docstring: the Drawer's calls, made in the child."""
 
-    def __init__(self, drawer: Drawer, shared: Sequence[Any], stream: IO[Any], out: str) -> None:
-        self.drawer, self.shared, self.stream, self.out = drawer, Shared(shared), stream, out
+    def __init__(self, drawer: Drawer, shared: Sequence[Any], stream: IO[Any], out: str,
+                 later: Callable[[Any], bool] = lambda chunk: True) -> None:  # fmt: skip
+        """`later(chunk)`: whether a block after the one being sent may name a recorded chunk (the timeline
+        holds rows in it; npu_trace.export.ship.Sender)."""
+        self.drawer, self.shared, self.stream, self.out, self.later = drawer, Shared(shared), stream, out, later
         self.slots = Slots()
         self.free = list(range(len(self.slots.fds)))
         self.pid: Optional[int] = None
@@ -90,7 +93,7 @@ class DrawingProcess:
             os.close(down_r)
             os.close(up_w)
             self.answers = up_r
-            self.sender = Sender(down_w, self.slots, self.shared, self._take)
+            self.sender = Sender(down_w, self.slots, self.shared, self._take, self.later)
 
     def block(self, nb: NormBlock, rows: Rows, tasks: Tasks, changes: Changes, names: Dict[int, str]) -> None:
         ops = nb.norm.ops

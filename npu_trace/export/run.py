@@ -271,7 +271,8 @@ class Exporter:
         if self.stream is None:
             self.side.open(window)
             return
-        apart = DrawingProcess(self.side, self._shared(), self.stream, self.req.out)
+        apart = DrawingProcess(self.side, self._shared(), self.stream, self.req.out,
+                               self.source.block_timeline().holds)  # fmt: skip
         self.side = apart  # closed on every exit path (run's finally), from the moment it exists
         apart.start(window, self.analysis.block_normalizer.ops)
 

@@ -6,13 +6,18 @@ A message (a call's name and its arguments) is pickled with protocol 5, except:
 - the data of numpy arrays (a block's columns, its tables' records: pickle's out-of-band buffers, those of
   `INLINE` bytes or more) and the buffers the records lie in (the block's decoded chunks) are copied into a
   slot of shared memory (`Slots`: memfd files mapped by both processes, a slot grown when a message needs
-  more) and received as views into it (the chunks as copies: the decoders take bytes);
+  more) and received as views into it; a chunk that a later message may name too (`Sender(later=...)`: the
+  timeline still holds rows in it) as a copy, which the receiver keeps while messages name it, the others
+  read where they lie, as memoryviews, let go with their message (npu_trace.ftrace.columns.Table reads a
+  record of one from a copy of the record: the decoders take bytes);
 - the rest, the pickle's own bytes (a few kB a block), go through a pipe, framed by their length.
 A slot is written only once the receiver has freed it (`Sender(take=...)`), and the receiver frees it once
 nothing it drew reads it (`Receiver.release` raises BufferError if something does: the drawing keeps no view
 of a block's columns past the block); with two slots, at most two blocks' columns are in shared memory.
 Measured on a 1 M-event recording (14 blocks of 64 Ki rows, ~200 MB of columns in all, 2 vCPU): this way the
 sending cost the analysis ~0.05 s; all through a pipe (the same buffers, written a MiB at a time) ~0.13 s.
+The chunks read in place (2 M events: 85 MiB of chunks, 53 MiB of them named by one message only): the
+drawing's receiving 22-25 -> 16-18 ms of CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ SLOT_BYTES = 16 << 20  # a slot's first size (a block of 64 Ki rows needs ~14 MB
 _ALIGN = 64
 _LENGTH = struct.Struct("<Q")
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Python >= 3.10 names it; without it, pages come at first touch
+_ALONE = "alone"  # a record buffer's kind: read in place (else False: bytes, True: bytearray, each a copy)
 Span = Tuple[int, int]
 
 
@@ -106,7 +112,8 @@ class Slots:
 
 class Records:
     """The record buffers (a block's decoded chunks) the receiver holds: those the last message that named any
-    named, each by a number; a chunk that a block shares with the one before is sent once."""
+    named, each by a number, but those it read in place (`sent(alone)`); a chunk that a block shares with the
+    one before is sent once."""
 
     def __init__(self) -> None:
         self.kept: Dict[int, Tuple[Any, int]] = {}  # id -> (the buffer, its number): held while the receiver does
@@ -125,12 +132,12 @@ class Records:
         self.used[id(obj)] = got
         return got[1]
 
-    def sent(self) -> List[int]:
-        """The message is pickled: the numbers it names (the receiver keeps those only), or [] (none: it keeps
-        what it held)."""
+    def sent(self, alone: Sequence[int] = ()) -> List[int]:
+        """The message is pickled: the numbers it names (the receiver keeps those only, but `alone`: those it
+        reads in place, let go with the message), or [] (none: it keeps what it held)."""
         named = [n for _, n in self.used.values()]
         if named:
-            self.kept = self.used
+            self.kept = {key: got for key, got in self.used.items() if got[1] not in alone}
         self.used, self.new, self.numbers = {}, [], []
         return named
 
@@ -185,10 +192,12 @@ class _Unpickler(pickle.Unpickler):
 
 
 class Sender:
-    """Sends messages down `fd`; `take()` gives a slot the receiver has freed (it waits for one)."""
+    """Sends messages down `fd`; `take()` gives a slot the receiver has freed (it waits for one); `later(chunk)`:
+    whether a later message may name a record buffer (else the receiver reads it in place, if it is bytes)."""
 
-    def __init__(self, fd: int, slots: Slots, shared: Shared, take: Callable[[], int]) -> None:
-        self.fd, self.slots, self.shared, self.take = fd, slots, shared, take
+    def __init__(self, fd: int, slots: Slots, shared: Shared, take: Callable[[], int],
+                 later: Callable[[Any], bool] = lambda chunk: True) -> None:  # fmt: skip
+        self.fd, self.slots, self.shared, self.take, self.later = fd, slots, shared, take, later
         self.records = Records()
 
     def send(self, message: Any) -> Optional[int]:
@@ -202,17 +211,20 @@ class Sender:
         if new or oob:
             slot = self.take()
             spans = self.slots.put(slot, [memoryview(r) for r in new] + [b.raw() for b in oob])
-        kinds = [(n, r.__class__ is bytearray) for n, r in zip(numbers, new)]
-        frame = pickle.dumps((slot, spans, kinds, records.sent(), body.getvalue()), protocol=5)
+        kinds = [(n, _ALONE if r.__class__ is bytes and not self.later(r) else r.__class__ is bytearray)
+                 for n, r in zip(numbers, new)]  # fmt: skip
+        named = records.sent([n for n, kind in kinds if kind == _ALONE])
+        frame = pickle.dumps((slot, spans, kinds, named, body.getvalue()), protocol=5)
         write_all(self.fd, _LENGTH.pack(len(frame)) + frame)
         return slot
 
 
 class Held:
-    """A received message's views into its slot, released once the message is done with."""
+    """A received message's views into its slot (`alone`: the numbers of the record buffers among them),
+    released once the message is done with."""
 
-    def __init__(self, slot: Optional[int], views: List[memoryview]) -> None:
-        self.slot, self.views = slot, views
+    def __init__(self, slot: Optional[int], views: List[memoryview], alone: Sequence[int] = ()) -> None:
+        self.slot, self.views, self.alone = slot, views, alone
 
 
 class Receiver:
@@ -233,15 +245,18 @@ class Receiver:
             views = [area[lo:hi] for lo, hi in spans]
             area.release()
         records = self.records
-        for (number, as_array), view in zip(kinds, views):
-            records[number] = bytearray(view) if as_array else bytes(view)
+        for (number, kind), view in zip(kinds, views):
+            records[number] = view if kind == _ALONE else bytearray(view) if kind else bytes(view)
         if named:
             self.records = {n: records[n] for n in named}
         message = _Unpickler(body, self.shared, records, views[len(kinds) :]).load()
-        return message, Held(slot, views)
+        return message, Held(slot, views, [number for number, kind in kinds if kind == _ALONE])
 
     def release(self, held: Held) -> None:
-        """The message is done with: its views into the slot let go (BufferError: something still reads it)."""
+        """The message is done with: its views into the slot let go, the record buffers read in place with them
+        (BufferError: something still reads it)."""
+        for number in held.alone:
+            self.records.pop(number, None)
         for view in held.views:
             view.release()
         if held.slot is not None:

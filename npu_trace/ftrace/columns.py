@@ -97,8 +97,13 @@ class Table:
         return self.cols[name]
 
     def row_values(self, i: int) -> Tuple[int, Tuple[Any, ...]]:
-        """(pid, values) of row i, exactly as the record decoder gives them."""
-        return self.plan.decoder.decode(self.bufs[int(self.buf[i])], int(self.offset[i]), int(self.length[i]))
+        """(pid, values) of row i, exactly as the record decoder gives them. A buffer that is a memoryview (a
+        recorded chunk the export's drawing reads where it was shipped, npu_trace.export.ship) is decoded from
+        a copy of the record alone: the decoders take bytes (offsets in a record are from its start)."""
+        buf, start, length = self.bufs[int(self.buf[i])], int(self.offset[i]), int(self.length[i])
+        if buf.__class__ is memoryview:
+            return self.plan.decoder.decode(bytes(buf[start : start + length]), 0, length)
+        return self.plan.decoder.decode(buf, start, length)
 
     def values(self, rows: np.ndarray, arrays: bool = False) -> List[Any]:
         """The field values of these rows (positions in the table), one list per field of the format, each value

@@ -296,6 +296,11 @@ class BlockTimeline:
         """Items held (pushed, not released): the merge's count."""
         return sum(_count_from(rows, self._released) for part in self._rows.values() for rows in part)
 
+    def holds(self, buffer: Any) -> bool:
+        """Whether a row not yet taken lies in this buffer (one the blocks taken so far name): the next blocks
+        may name it too."""
+        return any(held is buffer for held in self._arena.buffers.values())
+
     @property
     def skipped(self) -> int:
         return sum(s.skipped for s in self.states.values())
