@@ -27,11 +27,11 @@ from npu_trace.export.run import Exporter, Request, export
 from npu_trace.export.ship import Receiver, Sender, Shared, Slots
 from npu_trace.ftrace.columns import FormatColumns, Table
 from npu_trace.ftrace.encode import PageEncoder
-from npu_trace.ftrace.format import parse_format
 from npu_trace.recording import RecordingWriter
 from npu_trace.sim.scenarios import SCENARIOS, plan
 from npu_trace.sim.synth import synth_events
 from test_export import _same_bytes, scenario
+from test_ftrace_decode import SMALL
 from test_timeline import HEADER, reads, spread, synth_header
 
 
@@ -191,19 +191,8 @@ def test_a_chunk_no_later_message_names_is_read_in_place_and_let_go_with_its_mes
 
 
 def _plan_of() -> Any:
-    """A format's column plan whose records are 16 bytes: the common fields and one of 8."""
-    text = """name: one
-ID: 7
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-\tfield:u64 value;\toffset:8;\tsize:8;\tsigned:0;
-
-print fmt: "value=%llu", REC->value
-"""
-    return FormatColumns(parse_format(text, "test"))
+    """A format's column plan whose records are 16 bytes (the common fields, two of 4)."""
+    return FormatColumns(SMALL)
 
 
 def test_arrays_come_back_as_sent_a_shared_record_type_by_reference(monkeypatch: Any) -> None:
