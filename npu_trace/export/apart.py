@@ -9,18 +9,17 @@ then does, in order, what the parent tells it (`block`, `events`, `findings`, `f
 npu_trace.export.ship says how they travel); the parent goes on reading and analysing. The child writes the
 file (the stream the export opened, inherited); the parent writes nothing to it.
 
-Bounded: a block's columns go through one of two slots of shared memory and the parent waits for a freed slot
-before it sends a block: the child draws one block while the parent analyses the next (and at most one more
-waits). The answers come back through a pipe of their own: a slot freed, at the end the counts (`finish`), or
-the child's error, raised in the parent as its own (an OSError, the file's writing failed: one line, the
-output named: InputError); a child that ends otherwise is one line too. Every exit path of the parent ends the
-child: `close()` (in the exporter's `finally`) closes the pipes, kills the child unless it finished (SIGKILL:
-it holds nothing to undo, the parent removes the partial file) and reaps it, signals held meanwhile; a child
-that finished is reaped by `reap()` once the file is in place (its exit, the teardown of its memory, ~15 ms,
-runs meanwhile). The child
-ignores SIGINT, SIGTERM and SIGHUP (a terminal's Ctrl-C reaches the whole group: the parent decides) and ends
-when the parent's end of its pipe closes, whatever ended the parent; it never runs the parent's exit code
-(`os._exit`).
+Bounded: a block's columns go through one of `SLOTS` slots of shared memory and the parent waits for a freed
+slot before it sends a block: the child draws one block while the parent analyses the next (and at most
+SLOTS - 1 more wait). The answers come back through a pipe of their own: a slot freed, at the end the counts
+(`finish`), or the child's error, raised in the parent as its own (an OSError, the file's writing failed: one
+line, the output named: InputError); a child that ends otherwise is one line too. Every exit path of the
+parent ends the child: `close()` (in the exporter's `finally`) closes the pipes, kills the child unless it
+finished (SIGKILL: it holds nothing to undo, the parent removes the partial file) and reaps it, signals held
+meanwhile; a child that finished is reaped by `reap()` once the file is in place (its exit, the teardown of its
+memory, ~15 ms, runs meanwhile). The child ignores SIGINT, SIGTERM and SIGHUP (a terminal's Ctrl-C reaches
+the whole group: the parent decides) and ends when the parent's end of its pipe closes, whatever ended the
+parent; it never runs the parent's exit code (`os._exit`).
 """
 
 from __future__ import annotations
@@ -42,6 +41,10 @@ from npu_trace.pipeline.vnormalize import NormBlock
 from npu_trace.process import signals_held
 
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# blocks in flight: the two sides take turns at being the slower (their work a block differs from block to
+# block); a third slot lets the parent run ahead of a slow block's drawing (2 M events: the parent's waits for a
+# freed slot 15-27 -> ~1 ms; 16 MiB more shared memory)
+SLOTS = 3
 _NAMED = ("block", "events", "finish")  # the calls whose last argument is the process names
 
 
@@ -61,7 +64,7 @@ class DrawingProcess:
         """`later(chunk)`: whether a block after the one being sent may name a recorded chunk (the timeline
         holds rows in it; npu_trace.export.ship.Sender)."""
         self.drawer, self.shared, self.stream, self.out, self.later = drawer, Shared(shared), stream, out, later
-        self.slots = Slots()
+        self.slots = Slots(SLOTS)
         self.free = list(range(len(self.slots.fds)))
         self.pid: Optional[int] = None
         self.sender: Optional[Sender] = None

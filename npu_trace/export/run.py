@@ -8,9 +8,9 @@ the rare ones one by one through `TimelineMapper` (npu_trace.export.track_map), 
 the device-state transitions (`Drawer`, npu_trace.export.drawer: told what to draw, it reads nothing else). An
 export draws in a process of its own while it analyses the next block (npu_trace.export.apart: each block
 drawn with the process names known when it was read, its columns through shared memory, one block drawn while
-the next is analysed and at most one more waiting). A recording with a scope takes the per-event path, as
+the next is analysed and at most two more waiting). A recording with a scope takes the per-event path, as
 `check` does. Memory stays bounded whatever the recording's size: a block of at most `EXPORT_ROWS` rows at a
-time (and the one drawn, and the one waiting, meanwhile), the writers stream. The tests
+time (and the one drawn, and those waiting, meanwhile), the writers stream. The tests
 keep the reference: every row drawn one by one through the mapper, Perfetto written through protobuf messages
 (tests/export_reference.py), and hold the bytes equal.
 

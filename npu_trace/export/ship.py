@@ -13,7 +13,7 @@ A message (a call's name and its arguments) is pickled with protocol 5, except:
 - the rest, the pickle's own bytes (a few kB a block), go through a pipe, framed by their length.
 A slot is written only once the receiver has freed it (`Sender(take=...)`), and the receiver frees it once
 nothing it drew reads it (`Receiver.release` raises BufferError if something does: the drawing keeps no view
-of a block's columns past the block); with two slots, at most two blocks' columns are in shared memory.
+of a block's columns past the block); with n slots, at most n blocks' columns are in shared memory.
 Measured on a 1 M-event recording (14 blocks of 64 Ki rows, ~200 MB of columns in all, 2 vCPU): this way the
 sending cost the analysis ~0.05 s; all through a pipe (the same buffers, written a MiB at a time) ~0.13 s.
 The chunks read in place (2 M events: 85 MiB of chunks, 53 MiB of them named by one message only): the
