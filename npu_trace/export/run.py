@@ -317,7 +317,10 @@ class Exporter:
     def _note_shown(self, ts: np.ndarray) -> None:
         if self.lo is None or not len(ts):
             return
-        inside = ts[(ts >= self.lo) & ((ts < self.hi) if self.hi is not None else True)]
+        if self.hi is None and int(ts.min()) >= self.lo:  # the common case: every stamp is inside
+            inside = ts
+        else:
+            inside = ts[(ts >= self.lo) & ((ts < self.hi) if self.hi is not None else True)]
         if len(inside):
             last = int(inside.max())
             self.shown_last = last if self.shown_last is None else max(self.shown_last, last)
