@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from npu_trace.export.drawing import BlockDrawing
 
 _SUBMIT = KIND_CODE["submit"]
-_PAIRING_ARGS = ("latency_ns", "entry_ts_ns")
 _MIN = MIN
 
 
@@ -200,11 +199,10 @@ def _plain_rows(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
 
 def _no_pairing_args(nb: NormBlock, rows: np.ndarray) -> np.ndarray:
     """Rows of no format that carries a pairing argument itself (every row when no format of the block does)."""
-    carries = [any(name in g.arg_at or name in g.const for name in _PAIRING_ARGS) for g in nb.groups]
-    if not any(carries):
+    carrying = nb.carrying_latency()
+    if not carrying.any():
         return np.ones(len(rows), dtype=bool)
-    table: np.ndarray = np.array([*carries, False], dtype=bool)  # group -1 (no format): the last
-    return ~table[nb.group_of[rows]]
+    return ~carrying[nb.group_of[rows]]
 
 
 def _submit_flows(nb: NormBlock, rows: np.ndarray, sets: Sequence[ArgSet],

@@ -147,13 +147,15 @@ class NormBlock:
         groups = self.group_of[rows]
         if not len(rows):
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
-        if groups.min() < 0:
+        if groups.min() < 0 or self.carrying_latency()[groups].any():
             return None
-        for g in np.flatnonzero(np.bincount(groups)).tolist():
-            group = self.groups[g]
-            if any(name in group.arg_at or name in group.const for name in ("latency_ns", "entry_ts_ns")):
-                return None
         return self.latency[rows], self.entry_ts[rows], self.paired[rows]
+
+    def carrying_latency(self) -> np.ndarray:
+        """Whether each group's format carries latency_ns or entry_ts_ns itself (BPF's measured calls), by
+        group number, then False for -1 (no group)."""
+        return np.array([*(any(name in g.arg_at or name in g.const for name in ("latency_ns", "entry_ts_ns"))
+                           for g in self.groups), False], dtype=bool)  # fmt: skip
 
     def int_args(self, rows: np.ndarray, name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Argument `name` of each of `rows` as arrays (values, present), or None when one of them is not an
