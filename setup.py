@@ -22,7 +22,8 @@ from setuptools import Extension, setup
 
 
 def _c(name: str, source: str) -> Extension:
-    return Extension(name, [source], optional=True, extra_compile_args=["-O3"])
+    # npu_trace/decimal.h: the decimal digits the text writers share (_wire.c, _lines.c include it)
+    return Extension(name, [source], optional=True, extra_compile_args=["-O3"], depends=["npu_trace/decimal.h"])
 
 
 setup(

@@ -40,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../decimal.h"
+
 enum {
     OP_CONST = 1,
     OP_VARINT,
@@ -96,47 +98,12 @@ static size_t varint_size(uint64_t v)
     return n;
 }
 
-/* The decimal digits of v written from a table of pairs, four at a time, back to front from the last (no
- * reversal), their count found first from v's highest bit (one comparison with a power of ten). */
-static const char PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                               "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                               "8081828384858687888990919293949596979899";
-
-static const uint64_t POWERS[20] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
-                                    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
-                                    1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
-                                    1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
-                                    1000000000000000000ULL, 10000000000000000000ULL};
-
-static size_t digits_of(uint64_t v)
-{
-    /* v | 1 has v's digits (a power of ten above 1 is even); 1233 / 4096 is just above log10(2) */
-    uint64_t u = v | 1;
-    size_t t = (size_t)(((64 - __builtin_clzll(u)) * 1233) >> 12);
-    return t + (u >= POWERS[t]);
-}
-
+/* The decimal digits of v (npu_trace/decimal.h): their count */
 static size_t decimal_at(uint8_t *at, uint64_t v)
 {
-    size_t n = digits_of(v), k = n;
-    while (v >= 10000) {
-        uint64_t high = v / 10000;
-        uint32_t four = (uint32_t)(v - high * 10000);
-        k -= 4;
-        memcpy(at + k, PAIRS + 2 * (four / 100), 2);
-        memcpy(at + k + 2, PAIRS + 2 * (four % 100), 2);
-        v = high;
-    }
-    if (v >= 100) {
-        k -= 2;
-        memcpy(at + k, PAIRS + 2 * (v % 100), 2);
-        v /= 100;
-    }
-    if (v >= 10)
-        memcpy(at + k - 2, PAIRS + 2 * v, 2);
-    else
-        at[k - 1] = (uint8_t)('0' + v);
-    return n;
+    int n = decimal_digits(v);
+    decimal_write((char *)at, v, n);
+    return (size_t)n;
 }
 
 static uint64_t magnitude(int64_t v)
@@ -183,7 +150,7 @@ static size_t micros_at(uint8_t *at, int64_t v)
     k += decimal_at(at + k, m / 1000);
     at[k] = '.';
     at[k + 1] = (uint8_t)('0' + frac / 100);
-    memcpy(at + k + 2, PAIRS + 2 * (frac % 100), 2);
+    memcpy(at + k + 2, DECIMAL_PAIRS + 2 * (frac % 100), 2);
     return k + 4;
 }
 

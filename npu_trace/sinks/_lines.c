@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../decimal.h"
+
 typedef struct {
     int code;               /* 0: a literal */
     const char *lit;        /* the literal, or NULL */
@@ -31,24 +33,15 @@ typedef struct {
     PyObject *list;         /* a str column, or the distinct str of a keyed one */
 } Part;
 
+/* The decimal digits of v (npu_trace/decimal.h) */
 static int digits_u(uint64_t v)
 {
-    int n = 1;
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
+    return decimal_digits(v);
 }
 
 static int hexits(uint64_t v)
 {
-    int n = 1;
-    while (v >= 16) {
-        v >>= 4;
-        n++;
-    }
-    return n;
+    return (64 - __builtin_clzll(v | 1) + 3) / 4;
 }
 
 static uint64_t magnitude(int64_t v)
@@ -71,12 +64,10 @@ static Py_ssize_t width(const Part *p, Py_ssize_t i)
     }
 }
 
+/* The n decimal digits of v (n = digits_u(v)) */
 static char *put_u(char *out, uint64_t v, int n)
 {
-    for (int k = n - 1; k >= 0; k--) {
-        out[k] = (char)('0' + v % 10);
-        v /= 10;
-    }
+    decimal_write(out, v, n);
     return out + n;
 }
 
