@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -28,7 +28,7 @@ from smi_support import now_ns, wait_for_polls
 
 UEVENT_STEP = {"unbind": "unbind", "remove": "remove", "bus_remove": "bus_remove", "rescan": "rescan",
                "probe": "probe", "half_probe_finish": "half_probe_finish"}  # fmt: skip
-S = 1_000_000_000
+KMSG_CLOCK_NS = 50_000_000  # the kernel log's clock converted to CLOCK_MONOTONIC: its error at most
 
 
 def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
@@ -36,7 +36,7 @@ def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
     matcher = KmsgMatcher()
     matcher.bdf_dev[bdf_of(0)] = 0  # what the kmsg source seeds from the driver's sysfs dev_id on a real host
     kmsg: List[NpuEvent] = []
-    uevents: List[NpuEvent] = []
+    uevents: List[Tuple[NpuEvent, int]] = []  # each with CLOCK_MONOTONIC once the read that returned it ended
     health = HealthSource(interval_s=0.05, timeout_s=5, npu_smi=str(smi_dir / "npu-smi"),
                           pci_root=str(tmp_path / "no-pci"))  # fmt: skip
     argv = [sys.executable, "-m", "npu_trace", "sim", "run", "--scenario", "ecc-reset", "--duration", "3",
@@ -48,11 +48,11 @@ def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
             deadline = time.monotonic() + 60
             while proc.poll() is None and time.monotonic() < deadline:
                 kmsg += ks.read()
-                uevents += us.read()
+                uevents += _read_at(us)
                 time.sleep(0.02)
             wait_for_polls(str(smi_dir), now_ns())  # a whole npu-smi poll of the final state
             kmsg += ks.read()
-            uevents += us.read()
+            uevents += _read_at(us)
         finally:
             health.close()
             if proc.poll() is None:
@@ -61,6 +61,12 @@ def run_with_sources(tmp_path: Path) -> Dict[str, Any]:
     assert proc.returncode == 0, err
     return {"truth": json.loads(truth_path.read_text()), "kmsg": kmsg, "uevents": uevents,
             "health": health.read(), "stderr": err}  # fmt: skip
+
+
+def _read_at(source: UeventSource) -> List[Tuple[NpuEvent, int]]:
+    got = source.read()
+    done = now_ns()
+    return [(e, done) for e in got]
 
 
 @pytest.mark.privileged
@@ -77,16 +83,18 @@ def test_ecc_reset_side_channels_live(tmp_path: Path) -> None:
     steps = [e for e in ours if e.kind == "reset_step"]
     assert [e.args["step"] for e in steps] == list(RESET_STEPS)
     assert {e.dev for e in steps} == {0} and [e.ts_ns for e in steps] == sorted(e.ts_ns for e in steps)
-    for e in steps:  # the kmsg clock, converted, agrees with when the channel wrote the line
+    for e in steps:  # the kmsg clock, converted, agrees with when the channel wrote the line (the kernel stamps
+        # it while the write runs; the conversion's error is the tolerance, however late the writer ran)
         line = next(x for x in ch["kmsg"]["lines"] if x["line"].endswith(e.args["msg"]))
-        assert abs(e.ts_ns - line["written_ns"]) < 50_000_000, (e.args["step"], line)
+        assert line["began_ns"] - KMSG_CLOCK_NS <= e.ts_ns <= line["written_ns"] + KMSG_CLOCK_NS, (e.args, line)
 
-    # uevents: each planned one received once it was written, in order, mapped to the step on device 0
-    received = [e for e in got["uevents"] if e.kind == "reset_step"]
+    # uevents: each planned one received once it was written, in order, mapped to the step on device 0: stamped
+    # at receive time, so after its write began and before the read that returned it ended
+    received = [(e, read) for e, read in got["uevents"] if e.kind == "reset_step"]
     matched: List[NpuEvent] = []
     for want in ch["uevent"]["events"]:
-        hit = next(e for e in received if e.args["step"] == UEVENT_STEP[want["step"]]
-                   and e.args["action"] == want["action"] and 0 <= e.ts_ns - want["written_ns"] < S)  # fmt: skip
+        hit = next(e for e, read in received if e.args["step"] == UEVENT_STEP[want["step"]]
+                   and e.args["action"] == want["action"] and want["began_ns"] <= e.ts_ns <= read)  # fmt: skip
         matched.append(hit)
     assert [e.dev for e in matched] == [0] * 6 and [e.ts_ns for e in matched] == sorted(e.ts_ns for e in matched)
     assert matched[0].args["bdf"] == "0000:3b:00.0" and matched[0].args["pci_id"] == "19E5:D802"
@@ -102,9 +110,10 @@ def test_ecc_reset_side_channels_live(tmp_path: Path) -> None:
     ecc = [e for e in got["health"] if e.kind == "ecc"]
     seen = [(e.args["ce_count"], e.args["uce_count"]) for e in ecc]
     assert seen == sorted(seen) and seen[-1] == (255, 1), seen
-    for e, key in zip(ecc, seen):
-        # a reading is stamped when its poll starts (its queries run within the next ~0.3 s): never due later
-        assert key == (0, 0) or (key in climb and climb[key] <= e.ts_ns + S), (key, e.ts_ns)
+    for k, key in enumerate(seen):
+        # a reading is stamped when its poll starts and its queries end before the next poll starts: its value
+        # was reported by then, however long the polls took
+        assert key == (0, 0) or (key in climb and (k + 1 == len(ecc) or climb[key] <= ecc[k + 1].ts_ns)), (key, ecc)
     reset_begin = next(e.ts_ns for e in steps if e.args["step"] == "reset_begin")
     rising = {ce for (ce, uce), e in zip(seen, ecc) if 0 < ce < 255 and e.ts_ns < reset_begin}
     assert rising and len(set(seen)) >= 3, seen  # the climb itself, not just its end (a poll takes ~0.3 s)

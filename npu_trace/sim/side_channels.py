@@ -89,7 +89,9 @@ def schedule(actions: Sequence[Action], pid: int) -> List[Tuple[int, str]]:
 
 class _TimedWriter:
     """A thread writing planned items, each at t0_mono_ns + its offset (`offsets`), by `_emit(i)`; counts
-    what it wrote and what failed (OSError), and keeps each write's time (`times`, what `_emit` returns)."""
+    what it wrote and what failed (OSError), and keeps each write's time (`times`, what `_emit` returns) and
+    CLOCK_MONOTONIC just before it began (`began`): what the write made (a kernel log line, a uevent) is
+    stamped between the two, however long the thread waited for a CPU around it."""
 
     NAME = "npu-sim"
 
@@ -98,6 +100,7 @@ class _TimedWriter:
         self.written = 0
         self.errors = 0
         self.times: List[Any] = [None] * len(self.offsets)
+        self.began: List[Optional[int]] = [None] * len(self.offsets)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -118,6 +121,7 @@ class _TimedWriter:
             if not _wait_until(t0 + offset, self._stop):
                 return
             try:
+                self.began[i] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 self.times[i] = self._emit(i)
                 self.written += 1
             except OSError:
@@ -420,20 +424,21 @@ class SideChannels:
                 channel.stop()
 
     def truth(self) -> Dict[str, Any]:
-        """What the channels planned and did, on CLOCK_MONOTONIC (t_ns: planned, written_ns: actual)."""
+        """What the channels planned and did, on CLOCK_MONOTONIC (t_ns: planned, began_ns and written_ns: just
+        before the write began and once it returned)."""
         t0 = self.t0_ns or 0
         out: Dict[str, Any] = {"t0_ns": self.t0_ns, "pid": self.pid, "pids": list(self.pids),
                                "notes": list(self.notes)}  # fmt: skip
         if self.kmsg is not None:
-            lines = [{"t_ns": t0 + off, "written_ns": w, "line": line[3:]}
-                     for (off, line), w in zip(self.kmsg.lines, self.kmsg.times)]  # fmt: skip
+            lines = [{"t_ns": t0 + off, "began_ns": b, "written_ns": w, "line": line[3:]}
+                     for (off, line), b, w in zip(self.kmsg.lines, self.kmsg.began, self.kmsg.times)]  # fmt: skip
             out["kmsg"] = {"path": self.kmsg_path, "written": self.kmsg.written, "errors": self.kmsg.errors,
                            "lines": lines}  # fmt: skip
         if self.uevent is not None:
             ch = self.uevent
-            events = [{"t_ns": t0 + off, "written_ns": w, "dev": dev, "step": step, "uuid": u,
+            events = [{"t_ns": t0 + off, "began_ns": b, "written_ns": w, "dev": dev, "step": step, "uuid": u,
                        "action": env["ACTION"], "subsystem": env["SUBSYSTEM"], "env": env}
-                      for (off, dev, step, env), u, w in zip(ch.events, ch.uuids, ch.times)]  # fmt: skip
+                      for (off, dev, step, env), u, b, w in zip(ch.events, ch.uuids, ch.began, ch.times)]  # fmt: skip
             out["uevent"] = {"path": self.uevent_path, "written": ch.written, "errors": ch.errors, "events": events}
         if self.app_log is not None:
             out["app_log"] = self.app_log.truth(t0)
