@@ -33,12 +33,6 @@ typedef struct {
     PyObject *list;         /* a str column, or the distinct str of a keyed one */
 } Part;
 
-/* The decimal digits of v (npu_trace/decimal.h) */
-static int digits_u(uint64_t v)
-{
-    return decimal_digits(v);
-}
-
 static int hexits(uint64_t v)
 {
     return (64 - __builtin_clzll(v | 1) + 3) / 4;
@@ -55,16 +49,16 @@ static Py_ssize_t width(const Part *p, Py_ssize_t i)
     const int64_t *s = (const int64_t *)p->col.buf;
     const uint64_t *u = (const uint64_t *)p->col.buf;
     switch (p->code) {
-    case 'd': return (s[i] < 0) + digits_u(magnitude(s[i]));
-    case 'u': return digits_u(u[i]);
+    case 'd': return (s[i] < 0) + decimal_digits(magnitude(s[i]));
+    case 'u': return decimal_digits(u[i]);
     case 'x': return (s[i] < 0) + 2 + hexits(magnitude(s[i]));
     case 'X': return 2 + hexits(u[i]);
-    case '9': { int w = (s[i] < 0) + digits_u(magnitude(s[i])); return w < 9 ? 9 : w; }
-    default: { int w = (s[i] < 0) + digits_u(magnitude(s[i])); return w < 6 ? 6 : w; } /* '6' */
+    case '9': { int w = (s[i] < 0) + decimal_digits(magnitude(s[i])); return w < 9 ? 9 : w; }
+    default: { int w = (s[i] < 0) + decimal_digits(magnitude(s[i])); return w < 6 ? 6 : w; } /* '6' */
     }
 }
 
-/* The n decimal digits of v (n = digits_u(v)) */
+/* The n decimal digits of v (n = decimal_digits(v), npu_trace/decimal.h) */
 static char *put_u(char *out, uint64_t v, int n)
 {
     decimal_write(out, v, n);
@@ -89,12 +83,12 @@ static char *put(const Part *p, Py_ssize_t i, char *out)
     const int64_t *s = (const int64_t *)p->col.buf;
     const uint64_t *u = (const uint64_t *)p->col.buf;
     if (p->code == 'u')
-        return put_u(out, u[i], digits_u(u[i]));
+        return put_u(out, u[i], decimal_digits(u[i]));
     if (p->code == 'X')
         return put_x(out, u[i]);
     int64_t v = s[i];
     uint64_t m = magnitude(v);
-    int n = digits_u(m), pad = 0;
+    int n = decimal_digits(m), pad = 0;
     if (p->code == '9' || p->code == '6') {
         int want = p->code == '9' ? 9 : 6, w = (v < 0) + n;
         pad = w < want ? want - w : 0;
