@@ -277,22 +277,13 @@ def drawn_rows(nb: NormBlock) -> np.ndarray:
     drawn at their return, and returns without one); as TimelineMapper.event would skip them."""
     keep = ~nb.counted_only & (nb.kind != _COMPLETE)
     is_call = keep & kind_in(nb.kind, _CALLS)
-    if _latency_is_the_pairing_s(nb, is_call):  # the common case: the calls with one are the paired returns
+    if nb.latency_is_pairing(is_call):  # the common case: the calls with one are the paired returns
         return np.flatnonzero(keep & (~is_call | nb.paired))
     calls = np.flatnonzero(is_call)
     got = nb.int_args(calls, "latency_ns")
     if got is not None:
         keep[calls[~got[1]]] = False
     return np.flatnonzero(keep)
-
-
-def _latency_is_the_pairing_s(nb: NormBlock, rows: np.ndarray) -> bool:
-    """Whether the latency of every row of a mask is the pairing's (NormBlock.pairing_args' case, told over
-    the mask: each row of a planned format, none of which carries latency_ns or entry_ts_ns itself)."""
-    if (rows & (nb.group_of < 0)).any():
-        return False
-    carrying = nb.carrying_latency()
-    return not carrying.any() or not (rows & carrying[nb.group_of]).any()
 
 
 # ---- what is drawn one by one ---------------------------------------------------------------------------

@@ -151,6 +151,14 @@ class NormBlock:
             return None
         return self.latency[rows], self.entry_ts[rows], self.paired[rows]
 
+    def latency_is_pairing(self, mask: np.ndarray) -> bool:
+        """pairing_args' case told over a mask of the block's rows (no gather): each row of a planned format,
+        none of which carries latency_ns or entry_ts_ns itself."""
+        if (mask & (self.group_of < 0)).any():
+            return False
+        carrying = self.carrying_latency()
+        return not carrying.any() or not (mask & carrying[self.group_of]).any()
+
     def carrying_latency(self) -> np.ndarray:
         """Whether each group's format carries latency_ns or entry_ts_ns itself (BPF's measured calls), by
         group number, then False for -1 (no group)."""
