@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from npu_trace.sim import fake_smi
 
@@ -22,6 +22,22 @@ def wait_for_polls(smi_dir: str, since_ns: int, polls: int = 1) -> None:
     while (got := fake_smi.polls_since(smi_dir, since_ns)) < polls:
         assert time.monotonic() < deadline, f"{got} of {polls} npu-smi polls in {smi_dir} after {WAIT_S:g} s"
         time.sleep(0.05)
+
+
+def answers(smi_dir: str, dev: int, query: str) -> List[Dict[str, Any]]:
+    """What each `info -t <query> -i <dev> -c 0` call the npu-smi in `smi_dir` recorded answered, in call order:
+    the readings of the state file (the run's) at the call's time. A health poll's readings are its queries'
+    answers, so the readings a poller reports are these, each change once, however late its polls ran."""
+    state = fake_smi.State.load(os.path.join(smi_dir, fake_smi.STATE_NAME))
+    with open(os.path.join(smi_dir, fake_smi.CALLS_NAME)) as f:
+        calls = [line.split(" ", 1) for line in f]
+    command = f"info -t {query} -i {dev} -c 0"
+    return [state.values(dev, int(at)) for at, argv in calls if argv.strip() == command]
+
+
+def changes(values: Sequence[Any]) -> List[Any]:
+    """`values` without a value equal to the one before it (what a tracker of changes reports)."""
+    return [v for k, v in enumerate(values) if k == 0 or v != values[k - 1]]
 
 
 def health_changes(smi_dir: str, dev: int) -> List[str]:
