@@ -226,10 +226,15 @@ def test_recordings_cut_into_chunks_differently_give_a_byte_identical_check_repo
 
 
 # ---- live: time moves on while the host is quiet ----------------------------------------------------------
+def _past_close(block: Any, last_step: int) -> List[int]:
+    """The rows of a block stamped past a reset sequence's close (1 s after its last step)."""
+    return [i for i in range(len(block)) if int(block.ts[i]) > last_step + S]
+
+
 def _told_by(block: Any, last_step: int) -> str:
-    """The rows of the block that told a reset sequence's end, stamped past its close (1 s after its last step):
-    what they were (a trace record's event, a channel's event), who made them, and when."""
-    late = [i for i in range(len(block)) if int(block.ts[i]) > last_step + S]  # past the sequence's close
+    """The rows of the block that told a reset sequence's end, stamped past its close: what they were (a trace
+    record's event, a channel's event), who made them, and when."""
+    late = _past_close(block, last_step)
     rows = [(_what(block.item(i)), int(block.ts[i]) - last_step, int(block.pid[i])) for i in late[:8]]
     return f"{len(late)} rows past the close, e.g. (what, ns after it, pid): {rows}"
 
@@ -247,7 +252,8 @@ def test_live_analysis_reports_a_reset_within_3_s_of_its_last_step_with_nothing_
 ) -> None:
     """The ecc-reset scenario, live (ftrace and the simulator's kmsg lines and uevents): the sequence closes
     1 s after its end step (other channels' copies may still come), and that is reported from the timeline's
-    watermark alone (the analysis told the time, no event), within 3 s of the last step."""
+    watermark alone (the analysis told the time, no event; but for an event stamped past the close, which a
+    loaded host may delay that far), within 3 s of the last step."""
     from npu_trace import sim
     from npu_trace.pipeline import pump
     from npu_trace.sim.side_channels import SideChannels
@@ -283,5 +289,8 @@ def test_live_analysis_reports_a_reset_within_3_s_of_its_last_step_with_nothing_
     last_step = max(a["end_ns"] for a in truth["actions"] if a["func"] == "devdrv_reset_step")
     (when, why, finding), *_ = found
     assert finding.details["status"] == "complete" and len(finding.details["steps"]) == len(sim.RESET_STEPS)
-    assert why == "time", _told_by(blocks_told[0], last_step)  # by the watermark alone (no event needed to close it)
+    # by the watermark alone (no event needed to close it), unless an event stamped past the close came first: the
+    # executor's calls go on ~0.3 s after the last step, a copy of it on a channel is stamped when it is read, and
+    # on a loaded host either may come a second late; then that event told it, as it should
+    assert why == "time" or _past_close(blocks_told[0], last_step), _told_by(blocks_told[0], last_step)
     assert 0 < when - last_step <= 3 * S, (when - last_step) / S
