@@ -1,6 +1,7 @@
 """The compiled assembly of text lines (npu_trace.sinks._lines) writes what Python's %-formatting writes: every
-code (%d of int64 and uint64, %#x of both, %09d, %6d, %s of str as UTF-8) on any value, literals between them,
-any number of rows; `interleave` puts several renders' lines in one order; bad arguments are errors, never a
+code (%d of int64 and uint64, %#x of both, %09d, %6d, %6d.%09d of nanoseconds' divmod by 10**9, %s of str as
+UTF-8) on any value, literals between them, any number of rows; `render_into` writes the same bytes into a
+buffer used again; `interleave` puts several renders' lines in one order; bad arguments are errors, never a
 crash or a read outside what it was given."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def pieces(draw: Any) -> Tuple[List[Any], int]:
     n = draw(st.integers(0, 20))
     out: List[Any] = []
     for _ in range(draw(st.integers(0, 6))):
-        kind = draw(st.sampled_from(["lit", "d", "u", "x", "X", "9", "6", "s", "k"]))
+        kind = draw(st.sampled_from(["lit", "d", "u", "x", "X", "9", "6", "t", "s", "k"]))
         if kind == "lit":
             out.append(("", draw(TEXT)))
         elif kind in "uX":
@@ -44,9 +45,16 @@ def pieces(draw: Any) -> Tuple[List[Any], int]:
 
 
 def python_lines(parts: List[Any], n: int) -> List[str]:
-    template = "".join(SPECS[code] if code else text.replace("%", "%%") for code, text in parts)
-    columns = [[col[1][i] for i in col[0].tolist()] if code == "k" else col.tolist() if isinstance(col, np.ndarray)
-               else col for code, col in parts if code]  # fmt: skip
+    template = "".join("%6d.%09d" if code == "t" else SPECS[code] if code else text.replace("%", "%%")
+                       for code, text in parts)  # fmt: skip
+    columns: List[List[Any]] = []
+    for code, col in parts:
+        if code == "t":  # a stamp is two values: its seconds and the nanoseconds past them
+            columns += [[v // 10**9 for v in col.tolist()], [v % 10**9 for v in col.tolist()]]
+        elif code == "k":
+            columns.append([col[1][i] for i in col[0].tolist()])
+        elif code:
+            columns.append(col.tolist() if isinstance(col, np.ndarray) else col)
     return [template % row for row in zip(*columns)] if columns else [template % ()] * n
 
 
@@ -62,6 +70,10 @@ def test_render_writes_what_percent_formatting_writes(case: Tuple[List[Any], int
     data, offsets = compiled(parts, n)
     assert data.decode() == "".join(line + "\n" for line in want)
     assert (data, offsets) == as_chunk(want)
+    encoded = tuple((code.encode(), col) if code else col.encode() for code, col in parts)
+    for out in (bytearray(), bytearray(b"?" * (len(data) + 7))):  # grown to fit; larger: its start written
+        size = _lines.render_into(out, encoded, n)
+        assert size == len(data) and out[:size] == data and len(out) >= size
 
 
 @settings(max_examples=100, deadline=None)
@@ -92,6 +104,16 @@ def test_bad_arguments_are_errors() -> None:
         _lines.render(((b"k", (np.array([0, 2, 1], np.int64), ["a", "b"])),), 3)
     with pytest.raises(ValueError):
         _lines.render(((b"k", ["a"]),), 3)
+    for call in (lambda: _lines.render((), -1), lambda: _lines.render_into(bytearray(), (), -1)):
+        with pytest.raises(ValueError):  # a negative number of lines
+            call()
+    with pytest.raises(TypeError):  # a buffer that is not a bytearray
+        _lines.render_into(b"", ((b"d", col),), 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        _lines.render_into(bytearray(), ((b"d", col),), 4)
+    held = bytearray()
+    with memoryview(held), pytest.raises(BufferError):  # a buffer something reads is not resized under it
+        _lines.render_into(held, ((b"d", col),), 3)
     chunk, offsets = as_chunk(["a", "b"])
     for which, index in (([1], [0]), ([0], [2]), ([0], [-1])):
         with pytest.raises(ValueError):

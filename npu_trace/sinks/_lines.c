@@ -7,12 +7,16 @@
  *             bytes                a literal, the same on every line
  *             (code, column)       a value per row: code b"d" (int64, %d), b"u" (uint64, %d), b"x" (int64,
  *                                  %#x: "0x1f", "-0x5"), b"X" (uint64, %#x), b"9" (int64 >= 0, %09d), b"6"
- *                                  (int64, %6d); the column a C-contiguous array of n of that type, native
+ *                                  (int64, %6d), b"t" (int64 nanoseconds as seconds: %6d.%09d of their
+ *                                  floor division by 10**9); the column a C-contiguous array of n of that type, native
  *                                  order; or code b"s" and a list of n str (written as UTF-8); or code b"k"
  *                                  and (an int64 array of n indexes, a list of str): row i writes
  *                                  list[index[i]] (text made once per distinct value)
  *   n       the number of lines
  *   -> every line followed by "\n", one after the other, and int64 offsets (n + 1) of where each begins
+ * render_into(out, parts, n) -> int
+ *   the same lines written at the start of the bytearray `out` (grown when they do not fit: a buffer used
+ *   again, not a new one per call), no offsets: how many bytes they took
  * interleave(chunks, offsets, which, index) -> bytes
  *   the lines of several renders put in one order: line i of the result is line index[i] of render
  *   which[i] (int32 and int64 arrays of one length; chunks a tuple of bytes, offsets a tuple of their offsets)
@@ -43,6 +47,24 @@ static uint64_t magnitude(int64_t v)
     return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 }
 
+/* Nanoseconds as whole seconds and the nanoseconds past them (Python's divmod by 10**9: floor division). */
+static void seconds(int64_t v, int64_t *secs, int64_t *nsecs)
+{
+    int64_t q = v / 1000000000, r = v % 1000000000;
+    if (r < 0) {
+        q -= 1;
+        r += 1000000000;
+    }
+    *secs = q;
+    *nsecs = r;
+}
+
+static int padded_width(int64_t v, int want)
+{
+    int w = (v < 0) + decimal_digits(magnitude(v));
+    return w < want ? want : w;
+}
+
 /* The width of row i's value of a numeric part. */
 static Py_ssize_t width(const Part *p, Py_ssize_t i)
 {
@@ -53,8 +75,9 @@ static Py_ssize_t width(const Part *p, Py_ssize_t i)
     case 'u': return decimal_digits(u[i]);
     case 'x': return (s[i] < 0) + 2 + hexits(magnitude(s[i]));
     case 'X': return 2 + hexits(u[i]);
-    case '9': { int w = (s[i] < 0) + decimal_digits(magnitude(s[i])); return w < 9 ? 9 : w; }
-    default: { int w = (s[i] < 0) + decimal_digits(magnitude(s[i])); return w < 6 ? 6 : w; } /* '6' */
+    case '9': return padded_width(s[i], 9);
+    case 't': { int64_t secs, nsecs; seconds(s[i], &secs, &nsecs); return padded_width(secs, 6) + 1 + 9; }
+    default: return padded_width(s[i], 6); /* '6' */
     }
 }
 
@@ -77,7 +100,39 @@ static char *put_x(char *out, uint64_t v)
     return out + n;
 }
 
-/* Writes row i's value of a numeric part (Python's %d, %#x, %09d, %6d). */
+/* Writes v < 10**9 as its nine digits (%09d): four pairs and the last digit, no measuring. */
+static char *put_nine(char *out, uint32_t v)
+{
+    uint32_t high = v / 100000, low = v % 100000; /* 4 digits, then 5 */
+    memcpy(out, DECIMAL_PAIRS + 2 * (high / 100), 2);
+    memcpy(out + 2, DECIMAL_PAIRS + 2 * (high % 100), 2);
+    memcpy(out + 4, DECIMAL_PAIRS + 2 * (low / 1000), 2);
+    memcpy(out + 6, DECIMAL_PAIRS + 2 * (low / 10 % 100), 2);
+    out[8] = (char)('0' + low % 10);
+    return out + 9;
+}
+
+/* Writes a signed value as %d, %09d (code '9') or %6d (code '6'). */
+static char *put_d(char *out, int64_t v, int code)
+{
+    uint64_t m = magnitude(v);
+    int n = decimal_digits(m), pad = 0;
+    if (code == '9' || code == '6') {
+        int want = code == '9' ? 9 : 6, w = (v < 0) + n;
+        pad = w < want ? want - w : 0;
+        if (code == '6') {
+            memset(out, ' ', (size_t)pad);
+            out += pad;
+            pad = 0;
+        }
+    }
+    if (v < 0)
+        *out++ = '-';
+    memset(out, '0', (size_t)pad); /* %09d: zeros after the sign */
+    return put_u(out + pad, m, n);
+}
+
+/* Writes row i's value of a numeric part (Python's %d, %#x, %09d, %6d; %6d.%09d of seconds). */
 static char *put(const Part *p, Py_ssize_t i, char *out)
 {
     const int64_t *s = (const int64_t *)p->col.buf;
@@ -86,24 +141,19 @@ static char *put(const Part *p, Py_ssize_t i, char *out)
         return put_u(out, u[i], decimal_digits(u[i]));
     if (p->code == 'X')
         return put_x(out, u[i]);
-    int64_t v = s[i];
-    uint64_t m = magnitude(v);
-    int n = decimal_digits(m), pad = 0;
-    if (p->code == '9' || p->code == '6') {
-        int want = p->code == '9' ? 9 : 6, w = (v < 0) + n;
-        pad = w < want ? want - w : 0;
-        if (p->code == '6') {
-            memset(out, ' ', (size_t)pad);
-            out += pad;
-            pad = 0;
-        }
+    if (p->code == 'x') {
+        if (s[i] < 0)
+            *out++ = '-';
+        return put_x(out, magnitude(s[i]));
     }
-    if (v < 0)
-        *out++ = '-';
-    if (p->code == 'x')
-        return put_x(out, m);
-    memset(out, '0', (size_t)pad); /* %09d: zeros after the sign */
-    return put_u(out + pad, m, n);
+    if (p->code == 't') {
+        int64_t secs, nsecs;
+        seconds(s[i], &secs, &nsecs);
+        out = put_d(out, secs, '6');
+        *out++ = '.';
+        return put_nine(out, (uint32_t)nsecs);
+    }
+    return put_d(out, s[i], p->code);
 }
 
 static void release(Part *parts, Py_ssize_t count)
@@ -132,7 +182,7 @@ static int read_part(PyObject *item, Part *p, Py_ssize_t n)
     }
     PyBytes_AsStringAndSize(PyTuple_GET_ITEM(item, 0), (char **)&code, &code_len);
     column = PyTuple_GET_ITEM(item, 1);
-    if (code_len != 1 || !strchr("duxX96sk", code[0])) {
+    if (code_len != 1 || !strchr("duxX96tsk", code[0])) {
         PyErr_SetString(PyExc_ValueError, "render: unknown code");
         return -1;
     }
@@ -183,17 +233,6 @@ static const char *str_at(const Part *p, Py_ssize_t i, Py_ssize_t *len)
     return PyUnicode_AsUTF8AndSize(s, len);
 }
 
-static Py_ssize_t part_len(const Part *p, Py_ssize_t i)
-{
-    if (p->code == 0)
-        return p->lit_len;
-    if (p->code == 's' || p->code == 'k') {
-        Py_ssize_t len;
-        return str_at(p, i, &len) ? len : -1;
-    }
-    return width(p, i);
-}
-
 static char *part_put(const Part *p, Py_ssize_t i, char *out)
 {
     if (p->code == 0) {
@@ -202,24 +241,28 @@ static char *part_put(const Part *p, Py_ssize_t i, char *out)
     }
     if (p->code == 's' || p->code == 'k') {
         Py_ssize_t len;
-        const char *s = str_at(p, i, &len);
+        const char *s = str_at(p, i, &len); /* a str: line_bound read every one */
         memcpy(out, s, (size_t)len);
         return out + len;
     }
     return put(p, i, out);
 }
 
-/* The lines' total length and each line's start; -1 with an exception set. */
+/* The lines' total length and each line's start (n + 1: the end last); -1 with an exception set. Every str
+ * was read by line_bound. */
 static Py_ssize_t measure(const Part *parts, Py_ssize_t count, Py_ssize_t n, int64_t *starts)
 {
-    Py_ssize_t total = 0;
+    Py_ssize_t total = 0, len;
     for (Py_ssize_t i = 0; i < n; i++) {
         starts[i] = total;
         for (Py_ssize_t k = 0; k < count; k++) {
-            Py_ssize_t len = part_len(&parts[k], i);
-            if (len < 0)
-                return -1;
-            total += len;
+            const Part *p = &parts[k];
+            if (p->code == 0)
+                total += p->lit_len;
+            else if (p->code == 's' || p->code == 'k')
+                total += str_at(p, i, &len) ? len : 0;
+            else
+                total += width(p, i);
         }
         total += 1; /* the newline */
     }
@@ -227,40 +270,160 @@ static Py_ssize_t measure(const Part *parts, Py_ssize_t count, Py_ssize_t n, int
     return total;
 }
 
+/* The most bytes a part writes on any row (its widest value, its longest str); -1 with an exception set. */
+static Py_ssize_t part_bound(const Part *p, Py_ssize_t n)
+{
+    switch (p->code) {
+    case 0: return p->lit_len;
+    case 's':
+    case 'k': {
+        Py_ssize_t most = 0, len, count = p->code == 's' ? n : PyList_GET_SIZE(p->list);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *item = PyList_GET_ITEM(p->list, i);
+            if (!PyUnicode_Check(item)) {
+                PyErr_SetString(PyExc_TypeError, "render: a str column holds str");
+                return -1;
+            }
+            if (PyUnicode_AsUTF8AndSize(item, &len) == NULL)
+                return -1;
+            most = len > most ? len : most;
+        }
+        return most;
+    }
+    case 't': return 20 + 1 + 9; /* a sign and 19 digits of seconds, the dot, nine digits */
+    default: return 22;          /* a sign, "0x" and 16 hex digits, or a sign and 20 digits */
+    }
+}
+
+/* Where lines are written: a bytes object (made here) or a bytearray (the caller's), grown as they come. */
+typedef struct {
+    PyObject *obj;
+    int is_bytes;
+    char *at;        /* the buffer's first byte */
+    Py_ssize_t size; /* its size */
+} Out;
+
+/* Room for `need` bytes from `used` on (the buffer grown by half again when short); -1 with an exception set. */
+static int reserve(Out *out, Py_ssize_t used, Py_ssize_t need)
+{
+    if (out->size - used >= need)
+        return 0;
+    Py_ssize_t size = used + need;
+    size += size / 2;
+    if (out->is_bytes ? _PyBytes_Resize(&out->obj, size) < 0 : PyByteArray_Resize(out->obj, size) < 0)
+        return -1;
+    out->at = out->is_bytes ? PyBytes_AS_STRING(out->obj) : PyByteArray_AS_STRING(out->obj);
+    out->size = size;
+    return 0;
+}
+
+/* The most bytes a line can take (its parts' bounds and the newline); -1 with an exception set. */
+static Py_ssize_t line_bound(const Part *parts, Py_ssize_t count, Py_ssize_t n)
+{
+    Py_ssize_t line = 1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t most = part_bound(&parts[k], n);
+        if (most < 0)
+            return -1;
+        line += most;
+    }
+    return line;
+}
+
+/* Writes the n lines into `out` in one pass, each line's start in `starts` (n + 1: the end last) when it is
+ * not NULL; their length, or -1 with an exception set. Room for a line (`line`: the most it can take; 0: the
+ * buffer was made as long as the lines, measured) is made before it is written, so no value is measured apart
+ * from its writing. */
+static Py_ssize_t write_lines(const Part *parts, Py_ssize_t count, Py_ssize_t n, Py_ssize_t line, Out *out,
+                              int64_t *starts)
+{
+    Py_ssize_t used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (reserve(out, used, line) < 0)
+            return -1;
+        if (starts != NULL)
+            starts[i] = used;
+        char *w = out->at + used;
+        for (Py_ssize_t k = 0; k < count; k++)
+            w = part_put(&parts[k], i, w);
+        *w++ = '\n';
+        used = w - out->at;
+    }
+    if (starts != NULL)
+        starts[n] = used;
+    return used;
+}
+
+/* The parts of a call of n lines, read; NULL with an exception set (release them with `release`). */
+static Part *read_parts(PyObject *tuple, Py_ssize_t n)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(tuple);
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "render: a negative number of lines");
+        return NULL;
+    }
+    Part *parts = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Part));
+    if (parts == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (read_part(PyTuple_GET_ITEM(tuple, k), &parts[k], n) < 0) {
+            release(parts, count);
+            return NULL;
+        }
+    }
+    return parts;
+}
+
+/* render(parts, n): a new bytes as long as the lines, measured first (a buffer made larger and cut to them would
+ * be mapped afresh at every call: glibc keeps a freed block of that size only once one as large was freed). */
 static PyObject *py_render(PyObject *self, PyObject *args)
 {
-    PyObject *tuple, *out = NULL, *offsets = NULL;
-    Py_ssize_t n;
+    PyObject *tuple, *offsets = NULL;
+    Py_ssize_t n, total = -1;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!n:render", &PyTuple_Type, &tuple, &n))
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(tuple);
-    Part *parts = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Part));
+    Part *parts = read_parts(tuple, n);
     if (parts == NULL)
-        return PyErr_NoMemory();
-    for (Py_ssize_t k = 0; k < count; k++) {
-        if (read_part(PyTuple_GET_ITEM(tuple, k), &parts[k], n) < 0)
-            goto done;
+        return NULL;
+    Out out = {NULL, 1, NULL, 0};
+    Py_ssize_t line = line_bound(parts, count, n);
+    if (line >= 0 && (offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8)) != NULL) {
+        out.size = measure(parts, count, n, (int64_t *)PyBytes_AS_STRING(offsets));
+        if ((out.obj = PyBytes_FromStringAndSize(NULL, out.size)) != NULL) {
+            out.at = PyBytes_AS_STRING(out.obj);
+            total = write_lines(parts, count, n, 0, &out, NULL);
+        }
     }
-    if (n < 0 || (offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8)) == NULL)
-        goto done;
-    int64_t *starts = (int64_t *)PyBytes_AS_STRING(offsets);
-    Py_ssize_t total = measure(parts, count, n, starts);
-    if (total < 0 || (out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
-        goto done;
-    char *w = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        for (Py_ssize_t k = 0; k < count; k++)
-            w = part_put(&parts[k], i, w);
-        *w++ = '\n';
-    }
-done:
     release(parts, count);
-    if (out == NULL) {
+    if (total < 0) {
+        Py_XDECREF(out.obj);
         Py_XDECREF(offsets);
         return NULL;
     }
-    return Py_BuildValue("(NN)", out, offsets);
+    return Py_BuildValue("(NN)", out.obj, offsets);
+}
+
+/* render_into(out, parts, n) -> int */
+static PyObject *py_render_into(PyObject *self, PyObject *args)
+{
+    PyObject *buffer, *tuple;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!n:render_into", &PyByteArray_Type, &buffer, &PyTuple_Type, &tuple, &n))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(tuple);
+    Part *parts = read_parts(tuple, n);
+    if (parts == NULL)
+        return NULL;
+    Out out = {buffer, 0, PyByteArray_AS_STRING(buffer), PyByteArray_GET_SIZE(buffer)};
+    Py_ssize_t line = line_bound(parts, count, n);
+    Py_ssize_t total = line < 0 ? -1 : write_lines(parts, count, n, line, &out, NULL);
+    release(parts, count);
+    return total < 0 ? NULL : PyLong_FromSsize_t(total);
 }
 
 /* interleave(chunks, offsets, which, index) -> bytes */
@@ -313,6 +476,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "Lines from literal parts and columns (see npu_trace.sinks.text)."},
+    {"render_into", py_render_into, METH_VARARGS, "Lines from parts written into a bytearray (grown to fit)."},
     {"interleave", py_interleave, METH_VARARGS, "The lines of several renders in one order."},
     {NULL, NULL, 0, NULL},
 };

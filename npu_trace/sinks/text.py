@@ -81,8 +81,9 @@ Column = Union[np.ndarray, List[Any]]  # a field's values: an integer field's as
 
 
 # ("", literal text) or (code, a column: an int64/uint64 array; a list of str; or for "k" (an int64 array of
-# indexes, the list of str they name))
+# indexes, the list of str they name); "t": int64 nanoseconds shown as seconds, %6d.%09d of their divmod)
 Piece = Tuple[str, Any]
+Chunk = Tuple[Union[bytes, memoryview], bytes]  # lines' UTF-8 text, each followed by a newline; int64 offsets
 SPECS = {"d": "%d", "u": "%d", "x": "%#x", "X": "%#x", "9": "%09d", "6": "%6d", "s": "%s", "k": "%s"}
 
 
@@ -107,18 +108,23 @@ class FormatLines:
         pieces = self.pieces(stamps, cpus, pids, columns, comm)
         if pieces is None:
             return self.fallback(stamps, cpus, pids, columns, comm)
+        pieces = _seconds_split(pieces)
         template = "".join(SPECS[code] if code else text.replace("%", "%%") for code, text in pieces)
         return list(map(template.__mod__, zip(*(_values(code, col) for code, col in pieces if code))))
 
     def render(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
-               comm: Callable[[int], str]) -> Tuple[bytes, bytes]:  # fmt: skip
+               comm: Callable[[int], str], into: Optional[bytearray] = None) -> Chunk:  # fmt: skip
         """The rows' lines as the compiled assembly writes them: (their UTF-8 text, each followed by a newline;
-        int64 offsets of where each begins, and the end)."""
+        int64 offsets of where each begins, and the end); `into`: the text written in that buffer (used again,
+        grown when short: no new one per batch), a view of it given, and no offsets."""
         pieces = self.pieces(stamps, cpus, pids, columns, comm)
         if pieces is None:
             return as_chunk(self.fallback(stamps, cpus, pids, columns, comm))
         parts = tuple((code.encode(), col) if code else col.encode() for code, col in _merged(pieces))
         assert _lines is not None, "the compiled lines were not built"
+        if into is not None:
+            size = _lines.render_into(into, parts, len(stamps))  # before any view of it: it may be grown
+            return memoryview(into)[:size], b""
         return _lines.render(parts, len(stamps))
 
     def pieces(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
@@ -161,9 +167,8 @@ class FormatLines:
             return [("", '{"ts_ns": '), ("d", stamps.astype(np.int64)), ("", ", "), who,
                     ("", ', "event": ' + json.dumps(self.name) + ', "fields": {')]  # fmt: skip
         name = self.name
-        secs, nsecs = np.divmod(stamps.astype(np.int64), NS)
-        first: Piece = ("", f"{int(secs[0]):6d}") if len(secs) and (secs == secs[0]).all() else ("6", secs)
-        return [first, ("", "."), ("9", nsecs), _keyed(cpus, pids, lambda c, p: f" [{c:03d}] {comm(p)}-{p} {name}: ")]
+        who = _keyed(cpus, pids, lambda c, p: f" [{c:03d}] {comm(p)}-{p} {name}: ")
+        return [("t", stamps.astype(np.int64, copy=False)), who]
 
     def fallback(self, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray, columns: Sequence[Column],
                  comm: Callable[[int], str]) -> List[str]:  # fmt: skip
@@ -215,6 +220,19 @@ def _numbers(column: Column) -> Optional[np.ndarray]:
             return np.array(column, dtype=np.uint64)
         except OverflowError:
             return None
+
+
+def _seconds_split(pieces: List[Piece]) -> List[Piece]:
+    """A stamp piece ("t": nanoseconds shown as seconds, which the compiled assembly writes itself) as the
+    %-formatting's: its seconds (%6d), the dot, its nanoseconds (%09d)."""
+    out: List[Piece] = []
+    for code, col in pieces:
+        if code == "t":
+            secs, nsecs = np.divmod(col, NS)
+            out += [("6", secs), ("", "."), ("9", nsecs)]
+        else:
+            out.append((code, col))
+    return out
 
 
 def _merged(pieces: List[Piece]) -> List[Piece]:
@@ -287,6 +305,7 @@ class StreamPrinter:
         self.unformatted = 0
         self._formats: Dict[int, Tuple[EventFormat, FormatLines]] = {}
         self._comms: Dict[str, str] = {}  # names as shown (escaped, or JSON literals), a few thousand at most
+        self._buffer = bytearray()  # a block's lines, when it has one format (see write_block)
 
     # ---- blocks ------------------------------------------------------------------------------------------
     def write_block(self, block: Block) -> None:
@@ -294,22 +313,25 @@ class StreamPrinter:
         if not len(block):
             return
         groups = _groups(block)
-        if self.compiled:
-            self._write_chunks([self._group(block, etype, rows, True) for etype, rows in groups], groups)
+        if self.compiled:  # a block of one format: its lines made in the printer's buffer, not a new one
+            into = self._buffer if len(groups) == 1 else None
+            self._write_chunks([self._group(block, etype, rows, True, into) for etype, rows in groups], groups)
             return
         out: np.ndarray = np.empty(len(block), dtype=object)
         for etype, rows in groups:
             out[rows] = self._group(block, etype, rows, False)
         self._write(out.tolist())
 
-    def _group(self, block: Block, etype: int, rows: np.ndarray, chunk: bool) -> Any:
-        """One etype's rows of the block: their lines (`chunk`: as the compiled assembly's chunk)."""
+    def _group(self, block: Block, etype: int, rows: np.ndarray, chunk: bool,
+               into: Optional[bytearray] = None) -> Any:  # fmt: skip
+        """One etype's rows of the block: their lines (`chunk`: as the compiled assembly's chunk, `into`: made
+        in that buffer when they can be)."""
         if etype != OBJECT:
-            return self._records(block, etype, rows, chunk)
+            return self._records(block, etype, rows, chunk, into)
         lines = self._objects(block, rows)
         return as_chunk(lines) if chunk else lines
 
-    def _write_chunks(self, chunks: List[Tuple[bytes, bytes]], groups: List[Tuple[int, np.ndarray]]) -> None:
+    def _write_chunks(self, chunks: List[Chunk], groups: List[Tuple[int, np.ndarray]]) -> None:
         """The chunks' lines in the block's order, in one write."""
         assert _lines is not None
         n = sum(len(rows) for _, rows in groups)
@@ -321,45 +343,59 @@ class StreamPrinter:
             for g, (_, rows) in enumerate(groups):
                 which[rows] = g
                 index[rows] = np.arange(len(rows))
-            data = _lines.interleave(tuple(c for c, _ in chunks), tuple(o for _, o in chunks), which, index)
-        self._emit(data)
+            texts = tuple(c if c.__class__ is bytes else bytes(c) for c, _ in chunks)
+            data = _lines.interleave(texts, tuple(o for _, o in chunks), which, index)
+        try:
+            self._emit(data)
+        finally:  # the printer's buffer let go of, however the write ended: it may be grown for the next block
+            if data.__class__ is memoryview:
+                data.release()
         self.lines += n
 
-    def _emit(self, data: bytes) -> None:
+    def _emit(self, data: Union[bytes, memoryview]) -> None:
         """The lines' bytes out, every one of them: to a file or pipe in a loop of os.write (a buffered stream's
         write interrupted by a signal after a part went out, a Ctrl-C while a reader is slow, loses the rest
         of its buffer: measured, CPython 3.11), to any other stream as text."""
         out = self.out
         fd = _fileno(out) if (getattr(out, "encoding", "") or "").lower().replace("-", "") == "utf8" else None
         if fd is None:
-            out.write(data.decode("utf-8"))
+            out.write(str(data, "utf-8"))
             out.flush()
             return
         out.flush()
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            view.release()
 
-    def _records(self, block: Block, etype: int, rows: np.ndarray, chunk: bool) -> Any:
+    def _records(self, block: Block, etype: int, rows: np.ndarray, chunk: bool,
+                 into: Optional[bytearray] = None) -> Any:  # fmt: skip
         table = block.tables[etype]
-        refs = block.ref[rows]
-        stamps, cpus, pids = block.ts[rows], block.cpu[rows], block.pid[rows]
+        if len(rows) == len(block):  # every row, in order: the block's own columns
+            refs, stamps, cpus, pids = block.ref, block.ts, block.cpu, block.pid
+        else:
+            refs = block.ref[rows]
+            stamps, cpus, pids = block.ts[rows], block.cpu[rows], block.pid[rows]
         self.records += len(rows)
         if table.plan is None:  # no format describes the event: its bytes
             self.unformatted += len(rows)
             rows_of = zip(stamps.tolist(), cpus.tolist(), pids.tolist(), refs.tolist())
             lines = [self.raw_line(RawRecord(s, c, p, etype, table.payload(r))) for s, c, p, r in rows_of]
             return as_chunk(lines) if chunk else lines
-        return self._format_lines(table.plan.fmt, stamps, cpus, pids, table.values(refs, arrays=True), chunk)
+        columns = table.values(refs, arrays=True)
+        return self._format_lines(table.plan.fmt, stamps, cpus, pids, columns, chunk, into)
 
     def _format_lines(self, fmt: EventFormat, stamps: np.ndarray, cpus: np.ndarray, pids: np.ndarray,
-                      columns: List[Column], chunk: bool = False) -> Any:  # fmt: skip
-        """The rows' lines (`chunk`: as the compiled assembly's chunk)."""
+                      columns: List[Column], chunk: bool = False,
+                      into: Optional[bytearray] = None) -> Any:  # fmt: skip
+        """The rows' lines (`chunk`: as the compiled assembly's chunk, `into`: made in that buffer)."""
         lines = self._lines(fmt)
         formatter = self.kernel.formatter(fmt) if self.kernel is not None else None
         if formatter is None:
             if chunk:
-                return lines.render(stamps, cpus, pids, columns, self._shown_comm)
+                return lines.render(stamps, cpus, pids, columns, self._shown_comm, into)
             return lines.lines(stamps, cpus, pids, columns, self._shown_comm)
         special = self._special(lines, formatter, stamps, cpus, pids, columns)
         return as_chunk(special) if chunk else special
