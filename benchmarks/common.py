@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
+from npu_trace.pipeline.pump import POLL_INTERVAL_S
+
 EVENT = "syscalls:sys_enter_getpid"
 ANCHOR_INSTANCE = "npubench"
 GEN_LINE = re.compile(rb"pid=(\d+) n=(\d+) elapsed_ns=(\d+) cpu_ns=(\d+)")
@@ -126,7 +128,8 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer-kb", type=int, default=8192, help="ring buffer per CPU, every tool (KiB)")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
     p.add_argument("--reader-cpu", type=int, default=1, help="CPU the tracers run on")
-    p.add_argument("--poll-ms", type=float, default=3.0, help="npu-trace reader sleep when a read found nothing")
+    p.add_argument("--poll-ms", type=float, default=POLL_INTERVAL_S * 1000,
+                   help="npu-trace reader sleep when a read found nothing (default: the pump's, what stream runs)")
     p.add_argument("--no-anchor", action="store_true", help="skip trace-cmd (npu-trace only)")
     p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
 
