@@ -94,6 +94,8 @@ def test_bad_arguments_are_errors() -> None:
         _lines.render(((b"d", col),), 4)  # a column shorter than the rows
     with pytest.raises(ValueError):
         _lines.render(((b"q", col),), 3)  # no such code
+    with pytest.raises(ValueError):
+        _lines.render(((b"\x00", col),), 3)  # nor a NUL
     with pytest.raises(TypeError):
         _lines.render(((b"s", [1, 2, 3]),), 3)  # not str
     with pytest.raises(ValueError):

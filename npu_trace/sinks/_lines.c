@@ -8,10 +8,10 @@
  *             (code, column)       a value per row: code b"d" (int64, %d), b"u" (uint64, %d), b"x" (int64,
  *                                  %#x: "0x1f", "-0x5"), b"X" (uint64, %#x), b"9" (int64 >= 0, %09d), b"6"
  *                                  (int64, %6d), b"t" (int64 nanoseconds as seconds: %6d.%09d of their
- *                                  floor division by 10**9); the column a C-contiguous array of n of that type, native
- *                                  order; or code b"s" and a list of n str (written as UTF-8); or code b"k"
- *                                  and (an int64 array of n indexes, a list of str): row i writes
- *                                  list[index[i]] (text made once per distinct value)
+ *                                  floor division by 10**9); the column a C-contiguous array of n of that
+ *                                  type, native order; or code b"s" and a list of n str (written as UTF-8);
+ *                                  or code b"k" and (an int64 array of n indexes, a list of str): row i
+ *                                  writes list[index[i]] (text made once per distinct value)
  *   n       the number of lines
  *   -> every line followed by "\n", one after the other, and int64 offsets (n + 1) of where each begins
  * render_into(out, parts, n) -> int
@@ -182,7 +182,7 @@ static int read_part(PyObject *item, Part *p, Py_ssize_t n)
     }
     PyBytes_AsStringAndSize(PyTuple_GET_ITEM(item, 0), (char **)&code, &code_len);
     column = PyTuple_GET_ITEM(item, 1);
-    if (code_len != 1 || !strchr("duxX96tsk", code[0])) {
+    if (code_len != 1 || code[0] == 0 || !strchr("duxX96tsk", code[0])) { /* strchr finds the NUL too */
         PyErr_SetString(PyExc_ValueError, "render: unknown code");
         return -1;
     }
