@@ -241,15 +241,15 @@ static char *part_put(const Part *p, Py_ssize_t i, char *out)
     }
     if (p->code == 's' || p->code == 'k') {
         Py_ssize_t len;
-        const char *s = str_at(p, i, &len); /* a str: line_bound read every one */
+        const char *s = str_at(p, i, &len); /* a str: measure or line_bound read every one */
         memcpy(out, s, (size_t)len);
         return out + len;
     }
     return put(p, i, out);
 }
 
-/* The lines' total length and each line's start (n + 1: the end last); -1 with an exception set. Every str
- * was read by line_bound. */
+/* The lines' total length and each line's start (n + 1: the end last); -1 with an exception set (a str
+ * column holding something else). */
 static Py_ssize_t measure(const Part *parts, Py_ssize_t count, Py_ssize_t n, int64_t *starts)
 {
     Py_ssize_t total = 0, len;
@@ -259,9 +259,11 @@ static Py_ssize_t measure(const Part *parts, Py_ssize_t count, Py_ssize_t n, int
             const Part *p = &parts[k];
             if (p->code == 0)
                 total += p->lit_len;
-            else if (p->code == 's' || p->code == 'k')
-                total += str_at(p, i, &len) ? len : 0;
-            else
+            else if (p->code == 's' || p->code == 'k') {
+                if (str_at(p, i, &len) == NULL)
+                    return -1;
+                total += len;
+            } else
                 total += width(p, i);
         }
         total += 1; /* the newline */
@@ -295,11 +297,10 @@ static Py_ssize_t part_bound(const Part *p, Py_ssize_t n)
     }
 }
 
-/* Where lines are written: a bytes object (made here) or a bytearray (the caller's), grown as they come. */
+/* Where lines are written: the caller's bytearray, grown as they come. */
 typedef struct {
-    PyObject *obj;
-    int is_bytes;
-    char *at;        /* the buffer's first byte */
+    PyObject *buffer;
+    char *at;        /* its first byte */
     Py_ssize_t size; /* its size */
 } Out;
 
@@ -310,9 +311,9 @@ static int reserve(Out *out, Py_ssize_t used, Py_ssize_t need)
         return 0;
     Py_ssize_t size = used + need;
     size += size / 2;
-    if (out->is_bytes ? _PyBytes_Resize(&out->obj, size) < 0 : PyByteArray_Resize(out->obj, size) < 0)
+    if (PyByteArray_Resize(out->buffer, size) < 0)
         return -1;
-    out->at = out->is_bytes ? PyBytes_AS_STRING(out->obj) : PyByteArray_AS_STRING(out->obj);
+    out->at = PyByteArray_AS_STRING(out->buffer);
     out->size = size;
     return 0;
 }
@@ -330,27 +331,25 @@ static Py_ssize_t line_bound(const Part *parts, Py_ssize_t count, Py_ssize_t n)
     return line;
 }
 
-/* Writes the n lines into `out` in one pass, each line's start in `starts` (n + 1: the end last) when it is
- * not NULL; their length, or -1 with an exception set. Room for a line (`line`: the most it can take; 0: the
- * buffer was made as long as the lines, measured) is made before it is written, so no value is measured apart
- * from its writing. */
-static Py_ssize_t write_lines(const Part *parts, Py_ssize_t count, Py_ssize_t n, Py_ssize_t line, Out *out,
-                              int64_t *starts)
+/* Writes line i at `w`: the end of it. */
+static char *put_line(const Part *parts, Py_ssize_t count, Py_ssize_t i, char *w)
+{
+    for (Py_ssize_t k = 0; k < count; k++)
+        w = part_put(&parts[k], i, w);
+    *w++ = '\n';
+    return w;
+}
+
+/* Writes the n lines into the bytearray in one pass: their length, or -1 with an exception set. Room for a line
+ * (`line`: the most it can take) is made before it is written, so no value is measured apart from its writing. */
+static Py_ssize_t write_grown(const Part *parts, Py_ssize_t count, Py_ssize_t n, Py_ssize_t line, Out *out)
 {
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (reserve(out, used, line) < 0)
             return -1;
-        if (starts != NULL)
-            starts[i] = used;
-        char *w = out->at + used;
-        for (Py_ssize_t k = 0; k < count; k++)
-            w = part_put(&parts[k], i, w);
-        *w++ = '\n';
-        used = w - out->at;
+        used = put_line(parts, count, i, out->at + used) - out->at;
     }
-    if (starts != NULL)
-        starts[n] = used;
     return used;
 }
 
@@ -380,8 +379,8 @@ static Part *read_parts(PyObject *tuple, Py_ssize_t n)
  * be mapped afresh at every call: glibc keeps a freed block of that size only once one as large was freed). */
 static PyObject *py_render(PyObject *self, PyObject *args)
 {
-    PyObject *tuple, *offsets = NULL;
-    Py_ssize_t n, total = -1;
+    PyObject *tuple, *offsets = NULL, *out = NULL;
+    Py_ssize_t n, total;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!n:render", &PyTuple_Type, &tuple, &n))
         return NULL;
@@ -389,22 +388,20 @@ static PyObject *py_render(PyObject *self, PyObject *args)
     Part *parts = read_parts(tuple, n);
     if (parts == NULL)
         return NULL;
-    Out out = {NULL, 1, NULL, 0};
-    Py_ssize_t line = line_bound(parts, count, n);
-    if (line >= 0 && (offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8)) != NULL) {
-        out.size = measure(parts, count, n, (int64_t *)PyBytes_AS_STRING(offsets));
-        if ((out.obj = PyBytes_FromStringAndSize(NULL, out.size)) != NULL) {
-            out.at = PyBytes_AS_STRING(out.obj);
-            total = write_lines(parts, count, n, 0, &out, NULL);
+    if ((offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8)) != NULL) {
+        total = measure(parts, count, n, (int64_t *)PyBytes_AS_STRING(offsets));
+        if (total >= 0 && (out = PyBytes_FromStringAndSize(NULL, total)) != NULL) {
+            char *w = PyBytes_AS_STRING(out);
+            for (Py_ssize_t i = 0; i < n; i++)
+                w = put_line(parts, count, i, w);
         }
     }
     release(parts, count);
-    if (total < 0) {
-        Py_XDECREF(out.obj);
+    if (out == NULL) {
         Py_XDECREF(offsets);
         return NULL;
     }
-    return Py_BuildValue("(NN)", out.obj, offsets);
+    return Py_BuildValue("(NN)", out, offsets);
 }
 
 /* render_into(out, parts, n) -> int */
@@ -419,9 +416,9 @@ static PyObject *py_render_into(PyObject *self, PyObject *args)
     Part *parts = read_parts(tuple, n);
     if (parts == NULL)
         return NULL;
-    Out out = {buffer, 0, PyByteArray_AS_STRING(buffer), PyByteArray_GET_SIZE(buffer)};
+    Out out = {buffer, PyByteArray_AS_STRING(buffer), PyByteArray_GET_SIZE(buffer)};
     Py_ssize_t line = line_bound(parts, count, n);
-    Py_ssize_t total = line < 0 ? -1 : write_lines(parts, count, n, line, &out, NULL);
+    Py_ssize_t total = line < 0 ? -1 : write_grown(parts, count, n, line, &out);
     release(parts, count);
     return total < 0 ? NULL : PyLong_FromSsize_t(total);
 }
