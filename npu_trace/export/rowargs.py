@@ -89,11 +89,11 @@ def _group_args(nb: Any, group: Any, rows: np.ndarray, strings: Strings) -> Tupl
 def decodable(table: Any, refs: np.ndarray) -> bool:
     """Records the table's decoder takes (the short ones it refuses go one by one, as the reference)."""
     decoder = table.plan.decoder
-    if type(decoder) is not RecordDecoder or not len(refs):
-        return type(decoder) is RecordDecoder
-    if int(table.length.min()) >= decoder.size:  # every record of the table (the common case: no gather)
+    if type(decoder) is not RecordDecoder:
+        return False
+    if not len(refs) or int(table.length.min()) >= decoder.size:  # every record of the table: no gather
         return True
-    return not int(table.length[refs].min()) < decoder.size
+    return int(table.length[refs].min()) >= decoder.size
 
 
 def field_column(table: Any, refs: np.ndarray, field: Field, strings: Strings) -> Optional[Tuple[Value, Any]]:

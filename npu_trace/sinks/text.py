@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union, cast
 
 import numpy as np
 
@@ -343,7 +343,7 @@ class StreamPrinter:
             for g, (_, rows) in enumerate(groups):
                 which[rows] = g
                 index[rows] = np.arange(len(rows))
-            texts = tuple(c if c.__class__ is bytes else bytes(c) for c, _ in chunks)
+            texts = cast(Tuple[bytes, ...], tuple(c for c, _ in chunks))  # bytes: `into` is for one format
             data = _lines.interleave(texts, tuple(o for _, o in chunks), which, index)
         try:
             self._emit(data)
