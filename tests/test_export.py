@@ -58,14 +58,15 @@ PLANS = plans(formats().values(), layouts=PROFILES["sim"].layouts)
 # ---- recordings ---------------------------------------------------------------------------------------------
 def scenario(path: str, name: str = "ecc-reset", seed: int = 3, loss: bool = False) -> List[Action]:
     """A recording of a scenario (1 s, 3000 calls/s, 4 devices) spread over 3 CPUs and cut into reads at
-    random; `loss`: an overrun of LOST events on CPU 1 in its middle. Returns the planned actions."""
+    random, in chunks of a few pages each (many chunks: blocks_of takes blocks at a chunk's end); `loss`: an
+    overrun of LOST events on CPU 1 in its middle. Returns the planned actions."""
     actions = plan(name, seed, 1.0, 3000, 4)
     events = synth_events(actions)
     enc = PageEncoder(HEADER)
     per_cpu = spread(events, 3, seed)
     pages = {cpu: enc.pages((e.ts_ns, e.pid, e.fmt, e.values) for e in evs) for cpu, evs in per_cpu.items()}
     batches = reads(pages, [], random.Random(seed), events[-1].ts_ns + 1)
-    with RecordingWriter(path, synth_header(3), chunk_bytes=16 << 10) as w:
+    with RecordingWriter(path, synth_header(3), chunk_bytes=6 << 10) as w:
         for i, batch in enumerate(batches):
             for cpu, page in batch.pages:
                 w.add_page(cpu, page)

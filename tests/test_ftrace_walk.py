@@ -29,6 +29,7 @@ from npu_trace.ftrace.decode import RecordDecoder, build_decoders
 from npu_trace.ftrace.encode import PageEncoder
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
 from npu_trace.ftrace.framing import MISSED_EVENTS, MISSED_STORED
+from npu_trace.recording.writer import PageCut
 from npu_trace.sim.scenarios import plan
 from npu_trace.sim.synth import formats as sim_formats
 from npu_trace.sim.synth import synth_events
@@ -449,6 +450,19 @@ def test_hand_built_cases_show_what_they_name() -> None:
     assert [loss.lost for _, loss in check(table(), [HAND["missed stored"]]).losses] == [1234]
 
 
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_a_page_as_a_recording_keeps_it_walks_as_the_whole_page(name: str) -> None:
+    """A recording keeps each page up to the last byte its readers read (framing.used_length: the commit, and the
+    stored missed count): the walk of what it keeps is the walk of the whole page, malformed or not."""
+    whole = HAND[name]
+    if len(whole) >= HEADER.data_offset:  # leftover bytes after the commit, as the ring buffer leaves them
+        whole = whole.ljust(4096, b"\xee")
+    kept = PageCut(HEADER, "little")(whole)
+    assert check(table(), [kept]) == check(table(), [whole])
+    if name in ("valid", "deltas", "missed stored", "missed not stored", "empty"):
+        assert len(kept) < len(whole)
+
+
 @pytest.mark.parametrize("commit_size", [4, 8])
 def test_a_32_bit_page_header(commit_size: int) -> None:
     header = PageHeader(0, 8, 8, commit_size, 8 + commit_size, 4096 - 8 - commit_size)
@@ -457,6 +471,8 @@ def test_a_32_bit_page_header(commit_size: int) -> None:
     pg = head + body + (77).to_bytes(commit_size, "little") + b"\0" * 100
     got = check(table(), [pg], header)
     assert [x.lost for _, x in got.losses] == [77] and len(got.events) == 2
+    kept = PageCut(header, "little")(pg)
+    assert len(kept) == len(head + body) + commit_size and check(table(), [kept], header) == got
 
 
 # ---- fuzzing --------------------------------------------------------------------------------------------------
@@ -535,7 +551,9 @@ def test_fuzz_pages_from_a_grammar(pages: List[bytes], ids: Set[int], big: bool)
     order = "big" if big else "little"
     if big:
         pages = [as_big_endian(pg) for pg in pages]
-    check(table([f for f in ALL if f.id in ids], order), pages, byteorder=order)
+    got = check(table([f for f in ALL if f.id in ids], order), pages, byteorder=order)
+    kept = [PageCut(HEADER, order)(pg) for pg in pages]  # as a recording keeps them: the same walk
+    assert check(table([f for f in ALL if f.id in ids], order), kept, byteorder=order) == got
 
 
 @settings(max_examples=300, deadline=None)

@@ -92,7 +92,7 @@ def test_every_scenario_prints_as_the_reference_prints_it(tmp_path: Any, scenari
 
 def test_the_golden_capture_prints_as_the_reference_prints_it(tmp_path: Any) -> None:
     path = str(tmp_path / "golden.npt")
-    write(path, load_pages(ROOT), chunk_bytes=3 * 4096)
+    write(path, load_pages(ROOT), per_chunk=3)
     text, err = same_output(path)
     assert '"ftrace:print"' in text and '"sched:sched_switch"' in text
     assert record_lines(text) == replayed_count(err) > 100

@@ -23,6 +23,7 @@ from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
 from npu_trace.recording.schema import PREAMBLE, Pages, chunk_crc32
+from npu_trace.recording.writer import PageCut
 from npu_trace.sources.replay_source import ReplaySource
 from reference.pages import PageDecoder, iter_events
 
@@ -41,13 +42,23 @@ def golden_header(root: str = ROOT, only: Tuple[str, ...] = ()) -> Dict[str, Any
     return build_header(session, "test", texts, read(os.path.join(root, "header_page")), extra={"run": 1})
 
 
-def write(path: str, pages: List[Tuple[int, bytes]], **kw: Any) -> None:
+def write(path: str, pages: List[Tuple[int, bytes]], per_chunk: int = 0, **kw: Any) -> None:
+    """`pages` recorded (a loss after the sixth); `per_chunk`: a chunk of that many pages each (else the writer
+    cuts its chunks by `chunk_bytes`)."""
     header = kw.pop("header", None) or golden_header()
     with RecordingWriter(path, header, **kw) as w:
         for i, (cpu, page) in enumerate(pages):
             w.add_page(cpu, page)
             if i == 5:
                 w.add_loss(Loss("tracefs", 1, "overrun", 7, 123))
+            if per_chunk and (i + 1) % per_chunk == 0:
+                w.flush()
+
+
+def stored(pages: List[Tuple[int, bytes]]) -> List[Tuple[int, bytes]]:
+    """The pages as a recording of the golden capture keeps them: each cut after the bytes its readers read."""
+    cut = PageCut(load_formats(ROOT)[0], "little")
+    return [(cpu, cut(page)) for cpu, page in pages]
 
 
 def read_all(path: str) -> Tuple[RecordingReader, List[Tuple[str, Any]]]:
@@ -75,10 +86,10 @@ def key(item: Any) -> Any:
 def test_round_trip_pages_and_events(tmp_path: Any, codec: str) -> None:
     pages = load_pages(ROOT)
     path = str(tmp_path / "r.npt")
-    write(path, pages, compression=codec, chunk_bytes=3 * PAGE)
+    write(path, pages, per_chunk=3, compression=codec)
     reader, records = read_all(path)
     got = [p for kind, c in records if kind == "chunk" for p in c.pages]
-    assert got == pages
+    assert got == stored(pages) and [len(p) for _, p in got] != [len(p) for _, p in pages]  # some were cut
     assert [c.seq for kind, c in records if kind == "chunk"] == [0, 1, 2, 3]
     assert ("loss", Loss("tracefs", 1, "overrun", 7, 123)) in records
     assert not reader.truncated and reader.trailer is not None
@@ -115,7 +126,7 @@ def small_recording(tmp_path: Any, codec: str = "zstd") -> Tuple[bytes, List[Tup
     pages = load_pages(ROOT)[:2] + load_pages(ROOT)[8:9]  # 3 chunks, one page each
     path = str(tmp_path / f"small-{codec}.npt")
     header = golden_header(only=("sched:sched_switch",))
-    write(path, pages, compression=codec, chunk_bytes=PAGE, header=header)
+    write(path, pages, per_chunk=1, compression=codec, header=header)
     with open(path, "rb") as f:
         return f.read(), pages
 
@@ -135,7 +146,7 @@ def check_cut(path: str, blob: bytes, cut: int, pages: List[Tuple[int, bytes]], 
         raise AssertionError(f"cut at {cut} inside the header was not refused")
     reader, records = read_all(path)
     got = [p for kind, c in records if kind == "chunk" for p in c.pages]
-    assert got == pages[: len(got)]
+    assert got == stored(pages)[: len(got)]
     assert reader.truncated == (cut < len(blob))
     if reader.truncated:
         assert reader.truncation and "\n" not in reader.truncation and reader.trailer is None
@@ -199,7 +210,7 @@ def test_unknown_record_types_are_skipped_and_counted(tmp_path: Any) -> None:
     path.write_bytes(blob[:first] + msgpack.packb({"t": "future", "x": [1, 2]}) + blob[first:])
     patched, records = read_all(str(path))
     assert patched.skipped_records == {"future": 1} and not patched.truncated
-    assert [p for kind, c in records if kind == "chunk" for p in c.pages] == pages
+    assert [p for kind, c in records if kind == "chunk" for p in c.pages] == stored(pages)
     path.write_bytes(blob[: reader.trailer["index"][-1][1]] + msgpack.packb({"t": "future"}))
     cut, records = read_all(str(path))
     assert cut.skipped_records == {"future": 1} and cut.truncated
@@ -216,8 +227,10 @@ def test_refuses_to_overwrite(tmp_path: Any) -> None:
 
 def test_close_is_idempotent_and_counts(tmp_path: Any) -> None:
     path = str(tmp_path / "r.npt")
-    w = RecordingWriter(path, golden_header(), chunk_bytes=2 * PAGE)
-    for cpu, page in load_pages(ROOT)[:5]:
+    pages = load_pages(ROOT)[:5]
+    # a chunk of two pages: no page as stored is twice as long as another
+    w = RecordingWriter(path, golden_header(), chunk_bytes=2 * min(len(p) for _, p in stored(pages)))
+    for cpu, page in pages:
         w.add_page(cpu, page, ts_ns=1000 + cpu)
     assert (w.pages, w.chunks) == (4, 2)
     w.close({"events": 42})
@@ -260,7 +273,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 from test_recording import golden_header, load_pages, ROOT
 from npu_trace.recording import RecordingWriter
-w = RecordingWriter({path!r}, golden_header(), chunk_bytes=4096)
+w = RecordingWriter({path!r}, golden_header(), chunk_bytes=1)
 pages = load_pages(ROOT)
 for i in range(10 ** 6):
     w.add_page(*pages[i % len(pages)])
@@ -279,7 +292,7 @@ def test_sigkill_mid_write_reads_to_last_whole_chunk(tmp_path: Any) -> None:
     proc.wait()
     reader, records = read_all(path)
     assert reader.truncated and reader.trailer is None and reader.chunks_read > 20
-    pages = load_pages(ROOT)
+    pages = stored(load_pages(ROOT))
     got = [p for kind, c in records if kind == "chunk" for p in c.pages]
     assert got == [pages[i % len(pages)] for i in range(len(got))]
 

@@ -18,7 +18,7 @@ from goldens import load_pages
 from npu_trace.errors import RecordingError
 from npu_trace.recording import RecordingReader
 from npu_trace.recording.schema import MAX_CHUNK_RAW, MAX_DATA_BYTES, PREAMBLE
-from test_recording import PAGE, ROOT, golden_header, write
+from test_recording import PAGE, ROOT, golden_header, stored, write
 
 EXAMPLES = int(os.environ.get("NPT_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -27,6 +27,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 PAGES = load_pages(ROOT)[:2] + load_pages(ROOT)[8:9]
+STORED = stored(PAGES)  # as the valid recordings hold them
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=8))
 VALUES = st.recursive(SCALARS | st.binary(max_size=16), lambda v: st.lists(v, max_size=3), max_leaves=8)
 
@@ -42,7 +43,7 @@ def valid(tmp_path_factory: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = Recordings()
     for codec in ("zstd", "none"):
         path = str(tmp_path_factory.mktemp("valid") / f"{codec}.npt")
-        write(path, PAGES, compression=codec, chunk_bytes=PAGE, header=golden_header(only=("sched:sched_switch",)))
+        write(path, PAGES, per_chunk=1, compression=codec, header=golden_header(only=("sched:sched_switch",)))
         reader = RecordingReader(path)
         list(reader.records())
         with open(path, "rb") as f:
@@ -82,7 +83,7 @@ def test_bit_flips(valid: Dict[str, Any], codec: str, flips: List[int]) -> None:
     reader, records = read_or_error(valid, bytes(data))
     if reader is not None:  # CRC-32 guards the pages: whatever was read is what was written
         assert len({seq for kind, seq in ((k, c.seq) for k, c in records if k == "chunk")}) == reader.chunks_read
-        assert all(page in PAGES for page in pages_of(records))
+        assert all(page in STORED for page in pages_of(records))
 
 
 @FUZZ
@@ -93,7 +94,7 @@ def test_random_bytes_after_header(valid: Dict[str, Any], codec: str, tail: byte
     cut = offsets[keep] if keep < len(offsets) - 1 else header_end
     reader, records = read_or_error(valid, blob[:cut] + tail)
     if reader is not None:
-        assert pages_of(records) == PAGES[: len(pages_of(records))]
+        assert pages_of(records) == STORED[: len(pages_of(records))]
 
 
 def chunk_record(**changes: Any) -> Dict[str, Any]:
@@ -191,7 +192,7 @@ def test_unknown_record_type_is_skipped_and_counted(valid: Dict[str, Any], kind:
     blob, _, trailer = valid["zstd"]
     first = trailer["index"][1][1]
     reader, records = read_or_error(valid, blob[:first] + msgpack.packb({"t": kind, "v": 1}) + blob[first:])
-    assert reader is not None and reader.skipped_records == {kind: 1} and pages_of(records) == PAGES
+    assert reader is not None and reader.skipped_records == {kind: 1} and pages_of(records) == STORED
 
 
 EV_ROW = [123, "timeout", 2, "heartbeat", 77, -1, {"source": "kmsg", "lost_count": 4}]

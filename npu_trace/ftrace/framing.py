@@ -88,6 +88,19 @@ DESCRIBE = {
 }
 
 
+def used_length(size: int, commit: int, data_offset: int, word: int) -> int:
+    """How many of a page's `size` bytes its readers read, given its commit word (a page at least as long as its
+    header): the header, the committed data and, after them, the missed-events count the page stores
+    (MISSED_STORED, where it fits in the page). What follows is the ring buffer's leftover bytes, which no rule
+    above reads. A commit past the page's end (malformed): the whole page, read as it is."""
+    end = data_offset + (commit & COMMIT_MASK)
+    if end > size:
+        return size
+    if commit & MISSED_STORED and end + word <= size:
+        end += word
+    return end
+
+
 def malformed_kind(reason: str) -> str:
     """The Loss kind of a malformed record or page: "malformed:<reason>"."""
     return MALFORMED_PREFIX + reason

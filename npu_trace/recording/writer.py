@@ -1,5 +1,9 @@
 """Writing `.npt` recordings: raw ftrace pages in self-contained chunks, appended with plain `os.write`.
 
+Each page is stored up to the last byte its readers read (`npu_trace.ftrace.framing.used_length`): a page read
+before it filled carries the ring buffer's leftover bytes after its commit, often most of it, and those are left
+out of the chunk (less to compress, checksum, decompress and hold in memory).
+
 No Python buffering: a chunk is on disk (in the page cache) as soon as it is flushed, so a SIGKILL loses at
 most the chunk being filled (bounded by `chunk_bytes` and `flush_interval`). `fsync=True` also survives a
 power cut, at the cost of one fsync per chunk.
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import time
 from functools import lru_cache
@@ -18,8 +23,10 @@ import msgpack
 import zstandard
 
 import npu_trace
-from npu_trace.errors import RecordingError
+from npu_trace.errors import FormatError, RecordingError
 from npu_trace.events import Loss, LossLedger, NpuEvent
+from npu_trace.ftrace.format import PageHeader, parse_header_page
+from npu_trace.ftrace.framing import used_length
 from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.host import SimulatedHost, this_host
 from npu_trace.recording.schema import (
@@ -154,6 +161,32 @@ def _open_excl(path: str, overwrite: bool, mode: int = DEFAULT_MODE) -> int:
 ZSTD_LEVEL = 1
 
 
+class PageCut:
+    """A page of this layout cut after the bytes its readers read (`used_length`); a page shorter than its
+    header, or whose commit counts past its end, is kept whole (read as it is: malformed)."""
+
+    def __init__(self, page: PageHeader, byteorder: str) -> None:
+        order = "<" if byteorder == "little" else ">"
+        self._commit = struct.Struct(order + ("Q" if page.commit_size == 8 else "I")).unpack_from
+        self._at, self._word, self._data = page.commit_offset, page.commit_size, page.data_offset
+
+    def __call__(self, page: bytes) -> bytes:
+        size = len(page)
+        if size < self._data:
+            return page
+        used = used_length(size, self._commit(page, self._at)[0], self._data, self._word)
+        return page if used == size else page[:used]
+
+
+def _page_cut(header: Dict[str, Any]) -> PageCut:
+    """The PageCut of a (type-checked) header's `header_page` and `byteorder`."""
+    try:
+        page = parse_header_page(header["header_page"])
+    except FormatError as exc:
+        raise RecordingError(f"recording header: header_page: {exc}") from None
+    return PageCut(page, header["byteorder"])
+
+
 class RecordingWriter:
     """Appends pages and loss records to a new `.npt` file. Use as a context manager; `close()` is idempotent."""
 
@@ -188,6 +221,7 @@ class RecordingWriter:
         self.before_chunk = before_chunk
         self.ledger = LossLedger()
         self._zstd = zstandard.ZstdCompressor(level=level) if compression == "zstd" else None
+        self._cut = _page_cut(header)
         self._pending: List[Tuple[int, bytes]] = []
         self._pending_bytes = 0
         self._pending_ts: List[int] = []
@@ -235,13 +269,15 @@ class RecordingWriter:
 
     # ---- data ----------------------------------------------------------------------------------
     def add_page(self, cpu: int, page: bytes, ts_ns: Optional[int] = None) -> None:
-        """Queue one raw page read from `cpu` (ts_ns: its timestamp when the caller knows it, for the index)."""
+        """Queue one raw page read from `cpu` (ts_ns: its timestamp when the caller knows it, for the index), cut
+        after the bytes its readers read (`PageCut`)."""
         if len(page) > MAX_PAGE_BYTES:
             raise RecordingError(f"page of {len(page)} bytes exceeds the {MAX_PAGE_BYTES}-byte limit")
         if not self._pending and not self._pending_marks:
             self._started = time.monotonic()
-        self._pending.append((cpu, bytes(page)))
-        self._pending_bytes += len(page)
+        kept = self._cut(bytes(page))
+        self._pending.append((cpu, kept))
+        self._pending_bytes += len(kept)
         if ts_ns is not None:
             self._pending_ts.append(ts_ns)
         if self._pending_bytes >= self.chunk_bytes or len(self._pending) >= MAX_PAGES_PER_CHUNK:
