@@ -38,7 +38,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from benchmarks.checks import HEAVY, check_figures
+from benchmarks.checks import CHECK_ROUNDS, HEAVY, check_figures
 from benchmarks.common import (
     ANCHOR,
     ANCHOR_INSTANCE,
@@ -611,14 +611,16 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--sim-devices", type=int, default=2, help="workload B: simulated devices")
     p.add_argument("--no-check", action="store_true", help="skip the check figures (benchmarks.checks)")
     p.add_argument("--check-only", action="store_true", help="only the check figures (benchmarks.checks)")
+    p.add_argument("--check-repeat", type=int, default=CHECK_ROUNDS,
+                   help=f"check figures: rounds (default {CHECK_ROUNDS}; each a few seconds, see benchmarks.checks)")
     p.add_argument("--gen-events", type=float, default=2e6,
                    help="check figures: events of the generated recording (0: none; the RSS target is for 1e7)")
     p.add_argument("--gen-file", metavar="NPT", help="check figures: this generated recording (and its .truth.json)")
     p.add_argument("--heavy-duration", type=float, default=HEAVY.duration_s, metavar="S",
                    help=f"check figures: seconds of the detector-heavy workload (default {HEAVY.duration_s:g})")
     args = p.parse_args(argv)
-    if args.events <= 0 or args.repeat <= 0 or args.buffer_kb <= 0 or args.heavy_duration <= 0:
-        p.error("--events, --repeat, --buffer-kb and --heavy-duration must be positive")
+    if min(args.events, args.repeat, args.check_repeat, args.buffer_kb, args.heavy_duration) <= 0:
+        p.error("--events, --repeat, --check-repeat, --buffer-kb and --heavy-duration must be positive")
     args.rate_steps = sorted((float(x) for x in args.rates.split(",") if x.strip()), reverse=True)
     return args
 
