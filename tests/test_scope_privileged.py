@@ -277,12 +277,16 @@ def _disk_traffic(tmp_path: Any) -> None:
 
 
 def _busiest_irq(tmp_path: Any) -> int:
-    """The numbered interrupt whose count grows most while this test writes to disk."""
-    before = _irq_counts()
-    for _ in range(20):
-        _disk_traffic(tmp_path)
-    after = _irq_counts()
-    return max(after, key=lambda irq: after[irq] - before.get(irq, 0))
+    """The numbered interrupt this test's disk writes raise: the one whose count grows most in the worse of two
+    rounds of writes (an interrupt that only a burst of other traffic raised in one round does not win)."""
+    grown: List[Dict[int, int]] = []
+    for _ in range(2):
+        before = _irq_counts()
+        for _ in range(20):
+            _disk_traffic(tmp_path)
+        after = _irq_counts()
+        grown.append({irq: after[irq] - before.get(irq, 0) for irq in after})
+    return max(grown[0], key=lambda irq: min(g.get(irq, 0) for g in grown))
 
 
 def _irq_counts() -> Dict[int, int]:
