@@ -15,7 +15,7 @@ import msgpack
 
 from npu_trace.errors import FormatError, RecordingError
 from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
-from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
+from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
 from npu_trace.ftrace.printk import parse_formats
 from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.symbols import Symbols
@@ -29,6 +29,7 @@ from npu_trace.recording.schema import (
     decode_events,
     decode_loss,
     fail,
+    header_page_of,
     kallsyms_text,
     make_unpacker,
     record_type,
@@ -183,10 +184,7 @@ def header_formats(header: Dict[str, Any]) -> Tuple[PageHeader, List[EventFormat
     """The page layout and the event formats of a (type-checked) header, each checked to be what the kernel
     writes (`npu_trace.ftrace.format.check_format`), their ids and names distinct, each text naming the event
     its entry names: a RecordingError naming the format and the field otherwise."""
-    try:
-        page_header = parse_header_page(header["header_page"])
-    except FormatError as exc:
-        raise RecordingError(f"recording header: header_page: {exc}") from None
+    page_header = header_page_of(header)
     formats: List[EventFormat] = []
     ids: Dict[int, str] = {}
     names: Set[str] = set()

@@ -21,8 +21,9 @@ try:  # the chunks' CRC-32 through zlib-ng: the same checksum, computed with the
 except ImportError:  # pragma: no cover - a host without the wheel: zlib's, the same values
     from zlib import crc32 as chunk_crc32
 
-from npu_trace.errors import RecordingError
+from npu_trace.errors import FormatError, RecordingError
 from npu_trace.events import KINDS, Loss, NpuEvent
+from npu_trace.ftrace.format import PageHeader, parse_header_page
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
 from npu_trace.pipeline.batch import Mark
 
@@ -282,6 +283,14 @@ def validate_header(header: Any) -> Dict[str, Any]:
     need(header, "host_identity", dict, where, optional=True)  # npu_trace.recording.host; absent in older files
     need(header, "clock_sync", dict, where, optional=True)
     return header
+
+
+def header_page_of(header: Dict[str, Any]) -> PageHeader:
+    """The page layout a (type-checked) header's `header_page` describes: a RecordingError naming it otherwise."""
+    try:
+        return parse_header_page(header["header_page"])
+    except FormatError as exc:
+        raise RecordingError(f"recording header: header_page: {exc}") from None
 
 
 def _validate_anchor(anchor: Dict[str, Any]) -> None:

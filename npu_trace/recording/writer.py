@@ -23,9 +23,9 @@ import msgpack
 import zstandard
 
 import npu_trace
-from npu_trace.errors import FormatError, RecordingError
+from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger, NpuEvent
-from npu_trace.ftrace.format import PageHeader, parse_header_page
+from npu_trace.ftrace.format import PageHeader
 from npu_trace.ftrace.framing import used_length
 from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.host import SimulatedHost, this_host
@@ -42,6 +42,7 @@ from npu_trace.recording.schema import (
     chunk_crc32,
     event_losses,
     events_record,
+    header_page_of,
     kallsyms_entry,
     loss_record,
     pack_header,
@@ -178,15 +179,6 @@ class PageCut:
         return page if used == size else page[:used]
 
 
-def _page_cut(header: Dict[str, Any]) -> PageCut:
-    """The PageCut of a (type-checked) header's `header_page` and `byteorder`."""
-    try:
-        page = parse_header_page(header["header_page"])
-    except FormatError as exc:
-        raise RecordingError(f"recording header: header_page: {exc}") from None
-    return PageCut(page, header["byteorder"])
-
-
 class RecordingWriter:
     """Appends pages and loss records to a new `.npt` file. Use as a context manager; `close()` is idempotent."""
 
@@ -221,7 +213,7 @@ class RecordingWriter:
         self.before_chunk = before_chunk
         self.ledger = LossLedger()
         self._zstd = zstandard.ZstdCompressor(level=level) if compression == "zstd" else None
-        self._cut = _page_cut(header)
+        self._cut = PageCut(header_page_of(header), header["byteorder"])
         self._pending: List[Tuple[int, bytes]] = []
         self._pending_bytes = 0
         self._pending_ts: List[int] = []
