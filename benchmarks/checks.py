@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from benchmarks.common import ANCHOR_INSTANCE, BenchError, judged_ratio, log, median
+from benchmarks.common import ANCHOR_INSTANCE, BenchError, alternated, judged_ratio, log, median
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchmarks.ingest import Bench  # annotations only
@@ -118,11 +118,12 @@ def rounds(jobs: Dict[str, Job], repeat: int,
            run: Callable[[Job], Dict[str, Any]] = run_job) -> Dict[str, Dict[str, Any]]:  # fmt: skip
     """Every job run once per round (`run`: how), `repeat` rounds one after another: a slow spell of the machine
     (this VM's speed drifts by tens of percent from minute to minute) falls on the tools of one round alike, so
-    that a ratio taken round by round (`paired`) sees through it. Each job's figure as `timed` gives it."""
+    that a ratio taken round by round (`paired`) sees through it. Every other round runs the jobs in the reverse
+    order (`alternated`), so that a drift within a round favours no job. Each job's figure as `timed` gives it."""
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in jobs}
-    for _ in range(repeat):
-        for name, job in jobs.items():
-            runs[name].append(run(job))
+    for i in range(repeat):
+        for name in alternated(list(jobs), i):
+            runs[name].append(run(jobs[name]))
     return {name: figure(job, runs[name]) for name, job in jobs.items()}
 
 

@@ -12,7 +12,7 @@ import shutil
 import statistics
 import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple, TypeVar
 
 from npu_trace.pipeline.pump import POLL_INTERVAL_S
 
@@ -24,6 +24,7 @@ NPU = "npu-trace"
 NPU_NO_TEXT = "npu-trace, no text"
 ANCHOR = "trace-cmd"
 UNTRACED = "untraced"
+T = TypeVar("T")
 
 
 class BenchError(Exception):
@@ -88,6 +89,12 @@ def judged_ratio(of_medians: float, rounds_: Sequence[float], anchor: str, besid
     each = ", ".join(f"{x:.2f}" for x in rounds_)
     more = f", {beside}" if beside else ""
     return r, f"{r:.3f}x {anchor} round by round (median of {each}; of the medians: {of_medians:.2f}x{more})"
+
+
+def alternated(items: List[T], round_: int) -> List[T]:
+    """The order a bench runs its tools in round `round_` (from 0): as given in even rounds, reversed in odd ones
+    (within a round the machine drifts too: a tool run last in every round would take all of it)."""
+    return items if round_ % 2 == 0 else items[::-1]
 
 
 def cpu_self() -> float:

@@ -10,7 +10,8 @@ reader's CPU per event at most 2x trace-cmd's.
 For each tool the benchmark reports events seen (the generator's pid only), events lost (kernel counters),
 the highest lossless rate (full speed, or stepping the generator's pace down when full speed loses), the
 reader's CPU per million events, the generator's slowdown against an untraced run, and bytes on disk per event.
-Every measurement is repeated `--repeat` times and the median is shown. Nothing here is a pass/fail test:
+Every measurement is repeated `--repeat` times (workload A at full speed: `--stream-repeat` rounds, the tools in
+the reverse order every other round) and the median is shown. Nothing here is a pass/fail test:
 the figures and the npu-trace/trace-cmd ratios are printed (and written with `--json OUT`).
 `npu-trace record` ("npu-record": the live source + Recorder + the pump, in-process) is measured beside them on the
 same workload, then replay/check throughput and file sizes against trace-cmd's file (benchmarks/record.py;
@@ -20,8 +21,8 @@ The check figures follow (benchmarks/checks.py: `check` where every event is ana
 scenario recorded by both tools at once, and on a generated recording of millions of events; `--no-check` skips
 them, `--check-only` runs only them).
 
-Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--no-anchor] [--no-record] [--no-check]
-[--gen-events N] [--json OUT]`.
+Run as root: `scripts/bench [--events N] [--buffer-kb KB] [--repeat R] [--stream-repeat R] [--no-anchor]
+[--no-record] [--no-check] [--gen-events N] [--json OUT]`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from benchmarks.common import (
     PidCount,
     Run,
     add_common_options,
+    alternated,
     cpu_children,
     cpu_self,
     gcc,
@@ -65,6 +67,12 @@ GEN_SOURCE = os.path.join(HERE, "gen_syscalls.c")
 SHIM_SOURCE = "/work/shared/anchor-tools/trace-cmd-eperm-shim.c"
 DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near the ~1.4M/s the generator reaches traced
 GC_THRESHOLD = 100_000
+# --stream-repeat's default: workload A's rounds at full speed, whose round-by-round ratio the lossless target is
+# judged by. Both tools are lossless at the generator's full speed, so the ratio is of the generator's rates under
+# each, a few percent apart: over the last 12 rounds of 4 runs of 3 (stops 39-40), 0.99-1.07, spread 0.026 about
+# a median of 1.031, 3 of the 12 under 1.0. A median of 3 such rounds fell under 1.0 in one run of the 4; of 7 it
+# is about twice as steady.
+STREAM_ROUNDS = 7
 Events = Union[str, Sequence[str]]  # trace-cmd record -e: one event or system, or several
 Tags = Union[bytes, Sequence[bytes]]
 # Global tracefs files the benchmark (or trace-cmd) could change: snapshotted first, restored at the end.
@@ -611,6 +619,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--sim-devices", type=int, default=2, help="workload B: simulated devices")
     p.add_argument("--no-check", action="store_true", help="skip the check figures (benchmarks.checks)")
     p.add_argument("--check-only", action="store_true", help="only the check figures (benchmarks.checks)")
+    p.add_argument("--stream-repeat", type=int, default=STREAM_ROUNDS,
+                   help=f"workload A: rounds at full speed (default {STREAM_ROUNDS}; each ~15 s, see STREAM_ROUNDS)")
     p.add_argument("--check-repeat", type=int, default=CHECK_ROUNDS,
                    help=f"check figures: rounds (default {CHECK_ROUNDS}; each a few seconds, see benchmarks.checks)")
     p.add_argument("--gen-events", type=float, default=2e6,
@@ -619,14 +629,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--heavy-duration", type=float, default=HEAVY.duration_s, metavar="S",
                    help=f"check figures: seconds of the detector-heavy workload (default {HEAVY.duration_s:g})")
     args = p.parse_args(argv)
-    if min(args.events, args.repeat, args.check_repeat, args.buffer_kb, args.heavy_duration) <= 0:
-        p.error("--events, --repeat, --check-repeat, --buffer-kb and --heavy-duration must be positive")
+    if min(args.events, args.repeat, args.stream_repeat, args.check_repeat, args.buffer_kb, args.heavy_duration) <= 0:
+        p.error("--events, --repeat, --stream-repeat, --check-repeat, --buffer-kb and --heavy-duration must be "
+                "positive")  # fmt: skip
     args.rate_steps = sorted((float(x) for x in args.rates.split(",") if x.strip()), reverse=True)
     return args
 
 
 def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
-    n, repeat = args.events, args.repeat
+    n, repeat, rounds_a = args.events, args.repeat, args.stream_repeat
     tools: List[Tuple[str, Callable[[int, float], Run]]] = [(NPU, bench.npu_trace)]
     tools.append((NPU_NO_TEXT, bench.npu_trace_no_text))
     if not args.no_record:
@@ -638,16 +649,17 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     full: Dict[str, List[Run]] = {t: [] for t, _ in tools}
     log(
         f"workload A: {EVENT}, N={n:,}, generator on cpu{args.gen_cpu}, tracers on cpu{args.reader_cpu}, "
-        f"buffer {args.buffer_kb} KiB per CPU, {repeat} repeat(s), medians reported"
+        f"buffer {args.buffer_kb} KiB per CPU, {rounds_a} round(s) at full speed, medians reported"
     )
-    # Interleaved (untraced, npu-trace, trace-cmd) x repeat, so that a drift of the host hits every tool alike.
-    for i in range(repeat):
-        log(f"round {i + 1}/{repeat} at full speed")
+    # Interleaved (untraced, then the tools) x rounds, so that a drift of the host hits every tool alike; the
+    # tools in the reverse order every other round (benchmarks.common.alternated)
+    for i in range(rounds_a):
+        log(f"round {i + 1}/{rounds_a} at full speed")
         run = bench.baseline(n)
         log(describe(run))
         base.append(run)
         runs.append(run)
-        for tool, fn in tools:
+        for tool, fn in alternated(tools, i):
             full[tool] += measure(fn, n, 0, 1, runs)
     baseline_ns = median([r.gen_elapsed_ns for r in base])
     steps: Dict[str, List[Tuple[float, List[Run]]]] = {t: [] for t, _ in tools}
@@ -667,7 +679,7 @@ def run_all(args: argparse.Namespace, bench: Bench) -> Dict[str, Any]:
     baseline_rate = n / (baseline_ns / 1e9)
     print_table(summaries, baseline_rate)
     result: Dict[str, Any] = {
-        "workload": "A", "event": EVENT, "n": n, "buffer_kb": args.buffer_kb, "repeat": repeat,
+        "workload": "A", "event": EVENT, "n": n, "buffer_kb": args.buffer_kb, "repeat": repeat, "rounds": rounds_a,
         "gen_cpu": args.gen_cpu, "reader_cpu": args.reader_cpu, "poll_ms": args.poll_ms,
         "gc": {"frozen": True, "threshold": list(gc.get_threshold())},
         "baseline_rate": baseline_rate, "summaries": summaries, "runs": [r.to_json() for r in runs],

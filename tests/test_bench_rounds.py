@@ -9,11 +9,11 @@ import pytest
 from benchmarks.checks import Job, figure, paired, rounds
 
 
-def test_each_round_runs_every_tool_once_in_turn(tmp_path: Any) -> None:
+def test_each_round_runs_every_tool_once_in_turn_every_other_round_in_reverse(tmp_path: Any) -> None:
     log = tmp_path / "order"
     jobs = {name: Job(["sh", "-c", f"echo {name} >> {log}"]) for name in ("a", "b", "c")}
     got = rounds(jobs, 3)
-    assert log.read_text().split() == ["a", "b", "c"] * 3
+    assert log.read_text().split() == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
     assert all(len(fig["runs"]) == 3 and fig["wall_s"] > 0 for fig in got.values())
 
 

@@ -25,11 +25,13 @@ def need_tracefs() -> None:
 def run_ingest(
     tmp_path: object, *options: str, module: str = "benchmarks.ingest"
 ) -> Tuple[subprocess.CompletedProcess[str], Dict[str, Any]]:
-    """`python -m MODULE OPTIONS --repeat 1 --no-anchor --json OUT`: its process and figures."""
+    """`python -m MODULE OPTIONS --repeat 1 --no-anchor --json OUT` (the ingest bench's workload A in 1 round,
+    `--stream-repeat 1`): its process and figures."""
     need_tracefs()
     out_json = os.path.join(str(tmp_path), "bench.json")
     proc = subprocess.run(
-        [sys.executable, "-m", module, *options, "--repeat", "1", "--no-anchor", "--json", out_json],
+        [sys.executable, "-m", module, *options, "--repeat", "1", "--no-anchor", "--json", out_json,
+         *(["--stream-repeat", "1"] if module == "benchmarks.ingest" else [])],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
