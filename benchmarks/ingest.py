@@ -69,9 +69,9 @@ DEFAULT_RATES = "1.4e6,1.3e6,1.2e6,1.1e6,1e6,0.75e6,0.5e6"  # fine steps near th
 GC_THRESHOLD = 100_000
 # --stream-repeat's default: workload A's rounds at full speed, whose round-by-round ratio the lossless target is
 # judged by. Both tools are lossless at the generator's full speed, so the ratio is of the generator's rates under
-# each, a few percent apart: over the last 12 rounds of 4 runs of 3 (stops 39-40), 0.99-1.07, spread 0.026 about
-# a median of 1.031, 3 of the 12 under 1.0. A median of 3 such rounds fell under 1.0 in one run of the 4; of 7 it
-# is about twice as steady.
+# each: at parity. Over 28 rounds (4 runs, the order alternated) 0.97-1.11, median 1.003, spread (SD) 0.028, 10
+# under 1.0; the tool run first in a round gained ~1.5% (npu-trace first: median 1.014; trace-cmd first: 0.9995).
+# A median of 7 rounds spreads about 2/3 as much as one of 3: it still lands on either side of 1.0.
 STREAM_ROUNDS = 7
 Events = Union[str, Sequence[str]]  # trace-cmd record -e: one event or system, or several
 Tags = Union[bytes, Sequence[bytes]]
