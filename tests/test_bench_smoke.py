@@ -103,7 +103,7 @@ def test_bench_live_part_runs(tmp_path: object) -> None:
 def test_bench_export_runs_and_states_its_rates_beside_check(tmp_path: Any) -> None:
     out_json = os.path.join(str(tmp_path), "export.json")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.export", "--events", "20000", "--json", out_json],
+        [sys.executable, "-m", "benchmarks.export", "--events", "20000", "--repeat", "1", "--json", out_json],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
