@@ -169,6 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--repeat", type=int, default=ROUNDS, help=f"rounds (default {ROUNDS}; see ROUNDS)")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    if min(args.events, args.repeat) <= 0:
+        p.error("--events and --repeat must be positive")
     from benchmarks.gen_recording import Spec, duration_for, generate
 
     with tempfile.TemporaryDirectory(prefix="npu-export-bench-") as tmp:

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -112,6 +112,15 @@ def test_bench_export_runs_and_states_its_rates_beside_check(tmp_path: Any) -> N
     assert result["events"] > 10_000 and set(result["figures"]) == {"check", "perfetto", "chrome-json"}
     assert all(fig["rss_mib"] > 0 for fig in result["figures"].values())
     assert re.search(r"^perfetto\s+[\d,]+\s+[\d.]+x", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.parametrize("option", [["--repeat", "0"], ["--events", "-1"]])
+def test_export_bench_refuses_a_count_that_is_not_positive(option: List[str], capsys: Any) -> None:
+    from benchmarks.export import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(option)
+    assert exc.value.code == 2 and "--events and --repeat must be positive" in capsys.readouterr().err
 
 
 def test_export_bench_bound_is_the_cpus_times_checks_wall_over_the_exports_cpu() -> None:
