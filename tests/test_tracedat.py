@@ -114,3 +114,24 @@ def test_the_pages_are_cut_from_the_file_one_chunk_at_a_time(monkeypatch: pytest
     everything = sorted((int.from_bytes(p[:8], "little"), cpu, i, p) for cpu, ps in pages.items()
                         for i, p in enumerate(ps))  # fmt: skip
     assert got == [(cpu, p) for _, cpu, _, p in everything] and dat.page_count == 900
+
+
+@pytest.mark.parametrize("long_size", [8, 4])
+def test_a_page_is_skipped_only_when_it_holds_nothing_and_tells_of_no_loss(long_size: int) -> None:
+    """pages(): a page whose commit word (npu_trace.ftrace.framing.commit_reader, 8 or 4 bytes after the stamp)
+    counts no data and no missed events is skipped; one that only tells of missed events is given (the walk
+    counts the loss), whatever the top bits of a 4-byte commit; a tail too short for a page header is given at
+    the last stamp (the walk counts it a short page), never dropped."""
+    from npu_trace.ftrace.framing import MISSED_EVENTS
+    from npu_trace.ftrace.tracedat import CpuData, TraceDat
+
+    def page(ts: int, commit: int) -> bytes:
+        return ts.to_bytes(8, "little") + commit.to_bytes(long_size, "little") + bytes(4096 - 8 - long_size)
+
+    pages = [page(100, 64), page(200, 0), page(300, MISSED_EVENTS), page(400, 1 << 20), page(500, 64)]
+    raw = b"".join(pages) + b"\x07" * (7 + long_size)  # one byte short of a header
+    dat = TraceDat(7, "little", long_size, 4096, "none", data={0: CpuData(((0, len(raw), len(raw)),), False)},
+                   blob=raw)  # fmt: skip
+    got = list(dat.pages(0))
+    assert [ts for ts, _ in got] == [100, 300, 400, 500, 500]
+    assert [p for _, p in got] == [pages[0], pages[2], pages[3], pages[4], raw[-(7 + long_size) :]]

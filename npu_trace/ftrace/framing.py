@@ -49,7 +49,8 @@ reason in the loss ledger and shown wherever it is.
 
 from __future__ import annotations
 
-from typing import Tuple
+import struct
+from typing import Any, Callable, Tuple
 
 TYPE_DATA_MAX = 28  # type_len 1..28: a data record of type_len * 4 bytes; 0: its length in the next word
 TYPE_PADDING = 29
@@ -86,6 +87,17 @@ DESCRIBE = {
     "dynamic_outside": "dynamic field outside its record",
     "ts_overflow": "timestamp past 2**63 - 1",
 }
+
+
+def commit_reader(offset: int, size: int, byteorder: str) -> Callable[[Any], int]:
+    """The reader of a page's commit word (its `size` bytes, 8 or 4, at `offset`, in `byteorder`), for a page at
+    least as long as its header: its length and its flags, as the rules above read them."""
+    unpack = struct.Struct(("<" if byteorder == "little" else ">") + ("Q" if size == 8 else "I")).unpack_from
+
+    def commit(page: Any) -> int:
+        return int(unpack(page, offset)[0])
+
+    return commit
 
 
 def used_length(size: int, commit: int, data_offset: int, word: int) -> int:

@@ -16,8 +16,9 @@ and chunks (compressed size, raw size, data).
 Every offset and size is checked against the file, and every event format it carries (but ftrace's own) is
 checked as the kernel writes them (`npu_trace.ftrace.format.check_format`); a file that is not one, or is cut or
 corrupt, or a format that is damaged, is a one-line `InputError` (the format's name and field in it). The data
-of each CPU is cut into pages of `page_size`; an empty page (no committed bytes) is skipped. The instance read is
-the one with events (the first such, by name order: "" is the top instance).
+of each CPU is cut into pages of `page_size`; an empty page (no committed bytes, no missed events) is skipped, a
+tail too short for a page header is given as it is (the walk counts it malformed). The instance read is the one
+with events (the first such, by name order: "" is the top instance).
 
 The file is mapped, not read: the pages are cut from it as they are taken (`pages`, `pages_in_time_order`: one
 compressed chunk of a CPU at a time), so that reading a trace.dat takes memory for its metadata and a few chunks,
@@ -37,6 +38,7 @@ from typing import Any, Dict, Iterator, List, Literal, Optional, Set, Tuple
 
 from npu_trace.errors import FormatError, InputError
 from npu_trace.ftrace.format import parse_format, parse_header_page
+from npu_trace.ftrace.framing import COMMIT_MASK, MISSED_EVENTS, commit_reader
 from npu_trace.ftrace.printk import MAX_PRINTK_BYTES
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
 from npu_trace.ftrace.walk import Walker, WalkState
@@ -116,15 +118,15 @@ class TraceDat:
 
     def pages(self, cpu: int) -> Iterator[Tuple[int, bytes]]:
         """(timestamp, page) of one CPU's pages with data, in file order, cut as they are taken."""
-        size = self.page_size
-        fmt = "<" if self.byteorder == "little" else ">"
-        commit_size = 8 if self.long_size == 8 else 4
-        for page in self._cut(cpu, size):
-            if len(page) < 16:
+        commit_size = 8 if self.long_size == 8 else 4  # the page header: u64 stamp, local_t commit
+        commit = commit_reader(8, commit_size, _order(self))
+        ts = 0
+        for page in self._cut(cpu, self.page_size):
+            if len(page) < 8 + commit_size:  # a cut tail: the walk counts it (a short page), at the last stamp
+                yield ts, page
                 continue
-            ts = struct.unpack_from(fmt + "Q", page)[0]
-            commit = int.from_bytes(page[8 : 8 + commit_size], _order(self)) & ((1 << 20) - 1)
-            if commit:
+            if commit(page) & (COMMIT_MASK | MISSED_EVENTS):  # data, or a loss the page tells of
+                ts = int.from_bytes(page[:8], _order(self))
                 yield ts, page
 
     def _cut(self, cpu: int, size: int) -> Iterator[bytes]:

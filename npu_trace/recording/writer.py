@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import sys
 import time
 from functools import lru_cache
@@ -26,7 +25,7 @@ import npu_trace
 from npu_trace.errors import RecordingError
 from npu_trace.events import Loss, LossLedger, NpuEvent
 from npu_trace.ftrace.format import PageHeader
-from npu_trace.ftrace.framing import used_length
+from npu_trace.ftrace.framing import commit_reader, used_length
 from npu_trace.pipeline.batch import Mark
 from npu_trace.recording.host import SimulatedHost, this_host
 from npu_trace.recording.schema import (
@@ -167,15 +166,14 @@ class PageCut:
     header, or whose commit counts past its end, is kept whole (read as it is: malformed)."""
 
     def __init__(self, page: PageHeader, byteorder: str) -> None:
-        order = "<" if byteorder == "little" else ">"
-        self._commit = struct.Struct(order + ("Q" if page.commit_size == 8 else "I")).unpack_from
-        self._at, self._word, self._data = page.commit_offset, page.commit_size, page.data_offset
+        self._commit = commit_reader(page.commit_offset, page.commit_size, byteorder)
+        self._word, self._data = page.commit_size, page.data_offset
 
     def __call__(self, page: bytes) -> bytes:
         size = len(page)
         if size < self._data:
             return page
-        used = used_length(size, self._commit(page, self._at)[0], self._data, self._word)
+        used = used_length(size, self._commit(page), self._data, self._word)
         return page if used == size else page[:used]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import sys
 from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -22,7 +21,7 @@ from npu_trace.events import LossLedger
 from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.filters import all_of, fits, int_in
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format, parse_header_page
-from npu_trace.ftrace.framing import COMMIT_MASK
+from npu_trace.ftrace.framing import COMMIT_MASK, commit_reader
 from npu_trace.ftrace.select import match_globs, resolve_globs
 from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.tracefs import INSTANCE_PREFIX, Instance, Tracefs
@@ -433,8 +432,7 @@ class TracefsSession:
         assert self.header is not None
         h = self.header
         partial = h.data_size - PARTIAL_SLACK
-        order = "<" if sys.byteorder == "little" else ">"
-        unpack_commit = struct.Struct(order + ("Q" if h.commit_size == 8 else "I")).unpack_from
+        commit = commit_reader(h.commit_offset, h.commit_size, sys.byteorder)
         caught: List[int] = []
         for cpu, fd in self._fds.items():
             short = 0
@@ -445,7 +443,7 @@ class TracefsSession:
                     break
                 self.pages_read += 1
                 yield cpu, page
-                if len(page) < h.data_offset or unpack_commit(page, h.commit_offset)[0] & COMMIT_MASK < partial:
+                if len(page) < h.data_offset or commit(page) & COMMIT_MASK < partial:
                     short += 1
                     if short > 1 and not drain:
                         break
