@@ -61,7 +61,8 @@ class Loss(NamedTuple):
 
     kind: "page_missed" (the ring-buffer page said events were overwritten before it was read; `lost` may be 0
     when the kernel did not store the number), "overrun" (per_cpu stats), "dropped" (buffer full, no overwrite),
-    "malformed" (a record that could not be decoded).
+    "malformed" (a record that could not be decoded), "damaged" (a recording's chunk whose data was damaged on
+    disk: its pages skipped, `lost` 0: how many events they held is unknown).
     """
 
     source: str
@@ -69,6 +70,10 @@ class Loss(NamedTuple):
     kind: str
     lost: int
     ts_ns: int = 0
+
+
+DAMAGED = "damaged"
+UNCOUNTED = ("page_missed", DAMAGED)  # kinds whose rows may flag a loss without its number (lost 0)
 
 
 class LossLedger:
@@ -96,8 +101,9 @@ class LossLedger:
         return sum(n for (_, kind, _), n in self.counts.items() if kind != "page_missed")
 
     def incomplete(self) -> bool:
-        """True when anything was lost, including page-missed flags whose count the kernel did not keep."""
-        return self.total > 0 or any(n for (_, kind, _), n in self.flagged.items() if kind == "page_missed")
+        """True when anything was lost, including the flags of losses whose number is unknown (UNCOUNTED: a page
+        that says events were missed, a damaged chunk of a recording)."""
+        return self.total > 0 or any(n for (_, kind, _), n in self.flagged.items() if kind in UNCOUNTED)
 
     def rows(self) -> List[Tuple[str, str, int, int]]:
         """(source, kind, cpu, count) sorted, zero rows included for counters that were checked."""
@@ -112,7 +118,8 @@ class LossLedger:
                 where = f"cpu{cpu}" if cpu >= 0 else "all"
                 label = f"{count}" if count else "unknown number (flagged)"
                 parts.append(f"{source}/{kind}/{where}={label}")
-        return f"loss: {self.total} events lost ({', '.join(parts)})"
+        lost = f"{self.total} events" if self.total else "an unknown number of events"  # only flags of UNCOUNTED kinds
+        return f"loss: {lost} lost ({', '.join(parts)})"
 
 
 class RawRecord(NamedTuple):

@@ -185,6 +185,64 @@ def test_cut_at_chunk_boundary_reads_whole_chunks(tmp_path: Any) -> None:
         assert cut.truncated and f"read {n} whole chunks" in cut.truncation
 
 
+# ---- damaged chunks ----------------------------------------------------------------------------
+def damage(blob: bytes, offset: int) -> Tuple[bytes, Dict[str, Any]]:
+    """The file with one byte of the data of the chunk at `offset` flipped (the middle byte), and that record."""
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(blob[offset:])
+    rec = unpacker.unpack()
+    at = blob.index(rec["data"], offset) + len(rec["data"]) // 2
+    return blob[:at] + bytes([blob[at] ^ 0xFF]) + blob[at + 1 :], rec
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_damaged_chunk_is_skipped_its_pages_counted_lost_the_rest_read(tmp_path: Any, codec: str, which: int) -> None:
+    """A chunk whose data fails its CRC-32 or does not decompress (its fields whole): in its place one loss of an
+    unknown number of events ("recording"/"damaged", lost 0) per CPU it held pages of, stamped with the last page
+    stamp of the chunk before it (0 for the first: the writer kept no stamps per chunk here); every other chunk
+    read, the trailer too; `damaged` names the chunk, why and its pages per CPU."""
+    pages = load_pages(ROOT)[:12]
+    path = str(tmp_path / "whole.npt")
+    write(path, pages, per_chunk=4, compression=codec)  # 3 chunks of 4 pages, a loss record after the 6th page
+    whole, records = read_all(path)
+    assert whole.trailer is not None
+    offset = dict(whole.trailer["index"])[which]
+    with open(path, "rb") as f:
+        blob, rec = damage(f.read(), offset)
+    bad = tmp_path / "damaged.npt"
+    bad.write_bytes(blob)
+    reader, got = read_all(str(bad))
+    assert reader.trailer is not None and not reader.truncated and reader.chunks_read == 3
+    chunk_pages = pages[4 * which : 4 * which + 4]
+    cpus = sorted({cpu for cpu, _ in chunk_pages})
+    before = max((int.from_bytes(p[:8], "little") for _, p in pages[4 * which - 4 : 4 * which]), default=0)
+    losses = [Loss("recording", cpu, "damaged", 0, before) for cpu in cpus]
+    kept = [(k, i) for k, i in records if not (k == "chunk" and i.seq == which)]
+    at = next(n for n, (k, i) in enumerate(records) if k == "chunk" and i.seq == which)
+    assert got == kept[:at] + [("loss", loss) for loss in losses] + kept[at:]
+    why = {"CRC-32 mismatch: the data is corrupt"} if codec == "none" else {"CRC-32 mismatch: the data is corrupt",
+                                                                             "corrupt zstd data"}  # fmt: skip
+    assert len(reader.damaged) == 1 and reader.damaged[0].startswith(f"chunk {which} at byte {offset}: ")
+    assert any(w in reader.damaged[0] for w in why), reader.damaged
+    per_cpu = ", ".join(f"cpu{cpu} {sum(c == cpu for c, _ in chunk_pages)}" for cpu in cpus)
+    assert reader.damaged[0].endswith(f": its 4 pages skipped ({per_cpu})")
+    assert rec["seq"] == which
+
+
+def test_a_damaged_chunk_makes_the_ledger_incomplete_of_an_unknown_number() -> None:
+    """A damaged chunk's losses count no event but make the trace incomplete, said as of an unknown number."""
+    from npu_trace.events import LossLedger
+
+    ledger = LossLedger()
+    ledger.add(Loss("recording", 1, "damaged", 0, 5))
+    assert ledger.total == 0 and ledger.incomplete()
+    said = "loss: an unknown number of events lost (recording/damaged/cpu1=unknown number (flagged))"
+    assert ledger.summary() == said
+    ledger.add(Loss("tracefs", 0, "overrun", 3, 6))
+    assert ledger.summary().startswith("loss: 3 events lost (")
+
+
 # ---- errors ------------------------------------------------------------------------------------
 def test_unknown_schema_is_one_clear_error(tmp_path: Any) -> None:
     blob, _ = small_recording(tmp_path)

@@ -81,8 +81,11 @@ def test_bit_flips(valid: Dict[str, Any], codec: str, flips: List[int]) -> None:
     for flip in flips:
         data[(flip >> 3) % len(data)] ^= 1 << (flip & 7)
     reader, records = read_or_error(valid, bytes(data))
-    if reader is not None:  # CRC-32 guards the pages: whatever was read is what was written
-        assert len({seq for kind, seq in ((k, c.seq) for k, c in records if k == "chunk")}) == reader.chunks_read
+    if reader is not None:  # CRC-32 guards the pages: whatever was read is what was written, or skipped and counted
+        seqs = {c.seq for k, c in records if k == "chunk"}
+        assert len(seqs) + len(reader.damaged) == reader.chunks_read
+        damaged = [c for k, c in records if k == "loss" and c.kind == "damaged"]
+        assert bool(damaged) == bool(reader.damaged) and all(c.source == "recording" and c.lost == 0 for c in damaged)
         assert all(page in STORED for page in pages_of(records))
 
 
@@ -160,15 +163,18 @@ def test_record_over_the_size_limit_is_refused(valid: Dict[str, Any]) -> None:
     assert reader is None
 
 
-def test_oversized_zstd_frame_is_refused(valid: Dict[str, Any]) -> None:
-    """A zstd bomb (64 MiB of zeros in a few KiB) declared as a 4 KiB chunk is refused, never inflated."""
+def test_oversized_zstd_frame_is_skipped_never_inflated(valid: Dict[str, Any]) -> None:
+    """A zstd bomb (64 MiB of zeros in a few KiB) declared as a 4 KiB chunk is a damaged chunk: skipped as its
+    frame's declared size says, never inflated, its page counted lost."""
     import zstandard
 
     bomb = zstandard.ZstdCompressor(level=19).compress(b"\0" * (MAX_CHUNK_RAW + PAGE))
     blob, header_end, _ = valid["none"]
     rec = chunk_record(codec="zstd", data=bomb)
-    reader, _ = read_or_error(valid, blob[:header_end] + msgpack.packb(rec))
-    assert reader is None
+    reader, records = read_or_error(valid, blob[:header_end] + msgpack.packb(rec))
+    assert reader is not None and [kind for kind, _ in records] == ["loss"] and records[0][1].kind == "damaged"
+    assert reader.damaged == [f"chunk 0 at byte {header_end}: zstd frame declares {MAX_CHUNK_RAW + PAGE} bytes, "
+                              f"raw_len says {PAGE}: its 1 page skipped (cpu0 1)"]  # fmt: skip
 
 
 @FUZZ

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from npu_trace.detectors.analysis import Analysis
 from npu_trace.detectors.op_latency import op_histograms
 from npu_trace.device.profiles import PROFILES, Profile, get_profile
 from npu_trace.errors import UsageError
+from npu_trace.events import UNCOUNTED
 from npu_trace.pipeline.batch import Batch
 from npu_trace.pipeline.blocks import Block
 from npu_trace.sources.replay_source import ReplaySource
@@ -128,12 +129,24 @@ def reading_of(source: ReplaySource) -> Dict[str, Any]:
         "kernel": source.header.get("kernel"),
         "truncated": reader.truncated,
         "truncation": reader.truncation,
+        "damaged": list(reader.damaged),
         "lost": source.ledger.total,
         "incomplete": source.ledger.incomplete(),
         "loss": [list(row) for row in source.ledger.rows()],
         "scope": source.scope.header() if not source.scope.empty else None,
         "window": window_of(source),
     }
+
+
+def gaps(reading: Dict[str, Any]) -> List[str]:
+    """What a recording lacks, as reading_of says it: where it is cut, its damaged chunks, its losses ([]: none)."""
+    out = [f"cut: {reading['truncation']}"] if reading["truncated"] else []
+    out += [f"damaged chunk skipped: {damage}" for damage in reading["damaged"]]
+    if reading["incomplete"]:
+        counted = f"{reading['lost']} events" if reading["lost"] else "an unknown number of events"
+        rows = [f"{s}/{k}/cpu{c}" + (f"={n}" if n else "") for s, k, c, n in reading["loss"] if n or k in UNCOUNTED]
+        out.append(f"{counted} lost ({', '.join(rows)})")
+    return out
 
 
 def window_of(source: ReplaySource) -> Optional[Dict[str, Any]]:

@@ -33,6 +33,8 @@ class RecordingView:
     events: int
     truncated: bool
     lost: int
+    incomplete: bool = False  # events were lost (a count, or flags of losses of unknown size)
+    damaged: int = 0  # damaged chunks skipped
 
     def items(self) -> List[Item]:
         """Its evidence on the cluster's timeline (aligned by its host's clock anchor)."""
@@ -53,7 +55,8 @@ def read_one(path: str, name: str, profile: Optional[str] = None) -> RecordingVi
     return RecordingView(path, name, host_of(result["header"], name),
                          evidence_of(analysis["findings"], result["ecc_times"]), span.get("first_ts_ns"),
                          span.get("last_ts_ns"), int(reading["events"]) + int(reading["channel_events"]),
-                         bool(reading["truncated"]), int(reading["lost"]))  # fmt: skip
+                         bool(reading["truncated"]), int(reading["lost"]), bool(reading["incomplete"]),
+                         len(reading["damaged"]))  # fmt: skip
 
 
 def _read(path: str, name: str, profile: Optional[str]) -> Any:

@@ -25,7 +25,8 @@ def build(views: Sequence[RecordingView], items: Sequence[Item]) -> Dict[str, An
 def _input(v: RecordingView) -> Dict[str, Any]:
     return {"recording": v.name, "host": v.host.name, "identity": v.host.identity, "boot_id": v.host.boot_id,
             "clock_error_ns": v.host.error_ns, "clock_error_known": v.host.error_known, "events": v.events,
-            "evidence": len(v.evidence), "truncated": v.truncated, "lost": v.lost}  # fmt: skip
+            "evidence": len(v.evidence), "truncated": v.truncated, "lost": v.lost, "incomplete": v.incomplete,
+            "damaged_chunks": v.damaged}  # fmt: skip
 
 
 def _hosts(views: Sequence[RecordingView]) -> List[Dict[str, Any]]:
@@ -54,11 +55,24 @@ def notes(views: Sequence[RecordingView]) -> List[str]:
         err = unknown[0].host.error_ns / S
         out.append(f"{len(unknown)} recording(s) say nothing of their clock's sync, or it was not synchronized: "
                    f"aligned with {err:g} s of uncertainty assumed: {_files(unknown)}")  # fmt: skip
+    partial = [v for v in views if v.truncated or v.incomplete or v.damaged]
+    if partial:
+        out.append(f"{len(partial)} recording(s) are incomplete (an origin may lie in what they lack): "
+                   + ", ".join(f"{v.name} ({_lacks(v)})" for v in partial))  # fmt: skip
     no_anchor = [v for v in views if v.host.mono_ns is None]
     if no_anchor:
         out.append(f"{len(no_anchor)} recording(s) have no clock anchor: their trace clock taken as wall time: "
                    f"{_files(no_anchor)}")  # fmt: skip
     return out
+
+
+def _lacks(v: RecordingView) -> str:
+    lacks = ["cut"] if v.truncated else []
+    if v.damaged:
+        lacks.append(f"{v.damaged} damaged chunk(s) skipped")
+    if v.lost or (v.incomplete and not v.damaged):
+        lacks.append(f"{v.lost} events lost" if v.lost else "events lost, how many unknown")
+    return ", ".join(lacks)
 
 
 def _files(views: Sequence[RecordingView], with_host: bool = False) -> str:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from npu_trace.ci.recording_analysis import analyze
+from npu_trace.ci.recording_analysis import analyze, gaps
 from npu_trace.detectors.op_latency import op_rows
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
 from npu_trace.process import tune_gc
@@ -75,14 +75,17 @@ def run(args: argparse.Namespace) -> int:
     if args.threshold < 0 or args.min_delta_ns < 0:
         raise UsageError("--threshold and --min-delta-ns must not be negative")
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
-    a = op_rows(analyze(args.a, args.profile)["latency"])
-    b = op_rows(analyze(args.b, args.profile)["latency"])
-    rows = compare(a, b, args.threshold, args.min_delta_ns)
+    result_a, result_b = analyze(args.a, args.profile), analyze(args.b, args.profile)
+    rows = compare(op_rows(result_a["latency"]), op_rows(result_b["latency"]), args.threshold, args.min_delta_ns)
+    notes = {side: gaps(result["reading"]) for side, result in (("a", result_a), ("b", result_b))}
+    for side, path in (("a", args.a), ("b", args.b)):  # incomplete evidence: its latencies may miss calls
+        for gap in notes[side]:
+            print(f"npu-trace: note: {side.upper()} ({path}) is incomplete: {gap}", file=sys.stderr)
     sys.stdout.write(render(rows))
     regressions = [r["op"] for r in rows if r["verdict"] == "regression"]
     verdict = f"REGRESSION in {', '.join(regressions)}" if regressions else "no regression"
     sys.stdout.write(f"verdict: {verdict}\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "regressions": regressions}, f, sort_keys=True, indent=1)
+            json.dump({"rows": rows, "regressions": regressions, "incomplete": notes}, f, sort_keys=True, indent=1)
     return EXIT_VIOLATIONS if regressions else EXIT_OK

@@ -85,6 +85,7 @@ def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Opt
     shown by their raw fields, the malformed ones, the other channels' events, the losses."""
     reader = source.reader
     cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
+    cut += f"; {reader.damage_text()}" if reader.damaged else ""
     more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
     malformed = source.block_timeline().malformed
     bad = f", {malformed} malformed" if malformed else ""

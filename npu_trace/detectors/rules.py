@@ -248,7 +248,8 @@ def evaluate_counts(
                 violations.append(Violation(f"{table}.max_by_op.{op}", message, seen))
     violations += _ecc_violations(rules, health)
     if incomplete and not rules.loss_allowed:
-        violations.append(Violation("loss", f"the trace is incomplete: {lost} event(s) lost", lost))
+        count = f"{lost} event(s)" if lost else "an unknown number of events"  # flags of losses of unknown size only
+        violations.append(Violation("loss", f"the trace is incomplete: {count} lost", lost))
     for where in cuts:
         if not rules.truncated_allowed:
             violations.append(Violation("truncated", f"the recording is cut: {where}", 1))

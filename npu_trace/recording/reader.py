@@ -1,7 +1,9 @@
 """Reading `.npt` recordings: the header, then chunks and loss records in file order, decoded lazily.
 
 A file cut anywhere after its header reads to its last whole record (`truncated`, `truncation` say where it
-ends); a file cut inside its magic or header, a corrupt record, or an unknown schema is a `RecordingError`.
+ends); a chunk whose fields are whole but whose data was damaged (corrupt zstd, a CRC-32 mismatch) is skipped,
+its pages counted lost (a "damaged" loss on each of its CPUs, `damaged` says which and why), and the rest is read;
+a file cut inside its magic or header, any other corrupt record, or an unknown schema is a `RecordingError`.
 Every length is bounded (see `format`), so hostile input neither hangs the reader nor exhausts memory.
 """
 
@@ -24,6 +26,8 @@ from npu_trace.recording.schema import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     PREAMBLE,
+    Chunk,
+    DamagedChunk,
     check_preamble,
     decode_chunk,
     decode_events,
@@ -51,7 +55,9 @@ class RecordingReader:
         self.truncation = ""
         self.trailer: Optional[Dict[str, Any]] = None
         self.skipped_records: Dict[str, int] = {}  # unknown record types, skipped: type -> count
-        self.chunks_read = 0
+        self.chunks_read = 0  # damaged ones too
+        self.damaged: List[str] = []  # each damaged chunk skipped: DamagedChunk.report()
+        self._previous: Optional[Chunk] = None  # the last whole chunk read
         self._offset = 0
         with self._open() as f:
             preamble = f.read(PREAMBLE.size)
@@ -93,7 +99,8 @@ class RecordingReader:
         """("chunk", Chunk), ("loss", Loss), ("note", dict) and ("events", [NpuEvent, ...]) in file order, up to
         the trailer or the cut."""
         self.truncated, self.truncation, self.trailer = False, "", None
-        self.skipped_records, self.chunks_read = {}, 0
+        self.skipped_records, self.chunks_read, self.damaged = {}, 0, []
+        self._previous = None
         with self._open() as f:
             f.seek(self.data_offset)
             yield from self._stream(f)
@@ -113,15 +120,47 @@ class RecordingReader:
                 self.trailer = validate_trailer(rec, self.chunks_read, start)
                 self._after_trailer(self.data_offset + unpacker.tell(), os.fstat(f.fileno()).st_size)
                 return
+            if kind == "chunk":
+                yield from self._chunk(rec, start)
+                continue
             item = self._item(kind, rec, start)
             if item is not None:
                 yield item
 
-    def _item(self, kind: str, rec: Dict[str, Any], start: int) -> Optional[Record]:
-        if kind == "chunk":
+    def _chunk(self, rec: Dict[str, Any], start: int) -> List[Record]:
+        """The chunk; for a damaged one, its losses (DamagedChunk)."""
+        try:
             chunk = decode_chunk(rec, self.chunks_read, start)
+        except DamagedChunk as damage:
             self.chunks_read += 1
-            return "chunk", chunk
+            self.damaged.append(damage.report())
+            return [("loss", loss) for loss in damage.losses(self._stamp_before())]
+        self.chunks_read += 1
+        self._previous = chunk
+        return [("chunk", chunk)]
+
+    def _stamp_before(self) -> int:
+        """The last page stamp of the whole chunk read last (0: none), where a damaged chunk's losses are put when
+        it kept no stamp of its own."""
+        chunk = self._previous
+        if chunk is None:
+            return 0
+        if chunk.last_ts is not None:
+            return int(chunk.last_ts)
+        at, size, best = self.page_header.ts_offset, self.page_header.ts_size, 0
+        for _, page in chunk.pages:
+            if len(page) >= at + size:
+                best = max(best, int.from_bytes(page[at : at + size], self.byteorder))  # type: ignore[arg-type]
+        return best
+
+    def damage_text(self) -> str:
+        """The damaged chunks skipped, for a summary line ("" when none)."""
+        if not self.damaged:
+            return ""
+        more = f"; and {len(self.damaged) - 3} more" if len(self.damaged) > 3 else ""
+        return f"{len(self.damaged)} damaged chunk(s) skipped: {'; '.join(self.damaged[:3])}{more}"
+
+    def _item(self, kind: str, rec: Dict[str, Any], start: int) -> Optional[Record]:
         if kind == "loss":
             return "loss", decode_loss(rec, start)
         if kind == "note":
@@ -232,4 +271,3 @@ def _parse_entry(entry: Dict[str, str]) -> EventFormat:
     if fmt.name != entry["name"]:
         raise RecordingError(f"recording header: format of {name}: its text names the event {fmt.name!r}")
     return fmt
-

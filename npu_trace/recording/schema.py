@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - a host without the wheel: zlib's, the 
     from zlib import crc32 as chunk_crc32
 
 from npu_trace.errors import FormatError, RecordingError
-from npu_trace.events import KINDS, Loss, NpuEvent
+from npu_trace.events import DAMAGED, KINDS, Loss, NpuEvent
 from npu_trace.ftrace.format import PageHeader, parse_header_page
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
 from npu_trace.pipeline.batch import Mark
@@ -33,6 +33,7 @@ SUPPORTED_SCHEMAS = (1,)
 PREAMBLE = struct.Struct(">8sH")  # magic, schema version (big-endian u16)
 
 CODECS = ("zstd", "none")
+DAMAGE_SOURCE = "recording"  # the source of the losses a damaged chunk makes (DamagedChunk.losses)
 MAX_HEADER_BYTES = 16 << 20  # the header map, format texts included
 MAX_CHUNK_RAW = 64 << 20  # a chunk's pages, uncompressed
 MAX_DATA_BYTES = MAX_CHUNK_RAW + (1 << 20)  # a chunk's stored data (zstd may grow incompressible input a little)
@@ -358,8 +359,33 @@ def record_type(rec: Any, offset: int) -> str:
     return str(need(rec, "t", str, f"record at byte {offset}"))
 
 
+class DamagedChunk(RecordingError):
+    """A chunk whose fields are whole but whose data is not what they say (corrupt zstd, a size unlike raw_len, a
+    CRC-32 mismatch): the reader skips it and counts its pages lost (`losses`), the rest of the file is read."""
+
+    def __init__(self, where: str, why: str, cpus: Sequence[int], first_ts: Optional[int]) -> None:
+        super().__init__(f"{where}: {why}")
+        self.cpus = list(cpus)
+        self.first_ts = first_ts if first_ts is not None else 0
+        self.count = len(cpus)
+
+    def report(self) -> str:
+        """What was skipped and why, in one line: "chunk 3 at byte 9001: CRC-32 mismatch: the data is corrupt:
+        its 40 pages skipped (cpu0 30, cpu1 10)"."""
+        per_cpu = ", ".join(f"cpu{cpu} {self.cpus.count(cpu)}" for cpu in sorted(set(self.cpus)))
+        return f"{self}: its {self.count} page{'' if self.count == 1 else 's'} skipped ({per_cpu or 'none'})"
+
+    def losses(self, stamp: int) -> List[Loss]:
+        """A loss of an unknown number of events on each CPU the chunk held pages of (LossLedger: flagged), at
+        the chunk's first stamp, or at `stamp` when it has none (a recording that kept no stamps per chunk)."""
+        at = self.first_ts or stamp
+        return [Loss(DAMAGE_SOURCE, cpu, DAMAGED, 0, at) for cpu in sorted(set(self.cpus))]
+
+
 def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
-    """A chunk record -> Chunk: fields checked, data decompressed within its declared length, CRC verified."""
+    """A chunk record -> Chunk: fields checked, data decompressed within its declared length, CRC verified. A
+    field missing, mistyped, out of bounds or unlike the others is a RecordingError; data that is not what the
+    whole fields say is a DamagedChunk."""
     where = f"chunk at byte {offset}"
     seq = need(rec, "seq", int, where)
     if seq != expected_seq:
@@ -370,43 +396,52 @@ def decode_chunk(rec: Dict[str, Any], expected_seq: int, offset: int) -> Chunk:
     lens = need_ints(rec, "lens", where, 0, MAX_PAGE_BYTES + 1)
     if len(cpus) != n_pages or len(lens) != n_pages:
         raise fail(where, f"{n_pages} pages but {len(cpus)} cpus and {len(lens)} lengths")
-    raw = _chunk_data(rec, where)
-    if sum(lens) != len(raw):
-        raise fail(where, f"page lengths add up to {sum(lens)}, data holds {len(raw)} bytes")
+    codec = need(rec, "codec", str, where)
+    if codec not in CODECS:
+        raise fail(where, f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    raw_len = need_range(rec, "raw_len", where, 0, MAX_CHUNK_RAW)
+    if sum(lens) != raw_len:
+        raise fail(where, f"page lengths add up to {sum(lens)}, raw_len says {raw_len}")
+    data, crc = need(rec, "data", bytes, where), need(rec, "crc32", int, where)
     first_ts, last_ts = need(rec, "first_ts", int, where, True), need(rec, "last_ts", int, where, True)
     marks = unpack_marks(rec["marks"], n_pages, where) if "marks" in rec else []
+    raw, why = _chunk_data(codec, data, raw_len, crc)
+    if why:
+        raise DamagedChunk(where, why, cpus, first_ts)
     return Chunk(seq, Pages(raw, cpus, lens), first_ts, last_ts, marks, raw)
 
 
-def _chunk_data(rec: Dict[str, Any], where: str) -> bytes:
-    codec = need(rec, "codec", str, where)
-    raw_len = need_range(rec, "raw_len", where, 0, MAX_CHUNK_RAW)
-    data = need(rec, "data", bytes, where)
-    if codec == "zstd":
-        raw = _unzstd(data, raw_len, where)
-    elif codec == "none":
-        raw = data
-    else:
-        raise fail(where, f"codec {codec!r} is not one of {', '.join(CODECS)}")
+def _chunk_data(codec: str, data: bytes, raw_len: int, crc: int) -> Tuple[bytes, str]:
+    """(the chunk's data, "") or (b"", why it is not the raw_len bytes of CRC-32 `crc` its fields say)."""
+    raw, why = _inflate(data, raw_len) if codec == "zstd" else (data, "")
+    if why:
+        return b"", why
     if len(raw) != raw_len:
-        raise fail(where, f"data holds {len(raw)} bytes, raw_len says {raw_len}")
-    crc = need(rec, "crc32", int, where)
+        return b"", f"data holds {len(raw)} bytes, raw_len says {raw_len}"
     if chunk_crc32(raw) != crc:
-        raise fail(where, "CRC-32 mismatch: the data is corrupt")
-    return raw
+        return b"", "CRC-32 mismatch: the data is corrupt"
+    return raw, ""
 
 
 def _unzstd(data: bytes, raw_len: int, where: str) -> bytes:
     """Decompress one zstd frame, never producing more than raw_len bytes whatever the frame says."""
+    raw, why = _inflate(data, raw_len)
+    if why:
+        raise fail(where, why)
+    return raw
+
+
+def _inflate(data: bytes, raw_len: int) -> Tuple[bytes, str]:
+    """(one zstd frame decompressed, "") or (b"", why it cannot be): never more than raw_len bytes made."""
     try:
         size = zstandard.frame_content_size(data)
         if size != raw_len:
-            raise fail(where, f"zstd frame declares {size} bytes, raw_len says {raw_len}")
+            return b"", f"zstd frame declares {size} bytes, raw_len says {raw_len}"
         # the frame's own size is raw_len (bounded by MAX_CHUNK_RAW): decompress() makes exactly that, and fails on a
         # frame whose data would make more or less
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len)
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len), ""
     except zstandard.ZstdError as exc:
-        raise fail(where, f"corrupt zstd data ({exc})") from None
+        return b"", f"corrupt zstd data ({exc})"
 
 
 def decode_loss(rec: Dict[str, Any], offset: int) -> Loss:

@@ -1,0 +1,94 @@
+"""A recording with a chunk damaged on disk, through every command that reads recordings: the chunk skipped and
+named (its pages per CPU), a loss of an unknown number of events counted on each of its CPUs and shown, every other
+chunk read. The recording: tests/data/hostctx/sim-ecc-reset.npt (a real one, 3 chunks), chunk 1's data with one
+byte flipped, as a disk's bad sector or a bad copy leaves it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, List, Tuple
+
+import pytest
+
+from npu_trace.recording import RecordingReader
+from test_recording import damage
+
+CLI = [sys.executable, "-m", "npu_trace"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WHOLE = os.path.join(ROOT, "tests", "data", "hostctx", "sim-ecc-reset.npt")
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: Any) -> Tuple[str, str]:
+    """(the damaged copy, what the reader says of its chunk)."""
+    reader = RecordingReader(WHOLE)
+    list(reader.records())
+    assert reader.trailer is not None and reader.chunks_read == 3
+    offset = dict(reader.trailer["index"])[1]
+    with open(WHOLE, "rb") as f:
+        blob, _ = damage(f.read(), offset)
+    path = str(tmp_path_factory.mktemp("damaged") / "damaged.npt")
+    with open(path, "wb") as f:
+        f.write(blob)
+    bad = RecordingReader(path)
+    list(bad.records())
+    assert len(bad.damaged) == 1 and bad.damaged[0].startswith(f"chunk 1 at byte {offset}: ")
+    return path, bad.damaged[0]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+def ndjson(path: str) -> Tuple[List[str], List[str], str]:
+    """replay --headless --max --format ndjson: (the events' lines, the losses' lines, its summary)."""
+    proc = cli("replay", "--headless", "--max", "--format", "ndjson", path)
+    assert proc.returncode == 0 and proc.stderr.count("\n") == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    lost = [line for line in lines if json.loads(line).get("event") == "npu_trace:lost"]
+    return [line for line in lines if line not in lost], lost, proc.stderr
+
+
+def test_replay_prints_every_other_chunk_and_the_loss_where_the_chunk_was(damaged: Tuple[str, str]) -> None:
+    path, said = damaged
+    events, lost, summary = ndjson(path)
+    whole, whole_lost, _ = ndjson(WHOLE)
+    assert not whole_lost and len(events) < len(whole)
+    kept = iter(whole)  # the events printed are the whole recording's, in its order, but those of the chunk
+    assert all(line in kept for line in events)
+    assert [(e["cpu"], e["source"], e["kind"], e["count"]) for e in map(json.loads, lost)] == [
+        (0, "recording", "damaged", 0), (1, "recording", "damaged", 0)]  # fmt: skip
+    stamps = [json.loads(line)["ts_ns"] for line in events]
+    at = json.loads(lost[0])["ts_ns"]
+    assert min(stamps) < at < max(stamps)  # the last page stamp before the chunk: among the events, not at 0
+    assert f"replayed {len(events)} events from " in summary
+    assert "loss: an unknown number of events lost (recording/damaged/cpu0=unknown number (flagged), " in summary
+    assert summary.rstrip().endswith(f"; 1 damaged chunk(s) skipped: {said}")
+
+
+def test_check_fails_it_as_incomplete_and_names_the_chunk(damaged: Tuple[str, str], tmp_path: Any) -> None:
+    path, said = damaged
+    out = str(tmp_path / "check.json")
+    proc = cli("check", path, "--json", out)
+    assert proc.returncode == 1, proc.stderr
+    with open(out) as f:
+        report = json.load(f)
+    assert report["reading"]["damaged"] == [said] and report["reading"]["incomplete"] is True
+    assert {"rule": "loss", "message": "the trace is incomplete: an unknown number of events lost"}.items() <= next(
+        v for v in report["violations"] if v["rule"] == "loss").items()  # fmt: skip
+    assert f"  note: a damaged chunk was skipped: {said}\n" in proc.stdout
+
+
+def test_export_diff_and_cluster_say_so(damaged: Tuple[str, str], tmp_path: Any) -> None:
+    path, said = damaged
+    proc = cli("export", path, "-o", str(tmp_path / "out.json"))
+    assert proc.returncode == 0 and proc.stderr.rstrip().endswith(f"; 1 damaged chunk(s) skipped: {said}"), proc.stderr
+    proc = cli("diff", WHOLE, path)
+    assert proc.returncode in (0, 1) and f"npu-trace: note: B ({path}) is incomplete: damaged chunk skipped: {said}\n" \
+        in proc.stderr and f"A ({WHOLE})" not in proc.stderr, proc.stderr  # fmt: skip
+    proc = cli("cluster", WHOLE, path)
+    assert "1 recording(s) are incomplete (an origin may lie in what they lack): damaged.npt (1 damaged chunk(s) " \
+        "skipped)" in proc.stdout, proc.stdout  # fmt: skip
