@@ -92,3 +92,22 @@ def test_export_diff_and_cluster_say_so(damaged: Tuple[str, str], tmp_path: Any)
     proc = cli("cluster", WHOLE, path)
     assert "1 recording(s) are incomplete (an origin may lie in what they lack): damaged.npt (1 damaged chunk(s) " \
         "skipped)" in proc.stdout, proc.stdout  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_the_tui_replays_it_with_the_loss_shown(damaged: Tuple[str, str]) -> None:
+    """The TUI's replay reads past the chunk; its status bar says events were lost, how many unknown."""
+    from test_tui_support import PROFILE, wait_for
+    from tui.messages import SourceSpec
+    from tui.ui.app import NpuTraceApp
+    from tui.ui.widgets.status import StatusBar
+    from tui.worker.replay_feed import ReplayFeedSource
+
+    app = NpuTraceApp(SourceSpec(ReplayFeedSource, (damaged[0], None)), PROFILE)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.counters.ended, timeout=30)
+        assert app.counters.events > 0 and app.counters.loss == 0 and app.counters.loss_flagged
+        assert "recording/damaged/cpu0=unknown number (flagged)" in app.counters.loss_text
+        bar = app.query_one(StatusBar)
+        await wait_for(pilot, lambda: " LOST events (how many unknown) " in str(bar.render()), timeout=30)
+        await pilot.press("q")

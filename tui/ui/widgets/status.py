@@ -20,7 +20,7 @@ def status_text(c: Counters, paused: bool, pending: int, dropped: int, query: st
     t.append(f" {c.rate:,.0f} ev/s ", "bold")
     t.append(f"({c.events:,} total) ", "dim")
     if c.loss or c.loss_flagged:
-        t.append(f" LOST {c.loss:,} events ", "bold white on red")
+        t.append(f" LOST {c.loss:,} events " if c.loss else " LOST events (how many unknown) ", "bold white on red")
     else:
         t.append(" loss 0 ", "green")
     if c.recording:
