@@ -66,7 +66,7 @@ def test_replay_prints_every_other_chunk_and_the_loss_where_the_chunk_was(damage
     assert min(stamps) < at < max(stamps)  # the last page stamp before the chunk: among the events, not at 0
     assert f"replayed {len(events)} events from " in summary
     assert "loss: an unknown number of events lost (recording/damaged/cpu0=unknown number (flagged), " in summary
-    assert summary.rstrip().endswith(f"; 1 damaged chunk(s) skipped: {said}")
+    assert summary.rstrip().endswith(f"; 1 damaged part(s) skipped: {said}")
 
 
 def test_check_fails_it_as_incomplete_and_names_the_chunk(damaged: Tuple[str, str], tmp_path: Any) -> None:
@@ -79,19 +79,47 @@ def test_check_fails_it_as_incomplete_and_names_the_chunk(damaged: Tuple[str, st
     assert report["reading"]["damaged"] == [said] and report["reading"]["incomplete"] is True
     assert {"rule": "loss", "message": "the trace is incomplete: an unknown number of events lost"}.items() <= next(
         v for v in report["violations"] if v["rule"] == "loss").items()  # fmt: skip
-    assert f"  note: a damaged chunk was skipped: {said}\n" in proc.stdout
+    assert f"  note: a damaged part was skipped: {said}\n" in proc.stdout
 
 
 def test_export_diff_and_cluster_say_so(damaged: Tuple[str, str], tmp_path: Any) -> None:
     path, said = damaged
     proc = cli("export", path, "-o", str(tmp_path / "out.json"))
-    assert proc.returncode == 0 and proc.stderr.rstrip().endswith(f"; 1 damaged chunk(s) skipped: {said}"), proc.stderr
+    assert proc.returncode == 0 and proc.stderr.rstrip().endswith(f"; 1 damaged part(s) skipped: {said}"), proc.stderr
     proc = cli("diff", WHOLE, path)
-    assert proc.returncode in (0, 1) and f"npu-trace: note: B ({path}) is incomplete: damaged chunk skipped: {said}\n" \
+    assert proc.returncode in (0, 1) and f"npu-trace: note: B ({path}) is incomplete: damaged part skipped: {said}\n" \
         in proc.stderr and f"A ({WHOLE})" not in proc.stderr, proc.stderr  # fmt: skip
     proc = cli("cluster", WHOLE, path)
-    assert "1 recording(s) are incomplete (an origin may lie in what they lack): damaged.npt (1 damaged chunk(s) " \
+    assert "1 recording(s) are incomplete (an origin may lie in what they lack): damaged.npt (1 damaged part(s) " \
         "skipped)" in proc.stdout, proc.stdout  # fmt: skip
+
+
+def test_a_record_that_cannot_be_read_is_skipped_to_the_next_chunk(tmp_path: Any) -> None:
+    """Chunk 1's record itself damaged (its map header: no CRC guards it): replay and check read on from chunk 2,
+    one loss of an unknown number of events on no CPU in particular."""
+    reader = RecordingReader(WHOLE)
+    list(reader.records())
+    assert reader.trailer is not None
+    offsets = dict(reader.trailer["index"])
+    with open(WHOLE, "rb") as f:
+        blob = bytearray(f.read())
+    blob[offsets[1]] = 0xC1  # a byte msgpack never uses
+    path = str(tmp_path / "record.npt")
+    with open(path, "wb") as f:
+        f.write(bytes(blob))
+    said = (f"the record at byte {offsets[1]} cannot be read (record at byte {offsets[1]}: not valid msgpack "
+            f"(FormatError)): read on from chunk 2 at byte {offsets[2]}, 1 chunk lost (their CPUs unknown)")
+    events, lost, summary = ndjson(path)
+    whole, _, _ = ndjson(WHOLE)
+    kept = iter(whole)
+    assert 0 < len(events) < len(whole) and all(line in kept for line in events)
+    assert [(e["cpu"], e["kind"]) for e in map(json.loads, lost)] == [(-1, "damaged")]
+    assert "loss: an unknown number of events lost (recording/damaged/all=unknown number (flagged))" in summary
+    assert summary.rstrip().endswith(f"; 1 damaged part(s) skipped: {said}")
+    out = str(tmp_path / "check.json")
+    assert cli("check", path, "--json", out).returncode == 1
+    with open(out) as f:
+        assert json.load(f)["reading"]["damaged"] == [said]
 
 
 @pytest.mark.asyncio

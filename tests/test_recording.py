@@ -230,6 +230,79 @@ def test_a_damaged_chunk_is_skipped_its_pages_counted_lost_the_rest_read(tmp_pat
     assert rec["seq"] == which
 
 
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+@pytest.mark.parametrize("how", ["map", "field", "length"])
+def test_a_record_that_cannot_be_read_is_skipped_to_the_next_chunk(tmp_path: Any, codec: str, how: str) -> None:
+    """Chunk 1's record damaged where no CRC guards it: its map header ("map"), a field's name ("field"), or the
+    length of its data, longer by 64 bytes (the next record then starts inside its data: "length"). The reader
+    reads on from the next chunk: one loss of an unknown number of events on no CPU in particular, the skip named
+    with the bytes it spans, the chunks lost, every other chunk and the trailer read."""
+    pages = load_pages(ROOT)[:12]
+    path = str(tmp_path / "whole.npt")
+    write(path, pages, per_chunk=4, compression=codec)
+    whole, records = read_all(path)
+    assert whole.trailer is not None
+    offsets = dict(whole.trailer["index"])
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    at = offsets[1]
+    if how == "map":
+        blob[at] = 0xC1  # a byte msgpack never uses
+    elif how == "field":
+        blob[blob.index(b"\xa4lens", at) + 1 : blob.index(b"\xa4lens", at) + 5] = b"LENS"
+    else:
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(bytes(blob[at:]))
+        data = unpacker.unpack()["data"]
+        start = blob.index(data, at)
+        size = {0xC4: 1, 0xC5: 2, 0xC6: 4}[next(blob[start - n - 1] for n in (1, 2, 4) if blob[start - n - 1] in
+                                            (0xC4, 0xC5, 0xC6) and blob[start - n - 2 : start - n - 1] == b"a")]
+        head = start - size
+        blob[head : head + size] = (len(data) + 64).to_bytes(size, "big")
+    bad = tmp_path / "damaged.npt"
+    bad.write_bytes(bytes(blob))
+    reader, got = read_all(str(bad))
+    assert reader.trailer is not None and not reader.truncated and reader.chunks_read == 3
+    stamp = max(int.from_bytes(p[:8], "little") for _, p in pages[:4])
+    one = next(n for n, (k, i) in enumerate(records) if k == "chunk" and i.seq == 1)
+    two = next(n for n, (k, i) in enumerate(records) if k == "chunk" and i.seq == 2)
+    assert records[one + 1 : two] == [("loss", Loss("tracefs", 1, "overrun", 7, 123))]  # lost with the bytes skipped
+    (said,) = reader.damaged
+    if how == "length" and codec == "zstd":  # the frame ends where it did: chunk 1 read whole, the bytes after it not
+        stamp = max(int.from_bytes(p[:8], "little") for _, p in pages[4:8])
+        assert got == [*records[:one + 1], ("loss", Loss("recording", -1, "damaged", 0, stamp)), *records[two:]]
+        after = int(said.split()[4])  # where the next record seemed to begin: 64 bytes late, past chunk 2's start
+        assert offsets[2] < after < offsets[2] + 64 and said.startswith(f"the record at byte {after} cannot be read (")
+        assert said.endswith(f"): read on from chunk 2 at byte {offsets[2]}, 0 chunks lost (their CPUs unknown)")
+        return
+    assert got == [*records[:one], ("loss", Loss("recording", -1, "damaged", 0, stamp)), *records[two:]]
+    assert said.startswith(f"the record at byte {at} cannot be read (")
+    assert said.endswith(f"): read on from chunk 2 at byte {offsets[2]}, 1 chunk lost (their CPUs unknown)")
+
+
+def test_a_damaged_trailer_reads_every_chunk_as_a_file_cut_there(tmp_path: Any) -> None:
+    """The trailer's map header damaged: every chunk read; the file's end unreadable, read as a cut (the default
+    rules fail a cut file: its end is missing)."""
+    path = str(tmp_path / "whole.npt")
+    write(path, load_pages(ROOT)[:8], per_chunk=4)
+    _whole, records = read_all(path)
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    at = blob.rindex(b"\xa1t\xa7trailer") - 1
+    blob[at + 4] ^= 0x20  # "trailer" -> "Trailer": a record of a type no reader knows, then nothing
+    bad = tmp_path / "damaged.npt"
+    bad.write_bytes(bytes(blob))
+    reader, got = read_all(str(bad))
+    assert got == records and reader.trailer is None and reader.truncated and not reader.damaged
+    assert reader.skipped_records == {"Trailer": 1} and reader.truncation.startswith(f"file ends at byte {len(blob)}")
+    blob[at] = 0xC1
+    bad.write_bytes(bytes(blob))
+    reader, got = read_all(str(bad))
+    assert got == records and reader.truncated and reader.truncation == (
+        f"the record at byte {at} cannot be read (record at byte {at}: not valid msgpack (FormatError)) and no chunk "
+        f"or trailer follows it; read 2 whole chunks, no trailer")  # fmt: skip
+
+
 def test_a_damaged_chunk_makes_the_ledger_incomplete_of_an_unknown_number() -> None:
     """A damaged chunk's losses count no event but make the trace incomplete, said as of an unknown number."""
     from npu_trace.events import LossLedger

@@ -76,7 +76,7 @@ def render_text(report: Mapping[str, Any]) -> str:
     reading = report["reading"]
     if reading.get("truncated"):
         lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
-    lines += [f"  note: a damaged chunk was skipped: {damage}" for damage in reading.get("damaged") or ()]
+    lines += [f"  note: a damaged part was skipped: {damage}" for damage in reading.get("damaged") or ()]
     if reading.get("scope"):
         lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
     if reading.get("window"):

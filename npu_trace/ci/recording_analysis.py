@@ -139,9 +139,9 @@ def reading_of(source: ReplaySource) -> Dict[str, Any]:
 
 
 def gaps(reading: Dict[str, Any]) -> List[str]:
-    """What a recording lacks, as reading_of says it: where it is cut, its damaged chunks, its losses ([]: none)."""
+    """What a recording lacks, as reading_of says it: where it is cut, its damaged parts, its losses ([]: none)."""
     out = [f"cut: {reading['truncation']}"] if reading["truncated"] else []
-    out += [f"damaged chunk skipped: {damage}" for damage in reading["damaged"]]
+    out += [f"damaged part skipped: {damage}" for damage in reading["damaged"]]
     if reading["incomplete"]:
         counted = f"{reading['lost']} events" if reading["lost"] else "an unknown number of events"
         rows = [f"{s}/{k}/cpu{c}" + (f"={n}" if n else "") for s, k, c, n in reading["loss"] if n or k in UNCOUNTED]

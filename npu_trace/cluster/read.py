@@ -34,7 +34,7 @@ class RecordingView:
     truncated: bool
     lost: int
     incomplete: bool = False  # events were lost (a count, or flags of losses of unknown size)
-    damaged: int = 0  # damaged chunks skipped
+    damaged: int = 0  # damaged parts skipped (a chunk, or bytes up to the next chunk)
 
     def items(self) -> List[Item]:
         """Its evidence on the cluster's timeline (aligned by its host's clock anchor)."""

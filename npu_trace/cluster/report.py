@@ -69,7 +69,7 @@ def notes(views: Sequence[RecordingView]) -> List[str]:
 def _lacks(v: RecordingView) -> str:
     lacks = ["cut"] if v.truncated else []
     if v.damaged:
-        lacks.append(f"{v.damaged} damaged chunk(s) skipped")
+        lacks.append(f"{v.damaged} damaged part(s) skipped")
     if v.lost or (v.incomplete and not v.damaged):
         lacks.append(f"{v.lost} events lost" if v.lost else "events lost, how many unknown")
     return ", ".join(lacks)

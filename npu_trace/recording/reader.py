@@ -1,21 +1,27 @@
 """Reading `.npt` recordings: the header, then chunks and loss records in file order, decoded lazily.
 
 A file cut anywhere after its header reads to its last whole record (`truncated`, `truncation` say where it
-ends); a chunk whose fields are whole but whose data was damaged (corrupt zstd, a CRC-32 mismatch) is skipped,
-its pages counted lost (a "damaged" loss on each of its CPUs, `damaged` says which and why), and the rest is read;
-a file cut inside its magic or header, any other corrupt record, or an unknown schema is a `RecordingError`.
+ends). A file damaged after its first record reads past the damage: a chunk whose fields are whole but whose data
+is not (corrupt zstd, a CRC-32 mismatch) is skipped, a "damaged" loss of an unknown number of events on each of its
+CPUs in its place; a record that cannot be read is skipped up to the next chunk or trailer that reads (the chunks
+numbered in between are lost: one such loss on no CPU in particular); `damaged` says what was skipped and why. A
+record that cannot be read and is followed by no chunk or trailer ends the reading as a cut would. A file cut inside
+its magic or header, a damaged header or first record (where the header ends is then in doubt), bytes after the
+trailer, or an unknown schema is a `RecordingError`.
 Every length is bounded (see `format`), so hostile input neither hangs the reader nor exhausts memory.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
-from typing import IO, Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import IO, Any, Dict, Generator, Iterator, List, Optional, Set, Tuple
 
 import msgpack
 
 from npu_trace.errors import FormatError, RecordingError
+from npu_trace.events import DAMAGED, Loss
 from npu_trace.ftrace.decode import RecordDecoder, StructLayouts, build_decoders
 from npu_trace.ftrace.format import EventFormat, PageHeader, parse_format
 from npu_trace.ftrace.printk import parse_formats
@@ -23,6 +29,7 @@ from npu_trace.ftrace.special import KernelText
 from npu_trace.ftrace.symbols import Symbols
 from npu_trace.recording.schema import (
     CHECKSUM_KEY,
+    DAMAGE_SOURCE,
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     PREAMBLE,
@@ -56,7 +63,7 @@ class RecordingReader:
         self.trailer: Optional[Dict[str, Any]] = None
         self.skipped_records: Dict[str, int] = {}  # unknown record types, skipped: type -> count
         self.chunks_read = 0  # damaged ones too
-        self.damaged: List[str] = []  # each damaged chunk skipped: DamagedChunk.report()
+        self.damaged: List[str] = []  # each damaged part skipped: a chunk (DamagedChunk.report()), or bytes (_resume)
         self._previous: Optional[Chunk] = None  # the last whole chunk read
         self._offset = 0
         with self._open() as f:
@@ -106,26 +113,101 @@ class RecordingReader:
             yield from self._stream(f)
 
     def _stream(self, f: IO[bytes]) -> Iterator[Record]:
+        at: Optional[int] = self.data_offset
+        while at is not None:  # from the header, then from each place the reading resumed past a damaged record
+            at = yield from self._stream_from(f, at)
+
+    def _stream_from(self, f: IO[bytes], base: int) -> Generator[Record, None, Optional[int]]:
+        """The records from byte `base` on, up to the trailer or the cut (None), or up to a record that cannot be
+        read: then where the reading resumes (`_skip`)."""
+        f.seek(base)
         budget = [0]
         unpacker = make_unpacker(f, MAX_RECORD_BYTES, budget)
+        size = os.fstat(f.fileno()).st_size
+        read = base  # where the last record read began: a skip looks for the next chunk after it
         while True:
-            start = self._offset = self.data_offset + unpacker.tell()
+            start = self._offset = base + unpacker.tell()
             budget[0] = 0
-            rec = _next_record(unpacker, start)
-            if rec is None:
-                self._at_end(start, os.fstat(f.fileno()).st_size)
-                return
-            kind = record_type(rec, start)
+            try:
+                kind, rec, items = self._next(f, unpacker, start, base, size)
+            except RecordingError as exc:
+                if start == self.data_offset:  # the first record: the header may have ended early (a length hit)
+                    raise
+                return (yield from self._skip(f, start, read, size, str(exc), cut=False))
+            if kind is None and start < size and start != self.data_offset:  # a cut, or a damaged length
+                why = f"record at byte {start}: runs past the end of the file"
+                return (yield from self._skip(f, start, read, size, why, cut=True))
+            read = start
+            if kind is None:
+                self._at_end(start, size)
+                return None
             if kind == "trailer":
-                self.trailer = validate_trailer(rec, self.chunks_read, start)
-                self._after_trailer(self.data_offset + unpacker.tell(), os.fstat(f.fileno()).st_size)
-                return
-            if kind == "chunk":
-                yield from self._chunk(rec, start)
+                try:
+                    self.trailer = validate_trailer(rec, self.chunks_read, start)
+                except RecordingError as exc:  # every chunk was read: the file's end is unreadable
+                    self._unreadable_end(start, str(exc))
+                    return None
+                self._after_trailer(base + unpacker.tell(), size)
+                return None
+            yield from items
+
+    def _next(self, f: IO[bytes], unpacker: msgpack.Unpacker, start: int, base: int,
+              size: int) -> Tuple[Optional[str], Any, List[Record]]:  # fmt: skip
+        """(the type of the record at `start`, the record, what it gives); (None, None, []) at the end of the
+        file. A RecordingError where it cannot be read, or where a damaged chunk's length is damaged too (no
+        record follows it)."""
+        rec = _next_record(unpacker, start)
+        if rec is None:
+            return None, None, []
+        kind = record_type(rec, start)
+        if kind == "chunk":
+            items = self._chunk(rec, start)
+            if items[0][0] == "loss" and not _record_follows(f, base + unpacker.tell(), size):
+                self.damaged.pop()  # where it ends is unknown: skipped from its start (`_skip`)
+                self.chunks_read -= 1
+                raise fail(f"chunk {self.chunks_read} at byte {start}", "damaged, and no record follows it")
+            return kind, rec, items
+        item = None if kind == "trailer" else self._item(kind, rec, start)
+        return kind, rec, [item] if item is not None else []
+
+    def _skip(self, f: IO[bytes], start: int, read: int, size: int, why: str,
+              cut: bool) -> Generator[Record, None, Optional[int]]:  # fmt: skip
+        """Past the record at `start` that cannot be read (the last read began at `read`): a loss of an unknown
+        number of events, and where the reading resumes (`_resume`); None where nothing readable follows: the file
+        read as cut at `start`."""
+        resumed = self._resume(f, start, read, size, why)
+        if resumed is None:
+            if cut:
+                self._at_end(start, size)
+            else:
+                self._unreadable_end(start, why)
+            return None
+        yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp_before())
+        return resumed
+
+    def _resume(self, f: IO[bytes], start: int, read: int, size: int, why: str) -> Optional[int]:
+        """Where the reading resumes past the record at `start` that cannot be read: the first chunk or trailer
+        after the last record read (at `read`: a damaged length may have put `start` past the next chunk) whose
+        record reads, a chunk numbered on from those read or a trailer that counts at least as many; its number
+        taken as the chunks read so far, the skip named in `damaged`. None where none follows."""
+        for at in _sync_points(f, read + 1, size):
+            rec = _record_at(f, at)
+            kind = rec.get("t") if isinstance(rec, dict) else None
+            seq = rec.get("seq") if kind == "chunk" else rec.get("chunks") if kind == "trailer" else None
+            if at == start or type(seq) is not int or seq < self.chunks_read:  # not the record that failed
                 continue
-            item = self._item(kind, rec, start)
-            if item is not None:
-                yield item
+            lost, self.chunks_read = seq - self.chunks_read, seq
+            onto = f"chunk {seq}" if kind == "chunk" else "the trailer"
+            self.damaged.append(f"the record at byte {start} cannot be read ({why}): read on from {onto} at byte "
+                                f"{at}, {lost} chunk{'' if lost == 1 else 's'} lost (their CPUs unknown)")  # fmt: skip
+            return at
+        return None
+
+    def _unreadable_end(self, start: int, why: str) -> None:
+        """A record that cannot be read, and no chunk or trailer after it: read as a file cut there."""
+        self.truncated = True
+        self.truncation = (f"the record at byte {start} cannot be read ({why}) and no chunk or trailer follows it; "
+                           f"read {self.chunks_read} whole chunks, no trailer")  # fmt: skip
 
     def _chunk(self, rec: Dict[str, Any], start: int) -> List[Record]:
         """The chunk; for a damaged one, its losses (DamagedChunk)."""
@@ -154,11 +236,11 @@ class RecordingReader:
         return best
 
     def damage_text(self) -> str:
-        """The damaged chunks skipped, for a summary line ("" when none)."""
+        """The damaged parts skipped, for a summary line ("" when none)."""
         if not self.damaged:
             return ""
         more = f"; and {len(self.damaged) - 3} more" if len(self.damaged) > 3 else ""
-        return f"{len(self.damaged)} damaged chunk(s) skipped: {'; '.join(self.damaged[:3])}{more}"
+        return f"{len(self.damaged)} damaged part(s) skipped: {'; '.join(self.damaged[:3])}{more}"
 
     def _item(self, kind: str, rec: Dict[str, Any], start: int) -> Optional[Record]:
         if kind == "loss":
@@ -189,6 +271,45 @@ class RecordingReader:
                 yield from item.pages
 
 
+# Where a chunk's or the trailer's record begins: the writer packs each as a map (under 16 entries) whose first
+# entry is "t": the record's type; a chunk's second entry is "seq".
+_SYNC = re.compile(rb"[\x80-\x8f]\xa1t(?:\xa5chunk\xa3seq|\xa7trailer)")
+_SCAN = 1 << 20
+
+
+def _sync_points(f: IO[bytes], start: int, size: int) -> Iterator[int]:
+    """The offsets from `start` on where a chunk or the trailer may begin, in file order."""
+    at = start
+    while at < size:
+        f.seek(at)
+        block = f.read(_SCAN + 16)
+        for m in _SYNC.finditer(block, 0, _SCAN + 15):
+            if m.start() < _SCAN:
+                yield at + m.start()
+        at += _SCAN
+
+
+def _record_follows(f: IO[bytes], at: int, size: int) -> bool:
+    """A record reads at byte `at` (a map with its type), or the file ends there; the file's position kept."""
+    if at >= size:
+        return True
+    kept = f.tell()
+    try:
+        rec = _record_at(f, at)
+    finally:
+        f.seek(kept)
+    return isinstance(rec, dict) and isinstance(rec.get("t"), str)
+
+
+def _record_at(f: IO[bytes], at: int) -> Any:
+    """The record at byte `at` (None when none reads there)."""
+    f.seek(at)
+    try:
+        return _next_record(make_unpacker(f, MAX_RECORD_BYTES, [0]), at)
+    except RecordingError:
+        return None
+
+
 def _next_record(unpacker: msgpack.Unpacker, start: int) -> Any:
     """The next record, or None at the end of the file (whole or cut inside the record)."""
     try:
@@ -198,7 +319,7 @@ def _next_record(unpacker: msgpack.Unpacker, start: int) -> Any:
     except RecordingError as exc:
         raise fail(f"record at byte {start}", str(exc)) from None
     except _UNPACK_ERRORS as exc:
-        raise fail(f"record at byte {start}", f"not valid msgpack ({exc})") from None
+        raise fail(f"record at byte {start}", f"not valid msgpack ({str(exc) or type(exc).__name__})") from None
 
 
 def _read_header(f: IO[bytes], size: int) -> Tuple[Dict[str, Any], int]:
