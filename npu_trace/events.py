@@ -61,8 +61,9 @@ class Loss(NamedTuple):
 
     kind: "page_missed" (the ring-buffer page said events were overwritten before it was read; `lost` may be 0
     when the kernel did not store the number), "overrun" (per_cpu stats), "dropped" (buffer full, no overwrite),
-    "malformed" (a record that could not be decoded), "damaged" (a recording's chunk whose data was damaged on
-    disk: its pages skipped, `lost` 0: how many events they held is unknown).
+    "malformed" (a record that could not be decoded), "damaged" (a part of a recording damaged on disk and skipped:
+    a chunk, `cpu` each CPU it held pages of, or the records up to the next chunk that reads, `cpu` -1; `lost` 0:
+    how many events it held is unknown).
     """
 
     source: str

@@ -33,7 +33,7 @@ SUPPORTED_SCHEMAS = (1,)
 PREAMBLE = struct.Struct(">8sH")  # magic, schema version (big-endian u16)
 
 CODECS = ("zstd", "none")
-DAMAGE_SOURCE = "recording"  # the source of the losses a damaged chunk makes (DamagedChunk.losses)
+DAMAGE_SOURCE = "recording"  # the source of the losses of what the reader skipped as damaged (DamagedChunk.losses)
 MAX_HEADER_BYTES = 16 << 20  # the header map, format texts included
 MAX_CHUNK_RAW = 64 << 20  # a chunk's pages, uncompressed
 MAX_DATA_BYTES = MAX_CHUNK_RAW + (1 << 20)  # a chunk's stored data (zstd may grow incompressible input a little)
