@@ -35,6 +35,7 @@ from npu_trace.recording.schema import (
     PREAMBLE,
     Chunk,
     DamagedChunk,
+    Pages,
     check_preamble,
     decode_chunk,
     decode_events,
@@ -64,7 +65,7 @@ class RecordingReader:
         self.skipped_records: Dict[str, int] = {}  # unknown record types, skipped: type -> count
         self.chunks_read = 0  # damaged ones too
         self.damaged: List[str] = []  # each damaged part skipped: a chunk (DamagedChunk.report()), or bytes (_resume)
-        self._previous: Optional[Chunk] = None  # the last whole chunk read
+        self._stamp = 0  # the latest page stamp of the last whole chunk read (`_latest_stamp`)
         self._offset = 0
         with self._open() as f:
             preamble = f.read(PREAMBLE.size)
@@ -107,7 +108,7 @@ class RecordingReader:
         the trailer or the cut."""
         self.truncated, self.truncation, self.trailer = False, "", None
         self.skipped_records, self.chunks_read, self.damaged = {}, 0, []
-        self._previous = None
+        self._stamp = 0
         with self._open() as f:
             f.seek(self.data_offset)
             yield from self._stream(f)
@@ -182,7 +183,7 @@ class RecordingReader:
             else:
                 self._unreadable_end(start, why)
             return None
-        yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp_before())
+        yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp)
         return resumed
 
     def _resume(self, f: IO[bytes], start: int, read: int, size: int, why: str) -> Optional[int]:
@@ -216,24 +217,33 @@ class RecordingReader:
         except DamagedChunk as damage:
             self.chunks_read += 1
             self.damaged.append(damage.report())
-            return [("loss", loss) for loss in damage.losses(self._stamp_before())]
+            return [("loss", loss) for loss in damage.losses(self._stamp)]
         self.chunks_read += 1
-        self._previous = chunk
+        self._stamp = self._latest_stamp(chunk)
         return [("chunk", chunk)]
 
-    def _stamp_before(self) -> int:
-        """The last page stamp of the whole chunk read last (0: none), where a damaged chunk's losses are put when
-        it kept no stamp of its own."""
-        chunk = self._previous
-        if chunk is None:
-            return 0
+    def _latest_stamp(self, chunk: Chunk) -> int:
+        """The chunk's latest page stamp, where the losses of a part skipped after it are put when that part kept
+        no stamp of its own: its `last_ts`, or the latest stamp of the last page of each CPU it holds (a CPU's
+        page stamps only grow), read backwards from the end of its data (a few pages)."""
         if chunk.last_ts is not None:
             return int(chunk.last_ts)
-        at, size, best = self.page_header.ts_offset, self.page_header.ts_size, 0
-        for _, page in chunk.pages:
-            if len(page) >= at + size:
-                best = max(best, int.from_bytes(page[at : at + size], self.byteorder))  # type: ignore[arg-type]
+        pages = chunk.pages
+        if not isinstance(pages, Pages):
+            return max((self._page_stamp(page) for _, page in pages), default=0)
+        left, end, best = set(pages.cpus), len(pages.raw), 0
+        for cpu, n in zip(reversed(pages.cpus), reversed(pages.lens)):
+            if cpu in left:
+                left.discard(cpu)
+                best = max(best, self._page_stamp(pages.raw[end - n : end]))
+                if not left:
+                    break
+            end -= n
         return best
+
+    def _page_stamp(self, page: bytes) -> int:
+        at, size = self.page_header.ts_offset, self.page_header.ts_size
+        return int.from_bytes(page[at : at + size], self.byteorder) if len(page) >= at + size else 0  # type: ignore[arg-type]
 
     def damage_text(self) -> str:
         """The damaged parts skipped, for a summary line ("" when none)."""
