@@ -197,7 +197,7 @@ def test_events_naming_only_a_pci_address_get_their_device(monkeypatch: pytest.M
         def open(self) -> None:
             pass
 
-        def read(self) -> List[NpuEvent]:
+        def read(self, drain: bool = False) -> List[NpuEvent]:
             return feed.pop(0) if feed else []
 
         def finish(self) -> List[NpuEvent]:

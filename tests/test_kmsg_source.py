@@ -87,6 +87,23 @@ def test_only_new_records_and_rate_limit_loss() -> None:
         assert any(loss.kind == "ratelimited" and loss.lost == 7 for loss in src.drain_losses())
 
 
+@pytest.mark.privileged
+def test_the_last_read_drains_the_log_past_one_read_s_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read takes at most MAX_READS records (here 3); the session's last read (drain) takes every one written
+    before it, however many: none is left in the log unread at the stop."""
+    from npu_trace.sources import kmsg_source
+
+    _kmsg_available()
+    monkeypatch.setattr(kmsg_source, "MAX_READS", 3)
+    with KmsgSource() as src:
+        src.read(drain=True)  # whatever the log held before: read
+        for dev in range(10):
+            write_kmsg(f"<5>[ascend] [drv_pcie] [f 1] <{TAG}:1:1> Device offline. (dev_id={dev})")
+        first = _ours(src.read())
+        rest = _ours(src.read(drain=True))
+    assert len(first) <= 3 and [e.dev for e in first + rest] == list(range(10))
+
+
 def test_sequence_gap_and_epipe_are_counted(tmp_path: object) -> None:
     src = KmsgSource(path="/dev/null")
     out: List[NpuEvent] = []

@@ -165,7 +165,7 @@ class Channels:
         out: List[NpuEvent] = []
         if self.kmsg is not None:
             try:
-                out += self.kmsg.read() + (self.kmsg.finish() if final else [])
+                out += self.kmsg.read(drain=final) + (self.kmsg.finish() if final else [])
             except OSError as exc:  # the read itself failed (not EPIPE, which the source counts as loss)
                 self._note(f"kmsg: read failed ({exc.strerror or exc}): kmsg channel stopped")
                 self.kmsg.close()

@@ -42,6 +42,9 @@ from npu_trace.events import Loss, NpuEvent, lost_event
 SOURCE = "kmsg"
 MARKER = "npu-trace: clock marker"
 MAX_READS = 10_000  # records per read() call, so one call never runs unbounded
+# a draining read (the session's last): MAX_READS at a time until the log is read to its end, at most this many
+# times: more than any kernel's log buffer holds (a log still flooding after the stop is not the session's)
+DRAIN_READS = 100
 
 
 class KmsgSource:
@@ -115,11 +118,17 @@ class KmsgSource:
         self.offset_measured = True
 
     # ---- reading ----------------------------------------------------------------------------------
-    def read(self) -> List[NpuEvent]:
-        """Every record available now, as NpuEvents (losses included as kind "lost")."""
+    def read(self, drain: bool = False) -> List[NpuEvent]:
+        """The records available now (at most MAX_READS; `drain`: up to the end of the log, the session's last
+        read), as NpuEvents (losses included as kind "lost")."""
         out: List[NpuEvent] = []
         pending, self._pending = self._pending, []
-        for rec in pending + self._records():
+        records = self._records()
+        for _ in range(DRAIN_READS - 1 if drain else 0):
+            if self.caught_up:
+                break
+            records += self._records()
+        for rec in pending + records:
             self._record(rec, out)
         if self.caught_up and self.faults.block is not None:  # a block the log has been quiet after is over
             now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
