@@ -116,6 +116,50 @@ def test_the_pages_are_cut_from_the_file_one_chunk_at_a_time(monkeypatch: pytest
     assert got == [(cpu, p) for _, cpu, _, p in everything] and dat.page_count == 900
 
 
+def test_a_damaged_chunk_s_pages_are_skipped_and_a_loss_given_in_their_place() -> None:
+    """A compressed chunk that does not inflate (here the second of a CPU's, its bytes garbage): the pages that lie
+    in it even in part are skipped (chunks of 5.2 pages: pages 5-10), a loss of an unknown number of events in
+    their place at the last stamp before them, the chunk named in `damaged`; every other page given, the CPU's
+    other pages and the other CPU's alike."""
+    from npu_trace.events import Loss
+    from npu_trace.ftrace.tracedat import TraceDat
+
+    pages = {cpu: [_page(1000 * i + 7 * cpu, (i + cpu) % 251) for i in range(30)] for cpu in (0, 1)}
+    blob, data = _chunked(pages, 4096 * 5 + 1000)
+    offset, size, raw = data[1].pieces[1]
+    blob = blob[:offset] + b"\x00" * size + blob[offset + size :]
+    dat = TraceDat(7, "little", 8, 4096, "zstd", data=data, blob=blob)
+    got = list(dat.pages_in_time_order())
+    assert [p for cpu, p in got if cpu == 0] == pages[0] and dat.page_count == 30 + 24
+    loss = Loss("trace.dat", 1, "damaged", 0, 4007)  # at cpu1's page 4's stamp
+    assert [p for cpu, p in got if cpu == 1] == [*pages[1][:5], loss, *pages[1][11:]]
+    assert dat.damaged == [f"cpu1: the chunk at byte {offset} ({raw} bytes inflated): corrupt zstd data (error "
+                           "determining content size from frame header): its 6 pages skipped"]  # fmt: skip
+
+
+def test_import_reads_past_a_damaged_chunk(tmp_path: Any) -> None:
+    """trace-v7.dat with cpu0's chunk damaged (its frame's magic): imported, cpu1's events kept, the chunk named,
+    and the recording says the loss."""
+    from npu_trace.ftrace import tracedat as td_module
+
+    path = os.path.join(DATA, "trace-v7.dat")
+    ((offset, _, raw),) = td_module.read(path).data[0].pieces
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    blob[offset] ^= 0xFF
+    bad, out = str(tmp_path / "bad.dat"), str(tmp_path / "bad.npt")
+    with open(bad, "wb") as f:
+        f.write(bytes(blob))
+    proc = subprocess.run([*CLI, "import", bad, "-o", out], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = f"npu-trace: bad.dat: damaged, skipped: cpu0: the chunk at byte {offset} ({raw} bytes inflated): "
+    assert said in proc.stderr, proc.stderr
+    proc = subprocess.run([*CLI, "replay", "--headless", "--max", out], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("\n") > 100 and " [001] " in proc.stdout and " [000] " not in \
+        proc.stdout.replace("[000] !! LOST", ""), proc.stderr  # fmt: skip
+    assert "loss: an unknown number of events lost (trace.dat/damaged/cpu0=unknown number (flagged))" in proc.stderr
+
+
 @pytest.mark.parametrize("long_size", [8, 4])
 def test_a_page_is_skipped_only_when_it_holds_nothing_and_tells_of_no_loss(long_size: int) -> None:
     """pages(): a page whose commit word (npu_trace.ftrace.framing.commit_reader, 8 or 4 bytes after the stamp)

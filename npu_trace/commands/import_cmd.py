@@ -16,7 +16,7 @@ from npu_trace.device.applog import utc_offset
 from npu_trace.device.profiles import ASCEND_LAYOUTS, PROFILES
 from npu_trace.device.trace_formats import DRIVER
 from npu_trace.errors import InputError, UsageError
-from npu_trace.events import NpuEvent
+from npu_trace.events import Loss, NpuEvent
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
@@ -167,11 +167,17 @@ def _import_tracedat(args: argparse.Namespace, tz: Any, boot: Optional[int]) -> 
     header = importer.import_header(profile, data.clock, anchor, extra, **fields)  # fmt: skip
     with _writer(args, header) as writer:
         for cpu, page in data.pages_in_time_order():
-            writer.add_page(cpu, page)
+            if isinstance(page, Loss):  # a damaged chunk's (data.damaged names it)
+                writer.add_loss(page)
+            else:
+                writer.add_page(cpu, page)
         importer.write_events(writer, events)
         writer.close(totals={"imported_pages": data.page_count})
     for why in data.left_out:
         print(f"npu-trace: left out the format of {why} (no record of the file is of that event)", file=sys.stderr)
+    for damage in data.damaged:
+        print(f"npu-trace: {os.path.basename(args.input)}: damaged, skipped: {damage} (a loss of an unknown number "
+              "of events in the recording)", file=sys.stderr)  # fmt: skip
     print(f"npu-trace: imported {os.path.basename(args.input)} (trace.dat v{data.version}, {data.compression}): "
           f"{data.page_count} pages from {len(data.cpus_with_data())} CPUs, {len(data.used_formats())} event formats"
           f"{_tables_summary(fields)}{_app_summary(apps)} -> {args.output}", file=sys.stderr)  # fmt: skip

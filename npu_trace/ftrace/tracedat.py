@@ -15,10 +15,12 @@ and chunks (compressed size, raw size, data).
 
 Every offset and size is checked against the file, and every event format it carries (but ftrace's own) is
 checked as the kernel writes them (`npu_trace.ftrace.format.check_format`); a file that is not one, or is cut or
-corrupt, or a format that is damaged, is a one-line `InputError` (the format's name and field in it). The data
-of each CPU is cut into pages of `page_size`; an empty page (no committed bytes, no missed events) is skipped, a
-tail too short for a page header is given as it is (the walk counts it malformed). The instance read is the one
-with events (the first such, by name order: "" is the top instance).
+corrupt, or a format that is damaged, is a one-line `InputError` (the format's name and field in it); but a
+compressed chunk of a CPU's data that does not inflate is skipped, its pages with it (a loss of an unknown number
+of events in their place, `damaged` names it): the rest of the file is read. The data of each CPU is cut into
+pages of `page_size`; an empty page (no committed bytes, no missed events) is skipped, a tail too short for a page
+header is given as it is (the walk counts it malformed). The instance read is the one with events (the first such,
+by name order: "" is the top instance).
 
 The file is mapped, not read: the pages are cut from it as they are taken (`pages`, `pages_in_time_order`: one
 compressed chunk of a CPU at a time), so that reading a trace.dat takes memory for its metadata and a few chunks,
@@ -34,9 +36,10 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Literal, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Literal, Optional, Set, Tuple, Union
 
 from npu_trace.errors import FormatError, InputError
+from npu_trace.events import DAMAGED, Loss
 from npu_trace.ftrace.format import parse_format, parse_header_page
 from npu_trace.ftrace.framing import COMMIT_MASK, MISSED_EVENTS, commit_reader
 from npu_trace.ftrace.printk import MAX_PRINTK_BYTES
@@ -86,6 +89,22 @@ class CpuData:
         return sum(piece[2] for piece in self.pieces)
 
 
+@dataclass(frozen=True)
+class Damage:
+    """A compressed chunk of one CPU's data that does not inflate (corrupt, or not the size it declares): the
+    pages that lie in it, even in part, are skipped (`TraceDat.pages`)."""
+
+    offset: int  # of the chunk in the file
+    start: int  # where its bytes lie in the CPU's inflated data, and how many
+    raw: int
+    why: str
+
+    def pages(self, size: int) -> int:
+        """The pages of `size` bytes it touches."""
+        return -(-(self.start + self.raw) // size) - self.start // size
+
+
+DAMAGE_SOURCE = "trace.dat"  # the source of a damaged chunk's loss (TraceDat.pages)
 PAGES_WALKED = 1024  # pages walked at a time when the ids the data holds are looked for (4 MiB of 4 KiB pages)
 
 
@@ -110,18 +129,27 @@ class TraceDat:
     buffers: List[Buffer] = field(default_factory=list)
     data: Dict[int, CpuData] = field(default_factory=dict)  # cpu -> where its pages lie (the chosen buffer)
     page_count: int = 0  # the pages pages_in_time_order gave (set once they were all taken)
+    damaged: List[str] = field(default_factory=list)  # each damaged chunk skipped, per CPU (set as pages are taken)
     blob: Any = b""  # the file (mapped), the data is cut from
     path: str = "trace.dat"
 
     def cpus_with_data(self) -> List[int]:
         return sorted(cpu for cpu, where in self.data.items() if where.raw)
 
-    def pages(self, cpu: int) -> Iterator[Tuple[int, bytes]]:
-        """(timestamp, page) of one CPU's pages with data, in file order, cut as they are taken."""
+    def pages(self, cpu: int) -> Iterator[Tuple[int, Union[bytes, Loss]]]:
+        """(timestamp, page) of one CPU's pages with data, in file order, cut as they are taken; where a compressed
+        chunk is damaged, (the last stamp, a loss of an unknown number of events) in place of its pages, the
+        chunk named in `damaged`."""
         commit_size = 8 if self.long_size == 8 else 4  # the page header: u64 stamp, local_t commit
         commit = commit_reader(8, commit_size, _order(self))
         ts = 0
         for page in self._cut(cpu, self.page_size):
+            if isinstance(page, Damage):
+                n = page.pages(self.page_size)
+                self.damaged.append(f"cpu{cpu}: the chunk at byte {page.offset} ({page.raw} bytes inflated): "
+                                    f"{page.why}: its {n} page{'' if n == 1 else 's'} skipped")  # fmt: skip
+                yield ts, Loss(DAMAGE_SOURCE, cpu, DAMAGED, 0, ts)
+                continue
             if len(page) < 8 + commit_size:  # a cut tail: the walk counts it (a short page), at the last stamp
                 yield ts, page
                 continue
@@ -129,10 +157,19 @@ class TraceDat:
                 ts = int.from_bytes(page[:8], _order(self))
                 yield ts, page
 
-    def _cut(self, cpu: int, size: int) -> Iterator[bytes]:
-        """One CPU's data in pieces of `size` bytes (the last one shorter), one chunk inflated at a time."""
-        rest = b""
+    def _cut(self, cpu: int, size: int) -> Iterator[Union[bytes, Damage]]:
+        """One CPU's data in pieces of `size` bytes (the last one shorter), one chunk inflated at a time; a damaged
+        chunk as its Damage, the page begun before it dropped and the bytes after it skipped up to the next page
+        boundary (pages lie at multiples of `size` in the CPU's data)."""
+        rest, skip = b"", 0
         for data in self._pieces(cpu):
+            if isinstance(data, Damage):
+                yield data
+                rest, skip = b"", -(data.start + data.raw) % size
+                continue
+            if skip:
+                skipped = min(skip, len(data))
+                data, skip = data[skipped:], skip - skipped
             data = rest + data if rest else data
             whole = len(data) - len(data) % size
             for off in range(0, whole, size):
@@ -142,27 +179,32 @@ class TraceDat:
             yield rest
 
     def _pieces(self, cpu: int) -> Iterator[Any]:
+        """One CPU's data, a chunk at a time: its bytes, or the Damage of a compressed chunk that does not inflate."""
         where = self.data.get(cpu)
         if where is None:
             return
         r = _Reader(self.blob, self.path)
+        start = 0
         for offset, size, raw in where.pieces:
             if not where.compressed:
                 yield memoryview(self.blob)[offset : offset + size]
                 continue
             r.seek(offset)
-            yield _inflate(r, self, r.take(size), raw)
+            data, why = _inflated(self, r.take(size), raw)
+            yield data if not why else Damage(offset, start, raw, why)
+            start += raw
 
-    def pages_in_time_order(self) -> Iterator[Tuple[int, bytes]]:
-        """(cpu, page) of every CPU, each CPU's in its order, the CPUs interleaved by page timestamp (ties: by
-        CPU); `page_count` says how many once they were all taken."""
-        self.page_count = 0
+    def pages_in_time_order(self) -> Iterator[Tuple[int, Union[bytes, Loss]]]:
+        """(cpu, page) of every CPU, each CPU's in its order (a damaged chunk's loss in place of its pages), the
+        CPUs interleaved by page timestamp (ties: by CPU); `page_count` says how many pages once they were all
+        taken."""
+        self.page_count, self.damaged = 0, []
         tagged = [self._tagged(cpu) for cpu in self.cpus_with_data()]
         for _, cpu, _, page in heapq.merge(*tagged, key=lambda t: (t[0], t[1], t[2])):
-            self.page_count += 1
+            self.page_count += not isinstance(page, Loss)
             yield cpu, page
 
-    def _tagged(self, cpu: int) -> Iterator[Tuple[int, int, int, bytes]]:
+    def _tagged(self, cpu: int) -> Iterator[Tuple[int, int, int, Union[bytes, Loss]]]:
         for i, (ts, page) in enumerate(self.pages(cpu)):
             yield ts, cpu, i, page
 
@@ -330,7 +372,7 @@ def _present_ids(r: _Reader, td: TraceDat) -> Set[int]:
     for cpu in td.data:
         state, batch = WalkState(), []
         for page in td._cut(cpu, size):
-            if len(page) == size:  # whole pages (a short tail holds no record the walk reads)
+            if isinstance(page, bytes) and len(page) == size:  # whole pages (a short tail, a damaged chunk: none)
                 batch.append(page)
             if len(batch) == PAGES_WALKED:
                 present |= _ids(walker, batch, size, state)
@@ -453,21 +495,29 @@ def _decompress(r: _Reader, td: TraceDat, data: bytes) -> bytes:
 
 
 def _inflate(r: _Reader, td: TraceDat, blob: bytes, raw: int) -> bytes:
+    out, why = _inflated(td, blob, raw)
+    if why:
+        raise r.fail(why)
+    return out
+
+
+def _inflated(td: TraceDat, blob: bytes, raw: int) -> Tuple[bytes, str]:
+    """(a compressed chunk inflated, "") or (b"", why it cannot be: corrupt, or not the `raw` bytes it declares)."""
     if td.compression == "zlib":
         try:
-            out = zlib.decompress(blob)
+            out = zlib.decompressobj().decompress(blob, raw + 1)  # never more than one byte past what it declares
         except zlib.error as exc:
-            raise r.fail(f"corrupt zlib data ({exc})") from None
+            return b"", f"corrupt zlib data ({exc})"
     else:
         import zstandard
 
         try:
             out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw)
         except zstandard.ZstdError as exc:
-            raise r.fail(f"corrupt zstd data ({exc})") from None
+            return b"", f"corrupt zstd data ({exc})"
     if len(out) != raw:
-        raise r.fail(f"a chunk of {len(out)} bytes, {raw} declared")
-    return out
+        return b"", f"a chunk of {len(out)} bytes, {raw} declared"
+    return out, ""
 
 
 def _v7_options(r: _Reader, td: TraceDat, offset: int) -> int:
