@@ -80,6 +80,10 @@ def test_check_fails_it_as_incomplete_and_names_the_chunk(damaged: Tuple[str, st
     assert {"rule": "loss", "message": "the trace is incomplete: an unknown number of events lost"}.items() <= next(
         v for v in report["violations"] if v["rule"] == "loss").items()  # fmt: skip
     assert f"  note: a damaged part was skipped: {said}\n" in proc.stdout
+    proc = cli("check", WHOLE, path)  # several recordings: each one's line, then its notes
+    assert proc.returncode == 1 and "FAIL damaged.npt: findings: " in proc.stdout, proc.stderr
+    before, mine = proc.stdout.split("FAIL damaged.npt: ")
+    assert mine.splitlines()[1] == f"  note: a damaged part was skipped: {said}" and "note:" not in before
 
 
 def test_export_diff_and_cluster_say_so(damaged: Tuple[str, str], tmp_path: Any) -> None:

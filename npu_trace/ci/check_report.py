@@ -71,12 +71,17 @@ def _stamp(ns: Any) -> str:
     return f"{secs}.{nsecs // 1000:06d}"
 
 
+def damage_notes(reading: Mapping[str, Any]) -> List[str]:
+    """A line for each damaged part of the recording the reading skipped."""
+    return [f"  note: a damaged part was skipped: {damage}" for damage in reading.get("damaged") or ()]
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     lines = [f"npu-trace check {report['input']}: {report['verdict'].upper()}"]
     reading = report["reading"]
     if reading.get("truncated"):
         lines.append(f"  note: the recording is cut: {reading.get('truncation', '')}")
-    lines += [f"  note: a damaged part was skipped: {damage}" for damage in reading.get("damaged") or ()]
+    lines += damage_notes(reading)
     if reading.get("scope"):
         lines.append(f"  scope: {Scope.from_header(reading['scope']).where()}")
     if reading.get("window"):

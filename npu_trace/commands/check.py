@@ -12,6 +12,7 @@ import sys
 from typing import Any, Dict, List
 
 from npu_trace.ci.check_report import (
+    damage_notes,
     junit_error_suite,
     junit_suite,
     render_json,
@@ -97,7 +98,7 @@ def _line(o: Outcome) -> str:
     for f in r["findings"]:
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
     found = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "nothing"
-    lines = [f"{r['verdict'].upper()} {o.name}: findings: {found}"]
+    lines = [f"{r['verdict'].upper()} {o.name}: findings: {found}", *damage_notes(r["reading"])]
     lines += [f"  {v['rule']}: {v['message']}" for v in r["violations"]]
     return "\n".join(lines) + "\n"
 
