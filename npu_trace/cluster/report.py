@@ -26,7 +26,7 @@ def _input(v: RecordingView) -> Dict[str, Any]:
     return {"recording": v.name, "host": v.host.name, "identity": v.host.identity, "boot_id": v.host.boot_id,
             "clock_error_ns": v.host.error_ns, "clock_error_known": v.host.error_known, "events": v.events,
             "evidence": len(v.evidence), "truncated": v.truncated, "lost": v.lost, "incomplete": v.incomplete,
-            "damaged_chunks": v.damaged}  # fmt: skip
+            "damaged_parts": v.damaged}  # fmt: skip
 
 
 def _hosts(views: Sequence[RecordingView]) -> List[Dict[str, Any]]:
