@@ -76,11 +76,10 @@ def pages_of(records: List[Tuple[str, Any]]) -> List[Tuple[int, bytes]]:
 @FUZZ
 @given(codec=st.sampled_from(["zstd", "none"]), flips=st.lists(st.integers(0, 10**9), min_size=1, max_size=4))
 def test_bit_flips(valid: Dict[str, Any], codec: str, flips: List[int]) -> None:
-    """Flips anywhere: past the first record the file is read (the first is refused whole: where the header ends is
-    in doubt; a flip in the trailer may leave bytes after it: refused), every page read is one written, in its order
-    (CRC-32 guards them), and each damaged part skipped is counted as a loss of an unknown number of events."""
-    blob, _, index = valid[codec]
-    header_end = index["index"][1][1]  # past the first record
+    """Flips anywhere: past the header (it has a checksum) the file is read (a flip in the trailer may leave bytes
+    after it: refused), every page read is one written, in its order (CRC-32 guards them), and each damaged part
+    skipped is counted as a loss of an unknown number of events."""
+    blob, header_end, _ = valid[codec]
     trailer = blob.rindex(b"\xa1t\xa7trailer") - 1
     data = bytearray(blob)
     at = [(flip >> 3) % len(data) for flip in flips]
@@ -149,8 +148,9 @@ def test_wrong_types_in_header(valid: Dict[str, Any], field: str, value: Any) ->
 @given(raw_len=st.integers(MAX_CHUNK_RAW + 1, 2**64 - 1))
 def test_oversized_raw_len(valid: Dict[str, Any], raw_len: int) -> None:
     blob, header_end, _ = valid["none"]
-    reader, _ = read_or_error(valid, blob[:header_end] + msgpack.packb(chunk_record(raw_len=raw_len)))
-    assert reader is None  # the first record: refused (RecordingReader: the header may have ended early)
+    reader, records = read_or_error(valid, blob[:header_end] + msgpack.packb(chunk_record(raw_len=raw_len)))
+    assert reader is not None and records == [] and reader.truncated  # nothing follows it: read as a cut there
+    assert reader.truncation.startswith(f"the record at byte {header_end} cannot be read (chunk 0 at byte ")
 
 
 @FUZZ
@@ -167,8 +167,8 @@ def test_record_over_the_size_limit_is_refused(valid: Dict[str, Any]) -> None:
     """A bin really holding more than the limit: refused once the bounded buffer is full."""
     blob, header_end, _ = valid["none"]
     big = msgpack.packb({"t": "chunk", "data": bytes(MAX_DATA_BYTES + 1)}, use_bin_type=True)
-    reader, _ = read_or_error(valid, blob[:header_end] + big)
-    assert reader is None
+    reader, records = read_or_error(valid, blob[:header_end] + big)
+    assert reader is not None and records == [] and reader.truncated and "not valid msgpack" in reader.truncation
     reader, records = read_or_error(valid, blob[: valid["none"][2]["index"][1][1]] + big)  # after a whole chunk
     assert reader is not None and len(records) == 1 and reader.truncated and "not valid msgpack" in reader.truncation
 
@@ -222,9 +222,37 @@ def test_wrong_types_in_channel_events(valid: Dict[str, Any], index: int, value:
     row[index] = value
     blob, header_end, _ = valid["none"]
     reader, records = read_or_error(valid, blob[:header_end] + msgpack.packb({"t": "ev", "rows": [row]}))
-    if reader is not None:
+    assert reader is not None
+    if records:
         ((kind, events),) = records
         assert kind == "events" and list(events[0]) == row
+    else:  # refused: nothing follows it, read as a cut there
+        assert reader.truncated and reader.truncation.startswith(f"the record at byte {header_end} cannot be read")
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_a_damaged_first_record_is_skipped_only_after_a_header_with_a_checksum(valid: Dict[str, Any],
+                                                                             checksum: bool) -> None:  # fmt: skip
+    """The first record's map header damaged. After a header with a checksum (verified: the header ended where
+    it was written) it is skipped like any other, up to chunk 1; after one without (written before checksums,
+    or one whose checksum entry a damaged length cut off) the file is refused: what follows may be the header's
+    own bytes."""
+    blob, header_end, trailer = valid["zstd"]
+    rest = bytearray(blob[header_end:])
+    rest[0] = 0xC1
+    if checksum:
+        reader, records = read_or_error(valid, blob[:header_end] + bytes(rest))
+        assert reader is not None and pages_of(records) == STORED[1:] and not reader.truncated
+        (said,) = reader.damaged
+        assert said.startswith(f"the record at byte {header_end} cannot be read (") and said.endswith(
+            f"read on from chunk 1 at byte {trailer['index'][1][1]}, 1 chunk lost (their CPUs unknown)")  # fmt: skip
+        return
+    header = dict(golden_header(only=("sched:sched_switch",)), magic="NPUTRACE", schema=1, compression="zstd")
+    head = PREAMBLE.pack(b"NPUTRACE", 1) + msgpack.packb(header, use_bin_type=True)
+    reader, _ = read_or_error(valid, head + bytes(rest))
+    assert reader is None
+    reader, records = read_or_error(valid, head + blob[header_end:])  # the same file undamaged: read whole
+    assert reader is not None and pages_of(records) == STORED
 
 
 @FUZZ

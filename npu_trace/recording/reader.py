@@ -1,13 +1,13 @@
 """Reading `.npt` recordings: the header, then chunks and loss records in file order, decoded lazily.
 
 A file cut anywhere after its header reads to its last whole record (`truncated`, `truncation` say where it
-ends). A file damaged after its first record reads past the damage: a chunk whose fields are whole but whose data
+ends). A file damaged after its header reads past the damage: a chunk whose fields are whole but whose data
 is not (corrupt zstd, a CRC-32 mismatch) is skipped, a "damaged" loss of an unknown number of events on each of its
 CPUs in its place; a record that cannot be read is skipped up to the next chunk or trailer that reads (the chunks
 numbered in between are lost: one such loss on no CPU in particular); `damaged` says what was skipped and why. A
 record that cannot be read and is followed by no chunk or trailer ends the reading as a cut would. A file cut inside
-its magic or header, a damaged header or first record (where the header ends is then in doubt), bytes after the
-trailer, or an unknown schema is a `RecordingError`.
+its magic or header, a damaged header, a damaged first record after a header without a checksum (where the header
+ends is then in doubt), bytes after the trailer, or an unknown schema is a `RecordingError`.
 Every length is bounded (see `format`), so hostile input neither hangs the reader nor exhausts memory.
 """
 
@@ -132,10 +132,10 @@ class RecordingReader:
             try:
                 kind, rec, items = self._next(f, unpacker, start, base, size)
             except RecordingError as exc:
-                if start == self.data_offset:  # the first record: the header may have ended early (a length hit)
-                    raise
+                if start == self.data_offset and self.checksum is None:  # the header may have ended early (a
+                    raise  # length hit, its checksum entry cut off with the rest): what follows is no record
                 return (yield from self._skip(f, start, read, size, str(exc), cut=False))
-            if kind is None and start < size and start != self.data_offset:  # a cut, or a damaged length
+            if kind is None and start < size and (start != self.data_offset or self.checksum):  # cut, or damaged
                 why = f"record at byte {start}: runs past the end of the file"
                 return (yield from self._skip(f, start, read, size, why, cut=True))
             read = start
