@@ -69,10 +69,4 @@ def summary_line(s: Dict[str, Any]) -> str:
             f"{s['bytes'] / 1e6:.1f} MB{cut}): {m['calls']} calls, {m['tasks']} tasks, {m['irqs']} interrupts, "
             f"{m['resets']} reset sequences, {m['findings']} findings, {w['instants']} instants, "
             f"{w['counters']} counter values, {w['flows']} flows, {w['tracks']} tracks{unreturned}; {s['loss']}"
-            f"{reading_notes(s)}")
-
-
-def reading_notes(s: Dict[str, Any]) -> str:
-    """Where the recording was cut, what of it was damaged: "" for a whole one."""
-    cut = f"; the file is cut: {s['truncation']}" if s.get("truncated") else ""
-    return cut + (f"; {s['damage']}" if s.get("damage") else "")
+            f"{s['notes']}")

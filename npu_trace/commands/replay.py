@@ -84,8 +84,7 @@ def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Opt
     """What was replayed, on stderr: the records read (every one printed, but what the scope left out), those
     shown by their raw fields, the malformed ones, the other channels' events, the losses."""
     reader = source.reader
-    cut = f"; the file is cut: {reader.truncation}" if reader.truncated else ""
-    cut += f"; {reader.damage_text()}" if reader.damaged else ""
+    cut = reader.notes()
     more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
     malformed = source.block_timeline().malformed
     bad = f", {malformed} malformed" if malformed else ""

@@ -348,7 +348,7 @@ class Exporter:
         out = {"mapped": drawn["mapped"], "written": drawn["written"], "window": [self.lo, end],
                "stopped_at_window_end": self.stopped, "events_read": self.source.events_read,
                "loss": self.source.ledger.summary(), "truncated": self.source.reader.truncated,
-               "truncation": self.source.reader.truncation, "damage": self.source.reader.damage_text()}  # fmt: skip
+               "notes": self.source.reader.notes()}  # fmt: skip
         if "host_context" in drawn:
             out["host_context"] = drawn["host_context"]
         return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import IO, Any, Dict, Generator, Iterator, List, Optional, Set, Tuple
+from typing import IO, Any, Callable, Dict, Generator, Iterator, List, Optional, Set, Tuple
 
 import msgpack
 
@@ -129,13 +129,16 @@ class RecordingReader:
         while True:
             start = self._offset = base + unpacker.tell()
             budget[0] = 0
+            # after a header without a checksum, its first record is never skipped: the header may have ended early
+            # (a length hit, its checksum entry cut off with the rest), and what follows it is then no record
+            skippable = start != self.data_offset or self.checksum is not None
             try:
                 kind, rec, items = self._next(f, unpacker, start, base, size)
             except RecordingError as exc:
-                if start == self.data_offset and self.checksum is None:  # the header may have ended early (a
-                    raise  # length hit, its checksum entry cut off with the rest): what follows is no record
+                if not skippable:
+                    raise
                 return (yield from self._skip(f, start, read, size, str(exc), cut=False))
-            if kind is None and start < size and (start != self.data_offset or self.checksum):  # cut, or damaged
+            if kind is None and start < size and skippable:  # lengths that run past the file's end: a cut, or damage
                 why = f"record at byte {start}: runs past the end of the file"
                 return (yield from self._skip(f, start, read, size, why, cut=True))
             read = start
@@ -162,12 +165,7 @@ class RecordingReader:
             return None, None, []
         kind = record_type(rec, start)
         if kind == "chunk":
-            items = self._chunk(rec, start)
-            if items[0][0] == "loss" and not _record_follows(f, base + unpacker.tell(), size):
-                self.damaged.pop()  # where it ends is unknown: skipped from its start (`_skip`)
-                self.chunks_read -= 1
-                raise fail(f"chunk {self.chunks_read} at byte {start}", "damaged, and no record follows it")
-            return kind, rec, items
+            return kind, rec, self._chunk(rec, start, lambda: _record_follows(f, base + unpacker.tell(), size))
         item = None if kind == "trailer" else self._item(kind, rec, start)
         return kind, rec, [item] if item is not None else []
 
@@ -210,11 +208,14 @@ class RecordingReader:
         self.truncation = (f"the record at byte {start} cannot be read ({why}) and no chunk or trailer follows it; "
                            f"read {self.chunks_read} whole chunks, no trailer")  # fmt: skip
 
-    def _chunk(self, rec: Dict[str, Any], start: int) -> List[Record]:
-        """The chunk; for a damaged one, its losses (DamagedChunk)."""
+    def _chunk(self, rec: Dict[str, Any], start: int, followed: Callable[[], bool]) -> List[Record]:
+        """The chunk; for a damaged one, its losses (DamagedChunk) when a record follows it (`followed`), else a
+        RecordingError: its length was hit too, where it ends is unknown (skipped from its start: `_skip`)."""
         try:
             chunk = decode_chunk(rec, self.chunks_read, start)
         except DamagedChunk as damage:
+            if not followed():
+                raise fail(f"chunk {self.chunks_read} at byte {start}", "damaged, and no record follows it") from None
             self.chunks_read += 1
             self.damaged.append(damage.report())
             return [("loss", loss) for loss in damage.losses(self._stamp)]
@@ -244,6 +245,12 @@ class RecordingReader:
     def _page_stamp(self, page: bytes) -> int:
         at, size = self.page_header.ts_offset, self.page_header.ts_size
         return int.from_bytes(page[at : at + size], self.byteorder) if len(page) >= at + size else 0  # type: ignore[arg-type]
+
+    def notes(self) -> str:
+        """Where the file is cut and what of it was skipped as damaged, for a summary line ("" for a whole file):
+        "; the file is cut: ...; 1 damaged part(s) skipped: ..."."""
+        cut = f"; the file is cut: {self.truncation}" if self.truncated else ""
+        return cut + (f"; {self.damage_text()}" if self.damaged else "")
 
     def damage_text(self) -> str:
         """The damaged parts skipped, for a summary line ("" when none)."""

@@ -367,13 +367,13 @@ class DamagedChunk(RecordingError):
         super().__init__(f"{where}: {why}")
         self.cpus = list(cpus)
         self.first_ts = first_ts if first_ts is not None else 0
-        self.count = len(cpus)
 
     def report(self) -> str:
         """What was skipped and why, in one line: "chunk 3 at byte 9001: CRC-32 mismatch: the data is corrupt:
         its 40 pages skipped (cpu0 30, cpu1 10)"."""
         per_cpu = ", ".join(f"cpu{cpu} {self.cpus.count(cpu)}" for cpu in sorted(set(self.cpus)))
-        return f"{self}: its {self.count} page{'' if self.count == 1 else 's'} skipped ({per_cpu or 'none'})"
+        n = len(self.cpus)
+        return f"{self}: its {n} page{'' if n == 1 else 's'} skipped ({per_cpu or 'none'})"
 
     def losses(self, stamp: int) -> List[Loss]:
         """A loss of an unknown number of events on each CPU the chunk held pages of (LossLedger: flagged), at
