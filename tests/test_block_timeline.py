@@ -40,6 +40,7 @@ MS = 1_000_000
 HEADER = parse_header_page(read(os.path.join(kernel_dirs()[0], "header_page")))
 FORMATS = formats()
 PROFILE = PROFILES["sim"]
+LATE_LOSSES = 3
 PLANS = plans(FORMATS.values(), layouts=PROFILE.layouts)
 
 
@@ -61,6 +62,10 @@ def hostile_batches(seed: int, cpus: int, lies: Optional[float] = None) -> List[
         channel.append(NpuEvent(at, "log", None, "note", -1, -1, {"source": "kmsg", "n": i}))
         channel.append(Loss("kmsg", -1, "overrun", i + 1, 0 if i % 2 else at))  # untimed, then timed
     channel.sort(key=lambda item: item.ts_ns)
+    told = random.Random(-seed)  # the other draws as they were
+    for _ in range(LATE_LOSSES):  # losses told after what came later (a recording's damaged part): some late
+        at = told.randrange(1, len(channel))
+        channel.insert(at, Loss("recording", -1, "damaged", 0, max(1, channel[at - 1].ts_ns - 40 * MS)))
     enc = PageEncoder(HEADER)
     pages: Dict[int, List[bytes]] = {}
     for cpu, evs in per_cpu.items():
@@ -162,6 +167,22 @@ def test_late_records_are_dropped_and_counted_by_cpu() -> None:
     late = {k: v for k, v in timeline.late.items() if k[0] == "tracefs"}
     assert late, "the hostile reads should make some records late"
     assert timeline.ledger.rows() == ledger.rows()
+
+
+def test_a_loss_that_comes_late_is_passed_on_never_dropped() -> None:
+    """A loss stamped before what was already released goes to the front of the next release, its stamp kept
+    (it is the count of what was lost: dropped, it would be one "late" item instead), as the merge passes it."""
+    came_late = 0
+    for seed in range(6):
+        batches = hostile_batches(seed, 2)
+        want, _, _, _ = reference(batches, 2)
+        got, _, timeline, _ = columnar(batches, 2, random.Random(seed))
+        assert got == want
+        damaged = [i for i, item in enumerate(got) if isinstance(item, Loss) and item.kind == "damaged"]
+        assert len(damaged) == LATE_LOSSES and ("recording", -1) not in timeline.late
+        stamps = [int(getattr(item, "ts_ns", 0)) for item in got]
+        came_late += sum(1 for i in damaged if stamps[i] < max(stamps[:i], default=0))
+    assert came_late, "some of the losses should come after what was stamped later"
 
 
 # ---- a recorded chunk, walked at once ------------------------------------------------------------------------

@@ -13,10 +13,10 @@ the running maximum of the bounds). An item pushed in batch p that is not late h
 in the first release whose R exceeds its stamp: which release an item leaves in is a function of its stamp
 alone. Everything released by now is then the rows stamped before R, and the concatenated releases are those
 rows sorted by (ts, stream key, arrival): one stable sort by stamp of the rows laid out stream by stream. The
-items a release puts at its front (untimed items, the "late" losses) go where that release began: after every
-item stamped before R_{p-1}. `take()` hands over, in one Block, all that the releases since the last call
-released, in the merge's order, whatever the number of batches in between (`check` takes large blocks, a live
-view one per read); a batch costs the walk and a few comparisons.
+items a release puts at its front (untimed items, losses that came late, the "late" losses) go where that
+release began: after every item stamped before R_{p-1}. `take()` hands over, in one Block, all that the releases
+since the last call released, in the merge's order, whatever the number of batches in between (`check` takes
+large blocks, a live view one per read); a batch costs the walk and a few comparisons.
 
 The bounds are the merge's (`release_bound`): the lag bound from the watermarks, the count bound from the
 number of rows held, counted from the rows (only when the rows not yet taken could exceed it).
@@ -559,13 +559,17 @@ class BlockTimeline:
 
     def _push(self, key: int, rows: _Rows, late: Dict[Tuple[str, int], int], front: List[_Rows]) -> None:
         """The merge's push: untimed rows go to the front, rows older than the release point are dropped and
-        counted (the merge's test: the first row of an ordered push, the earliest of another)."""
+        counted but losses, which go to the front too (the merge's test: the first row of an ordered push, the
+        earliest of another)."""
         if not len(rows):
             return
         released = self._released
         if rows.first < released or not rows.first:
             untimed = rows.ts == 0
             dropped = ~untimed & _below(rows.ts, released)
+            losses = self._losses(rows, dropped)
+            if losses is not None:
+                untimed, dropped = untimed | losses, dropped & ~losses
             if untimed.any():
                 front.append(rows.select(untimed))
             if dropped.any():
@@ -581,6 +585,16 @@ class BlockTimeline:
         self._listed += len(rows)
         if key not in self._wm:
             self._wm[key] = -math.inf
+
+    def _losses(self, rows: _Rows, among: np.ndarray) -> Optional[np.ndarray]:
+        """Which of the rows `among` are losses (None: none is)."""
+        objects = among & (rows.etype == OBJECT)
+        if not objects.any():
+            return None
+        at = np.flatnonzero(objects)
+        losses: np.ndarray = np.zeros(len(rows), dtype=bool)
+        losses[at] = [isinstance(self._objects[i], Loss) for i in rows.ref[at].tolist()]
+        return losses if losses.any() else None
 
     def _count_late(self, key: int, rows: _Rows, dropped: np.ndarray, late: Dict[Tuple[str, int], int]) -> None:
         objects = dropped & (rows.etype == OBJECT)

@@ -20,7 +20,8 @@ npu-smi poll) holds the others back at most `max_lag_ns` behind the most advance
 `max_held` items in all; past a bound, release goes on without it. An item that then arrives older than what
 was already released is never emitted out of order: it is dropped and counted as a `Loss` of kind "late"
 (source "tracefs" and its CPU for trace records, the item's channel otherwise), which the next release
-carries at its front.
+carries at its front. A `Loss` that arrives late is not dropped (it is itself the count of events lost, and
+the ledger holds it already): it goes to the front of the next release, as an untimed item does.
 """
 
 from __future__ import annotations

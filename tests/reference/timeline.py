@@ -115,11 +115,12 @@ class OrderedMerge:
         self.held += len(items)
 
     def _sift(self, key: int, items: List[Any]) -> List[Any]:
-        """Set untimed items aside for the front, drop (and count) late ones; the rest stays."""
+        """Set untimed items and late losses aside for the front, drop (and count) other late ones; the rest
+        stays."""
         keep = []
         for item in items:
             ts = _ts(item)
-            if not ts:
+            if not ts or (ts < self.released and isinstance(item, Loss)):
                 self._front.append(item)
             elif ts < self.released:
                 where = late_key(key, item)
