@@ -143,3 +143,23 @@ async def test_the_tui_replays_it_with_the_loss_shown(damaged: Tuple[str, str]) 
         bar = app.query_one(StatusBar)
         await wait_for(pilot, lambda: " LOST events (how many unknown) " in str(bar.render()), timeout=30)
         await pilot.press("q")
+
+
+def test_a_recording_with_bytes_after_its_trailer_is_read_and_said_incomplete(tmp_path: Any) -> None:
+    """Another recording appended to this one: this one read whole, the bytes after its trailer named, a loss of
+    an unknown number of events printed where they lie (after the last chunk's pages), the check failed."""
+    with open(WHOLE, "rb") as f:
+        blob = f.read()
+    path = str(tmp_path / "appended.npt")
+    with open(path, "wb") as f:
+        f.write(blob + blob)
+    events, lost, summary = ndjson(path)
+    whole, _, _ = ndjson(WHOLE)
+    assert events == whole
+    assert [(e["cpu"], e["source"], e["kind"], e["count"]) for e in map(json.loads, lost)] == [
+        (-1, "recording", "damaged", 0)]  # fmt: skip
+    said = f"{len(blob)} bytes after the trailer (at byte {len(blob)}) not read"
+    assert summary.rstrip().endswith(f"loss: an unknown number of events lost (recording/damaged/all=unknown number "
+                                     f"(flagged)); 1 damaged part(s) skipped: {said}")  # fmt: skip
+    proc = cli("check", path)
+    assert proc.returncode == 1 and f"  note: a damaged part was skipped: {said}\n" in proc.stdout, proc.stdout

@@ -303,6 +303,24 @@ def test_a_damaged_trailer_reads_every_chunk_as_a_file_cut_there(tmp_path: Any) 
         f"or trailer follows it; read 2 whole chunks, no trailer")  # fmt: skip
 
 
+def test_bytes_after_the_trailer_are_named_and_flag_the_reading_incomplete(tmp_path: Any) -> None:
+    """A recording with bytes after its trailer (another appended to it, a bad copy): every record read, the
+    trailer too; then a loss of an unknown number of events (what the bytes held is not read), named."""
+    path = str(tmp_path / "whole.npt")
+    pages = load_pages(ROOT)[:8]
+    write(path, pages, per_chunk=4)
+    whole, records = read_all(path)
+    with open(path, "rb") as f:
+        blob = f.read()
+    bad = tmp_path / "appended.npt"
+    bad.write_bytes(blob + blob)
+    reader, got = read_all(str(bad))
+    stamp = max(int.from_bytes(p[:8], "little") for _, p in pages[4:8])  # the last chunk's latest page stamp
+    assert got == [*records, ("loss", Loss("recording", -1, "damaged", 0, stamp))]
+    assert reader.trailer == whole.trailer and not reader.truncated
+    assert reader.damaged == [f"{len(blob)} bytes after the trailer (at byte {len(blob)}) not read"]
+
+
 def test_a_damaged_chunk_makes_the_ledger_incomplete_of_an_unknown_number() -> None:
     """A damaged chunk's losses count no event but make the trace incomplete, said as of an unknown number."""
     from npu_trace.events import LossLedger

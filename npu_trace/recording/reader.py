@@ -5,9 +5,10 @@ ends). A file damaged after its header reads past the damage: a chunk whose fiel
 is not (corrupt zstd, a CRC-32 mismatch) is skipped, a "damaged" loss of an unknown number of events on each of its
 CPUs in its place; a record that cannot be read is skipped up to the next chunk or trailer that reads (the chunks
 numbered in between are lost: one such loss on no CPU in particular); `damaged` says what was skipped and why. A
-record that cannot be read and is followed by no chunk or trailer ends the reading as a cut would. A file cut inside
-its magic or header, a damaged header, a damaged first record after a header without a checksum (where the header
-ends is then in doubt), bytes after the trailer, or an unknown schema is a `RecordingError`.
+record that cannot be read and is followed by no chunk or trailer ends the reading as a cut would. Bytes after the
+trailer are not read: named in `damaged`, with a loss of an unknown number of events (a recording appended to
+another). A file cut inside its magic or header, a damaged header, a damaged first record after a header without
+a checksum (where the header ends is then in doubt), or an unknown schema is a `RecordingError`.
 Every length is bounded (see `format`), so hostile input neither hangs the reader nor exhausts memory.
 """
 
@@ -151,7 +152,7 @@ class RecordingReader:
                 except RecordingError as exc:  # every chunk was read: the file's end is unreadable
                     self._unreadable_end(start, str(exc))
                     return None
-                self._after_trailer(base + unpacker.tell(), size)
+                yield from self._after_trailer(base + unpacker.tell(), size)
                 return None
             yield from items
 
@@ -277,9 +278,12 @@ class RecordingReader:
         else:
             self.truncation = f"file ends at byte {size} without a trailer; {whole}"
 
-    def _after_trailer(self, end: int, size: int) -> None:
+    def _after_trailer(self, end: int, size: int) -> Iterator[Record]:
+        """Bytes after the trailer (the writer's last): not read (a recording appended to another, a bad copy),
+        named in `damaged`, and a loss of an unknown number of events on no CPU in particular."""
         if end != size:
-            raise fail(f"recording {self.path}", f"{size - end} bytes after the trailer (at byte {end})")
+            self.damaged.append(f"{size - end} bytes after the trailer (at byte {end}) not read")
+            yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp)
 
     def pages(self) -> Iterator[Tuple[int, bytes]]:
         """Every (cpu, page) of the recording in file order."""
