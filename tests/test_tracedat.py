@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, List
+from typing import Any, List, Optional
 
 import pytest
 import zstandard
@@ -134,7 +134,36 @@ def test_a_damaged_chunk_s_pages_are_skipped_and_a_loss_given_in_their_place() -
     loss = Loss("trace.dat", 1, "damaged", 0, 4007)  # at cpu1's page 4's stamp
     assert [p for cpu, p in got if cpu == 1] == [*pages[1][:5], loss, *pages[1][11:]]
     assert dat.damaged == [f"cpu1: the chunk at byte {offset} ({raw} bytes inflated): corrupt zstd data (error "
-                           "determining content size from frame header): its 6 pages skipped"]  # fmt: skip
+                           "when determining content size): its 6 pages skipped"]  # fmt: skip
+
+
+@pytest.mark.parametrize("declared", [64 << 20, 4095, None])
+def test_a_zstd_chunk_is_never_inflated_past_the_size_the_file_gives_it(declared: Optional[int]) -> None:
+    """A zstd frame of a few kB that declares 64 MiB (a bomb), or one byte too few: refused before it is inflated
+    (python-zstandard sizes its output by the frame's declaration, not by the bound it is given); a frame that
+    declares no size is inflated within the size the file gives."""
+    import tracemalloc
+
+    import zstandard
+
+    from npu_trace.ftrace.tracedat import TraceDat, _inflated
+
+    dat = TraceDat(7, "little", 8, 4096, "zstd")
+    if declared is None:
+        frame = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(range(256)) * 16)
+    else:
+        frame = zstandard.ZstdCompressor().compress(bytes(declared))
+    tracemalloc.start()
+    try:
+        out, why = _inflated(dat, frame, 4096)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    if declared is None:
+        assert (out, why) == (bytes(range(256)) * 16, "")
+    else:
+        assert (out, why) == (b"", f"zstd frame declares {declared} bytes, the file says 4096")
 
 
 def test_import_reads_past_a_damaged_chunk(tmp_path: Any) -> None:

@@ -509,12 +509,9 @@ def _inflated(td: TraceDat, blob: bytes, raw: int) -> Tuple[bytes, str]:
         except zlib.error as exc:
             return b"", f"corrupt zlib data ({exc})"
     else:
-        import zstandard
+        from npu_trace.ftrace.inflate import unzstd  # zstandard: imported only for a file compressed with it
 
-        try:
-            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw)
-        except zstandard.ZstdError as exc:
-            return b"", f"corrupt zstd data ({exc})"
+        return unzstd(blob, raw, "the file says")
     if len(out) != raw:
         return b"", f"a chunk of {len(out)} bytes, {raw} declared"
     return out, ""

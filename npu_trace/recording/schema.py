@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - a host without the wheel: zlib's, the 
 from npu_trace.errors import FormatError, RecordingError
 from npu_trace.events import DAMAGED, KINDS, Loss, NpuEvent
 from npu_trace.ftrace.format import PageHeader, parse_header_page
+from npu_trace.ftrace.inflate import unzstd
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
 from npu_trace.pipeline.batch import Mark
 
@@ -432,16 +433,9 @@ def _unzstd(data: bytes, raw_len: int, where: str) -> bytes:
 
 
 def _inflate(data: bytes, raw_len: int) -> Tuple[bytes, str]:
-    """(one zstd frame decompressed, "") or (b"", why it cannot be): never more than raw_len bytes made."""
-    try:
-        size = zstandard.frame_content_size(data)
-        if size != raw_len:
-            return b"", f"zstd frame declares {size} bytes, raw_len says {raw_len}"
-        # the frame's own size is raw_len (bounded by MAX_CHUNK_RAW): decompress() makes exactly that, and fails on a
-        # frame whose data would make more or less
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len), ""
-    except zstandard.ZstdError as exc:
-        return b"", f"corrupt zstd data ({exc})"
+    """(one zstd frame decompressed, "") or (b"", why it cannot be): a frame that declares raw_len bytes (the
+    writer's always does), never more made."""
+    return unzstd(data, raw_len, "raw_len says", declared=True)
 
 
 def decode_loss(rec: Dict[str, Any], offset: int) -> Loss:
