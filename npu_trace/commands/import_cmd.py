@@ -5,25 +5,31 @@ text (`cat trace`, `trace_pipe`, `trace-cmd report`), and application logs, as a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 from datetime import datetime
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from npu_trace.commands.record import parse_mode
 from npu_trace.device import hal
 from npu_trace.device.applog import utc_offset
 from npu_trace.device.profiles import ASCEND_LAYOUTS, PROFILES
 from npu_trace.device.trace_formats import DRIVER
-from npu_trace.errors import InputError, UsageError
+from npu_trace.errors import InputError, RecordingError, UsageError
 from npu_trace.events import Loss, NpuEvent
+from npu_trace.export.beside import in_place
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
+from npu_trace.process import signals_held
 from npu_trace.recording.schema import MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
 from npu_trace.sources import ftrace_text, importer
+
+MIN_YEAR, MAX_YEAR = 1970, 2261  # --year: the years a recording's nanoseconds since the epoch hold
 
 
 def add_parser(sub: Any) -> None:
@@ -88,9 +94,14 @@ def run(args: argparse.Namespace) -> int:
     boot = _boot_time(args.boot_time)
     if boot is not None and args.this_boot:
         raise UsageError("--boot-time and --this-boot: give one")
+    if args.year is not None and not MIN_YEAR <= args.year <= MAX_YEAR:
+        raise UsageError(f"--year {args.year}: a recording holds times of {MIN_YEAR} to {MAX_YEAR}")
     for path in [args.input, *args.app_log]:
+        if os.path.isdir(path):
+            raise InputError(f"{path}: a directory, not a file")
         if not os.path.isfile(path):
             raise InputError(f"{path}: no such file")
+    _output_checked(args)
     if tracedat.is_tracedat(args.input):
         if args.formats:
             raise UsageError("--formats: a trace.dat carries its own formats")
@@ -200,10 +211,11 @@ def _import_ftrace_text(args: argparse.Namespace, lines: List[str], tz: Any, boo
               "cpus": max([got.stats["cpus_said"], *(c + 1 for c in got.cpus)])}  # fmt: skip
     header = importer.import_header(profile, clock, anchor, extra, **fields)
     with _writer(args, header) as writer:
+        for loss in got.losses:  # before the pages: a replay holds them until it reaches their stamps
+            writer.add_loss(loss)
+        writer.flush()
         for cpu, page in got.pages:
             writer.add_page(cpu, page)
-        for loss in got.losses:
-            writer.add_loss(loss)
         importer.write_events(writer, events)
         writer.close(totals={"imported_pages": len(got.pages), "imported_events": got.stats["events"]})
     print(_text_summary(os.path.basename(args.input), got.stats, args.output, clock), file=sys.stderr)
@@ -302,8 +314,50 @@ def _tracedat_anchor(data: Any, this_boot: bool) -> importer.Anchor:
     return importer.Anchor(now["mono_ns"], now["realtime_ns"], 1_000_000, "this-boot")
 
 
-def _writer(args: argparse.Namespace, header: Dict[str, Any]) -> RecordingWriter:
-    return RecordingWriter(args.output, header, overwrite=args.overwrite, mode=args.mode)
+@contextlib.contextmanager
+def _writer(args: argparse.Namespace, header: Dict[str, Any]) -> Iterator[RecordingWriter]:
+    """The recording, written beside its name (`.NAME.XXXXXXXX.partial`) and moved there once whole: an import that
+    fails or is interrupted leaves no file, and an existing output (--overwrite) is replaced only then. An output
+    that is not a regular file (/dev/null, a FIFO) is written in place, as export writes it."""
+    out = args.output
+    if in_place(out):
+        with RecordingWriter(out, header, overwrite=True, mode=args.mode) as writer:
+            yield writer
+        return
+    tmp: Optional[str] = None
+    try:
+        with signals_held():  # a signal's cleanup knows the file once it exists
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial",
+                                           dir=os.path.dirname(out) or ".")  # fmt: skip
+            except OSError as exc:
+                raise InputError(f"cannot write {out}: {exc.strerror}") from None
+            os.close(fd)
+        with RecordingWriter(tmp, header, overwrite=True, mode=args.mode) as writer:
+            yield writer
+        try:
+            os.replace(tmp, out)
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _output_checked(args: argparse.Namespace) -> None:
+    """Refuse an output that exists (without --overwrite), is a folder, or is one of the inputs (it would be
+    replaced by what is read from it), before anything is read."""
+    out = args.output
+    if os.path.isdir(out):
+        raise InputError(f"cannot write {out}: Is a directory")
+    if not os.path.exists(out):
+        return
+    for path in [args.input, *args.app_log, *([args.formats] if args.formats else [])]:
+        if os.path.exists(path) and os.path.samefile(path, out):
+            raise UsageError(f"the output {out} is the input {path}: give another -o")
+    if not args.overwrite and not in_place(out):
+        raise RecordingError(f"{out} already exists: refusing to overwrite a recording (--overwrite replaces it)")
 
 
 def _extra(args: argparse.Namespace, kind: str, clock: str, anchor: Any, stats: Dict[str, Any],

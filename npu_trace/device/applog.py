@@ -158,6 +158,23 @@ class _Block:
             self.last_wall = line.wall_ns
 
 
+LATEST_NS = (1 << 63) - 1  # the latest time a recording holds (2262-04-11)
+
+
+def local_ns(y: int, mo: int, d: int, hms: str, tz: Optional[tzinfo], extra_ns: int) -> Optional[int]:
+    """A log's local date and time (`tz`, else this host's zone, daylight saving included) as ns since the epoch;
+    None for a time that does not exist or that a recording cannot hold (before 1970, after 2262)."""
+    try:
+        h, mi, s = (int(x) for x in hms.split(":"))
+        when = datetime(y, mo, d, h, mi, s, tzinfo=tz)
+        if tz is None:
+            when = when.astimezone()
+    except (ValueError, OverflowError, OSError):
+        return None
+    ns = int(when.timestamp()) * S + extra_ns
+    return ns if 0 <= ns <= LATEST_NS else None
+
+
 class AppLogParser:
     """feed(line) -> [AppError] the line completed; flush() -> the last report's."""
 
@@ -233,14 +250,7 @@ class AppLogParser:
         return self._local(y, mo, d, hms, extra_ns)
 
     def _local(self, y: int, mo: int, d: int, hms: str, extra_ns: int) -> Optional[int]:
-        try:
-            h, mi, s = (int(x) for x in hms.split(":"))
-            when = datetime(y, mo, d, h, mi, s, tzinfo=self.tz)
-            if self.tz is None:
-                when = when.astimezone()  # this host's local time, daylight saving included
-        except (ValueError, OverflowError, OSError):
-            return None
-        return int(when.timestamp()) * S + extra_ns
+        return local_ns(y, mo, d, hms, self.tz, extra_ns)
 
     # ---- blocks -------------------------------------------------------------------------------------
     def _line(self, line: AppLine) -> List[AppError]:

@@ -23,6 +23,8 @@ import re
 from datetime import datetime, tzinfo
 from typing import NamedTuple, Optional
 
+from npu_trace.device.applog import local_ns, utc_offset
+
 MAX_LINE = 4096
 S, US = 1_000_000_000, 1_000
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
@@ -92,32 +94,21 @@ def _wall(form: str, g: dict, tz: Optional[tzinfo], year: Optional[int]) -> tupl
             if len(w) < 19 or not w[:4].isdigit():
                 return None, 0  # a placeholder (YYYY-MM-DD-...) as documentation prints it
             frac = w[20:].replace(".", "")
-            return _local(int(w[:4]), int(w[5:7]), int(w[8:10]), w[11:19], tz, int(frac[:6].ljust(6, "0")) * US), US
+            return local_ns(int(w[:4]), int(w[5:7]), int(w[8:10]), w[11:19], tz, int(frac[:6].ljust(6, "0")) * US), US
         if form in ("syslog", "dmesg_t"):
             y = int(g["year"]) if g.get("year") else (year or datetime.now().year)
-            return _local(y, _MONTH_NO[g["mon"]], int(g["day"]), g["hms"], tz, 0), S
+            return local_ns(y, _MONTH_NO[g["mon"]], int(g["day"]), g["hms"], tz, 0), S
         if form == "iso":
             frac = g.get("frac") or ""
             extra = int(frac.ljust(9, "0")) if frac else 0
             zone = tz
             if g.get("tz"):
-                from npu_trace.device.applog import utc_offset
-
                 zone = utc_offset(g["tz"] if g["tz"] == "Z" or ":" in g["tz"] else g["tz"][:3] + ":" + g["tz"][3:])
             d = g["date"]
             res = 10 ** (9 - len(frac)) if frac else S
-            return _local(int(d[:4]), int(d[5:7]), int(d[8:10]), g["hms"], zone, extra), res
+            return local_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), g["hms"], zone, extra), res
     except (ValueError, KeyError):
         return None, 0
     return None, 0
 
 
-def _local(y: int, mo: int, d: int, hms: str, tz: Optional[tzinfo], extra_ns: int) -> Optional[int]:
-    try:
-        h, mi, s = (int(x) for x in hms.split(":"))
-        when = datetime(y, mo, d, h, mi, s, tzinfo=tz)
-        if tz is None:
-            when = when.astimezone()
-    except (ValueError, OverflowError, OSError):
-        return None
-    return int(when.timestamp()) * S + extra_ns

@@ -12,7 +12,8 @@ Pure. `read_line(text)` -> `Line`. The forms read (each as the kernel or trace-c
             trace_printk() from `<func+0x28/0x6c>: <text>` (named "bprint").
     header  `#` comments (the `# tracer:` header), blank lines, `cpus=N`, `version = N`, `CPU N is empty`,
             `##### CPU N buffer started ####`
-    lost    `CPU:N [LOST M EVENTS]` (M may be absent: `[LOST EVENTS]`)
+    lost    `CPU:N [LOST M EVENTS]` (M may be absent: `[LOST EVENTS]`), trace-cmd's `CPU:N [M EVENTS DROPPED]`
+            (`[EVENTS DROPPED]`), either after an instance's `<buffer>: `
     frame   a stack trace's frame (` => func+0x1/0x2`), part of the event before it
     other   anything else (a prompt, a pasted sentence, a line cut in two)
 """
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 S = 1_000_000_000
+LATEST = (1 << 63) - 1  # the latest stamp a trace's columns hold (ns, or a raw count)
 MAX_LINE = 1 << 16  # a line longer than this is not read as an event (it is counted as other)
 
 _EVENT = re.compile(
@@ -38,7 +40,10 @@ _NAMED = re.compile(r"(?P<name>[^\s:]+):(?:\s+(?P<text>.*)|$)", re.S)
 _FUNCTION = re.compile(r"(?P<func>\S+)\s+<-(?P<parent>\S+)")
 _SYSCALL = re.compile(r"sys_(?P<call>\w+)(?:\((?P<args>.*)\)| -> (?P<ret>\S+))")
 _HEADER = re.compile(r"#.*|cpus=\d+|version\s*=\s*\d+|CPU \d+ is empty|#+ CPU \d+ buffer started #+")
-_LOST = re.compile(r"CPU:\s*(?P<cpu>\d+)\s+\[LOST\s+(?:(?P<n>\d+)\s+)?EVENTS\]")
+# the kernel's `CPU:N [LOST M EVENTS]`, trace-cmd report's `CPU:N [M EVENTS DROPPED]`; either without its count, and
+# after an instance's name (`<buffer>: `) as trace-cmd prints it for a trace of an instance
+_LOST = re.compile(r"(?:\S+:\s+)?CPU:\s*(?P<cpu>\d+)\s+\[(?:LOST\s+(?:(?P<n>\d+)\s+)?EVENTS|"
+                   r"(?:(?P<dropped>\d+)\s+)?EVENTS\s+DROPPED)\]")
 _FRAME = re.compile(r"\s*=>\s.*")
 _SYMBOL = re.compile(r"[\w.$]+\+0x[0-9a-fA-F]+/0x[0-9a-fA-F]+")
 
@@ -66,7 +71,8 @@ def read_line(text: str) -> Line:
         return Line("header")
     lost = _LOST.fullmatch(stripped)
     if lost:
-        return Line("lost", cpu=int(lost.group("cpu")), lost=int(lost.group("n")) if lost.group("n") else None)
+        n = lost.group("n") or lost.group("dropped")
+        return Line("lost", cpu=int(lost.group("cpu")), lost=int(n) if n else None)
     if _FRAME.fullmatch(line):
         return Line("frame", text=stripped[2:].strip())
     m = _EVENT.fullmatch(line) if len(line) <= MAX_LINE else None
@@ -80,6 +86,8 @@ def _event(m: re.Match[str]) -> Line:
     name, body = _rest((m.group("rest") or "").strip())
     frac = m.group("frac")
     ts = int(m.group("secs")) * S + int((frac + "000000000")[:9]) if frac is not None else int(m.group("secs"))
+    if ts > LATEST:
+        return Line("other")  # no ring buffer counts that far (292 years of ns): not an event's time
     return Line("event", m.group("comm").strip(), int(m.group("pid")), int(tgid) if tgid and tgid.isdigit() else None,
                 int(cpu), flags, ts, frac is None, len(frac or ""), name, body)  # fmt: skip
 

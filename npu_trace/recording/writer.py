@@ -233,8 +233,18 @@ class RecordingWriter:
     def __enter__(self) -> RecordingWriter:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        """Closed with its trailer when the block ended whole; else without one (`abandon`)."""
+        if kind is None:
+            self.close()
+        else:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Close without flushing or a trailer: the writing did not end, and the file reads as cut there."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def close(self, totals: Optional[Dict[str, Any]] = None) -> None:
         """Flush, write the trailer and close. `totals` may hold "losses" (LossLedger rows, else the writer's

@@ -18,6 +18,7 @@ among equal times). Times are the text's: seconds (any number of decimals; trace
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import re
@@ -288,8 +289,20 @@ def parse_id(text: str) -> int:
 
 
 def _losses(reader: _Reader) -> List[Loss]:
-    return [Loss("ftrace", cpu, "overrun" if count is not None else "page_missed", count or 0)
-            for cpu, count, _ in reader.lost]  # fmt: skip
+    """The lost-events notes as losses of their CPU, each stamped with the time of that CPU's event before it in
+    the text (the loss came after it: a replay shows it there, stamps alike putting a CPU's events first), else
+    of its first event after it."""
+    lines: DefaultDict[int, List[int]] = defaultdict(list)
+    stamps: DefaultDict[int, List[int]] = defaultdict(list)
+    for ev in reader.events:
+        lines[ev.line.cpu].append(ev.number)
+        stamps[ev.line.cpu].append(ev.line.ts)
+    out = []
+    for cpu, count, number in reader.lost:
+        at, ts = bisect.bisect(lines[cpu], number), stamps[cpu]
+        stamp = ts[at - 1] if at else ts[0] if ts else 0
+        out.append(Loss("ftrace", cpu, "overrun" if count is not None else "page_missed", count or 0, stamp))
+    return out
 
 
 def _comms(events: Sequence[Event]) -> Dict[str, str]:
