@@ -25,7 +25,8 @@ from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "tracedat-public")
 CLI = [sys.executable, "-m", "npu_trace"]
-FILES = {"langraph-stacks": "langraph-stacks.dat", "lisa-rtapp": "lisa-rtapp.dat.zst"}
+FILES = {"langraph-stacks": "langraph-stacks.dat", "lisa-rtapp": "lisa-rtapp.dat.zst",
+         "trappy-trace": "trappy-trace.dat.zst"}
 MESSAGES = ("print", "bprint", "bputs")
 # trace-cmd's sched_switch (its plugin): "prev_comm:prev_pid [prev_prio] S ==> next_comm:next_pid [next_prio]"
 SWITCH = re.compile(r"^(?P<prev_comm>.+):(?P<prev_pid>\d+) \[(?P<prev_prio>-?\d+)\] \S+ ==> "

@@ -3,7 +3,9 @@
 Pure: text in, lookups out. A symbol spans from its address to the next higher address of the table (the
 kernel's `kallsyms_lookup_size_offset`); of several symbols at one address the first listed is the one shown
 (as the kernel's lookup goes back to the first alias). Absolute symbols (type `a`/`A`: x86-64's per-CPU offsets)
-and ARM's mapping symbols (`$a`, `$d`) name no code and are left out, as trace-cmd leaves them out.
+and ARM's mapping symbols (`$a`, `$d`) name no code and are left out, as trace-cmd leaves them out; so are symbols
+at address 0 (a kallsyms read where the kernel hides its addresses, kptr_restrict: every address 0): the first of
+them would span every address.
 
 `only`: a table cut to a few functions (the recording of a session without stacks keeps the trace_marker's
 writer, `npu_trace.sources.host_symbols`): an address resolves only inside one of them.
@@ -50,7 +52,8 @@ class Symbols:
     """A kallsyms table, sorted by address once."""
 
     def __init__(self, entries: Iterable[Tuple[int, str, str]], only: Optional[Iterable[str]] = None) -> None:
-        ordered = sorted(enumerate(entries), key=lambda e: (e[1][0], e[0]))  # aliases: the first listed first
+        known = (entry for entry in entries if entry[0])  # address 0: hidden (see the module docstring)
+        ordered = sorted(enumerate(known), key=lambda e: (e[1][0], e[0]))  # aliases: the first listed first
         self.addrs = [addr for _, (addr, _, _) in ordered]
         self.names = [name for _, (_, name, _) in ordered]
         self.modules = [module for _, (_, _, module) in ordered]
