@@ -153,3 +153,30 @@ def test_a_time_past_what_a_recording_holds_is_not_an_events_time(tmp_path: Any,
         assert main(["import", log, "-o", str(tmp_path / "y.npt"), "--year", year]) == 2
         assert capsys.readouterr().err.endswith(f"npu-trace: --year {year}: a recording holds times of 1970 to 2261\n")
     assert not os.path.exists(tmp_path / "y.npt")
+
+
+# ---- application logs -----------------------------------------------------------------------------------------
+def test_an_application_error_without_a_time_is_placed_or_said(tmp_path: Any, capsys: Any) -> None:
+    """Errors before a log's first timed one are placed at its time (time inferred), as those after one are at
+    theirs; a log whose errors have no time at all: none placed, and the summary says so (before: dropped, while
+    the summary counted them as imported). A file where no error is found says that too."""
+    from npu_trace.device.applog import AppError
+    from npu_trace.sources.importer import Anchor, app_events
+
+    def err(wall: Any, line: int) -> AppError:
+        return AppError(wall, 1000, "runtime", [], 0, False, 7, [], [507033], None, None, ["x"], line, "")
+
+    anchor = Anchor(0, 5_000, 0, "boot-time")
+    events, unplaced = app_events("app.log", [err(None, 1), err(9_000, 4), err(None, 8)], anchor)
+    assert unplaced == 0 and [(e.ts_ns, e.args.get("time_inferred")) for e in events] == [
+        (4_000, 1), (4_000, None), (4_000, 1)]  # fmt: skip
+    assert app_events("app.log", [err(None, 1), err(None, 2)], anchor) == ([], 2)
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+             "RuntimeError: ACL stream synchronize failed, error code is 507033"]  # fmt: skip
+    untimed = text_file(tmp_path, lines, "app.txt")
+    kernel = os.path.join(ROOT, "tests", "data", "logs", "dmesg-device-abnormal.txt")
+    assert main(["import", kernel, "--boot-time", "2026-05-01T00:00:00+00:00", "--app-log", untimed,
+                 "--app-log", TRACE_V7, "-o", str(tmp_path / "a.npt")]) == 0  # fmt: skip
+    said = capsys.readouterr().err
+    assert "0 application errors from app.txt (1 more with no time in the file: not placed)" in said
+    assert "0 application errors from trace-v7.dat (none found in its " in said

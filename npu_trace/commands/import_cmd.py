@@ -146,7 +146,7 @@ def _app_events(args: argparse.Namespace, tz: Any, anchor: Any, events: List[Npu
     for path, errors, stats in importer.read_app_logs(args.app_log, tz, args.year):
         evs, untimed = importer.app_events(path, errors, anchor)
         events += evs
-        out.append({"file": os.path.basename(path), "errors": len(evs), "untimed": untimed, **stats})
+        out.append({**stats, "file": os.path.basename(path), "errors": len(evs), "untimed": untimed})
     return out
 
 
@@ -379,7 +379,16 @@ def _guess_profile(events: List[NpuEvent]) -> str:
 def _app_summary(apps: List[Dict[str, Any]]) -> str:
     if not apps:
         return ""
-    return ", " + ", ".join(f"{a['errors']} application errors from {a['file']}" for a in apps)
+    return ", " + ", ".join(f"{a['errors']} application errors from {a['file']}" + _app_notes(a) for a in apps)
+
+
+def _app_notes(app: Dict[str, Any]) -> str:
+    """What an application log's count leaves out: errors no time places; none found (a wrong file?)."""
+    if app["untimed"]:
+        return f" ({app['untimed']} more with no time in the file: not placed)"
+    if not app["errors"]:
+        return f" (none found in its {app.get('lines', 0)} lines)"
+    return ""
 
 
 def _clock_text(clock: str, anchor: Any) -> str:

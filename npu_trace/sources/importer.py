@@ -183,21 +183,23 @@ def read_app_logs(paths: Sequence[str], tz: Optional[tzinfo] = None, year: Optio
 
 
 def app_events(path: str, errors: Iterable[AppError], anchor: Anchor) -> Tuple[List[NpuEvent], int]:
-    """The errors on the recording's clock (an untimed one at the previous one's time); and how many had none."""
+    """The errors on the recording's clock, an untimed one at the time of the error before it (those before the
+    first timed one: at its time), marked `time_inferred`; and how many could not be placed (a file whose errors
+    all lack a time)."""
+    listed = list(errors)
+    first = next((err.wall_ns for err in listed if err.wall_ns is not None), None)
+    if first is None:
+        return [], len(listed)
     events: List[NpuEvent] = []
-    untimed = 0
-    last: Optional[int] = None
-    for err in errors:
+    last = first
+    for err in listed:
         wall = err.wall_ns if err.wall_ns is not None else last
-        if wall is None:
-            untimed += 1
-            continue
         extra = {"file": os.path.basename(path), "clock_error_ns": anchor.error_ns, "anchor": anchor.source}
         if err.wall_ns is None:
             extra["time_inferred"] = 1
         events.append(app_event(err, anchor.to_trace(wall), **extra))
         last = wall
-    return events, untimed
+    return events, 0
 
 
 def resolve_anchor(kernel: KernelImport, boot_time_ns: Optional[int], this_boot: bool) -> Optional[Anchor]:
