@@ -180,3 +180,18 @@ def test_an_application_error_without_a_time_is_placed_or_said(tmp_path: Any, ca
     said = capsys.readouterr().err
     assert "0 application errors from app.txt (1 more with no time in the file: not placed)" in said
     assert "0 application errors from trace-v7.dat (none found in its " in said
+
+
+def test_a_syslog_log_crossing_new_year_goes_on_into_the_next_year() -> None:
+    """syslog lines carry no year: from --year (or this one), the next one begins where the dates go back by half
+    a year or more (before: Jan 1 read as a year before Dec 31); a clock set back an hour stays in its year."""
+    from datetime import timezone
+
+    from npu_trace.device.kernlog import read_line
+    from npu_trace.sources.importer import _parsed
+
+    lines = ["Dec 31 23:59:59 host kernel: [drm] one", "Jan  1 00:00:01 host kernel: [drm] two",
+             "Jan  2 10:00:00 host kernel: [drm] three", "Jan  2 09:00:00 host kernel: [drm] set back"]  # fmt: skip
+    years = (2025, 2026, 2026, 2026)
+    want = [read_line(text, timezone.utc, year).wall_ns for text, year in zip(lines, years)]
+    assert [p.wall_ns for p in _parsed(lines, timezone.utc, 2025)] == want

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from npu_trace.commands.record import parse_mode
 from npu_trace.device import hal
-from npu_trace.device.applog import utc_offset
+from npu_trace.device.applog import MAX_YEAR, MIN_YEAR, utc_offset
 from npu_trace.device.profiles import ASCEND_LAYOUTS, PROFILES
 from npu_trace.device.trace_formats import DRIVER
 from npu_trace.errors import InputError, RecordingError, UsageError
@@ -28,8 +28,6 @@ from npu_trace.recording.schema import MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
 from npu_trace.sources import ftrace_text, importer
-
-MIN_YEAR, MAX_YEAR = 1970, 2261  # --year: the years a recording's nanoseconds since the epoch hold
 
 
 def add_parser(sub: Any) -> None:
@@ -56,7 +54,8 @@ def add_parser(sub: Any) -> None:
                    "ascend)")  # fmt: skip
     p.add_argument("--tz", metavar="OFFSET", help="UTC offset of the logs' local times, e.g. +08:00 (default: "
                    "this host's time zone)")  # fmt: skip
-    p.add_argument("--year", type=int, help="the year of times written without one (syslog, vLLM; default: this one)")
+    p.add_argument("--year", type=int, help="the year of times written without one (syslog, vLLM; default: this "
+                   "one); a syslog log's next year begins where its dates go back (Dec 31, then Jan 1)")
     p.add_argument(
         "--boot-time",
         metavar="TIME",

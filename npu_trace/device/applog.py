@@ -159,6 +159,7 @@ class _Block:
 
 
 LATEST_NS = (1 << 63) - 1  # the latest time a recording holds (2262-04-11)
+MIN_YEAR, MAX_YEAR = 1970, 2261  # the years whose times a recording holds whole
 
 
 def local_ns(y: int, mo: int, d: int, hms: str, tz: Optional[tzinfo], extra_ns: int) -> Optional[int]:

@@ -29,12 +29,12 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import npu_trace
-from npu_trace.device.applog import AppError, AppLogParser, app_event
-from npu_trace.device.kernlog import read_line
+from npu_trace.device.applog import MAX_YEAR, AppError, AppLogParser, app_event
+from npu_trace.device.kernlog import KernelLine, read_line
 from npu_trace.device.kfault import FaultAssembler, fault_event
 from npu_trace.device.kmsg import KmsgMatcher, KmsgRecord, driver_suppressed, short_bdf, to_event
 from npu_trace.errors import InputError, UsageError
@@ -84,7 +84,7 @@ def read_text(path: str) -> List[str]:
 
 
 def read_kernel_log(lines: Sequence[str], tz: Optional[tzinfo] = None, year: Optional[int] = None) -> KernelImport:
-    parsed = [read_line(text, tz, year) for text in lines]
+    parsed = _parsed(lines, tz, year)
     out = KernelImport()
     has_up = any(p.uptime_ns is not None for p in parsed)
     out.clock = "uptime" if has_up else ("wall" if any(p.wall_ns is not None for p in parsed) else "order")
@@ -94,6 +94,25 @@ def read_kernel_log(lines: Sequence[str], tz: Optional[tzinfo] = None, year: Opt
     elif both is not None:
         out.anchor = Anchor(both.uptime_ns or 0, both.wall_ns or 0, both.wall_res_ns, "log")
     _events(parsed, out)
+    return out
+
+
+HALF_YEAR_NS = 183 * 86_400 * S
+
+
+def _parsed(lines: Sequence[str], tz: Optional[tzinfo], year: Optional[int]) -> List[KernelLine]:
+    """Each line read. A syslog line, which has no year, is of `year` (default this one), then of the next year
+    from the first one that falls half a year or more before the syslog line before it (Dec 31, then Jan 1)."""
+    year = year if year is not None else datetime.now().year
+    out, last = [], None
+    for text in lines:
+        p = read_line(text, tz, year)
+        if p.form == "syslog" and p.wall_ns is not None:
+            if last is not None and p.wall_ns <= last - HALF_YEAR_NS and year < MAX_YEAR:
+                year += 1
+                p = read_line(text, tz, year)
+            last = p.wall_ns if p.wall_ns is not None else last
+        out.append(p)
     return out
 
 
