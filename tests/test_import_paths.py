@@ -195,3 +195,23 @@ def test_a_syslog_log_crossing_new_year_goes_on_into_the_next_year() -> None:
     years = (2025, 2026, 2026, 2026)
     want = [read_line(text, timezone.utc, year).wall_ns for text, year in zip(lines, years)]
     assert [p.wall_ns for p in _parsed(lines, timezone.utc, 2025)] == want
+
+
+@pytest.mark.parametrize("tz", ["+25:00", "+05:61", "8"])
+def test_a_utc_offset_out_of_range_is_one_line(tz: str, capsys: Any, tmp_path: Any) -> None:
+    assert main(["import", text_file(tmp_path, TEXT), "-o", str(tmp_path / "t.npt"), "--tz", tz]) == 2
+    assert capsys.readouterr().err == f"npu-trace: --tz: not a UTC offset: {tz!r} (-23:59 to +23:59, e.g. +08:00)\n"
+
+
+def test_ftrace_text_after_a_long_preamble_is_read_and_a_call_graph_is_named(tmp_path: Any, capsys: Any) -> None:
+    """The text's form is told from its first lines of either form, past any number of lines of neither (before:
+    from its first 4,000 lines, and a text after a longer preamble was 'no event read'). The function_graph
+    tracer's text, in no event form, is refused in one line that says what to import instead."""
+    notes = [f"note {i}" for i in range(5000)]
+    assert main(["import", text_file(tmp_path, [*notes, *TEXT]), "-o", str(tmp_path / "t.npt")]) == 0
+    assert "lines: 4 events" in capsys.readouterr().err
+    graph = ["# tracer: function_graph", "#", " 0)               |  do_sys_open() {",
+             " 0)   0.571 us    |    kmem_cache_alloc();", " 0) + 12.345 us   |  }"]  # fmt: skip
+    assert main(["import", text_file(tmp_path, graph, "graph.txt"), "-o", str(tmp_path / "g.npt")]) == 2
+    assert capsys.readouterr().err.endswith("; the function_graph tracer's text is not read: import the trace.dat "
+                                            "trace-cmd records of it\n")  # fmt: skip

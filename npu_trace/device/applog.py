@@ -384,8 +384,8 @@ def utc_offset(text: str) -> tzinfo:
     if text.upper() in ("UTC", "Z"):
         return timezone.utc
     m = re.match(r"^([+-])(\d\d):?(\d\d)$", text)
-    if not m:
-        raise ValueError(f"not a UTC offset: {text!r} (e.g. +08:00)")
+    if not m or int(m.group(2)) > 23 or int(m.group(3)) > 59:
+        raise ValueError(f"not a UTC offset: {text!r} (-23:59 to +23:59, e.g. +08:00)")
     delta = timedelta(hours=int(m.group(2)), minutes=int(m.group(3)))
     return timezone(-delta if m.group(1) == "-" else delta)
 

@@ -370,16 +370,29 @@ SNIFF_LINES = 4000
 
 
 def is_ftrace_text(lines: Sequence[str]) -> bool:
-    """ftrace text rather than a kernel log: among the first lines, at least one event line, and no fewer of
-    them than lines of a kernel log's forms."""
-    sample = lines[:SNIFF_LINES]
-    events = sum(read_line(text).kind == "event" for text in sample)
-    return events > 0 and events >= sum(kernel_line(text).form != "none" for text in sample)
+    """ftrace text rather than a kernel log: among the first SNIFF_LINES lines of either form (lines of neither,
+    a preamble of any length, passed over), at least one event line, and no fewer of them than lines of a kernel
+    log's forms."""
+    events = kernel = 0
+    for text in lines:
+        event, logged = read_line(text).kind == "event", kernel_line(text).form != "none"
+        if event or logged:
+            events, kernel = events + event, kernel + logged
+            if max(events, kernel) >= SNIFF_LINES:
+                break
+    return events > 0 and events >= kernel
+
+
+_TRACER = re.compile(r"#\s*tracer:\s*(?P<name>\S+)")
+_TRACERS_READ = ("nop", "function")  # text of other tracers (function_graph's call graph, ...) is in no event form
 
 
 def nothing_read(path: str, lines: Sequence[str]) -> str:
     """The one line an import that read no event says."""
     first = next(((i, t.strip()) for i, t in enumerate(lines, 1) if t.strip()), None)
     where = f" (line {first[0]}: {first[1][:80]!r})" if first else ""
+    tracer = next((m.group("name") for m in map(_TRACER.match, lines[:SNIFF_LINES]) if m), None)
+    hint = (f"; the {tracer} tracer's text is not read: import the trace.dat trace-cmd records of it"
+            if tracer is not None and tracer not in _TRACERS_READ else "")  # fmt: skip
     return (f"{os.path.basename(path)}: no event read: none of its {len(lines)} lines is an ftrace event or a "
-            f"kernel log line{where}")  # fmt: skip
+            f"kernel log line{where}{hint}")  # fmt: skip
