@@ -215,3 +215,18 @@ def test_ftrace_text_after_a_long_preamble_is_read_and_a_call_graph_is_named(tmp
     assert main(["import", text_file(tmp_path, graph, "graph.txt"), "-o", str(tmp_path / "g.npt")]) == 2
     assert capsys.readouterr().err.endswith("; the function_graph tracer's text is not read: import the trace.dat "
                                             "trace-cmd records of it\n")  # fmt: skip
+
+
+def test_a_compressed_file_or_a_recording_is_named_as_such(tmp_path: Any, capsys: Any) -> None:
+    """Read as text, they were 'no event read', quoting their bytes: now one line says what they are."""
+    import gzip
+
+    packed = tmp_path / "t.txt.gz"
+    packed.write_bytes(gzip.compress("\n".join(TEXT).encode()))
+    zst = os.path.join(ROOT, "tests", "data", "tracedat", "trace-v6.dat.zst")
+    rec = os.path.join(ROOT, "tests", "data", "tracedat", "own.npt")
+    for path, said in ((str(packed), "gzip-compressed: decompress it first (gunzip)"),
+                       (zst, "zstd-compressed: decompress it first (zstd -d)"),
+                       (rec, "already a recording: replay, check or export it")):  # fmt: skip
+        assert main(["import", path, "-o", str(tmp_path / "out.npt")]) == 2
+        assert capsys.readouterr().err == f"npu-trace: {path}: {said}\n"

@@ -24,7 +24,7 @@ from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.process import signals_held
-from npu_trace.recording.schema import MAX_KALLSYMS_STORED, kallsyms_entry
+from npu_trace.recording.schema import MAGIC, MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
 from npu_trace.sources import ftrace_text, importer
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(path):
             raise InputError(f"{path}: no such file")
     _output_checked(args)
+    _not_packed(args.input)
     if tracedat.is_tracedat(args.input):
         if args.formats:
             raise UsageError("--formats: a trace.dat carries its own formats")
@@ -342,6 +343,23 @@ def _writer(args: argparse.Namespace, header: Dict[str, Any]) -> Iterator[Record
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+# files an import cannot read as text, told by their first bytes: what to do instead
+_PACKED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (zstd -d)"),
+           (b"\x1f\x8b", "gzip-compressed: decompress it first (gunzip)"),
+           (b"\xfd7zXZ\x00", "xz-compressed: decompress it first (unxz)"),
+           (b"BZh", "bzip2-compressed: decompress it first (bunzip2)"),
+           (MAGIC, "already a recording: replay, check or export it"))  # fmt: skip
+
+
+def _not_packed(path: str) -> None:
+    """Refuse a compressed file or a recording (read as text, it was 'no event read', quoting its bytes)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, what in _PACKED:
+        if head.startswith(magic):
+            raise InputError(f"{path}: {what}")
 
 
 def _output_checked(args: argparse.Namespace) -> None:
