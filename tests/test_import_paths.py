@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Any, List
@@ -16,6 +17,7 @@ import pytest
 from npu_trace.cli import main
 from npu_trace.device.kernlog import read_line as kernel_line
 from npu_trace.ftrace.textline import read_line
+from npu_trace.process import Terminated
 from npu_trace.recording.reader import RecordingReader
 
 CLI = [sys.executable, "-m", "npu_trace"]
@@ -83,15 +85,22 @@ def test_an_existing_output_is_refused_before_the_input_is_read(tmp_path: Any, c
     assert capsys.readouterr().err == f"npu-trace: {tmp_path}: a directory, not a file\n"
 
 
-def test_an_import_that_fails_leaves_no_file_and_an_existing_output_as_it_was(tmp_path: Any) -> None:
-    """The recording is written beside its name and moved there once whole: an import that fails midway leaves
-    neither a file that reads as a complete recording nor its partial file, and the output it would replace
-    untouched."""
+@pytest.mark.parametrize("stop", [RuntimeError("midway"), KeyboardInterrupt(), Terminated(signal.SIGTERM)])
+def test_an_import_that_fails_leaves_no_file_and_an_existing_output_as_it_was(tmp_path: Any, stop: Any) -> None:
+    """The recording is written beside its name and moved there once whole: an import that fails midway, or that
+    Ctrl-C or SIGTERM ends (import makes SIGTERM raise Terminated), leaves neither a file that reads as a complete
+    recording nor its partial file, and the output it would replace untouched."""
     out = tmp_path / "out.npt"
     out.write_bytes(b"mine")
-    failing = mock.patch("npu_trace.sources.importer.write_events", side_effect=RuntimeError("midway"))
-    with failing, pytest.raises(RuntimeError, match="midway"):
-        main(["import", text_file(tmp_path, TEXT), "-o", str(out), "--overwrite"])
+    failing = mock.patch("npu_trace.sources.importer.write_events", side_effect=stop)
+    argv = ["import", text_file(tmp_path, TEXT), "-o", str(out), "--overwrite"]
+    with failing, mock.patch("npu_trace.commands.import_cmd.end_on_termination") as told:
+        if isinstance(stop, RuntimeError):
+            with pytest.raises(RuntimeError, match="midway"):
+                main(argv)
+        else:
+            assert main(argv) in (130, 128 + signal.SIGTERM)
+    assert told.called
     assert out.read_bytes() == b"mine" and sorted(os.listdir(tmp_path)) == ["out.npt", "trace.txt"]
     assert main(["import", str(tmp_path / "trace.txt"), "-o", str(out), "--overwrite"]) == 0
     assert RecordingReader(str(out)).header["extra"]["import"]["kind"] == "ftrace_text"

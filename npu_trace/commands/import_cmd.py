@@ -23,7 +23,7 @@ from npu_trace.export.beside import in_place
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
-from npu_trace.process import signals_held
+from npu_trace.process import end_on_termination, signals_held
 from npu_trace.recording.schema import MAGIC, MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{path}: no such file")
     _output_checked(args)
     _not_packed(args.input)
+    end_on_termination()  # SIGTERM, SIGHUP: the file written beside the output removed, as on Ctrl-C
     if tracedat.is_tracedat(args.input):
         if args.formats:
             raise UsageError("--formats: a trace.dat carries its own formats")
