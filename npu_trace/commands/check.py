@@ -22,7 +22,8 @@ from npu_trace.ci.check_report import (
 )
 from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_recording, recordings
 from npu_trace.detectors.rules import Rules, load_rules
-from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, InputError, UsageError
+from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, UsageError
+from npu_trace.export.beside import refuse_inputs, write_report
 from npu_trace.process import tune_gc
 
 
@@ -42,19 +43,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     rules = load_rules(args.rules)  # a bad rules file fails before the (long) read
     paths = recordings(args.files)
+    refuse_inputs([args.json, args.junit], paths)
     if len(paths) == 1 and len(args.files) == 1 and paths[0] == args.files[0]:
         return run_one(args, paths[0], rules)
     return run_many(args, paths, rules)
@@ -64,9 +58,9 @@ def run_one(args: argparse.Namespace, path: str, rules: Rules) -> int:
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
     report = check_recording(path, rules, args.profile)
     if args.json:
-        _write(args.json, render_json(report))
+        write_report(args.json, render_json(report), path)
     if args.junit:
-        _write(args.junit, render_junit(report, rules))
+        write_report(args.junit, render_junit(report, rules), path)
     if not args.quiet:
         sys.stdout.write(render_text(report))
     return EXIT_VIOLATIONS if report["violations"] else EXIT_OK
@@ -76,11 +70,11 @@ def run_many(args: argparse.Namespace, paths: List[str], rules: Rules) -> int:
     outcomes = check_many(paths, rules, args.profile, args.jobs)
     summary = batch_summary(outcomes, rules)
     if args.json:
-        _write(args.json, render_json(summary))
+        write_report(args.json, render_json(summary), paths[0] if paths else None)
     if args.junit:
         suites = [junit_suite(o.report, rules) if o.report is not None else junit_error_suite(o.name, o.error)
                   for o in outcomes]  # fmt: skip
-        _write(args.junit, render_junit_batch(suites))
+        write_report(args.junit, render_junit_batch(suites), paths[0] if paths else None)
     if not args.quiet:
         sys.stdout.write("".join(_line(o) for o in outcomes) + _totals(summary))
     for o in outcomes:

@@ -17,7 +17,8 @@ from npu_trace.ci.checking import recordings
 from npu_trace.cluster.incidents import Item
 from npu_trace.cluster.read import read_all
 from npu_trace.cluster.report import build, render_json, render_junit, render_text
-from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, InputError, UsageError
+from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
+from npu_trace.export.beside import refuse_inputs, write_report
 from npu_trace.export.run import TimeSpec, output_format, parse_time
 from npu_trace.process import end_on_termination, tune_gc
 
@@ -53,14 +54,6 @@ def wall_option(text: Optional[str], option: str) -> Optional[int]:
     return spec.ns
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -74,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     with Fetched() as fetched:
         paths = recordings(fetch_inputs(args.inputs, fetched, start, stop))
+        refuse_inputs([args.output, args.json, args.junit], paths)
         views = read_all(paths, args.profile, args.jobs)
         items = [i for v in views for i in v.items() if _inside(i, start, stop)]
         report = build(views, items)
@@ -91,9 +85,9 @@ def _inside(item: Item, start: Optional[int], stop: Optional[int]) -> bool:
 
 def _emit(args: argparse.Namespace, report: Any) -> int:
     if args.json:
-        _write(args.json, render_json(report))
+        write_report(args.json, render_json(report))
     if args.junit:
-        _write(args.junit, render_junit(report))
+        write_report(args.junit, render_junit(report))
     if not args.quiet:
         sys.stdout.write(render_text(report))
     return EXIT_VIOLATIONS if report["findings"] else EXIT_OK

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 from npu_trace.ci.recording_analysis import analyze, gaps
 from npu_trace.detectors.op_latency import op_rows
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
+from npu_trace.export.beside import refuse_inputs, write_report
 from npu_trace.process import tune_gc
 
 
@@ -72,8 +73,9 @@ def render(rows: List[Dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threshold < 0 or args.min_delta_ns < 0:
-        raise UsageError("--threshold and --min-delta-ns must not be negative")
+    if not args.threshold >= 0 or not args.min_delta_ns >= 0:  # NaN too: it compares false to every bound
+        raise UsageError("--threshold and --min-delta-ns must be numbers, not negative")
+    refuse_inputs([args.json], [args.a, args.b])
     tune_gc()  # millions of short-lived tuples: see npu_trace.process.tune_gc
     result_a, result_b = analyze(args.a, args.profile), analyze(args.b, args.profile)
     rows = compare(op_rows(result_a["latency"]), op_rows(result_b["latency"]), args.threshold, args.min_delta_ns)
@@ -86,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
     verdict = f"REGRESSION in {', '.join(regressions)}" if regressions else "no regression"
     sys.stdout.write(f"verdict: {verdict}\n")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "regressions": regressions, "incomplete": notes}, f, sort_keys=True, indent=1)
+        report = {"rows": rows, "regressions": regressions, "incomplete": notes}
+        write_report(args.json, json.dumps(report, sort_keys=True, indent=1), args.a)
     return EXIT_VIOLATIONS if regressions else EXIT_OK

@@ -24,7 +24,7 @@ import os
 import stat
 import sys
 import tempfile
-from typing import IO, Any, Iterator, Optional, Tuple
+from typing import IO, Any, Iterator, Optional, Sequence, Tuple
 
 from npu_trace.errors import InputError, UsageError
 from npu_trace.process import signals_held
@@ -57,6 +57,27 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
         if tmp is not None:
             _remove(tmp)
         raise
+
+
+def refuse_inputs(outputs: Sequence[Optional[str]], inputs: Sequence[str]) -> None:
+    """UsageError when an output names one of the inputs (itself, through a link, or another name of it): moved
+    over it once whole, the output would replace what it was made from. Called before the inputs are read."""
+    for out in outputs:
+        if out is None or out == STDOUT or not os.path.exists(out):
+            continue
+        for path in inputs:
+            if os.path.exists(path) and os.path.samefile(path, out):
+                raise UsageError(f"the output {out} is the input {path}: give another name")
+
+
+def write_report(out: str, text: str, like: Optional[str] = None) -> None:
+    """A report (JSON, JUnit XML: UTF-8) written as a trace is: beside its name and moved there once whole, with
+    `like`'s permission bits at most; `-` the standard output. A write that fails is one line (InputError)."""
+    try:
+        with written_beside(out, True, like) as stream:
+            stream.write(text.encode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot write {shown(out)}: {exc.strerror or exc}") from None
 
 
 def in_place(out: str) -> bool:

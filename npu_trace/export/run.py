@@ -37,7 +37,7 @@ from npu_trace.detectors.memory import Ints
 from npu_trace.errors import InputError, UsageError
 from npu_trace.events import NpuEvent
 from npu_trace.export.apart import DrawingProcess
-from npu_trace.export.beside import STDOUT, written_beside
+from npu_trace.export.beside import STDOUT, refuse_inputs, written_beside
 from npu_trace.export.chrome_json import ChromeJsonWriter
 from npu_trace.export.drawer import Drawer, Window
 from npu_trace.export.drawing import prepare
@@ -410,6 +410,7 @@ def export(request: Request, exporter: Any = None, perfetto_writer: Any = None) 
     out = request.out if request.out == STDOUT else os.path.abspath(request.out)
     if rec == out:
         raise UsageError(f"the output {request.out!r} is the recording itself")
+    refuse_inputs([request.out], [request.recording])  # another name of it (a link)
     binary = request.fmt == "perfetto"
     made: Optional[Exporter] = None
     try:

@@ -1,0 +1,100 @@
+"""The reports `check`, `diff` and `cluster` write (--json, --junit, cluster's -o): never over one of their inputs,
+written beside their name and moved there once whole (a write that fails leaves nothing), one line when they
+cannot be written, and the gates' numeric options refuse what is not a number."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Any, List
+
+import pytest
+
+CLI = [sys.executable, "-m", "npu_trace"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ECC = os.path.join(ROOT, "tests", "data", "hostctx", "sim-ecc-reset.npt")
+DEMO = os.path.join(ROOT, "npu_trace", "data", "demo.npt")
+
+
+def cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, **kw)
+
+
+def copies(tmp_path: Any) -> List[str]:
+    out = []
+    for name, src in (("a.npt", ECC), ("b.npt", DEMO)):
+        shutil.copy(src, tmp_path / name)
+        out.append(str(tmp_path / name))
+    return out
+
+
+@pytest.mark.parametrize("command", [
+    ["check", "-q", "--json", "{a}", "{a}", "{b}"],  # --json takes the next name: a typo away
+    ["check", "-q", "--junit", "{link}", "{a}"],
+    ["diff", "--json", "{a}", "{a}", "{b}"],
+    ["cluster", "-q", "--json", "{b}", "{a}", "{b}"],
+    ["cluster", "-q", "-o", "{link}", "{a}"],
+    ["export", "{a}", "-o", "{link}"],
+])  # fmt: skip
+def test_no_report_is_written_over_one_of_its_inputs(tmp_path: Any, command: List[str]) -> None:
+    """Before: the recording named as the output became the report (check, diff, cluster): refused now, in one
+    line, before anything is read; a link to it is the same file."""
+    a, b = copies(tmp_path)
+    link = str(tmp_path / "link.json")
+    os.symlink(a, link)
+    with open(a, "rb") as f:
+        before = f.read()
+    proc = cli(*[arg.format(a=a, b=b, link=link) for arg in command])
+    out = link if "{link}" in command else (b if command[0] == "cluster" and "--json" in command else a)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"npu-trace: the output {out} is the input ") and "give another name" in proc.stderr
+    with open(a, "rb") as f:
+        assert f.read() == before
+
+
+def _limited() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_a_report_that_cannot_be_written_whole_leaves_nothing(tmp_path: Any, option: str) -> None:
+    """Files of at most 1 KiB (RLIMIT_FSIZE): the report fails midway, one line says so, and neither it nor its
+    partial file is left (before: 1 KiB of a JSON report, cut)."""
+    out = tmp_path / "out" / "report"
+    out.parent.mkdir()
+    for command in (["check", "-q", option, str(out), ECC], ["cluster", "-q", option, str(out), ECC, DEMO]):
+        proc = cli(*command, preexec_fn=_limited)
+        assert proc.returncode == 2 and proc.stderr == f"npu-trace: cannot write {out}: File too large\n"
+        assert os.listdir(out.parent) == []
+    proc = cli("diff", "--json", str(out), ECC, DEMO, preexec_fn=_limited)
+    assert proc.returncode == 2 and proc.stderr.endswith(f"npu-trace: cannot write {out}: File too large\n")
+    assert os.listdir(out.parent) == []
+
+
+def test_a_report_path_that_cannot_be_made_is_one_line(tmp_path: Any) -> None:
+    """Before: diff's --json in a missing folder was a traceback and exit 1 (a regression's code)."""
+    missing = str(tmp_path / "none" / "x.json")
+    for command in (["diff", "--json", missing, ECC, DEMO], ["check", "-q", "--json", missing, ECC]):
+        proc = cli(*command)
+        assert proc.returncode == 2 and proc.stderr.endswith(f"npu-trace: cannot write {missing}: No such file or "
+                                                              "directory\n"), proc.stderr  # fmt: skip
+
+
+def test_a_report_is_written_whole_and_private_as_its_recording(tmp_path: Any) -> None:
+    a, _ = copies(tmp_path)
+    os.chmod(a, 0o640)
+    out = tmp_path / "r.json"
+    assert cli("check", "-q", "--json", str(out), a).returncode == 1
+    assert out.read_text().startswith("{") and oct(os.stat(out).st_mode & 0o777) == "0o640"
+    assert sorted(os.listdir(tmp_path)) == ["a.npt", "b.npt", "r.json"]
+
+
+def test_a_gates_bound_that_is_not_a_number_is_refused() -> None:
+    """Before: --threshold nan compared false to everything: no regression, exit 0, whatever the recordings."""
+    proc = cli("diff", "--threshold", "nan", ECC, DEMO)
+    assert proc.returncode == 2 and "must be numbers, not negative" in proc.stderr
