@@ -379,6 +379,23 @@ def test_a_window_and_a_device_cut_what_is_shown_never_what_is_analysed(tmp_path
     assert live[0] == (lo, before[-1] if before else 0)  # the memory live when the window opens, carried in
 
 
+@pytest.mark.parametrize("out", ["whole.pftrace", "whole.json"])
+def test_a_window_that_starts_before_the_recording_starts_at_its_first_event(tmp_path: Any, ecc: Any,
+                                                                            out: str) -> None:  # fmt: skip
+    """--from @0 or a wall-clock time before the boot (a negative trace time): the window opens at the first event,
+    the file the same as without --from (before: Perfetto refused the negative stamp with a traceback, Chrome
+    JSON wrote it and said the export spanned 26 hours)."""
+    rec = ecc[0]
+    plain = exported(tmp_path, rec, out)
+    with open(tmp_path / out, "rb") as f:
+        want = f.read()
+    for start in ("@0", "2000-01-01T00:00:00Z"):
+        summary = exported(tmp_path, rec, "from-" + out, start=parse_time(start, "--from"))
+        assert summary["window"] == plain["window"]
+        with open(tmp_path / ("from-" + out), "rb") as f:
+            assert f.read() == want
+
+
 def test_the_window_is_read_as_seconds_timestamps_or_wall_clock() -> None:
     assert parse_time("1.5", "--from").ns == 1_500_000_000 and parse_time("250ms", "--to").ns == 250_000_000
     stamp = parse_time("@12.000000005", "--from")

@@ -260,7 +260,8 @@ class Exporter:
         if not len(timed):
             return
         first, anchor = int(timed.min()), _anchor(self.source.header)
-        self.lo = self.req.start.resolve(first, anchor) if self.req.start else first
+        # a start before the first event (a wall-clock time before the boot: a negative trace time) is the first
+        self.lo = max(self.req.start.resolve(first, anchor), first) if self.req.start else first
         self.hi = self.req.stop.resolve(first, anchor) if self.req.stop else None
         if self.hi is not None and self.hi <= self.lo:
             raise UsageError(f"the window ends before it begins: --from {self.req.start.text if self.req.start else ''}"
