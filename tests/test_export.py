@@ -379,6 +379,35 @@ def test_a_window_and_a_device_cut_what_is_shown_never_what_is_analysed(tmp_path
     assert live[0] == (lo, before[-1] if before else 0)  # the memory live when the window opens, carried in
 
 
+@pytest.mark.parametrize("out", ["odd.pftrace", "odd.json"])
+def test_values_past_what_a_column_or_a_track_holds_are_drawn(tmp_path: Any, out: str) -> None:
+    """What a driver may write into its fields: an allocation of 2^64 - 57344 bytes (a u64 the memory detector
+    holds, past int64), an IRQ 1651048576 and a device 2^32 - 1 (track ranks past Perfetto's int32). Before: an
+    OverflowError in the drawing's changes, a ValueError in the track's description; now drawn, exit 0."""
+    events = synth_events(plan("ecc-reset", 3, 0.3, 3000, 4))
+    odd = {"ascend_devmm_alloc_done": (2, (1 << 64) - 57344), "ascend_irq_handler_entry": (2, 1651048576),
+           "ascend_halSqTaskSend": (1, (1 << 32) - 1)}  # fmt: skip
+    changed = []
+    for i, e in enumerate(events):
+        at = odd.pop(e.fmt.name, None)
+        if at is not None:
+            events[i] = e._replace(values=(*e.values[: at[0]], at[1], *e.values[at[0] + 1 :]))
+            changed.append(e.fmt.name)
+    assert len(changed) == 3
+    enc = PageEncoder(HEADER)
+    per_cpu = spread(events, 2, 3)
+    pages = {cpu: enc.pages((e.ts_ns, e.pid, e.fmt, e.values) for e in evs) for cpu, evs in per_cpu.items()}
+    rec = str(tmp_path / "odd.npt")
+    with RecordingWriter(rec, synth_header(2)) as w:
+        for batch in reads(pages, [], random.Random(3), events[-1].ts_ns + 1):
+            for cpu, page in batch.pages:
+                w.add_page(cpu, page)
+            if batch.mark is not None:
+                w.add_mark(batch.mark)
+    summary = exported(tmp_path, rec, out)
+    assert summary["bytes"] > 0 and summary["mapped"]["irqs"] > 0 and summary["mapped"]["calls"] > 0
+
+
 @pytest.mark.parametrize("out", ["whole.pftrace", "whole.json"])
 def test_a_window_that_starts_before_the_recording_starts_at_its_first_event(tmp_path: Any, ecc: Any,
                                                                             out: str) -> None:  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 
 from goldens import kernel_dirs, load_formats, load_pages, read
 from npu_trace.errors import InputError, RecordingError
-from npu_trace.events import Loss, TraceEvent
+from npu_trace.events import Loss, NpuEvent, TraceEvent
 from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
@@ -319,6 +319,34 @@ def test_bytes_after_the_trailer_are_named_and_flag_the_reading_incomplete(tmp_p
     assert got == [*records, ("loss", Loss("recording", -1, "damaged", 0, stamp))]
     assert reader.trailer == whole.trailer and not reader.truncated
     assert reader.damaged == [f"{len(blob)} bytes after the trailer (at byte {len(blob)}) not read"]
+
+
+@pytest.mark.parametrize("bad", [
+    Loss("kernel", 1_000_000, "overrun", 5, 1),  # a CPU past int16's
+    Loss("kernel", 0, "overrun", -5, 1),  # a negative count: it cancelled real losses in the totals
+    Loss("kernel", -7, "overrun", 5, 1),
+    Loss("kernel", 0, "overrun", (1 << 64) - 1, 1),
+    Loss("kernel", 0, "overrun", 1, -1),
+    NpuEvent(1, "log", None, "x", 1 << 40, 0, {}),  # a pid past int32's
+    NpuEvent(1, "log", None, "x", 1, 40_000, {}),
+    NpuEvent(1, "log", 1 << 40, "x", 1, 0, {}),
+    NpuEvent((1 << 64) - 1, "log", None, "x", 1, 0, {}),
+])  # fmt: skip
+def test_a_loss_or_event_record_out_of_range_is_skipped_as_damaged(tmp_path: Any, bad: Any) -> None:
+    """Values no column holds, or a negative count of lost events, in a loss or events record: the record skipped
+    as one that cannot be read (before: an OverflowError in the timeline, or a loss of -5 hiding one of 5)."""
+    path = str(tmp_path / "odd.npt")
+    pages = load_pages(ROOT)[:8]
+    with RecordingWriter(path, golden_header()) as w:
+        for i, (cpu, page) in enumerate(pages):
+            w.add_page(cpu, page)
+            if i == 3:
+                w.flush()
+                w.add_loss(bad) if isinstance(bad, Loss) else w.add_events([bad])
+                w.flush()
+    reader, got = read_all(path)
+    assert [kind for kind, _ in got] == ["chunk", "loss", "chunk"] and got[1][1].kind == "damaged"
+    assert len(reader.damaged) == 1 and "out" in reader.damaged[0] and reader.trailer is not None
 
 
 def test_a_damaged_chunk_makes_the_ledger_incomplete_of_an_unknown_number() -> None:

@@ -177,9 +177,18 @@ class _Watch:
         return np.concatenate(rows).astype(np.int64), np.concatenate(submitted).astype(np.int64)
 
     def block_changes(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        cols = [np.concatenate([np.asarray(c[k], dtype=np.int64) for c in self.changes_seen])
+        cols = [np.concatenate([_int64(c[k]) for c in self.changes_seen])
                 if self.changes_seen else np.zeros(0, np.int64) for k in range(4)]  # fmt: skip
         return cols[0], cols[1], cols[2], cols[3]
+
+
+def _int64(values: Ints) -> np.ndarray:
+    """Values as int64; those past its range (a driver's u64 size of 2^64 - 57344: its detector's Python ints hold
+    it) at its bounds."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return np.array([min(max(int(v), -(1 << 63)), (1 << 63) - 1) for v in values], dtype=np.int64)
 
 
 class Exporter:

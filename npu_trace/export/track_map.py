@@ -83,6 +83,7 @@ _HEALTH = (("temp_c", "temperature", "°C"), ("hbm_temp_c", "HBM temperature", "
            ("ce_count", "ECC correctable", "count"), ("uce_count", "ECC uncorrectable", "count"),
            ("width", "PCIe link width", "lanes"))  # fmt: skip
 # where a device's tracks sit among its children
+RANK_BOUND = (1 << 31) - 1  # a track's rank among its siblings, as Perfetto holds it
 RANK = {"state": 0, "reset": 1, "findings": 2, "events": 3, "kernel log": 4, "calls": 10, "stream": 100,
         "interrupts": 10_000, "memory": 10_001, "health": 10_002}  # fmt: skip
 CommOf = Callable[[int], str]
@@ -486,6 +487,7 @@ class TimelineMapper:
         track = self.tracks.get(key)
         if track is None:
             top = 0 if parent is None else (parent.top or parent.uuid)
+            rank = min(max(rank, -RANK_BOUND), RANK_BOUND)  # Perfetto's is int32 (a device 2^32-1, an IRQ 2^30)
             track = Track(track_uuid(*key), name, kind, parent.uuid if parent else 0, rank, unit, top)
             self.tracks[key] = track
             self.by_uuid[track.uuid] = track
