@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -16,6 +17,7 @@ from npu_trace.process import PRIORITIES, Terminated, journal_stderr
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
             "cleanup", "bpf", "agent", "cluster")  # fmt: skip
 MODULES = {"import": "import_cmd"}  # a command whose module cannot carry its name (a keyword)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # a write that failed for want of room or a device
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,3 +69,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in _FULL:
+            raise
+        # a write to a descriptor, not to a file the command named (it says its own): the standard output, full
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        print(f"npu-trace: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE

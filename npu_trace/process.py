@@ -196,3 +196,16 @@ class ServiceLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def verdict_text(text: str) -> None:
+    """A gate's report to the standard output (check, diff, cluster). A reader that goes away early (`| head`)
+    ends the output, never the verdict: the command's exit code stands (the standard output is then the null
+    device, so that nothing written after it fails again)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

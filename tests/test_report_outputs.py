@@ -98,3 +98,59 @@ def test_a_gates_bound_that_is_not_a_number_is_refused() -> None:
     """Before: --threshold nan compared false to everything: no regression, exit 0, whatever the recordings."""
     proc = cli("diff", "--threshold", "nan", ECC, DEMO)
     assert proc.returncode == 2 and "must be numbers, not negative" in proc.stderr
+
+
+def test_a_gates_verdict_stands_when_its_reader_goes_away(tmp_path: Any) -> None:
+    """`diff A B | head -1`: the reader closes the pipe before the verdict is written; the exit code is still the
+    verdict's (before: 0, "no regression", on a regression)."""
+    for command, code in ((["diff", ECC, DEMO], 1), (["check", ECC], 1)):
+        proc = subprocess.Popen([*CLI, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.read(1)
+        proc.stdout.close()  # the rest of the report goes nowhere
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == code and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", [["diff", ECC, ECC], ["replay", "--headless", "--max", ECC], ["check", ECC],
+                                     ["cluster", ECC]])  # fmt: skip
+def test_a_full_standard_output_is_one_line(command: List[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*CLI, *command], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr == "npu-trace: cannot write the output: No space left on device\n"
+
+
+def test_a_recording_given_as_a_pipe_is_one_line() -> None:
+    """It is read more than once, and from where a skip resumes: a file is needed (before: a traceback)."""
+    read, write = os.pipe()
+    os.write(write, b"NPUTRACE")  # the pipe holds the start of a recording; what it is matters, not what it holds
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        proc = subprocess.run([*CLI, "replay", "--headless", "--max", "/dev/stdin"], stdin=pipe,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr == ("npu-trace: recording /dev/stdin is not a file (a pipe, a "
+                                                    "device): give the file itself\n")  # fmt: skip
+
+
+def test_one_recording_named_two_ways_is_read_once(tmp_path: Any) -> None:
+    a, _ = copies(tmp_path)
+    os.symlink(a, tmp_path / "link.npt")
+    proc = cli("cluster", a, os.path.join(str(tmp_path), ".", "a.npt"), str(tmp_path / "link.npt"))
+    assert "1 recording(s)" in proc.stdout.splitlines()[0], proc.stdout
+    out = tmp_path / "r.xml"
+    cli("check", "-q", "--junit", str(out), a, os.path.join(str(tmp_path), ".", "a.npt"))
+    assert out.read_text().count("<testsuite ") == 1
+
+
+def test_a_file_name_xml_cannot_hold_is_escaped_in_junit(tmp_path: Any) -> None:
+    """Control characters in a recording's name: shown as \\xNN (before: a JUnit file no XML parser reads)."""
+    import xml.etree.ElementTree as ET
+
+    odd = tmp_path / "ctl\x01\x1b[31mred.npt"
+    shutil.copy(ECC, odd)
+    out = tmp_path / "r.xml"
+    for command in (["check", "-q", "--junit", str(out), str(odd), DEMO], ["cluster", "-q", "--junit", str(out),
+                                                                           str(odd)]):  # fmt: skip
+        cli(*command)
+        names = [e.get("name") for e in ET.parse(out).getroot().iter() if e.get("name")]
+        assert any("ctl\\x01\\x1b[31mred.npt" in n for n in names), names

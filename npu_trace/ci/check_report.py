@@ -4,6 +4,7 @@ rules give byte-identical output (sorted keys, no wall-clock time, no absolute p
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
 
 from npu_trace.detectors.rules import Rules, Violation, rule_names
@@ -119,6 +120,24 @@ def render_junit(report: Mapping[str, Any], rules: Rules) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + junit_suite(report, rules).xml + "\n"
 
 
+# what XML 1.0 holds no character of, even escaped (a file name's control characters, a comm's): shown as \xNN
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_attr(text: str) -> str:
+    """`text` as a quoted XML attribute value, characters XML cannot hold shown as \\xNN."""
+    from xml.sax.saxutils import quoteattr  # only for JUnit: it imports urllib and ssl, ~30 ms
+
+    return quoteattr(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
+def xml_text(text: str) -> str:
+    """`text` as XML character data, characters XML cannot hold shown as \\xNN."""
+    from xml.sax.saxutils import escape
+
+    return escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
 class Suite(NamedTuple):
     """A JUnit <testsuite> and its counts."""
 
@@ -130,26 +149,22 @@ class Suite(NamedTuple):
 
 def junit_suite(report: Mapping[str, Any], rules: Rules) -> Suite:
     """One recording as a JUnit <testsuite>: each rule in force a test case, its violation a failure."""
-    from xml.sax.saxutils import escape, quoteattr  # only for JUnit: it imports urllib and ssl, ~30 ms
-
     failed = {v["rule"]: v["message"] for v in report["violations"]}
     cases = []
     for rule, description in rule_names(rules):
-        name = quoteattr(f"{rule} ({description})")
-        body = f"<failure message={quoteattr(failed[rule])}>{escape(failed[rule])}</failure>" if rule in failed else ""
+        name = xml_attr(f"{rule} ({description})")
+        body = f"<failure message={xml_attr(failed[rule])}>{xml_text(failed[rule])}</failure>" if rule in failed else ""
         cases.append(f'  <testcase classname="npu-trace.check" name={name}>{body}</testcase>')
-    suite = quoteattr(f"npu-trace check {report['input']}")
+    suite = xml_attr(f"npu-trace check {report['input']}")
     head = f'<testsuite name={suite} tests="{len(cases)}" failures="{len(failed)}" errors="0" skipped="0">'
     return Suite("\n".join([head, *cases, "</testsuite>"]), len(cases), len(failed), 0)
 
 
 def junit_error_suite(name: str, error: str) -> Suite:
     """A recording that could not be checked, as a <testsuite> with one erroring case."""
-    from xml.sax.saxutils import escape, quoteattr  # only for JUnit (see junit_suite)
-
-    suite = quoteattr(f"npu-trace check {name}")
-    case = (f'  <testcase classname="npu-trace.check" name="read the recording"><error message={quoteattr(error)}>'
-            f"{escape(error)}</error></testcase>")  # fmt: skip
+    suite = xml_attr(f"npu-trace check {name}")
+    case = (f'  <testcase classname="npu-trace.check" name="read the recording"><error message={xml_attr(error)}>'
+            f"{xml_text(error)}</error></testcase>")  # fmt: skip
     head = f'<testsuite name={suite} tests="1" failures="0" errors="1" skipped="0">'
     return Suite("\n".join([head, case, "</testsuite>"]), 1, 0, 1)
 

@@ -90,7 +90,22 @@ def recordings(args: Sequence[str]) -> List[str]:
             out.append(arg)
         else:
             raise InputError(f"{arg}: no such file or directory")
-    return list(dict.fromkeys(out))
+    return _once(out)
+
+
+def _once(paths: Sequence[str]) -> List[str]:
+    """Each file once, by what it is (./a.npt and a.npt, a link and its file), where it was first named."""
+    seen, kept = set(), []
+    for path in paths:
+        try:
+            info = os.stat(path)
+            key: Any = (info.st_dev, info.st_ino)
+        except OSError:
+            key = path
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    return kept
 
 
 def batch_summary(outcomes: Sequence[Outcome], rules: Rules) -> Dict[str, Any]:

@@ -24,7 +24,7 @@ from npu_trace.ci.checking import Outcome, batch_summary, check_many, check_reco
 from npu_trace.detectors.rules import Rules, load_rules
 from npu_trace.errors import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, UsageError
 from npu_trace.export.beside import refuse_inputs, write_report
-from npu_trace.process import tune_gc
+from npu_trace.process import tune_gc, verdict_text
 
 
 def add_parser(sub: Any) -> None:
@@ -62,7 +62,7 @@ def run_one(args: argparse.Namespace, path: str, rules: Rules) -> int:
     if args.junit:
         write_report(args.junit, render_junit(report, rules), path)
     if not args.quiet:
-        sys.stdout.write(render_text(report))
+        verdict_text(render_text(report))
     return EXIT_VIOLATIONS if report["violations"] else EXIT_OK
 
 
@@ -76,7 +76,7 @@ def run_many(args: argparse.Namespace, paths: List[str], rules: Rules) -> int:
                   for o in outcomes]  # fmt: skip
         write_report(args.junit, render_junit_batch(suites), paths[0] if paths else None)
     if not args.quiet:
-        sys.stdout.write("".join(_line(o) for o in outcomes) + _totals(summary))
+        verdict_text("".join(_line(o) for o in outcomes) + _totals(summary))
     for o in outcomes:
         if o.report is None:
             print(f"npu-trace: {o.name}: {o.error}", file=sys.stderr)

@@ -10,7 +10,6 @@ FILE.pftrace|.json`: one trace, a process group per host (npu_trace.cluster.trac
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, List, Optional
 
 from npu_trace.ci.checking import recordings
@@ -20,7 +19,7 @@ from npu_trace.cluster.report import build, render_json, render_junit, render_te
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
 from npu_trace.export.beside import refuse_inputs, write_report
 from npu_trace.export.run import TimeSpec, output_format, parse_time
-from npu_trace.process import end_on_termination, tune_gc
+from npu_trace.process import end_on_termination, tune_gc, verdict_text
 
 
 def add_parser(sub: Any) -> None:
@@ -89,7 +88,7 @@ def _emit(args: argparse.Namespace, report: Any) -> int:
     if args.junit:
         write_report(args.junit, render_junit(report))
     if not args.quiet:
-        sys.stdout.write(render_text(report))
+        verdict_text(render_text(report))
     return EXIT_VIOLATIONS if report["findings"] else EXIT_OK
 
 

@@ -11,7 +11,7 @@ from npu_trace.ci.recording_analysis import analyze, gaps
 from npu_trace.detectors.op_latency import op_rows
 from npu_trace.errors import EXIT_OK, EXIT_VIOLATIONS, UsageError
 from npu_trace.export.beside import refuse_inputs, write_report
-from npu_trace.process import tune_gc
+from npu_trace.process import tune_gc, verdict_text
 
 
 def add_parser(sub: Any) -> None:
@@ -83,10 +83,9 @@ def run(args: argparse.Namespace) -> int:
     for side, path in (("a", args.a), ("b", args.b)):  # incomplete evidence: its latencies may miss calls
         for gap in notes[side]:
             print(f"npu-trace: note: {side.upper()} ({path}) is incomplete: {gap}", file=sys.stderr)
-    sys.stdout.write(render(rows))
     regressions = [r["op"] for r in rows if r["verdict"] == "regression"]
     verdict = f"REGRESSION in {', '.join(regressions)}" if regressions else "no regression"
-    sys.stdout.write(f"verdict: {verdict}\n")
+    verdict_text(f"{render(rows)}verdict: {verdict}\n")
     if args.json:
         report = {"rows": rows, "regressions": regressions, "incomplete": notes}
         write_report(args.json, json.dumps(report, sort_keys=True, indent=1), args.a)

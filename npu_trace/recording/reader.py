@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
 from typing import IO, Any, Callable, Dict, Generator, Iterator, List, Optional, Set, Tuple
 
@@ -85,9 +86,13 @@ class RecordingReader:
 
     def _open(self) -> IO[bytes]:
         try:
-            return open(self.path, "rb")
+            f = open(self.path, "rb")  # noqa: SIM115 (returned open: the caller's `with` closes it)
         except OSError as exc:
             raise RecordingError(f"cannot open recording {self.path}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # read more than once, and from where a skip resumes
+            f.close()
+            raise RecordingError(f"recording {self.path} is not a file (a pipe, a device): give the file itself")
+        return f
 
     def position(self) -> int:
         """File offset of the record being read (for progress displays)."""
