@@ -88,6 +88,6 @@ def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Opt
     more = f", and {source.channel_events_read} from other channels" if source.channel_events_read else ""
     malformed = source.block_timeline().malformed
     bad = f", {malformed} malformed" if malformed else ""
-    print(f"npu-trace: replayed {source.events_read} events from {source.pages_read} pages"
+    print(f"npu-trace: replayed {source.events_released} events from {source.pages_read} pages"
           f"{unformatted_summary(printer.unformatted)}{bad}{more}{scope_summary(keep.filter if keep else None)}; "
           f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip

@@ -111,6 +111,15 @@ class ReplaySource:
         return self._timeline.events + self.events_skipped
 
     @property
+    def events_released(self) -> int:
+        """Trace records read and released in time order: read, less those dropped as late (counted lost: a stamp
+        behind what was already released, as a damaged page's can be)."""
+        if self._timeline is None:
+            return 0
+        late = sum(n for (source, _), n in self._timeline.late.items() if source == "tracefs")
+        return self.events_read - late
+
+    @property
     def events_skipped(self) -> int:
         return self._timeline.skipped if self._timeline is not None else 0
 
