@@ -49,7 +49,10 @@ def command_of(argv: List[str]) -> Optional[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
+    try:
+        parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
+        return 130
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -154,3 +154,24 @@ def test_a_file_name_xml_cannot_hold_is_escaped_in_junit(tmp_path: Any) -> None:
         cli(*command)
         names = [e.get("name") for e in ET.parse(out).getroot().iter() if e.get("name")]
         assert any("ctl\\x01\\x1b[31mred.npt" in n for n in names), names
+
+
+def test_the_smaller_messages_say_what_is_so(tmp_path: Any) -> None:
+    """A window ending before the first event names that event, not an empty --from; cluster, which has no
+    --format, does not suggest it; an export whose shared memory cannot be made (a file-size limit) is one line;
+    Ctrl-C while the command's modules load is exit 130, not a traceback."""
+    from unittest import mock
+
+    from npu_trace import cli as cli_module
+
+    proc = cli("export", ECC, "-o", str(tmp_path / "w.pftrace"), "--to", "0")
+    assert proc.returncode == 2
+    assert "the window ends before it begins: the recording's first event is at " in proc.stderr
+    proc = cli("cluster", "-o", str(tmp_path / "x.txt"), ECC)
+    assert proc.returncode == 2 and proc.stderr.endswith("name it .pftrace, .perfetto-trace or .json\n")
+    proc = cli("export", "-q", ECC, "-o", str(tmp_path / "u.json"), preexec_fn=_limited)
+    assert proc.returncode == 2 and proc.stderr == ("npu-trace: cannot make the shared memory the export draws "
+                                                    "through: File too large\n")  # fmt: skip
+    assert os.listdir(tmp_path) == []
+    with mock.patch.object(cli_module, "build_parser", side_effect=KeyboardInterrupt):
+        assert cli_module.main(["export", ECC, "-o", str(tmp_path / "x.json")]) == 130

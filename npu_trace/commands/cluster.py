@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     start, stop = wall_option(args.start, "--from"), wall_option(args.stop, "--to")
     if start is not None and stop is not None and stop <= start:
         raise UsageError(f"--to {args.stop} is not after --from {args.start}")
-    fmt = output_format(args.output, None) if args.output else None
+    fmt = output_format(args.output, None, option=False) if args.output else None
     tune_gc()
     end_on_termination()  # SIGTERM, SIGHUP: the trace's partial file and the fetched inputs removed, as on Ctrl-C
     from npu_trace.cluster.store import Fetched, fetch_inputs

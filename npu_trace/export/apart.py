@@ -64,7 +64,10 @@ class DrawingProcess:
         """`later(chunk)`: whether a block after the one being sent may name a recorded chunk (the timeline
         holds rows in it; npu_trace.export.ship.Sender)."""
         self.drawer, self.shared, self.stream, self.out, self.later = drawer, Shared(shared), stream, out, later
-        self.slots = Slots(SLOTS)
+        try:
+            self.slots = Slots(SLOTS)
+        except OSError as exc:
+            raise DrawingError(f"cannot make the shared memory the export draws through: {exc.strerror}") from None
         self.free = list(range(len(self.slots.fds)))
         self.pid: Optional[int] = None
         self.sender: Optional[Sender] = None

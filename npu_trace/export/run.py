@@ -122,7 +122,8 @@ def parse_devices(values: Optional[Sequence[str]]) -> Optional[FrozenSet[int]]:
     return frozenset(out)
 
 
-def output_format(path: str, fmt: Optional[str]) -> str:
+def output_format(path: str, fmt: Optional[str], option: bool = True) -> str:
+    """The trace format `fmt` names, else `path`'s extension (`option`: the command has --format)."""
     if fmt is not None:
         if fmt not in FORMATS:
             raise UsageError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
@@ -130,8 +131,8 @@ def output_format(path: str, fmt: Optional[str]) -> str:
     for ext, name in EXTENSIONS.items():
         if path.lower().endswith(ext):
             return name
-    raise UsageError(f"cannot tell the format from {path!r}: name it .pftrace, .perfetto-trace or .json, or "
-                     f"give --format {'|'.join(FORMATS)}")  # fmt: skip
+    also = f", or give --format {'|'.join(FORMATS)}" if option else ""
+    raise UsageError(f"cannot tell the format from {path!r}: name it .pftrace, .perfetto-trace or .json{also}")
 
 
 # ---- the export ---------------------------------------------------------------------------------------------
@@ -273,8 +274,9 @@ class Exporter:
         self.lo = max(self.req.start.resolve(first, anchor), first) if self.req.start else first
         self.hi = self.req.stop.resolve(first, anchor) if self.req.stop else None
         if self.hi is not None and self.hi <= self.lo:
-            raise UsageError(f"the window ends before it begins: --from {self.req.start.text if self.req.start else ''}"
-                             f" is at {_secs(self.lo)}, --to {self.req.stop.text if self.req.stop else ''} at "
+            start = f"--from {self.req.start.text}" if self.req.start else "the recording's first event"
+            stop = self.req.stop.text if self.req.stop else ""
+            raise UsageError(f"the window ends before it begins: {start} is at {_secs(self.lo)}, --to {stop} at "
                              f"{_secs(self.hi)} (trace clock)")  # fmt: skip
         window = Window(self.lo, self.hi, self.req.devices, self._info(), self.context, self.req.fmt)
         self.opened = True

@@ -52,10 +52,16 @@ class Slots:
     """Areas of shared memory (memfd files made before the fork, each mapped where it is used)."""
 
     def __init__(self, count: int = 2, size: int = SLOT_BYTES) -> None:
-        self.fds = [os.memfd_create(f"npu-trace-export-{i}", os.MFD_CLOEXEC) for i in range(count)]
-        for fd in self.fds:
-            os.ftruncate(fd, size)
+        """OSError where they cannot be made (a file-size limit below a slot's size: EFBIG), none left open."""
+        self.fds: List[int] = []
         self.maps: List[Optional[mmap.mmap]] = [None] * count
+        try:
+            for i in range(count):
+                self.fds.append(os.memfd_create(f"npu-trace-export-{i}", os.MFD_CLOEXEC))
+                os.ftruncate(self.fds[-1], size)
+        except OSError:
+            self.close()
+            raise
 
     def put(self, slot: int, parts: Sequence[memoryview]) -> List[Span]:
         """Copy the parts into the slot (grown to hold them): where each lies. The sender's mapping of a slot
