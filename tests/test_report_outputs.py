@@ -175,3 +175,14 @@ def test_the_smaller_messages_say_what_is_so(tmp_path: Any) -> None:
     assert os.listdir(tmp_path) == []
     with mock.patch.object(cli_module, "build_parser", side_effect=KeyboardInterrupt):
         assert cli_module.main(["export", ECC, "-o", str(tmp_path / "x.json")]) == 130
+
+
+def test_a_replay_stopped_by_ctrl_c_says_so_and_exits_as_stopped() -> None:
+    """Paced at a tenth of the recorded pace (the recording spans 1.4 s: 14 s to replay), stopped by SIGINT once
+    its first event is out: the summary says the rest was not read, exit 130 (before: 0, as if read whole)."""
+    proc = subprocess.Popen([*CLI, "replay", "--headless", "--speed", "0.1", ECC], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.rstrip().endswith("; stopped by SIGINT before the end"), err

@@ -4,6 +4,7 @@ made from the columns), at its pace or as fast as it reads (--max); or in the TU
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any, Optional
 
@@ -47,8 +48,12 @@ def run(args: argparse.Namespace) -> int:
         print_all(source, timeline, printer, keep, stop)
     else:
         pump(source, printing(timeline, printer, keep), stop=stop)
-    print_replay_summary(source, printer, keep)
-    return 0
+    if not stop.stopped:
+        print_replay_summary(source, printer, keep)
+        return 0
+    # a signal stopped it (Ctrl-C): what was printed said, and that the rest was not read; the signal's exit code
+    print_replay_summary(source, printer, keep, f"; stopped by {signal.Signals(stop.signal).name} before the end")
+    return 128 + stop.signal
 
 
 # --max prints the released rows in blocks of about this many (a block's text stays in the caches)
@@ -80,7 +85,8 @@ def replay_scope(source: ReplaySource) -> Optional[RawScope]:
     return RawScope(scope, profile.mapping) if scope.active and profile is not None else None
 
 
-def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Optional[RawScope] = None) -> None:
+def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Optional[RawScope] = None,
+                         stopped: str = "") -> None:  # fmt: skip
     """What was replayed, on stderr: the records read (every one printed, but what the scope left out), those
     shown by their raw fields, the malformed ones, the other channels' events, the losses."""
     reader = source.reader
@@ -90,4 +96,4 @@ def print_replay_summary(source: ReplaySource, printer: StreamPrinter, keep: Opt
     bad = f", {malformed} malformed" if malformed else ""
     print(f"npu-trace: replayed {source.events_released} events from {source.pages_read} pages"
           f"{unformatted_summary(printer.unformatted)}{bad}{more}{scope_summary(keep.filter if keep else None)}; "
-          f"{source.ledger.summary()}{cut}", file=sys.stderr)  # fmt: skip
+          f"{source.ledger.summary()}{cut}{stopped}", file=sys.stderr)  # fmt: skip
