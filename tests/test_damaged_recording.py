@@ -60,7 +60,7 @@ def test_replay_prints_every_other_chunk_and_the_loss_where_the_chunk_was(damage
     kept = iter(whole)  # the events printed are the whole recording's, in its order, but those of the chunk
     assert all(line in kept for line in events)
     assert [(e["cpu"], e["source"], e["kind"], e["count"]) for e in map(json.loads, lost)] == [
-        (0, "recording", "damaged", 0), (1, "recording", "damaged", 0)]  # fmt: skip
+        (0, "recording", "damaged", None), (1, "recording", "damaged", None)]  # fmt: skip
     stamps = [json.loads(line)["ts_ns"] for line in events]
     at = json.loads(lost[0])["ts_ns"]
     assert min(stamps) < at < max(stamps)  # the last page stamp before the chunk: among the events, not at 0
@@ -157,7 +157,7 @@ def test_a_recording_with_bytes_after_its_trailer_is_read_and_said_incomplete(tm
     whole, _, _ = ndjson(WHOLE)
     assert events == whole
     assert [(e["cpu"], e["source"], e["kind"], e["count"]) for e in map(json.loads, lost)] == [
-        (-1, "recording", "damaged", 0)]  # fmt: skip
+        (-1, "recording", "damaged", None)]  # fmt: skip
     said = f"{len(blob)} bytes after the trailer (at byte {len(blob)}) not read"
     assert summary.rstrip().endswith(f"loss: an unknown number of events lost (recording/damaged/all=unknown number "
                                      f"(flagged)); 1 damaged part(s) skipped: {said}")  # fmt: skip

@@ -570,8 +570,9 @@ def channel_dict(ev: NpuEvent) -> Dict[str, Any]:
 
 
 def loss_dict(loss: Loss) -> Dict[str, Any]:
+    """A loss as NDJSON: its count, or null where how many is unknown (as the text says "an unknown number")."""
     return {"ts_ns": loss.ts_ns, "cpu": loss.cpu, "event": "npu_trace:lost", "source": loss.source,
-            "kind": loss.kind, "count": loss.lost}  # fmt: skip
+            "kind": loss.kind, "count": loss.lost or None}  # fmt: skip
 
 
 def loss_text(loss: Loss) -> str:
