@@ -17,7 +17,7 @@ from npu_trace.process import PRIORITIES, Terminated, journal_stderr
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
             "cleanup", "bpf", "agent", "cluster")  # fmt: skip
 MODULES = {"import": "import_cmd"}  # a command whose module cannot carry its name (a keyword)
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # a write that failed for want of room or a device
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write that failed for want of room
 
 
 class _Parser(argparse.ArgumentParser):
