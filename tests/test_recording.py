@@ -324,17 +324,18 @@ def test_bytes_after_the_trailer_are_named_and_flag_the_reading_incomplete(tmp_p
 @pytest.mark.parametrize("bad", [
     Loss("kernel", 1_000_000, "overrun", 5, 1),  # a CPU past int16's
     Loss("kernel", 0, "overrun", -5, 1),  # a negative count: it cancelled real losses in the totals
-    Loss("kernel", -7, "overrun", 5, 1),
+    Loss("kernel", -40_000, "overrun", 5, 1),
     Loss("kernel", 0, "overrun", (1 << 64) - 1, 1),
-    Loss("kernel", 0, "overrun", 1, -1),
+    Loss("kernel", 0, "overrun", 1, (1 << 64) - 1),
     NpuEvent(1, "log", None, "x", 1 << 40, 0, {}),  # a pid past int32's
     NpuEvent(1, "log", None, "x", 1, 40_000, {}),
-    NpuEvent(1, "log", 1 << 40, "x", 1, 0, {}),
+    NpuEvent(1, "log", (1 << 64) - 1, "x", 1, 0, {}),
     NpuEvent((1 << 64) - 1, "log", None, "x", 1, 0, {}),
 ])  # fmt: skip
 def test_a_loss_or_event_record_out_of_range_is_skipped_as_damaged(tmp_path: Any, bad: Any) -> None:
-    """Values no column holds, or a negative count of lost events, in a loss or events record: the record skipped
-    as one that cannot be read (before: an OverflowError in the timeline, or a loss of -5 hiding one of 5)."""
+    """Values no column holds (a CPU past int16, a pid past int32, a stamp or device past int64), or a negative
+    count of lost events, in a loss or events record: the record skipped as one that cannot be read (before: an
+    OverflowError in the timeline, or a loss of -5 hiding one of 5)."""
     path = str(tmp_path / "odd.npt")
     pages = load_pages(ROOT)[:8]
     with RecordingWriter(path, golden_header()) as w:

@@ -44,7 +44,7 @@ MAX_PAGES_PER_CHUNK = 1 << 16
 MAX_ARRAY_LEN = 1 << 17
 MAX_ITEMS_PER_RECORD = 1 << 20  # list elements + map entries in one record: bounds object inflation
 MAX_CPU = 1 << 15  # CPU numbers below this (the blocks hold them as int16)
-INT64 = 1 << 63  # every stamp, count, pid and device a reader takes lies in int64's range: the columns hold it
+INT64 = 1 << 63  # stamps, counts and devices lie in int64's range (pids in int32's, CPUs in int16's): the columns
 MAX_EVENT_ROWS = 10_000  # rows per "ev" record (the writer splits bigger batches)
 
 
@@ -442,8 +442,8 @@ def _inflate(data: bytes, raw_len: int) -> Tuple[bytes, str]:
 def decode_loss(rec: Dict[str, Any], offset: int) -> Loss:
     where = f"loss record at byte {offset}"
     source, kind = need(rec, "source", str, where), need(rec, "kind", str, where)
-    cpu, lost = need_range(rec, "cpu", where, -1, MAX_CPU - 1), need_range(rec, "lost", where, 0, INT64 - 1)
-    return Loss(source, cpu, kind, lost, need_range(rec, "ts_ns", where, 0, INT64 - 1))
+    cpu, lost = need_range(rec, "cpu", where, -MAX_CPU, MAX_CPU - 1), need_range(rec, "lost", where, 0, INT64 - 1)
+    return Loss(source, cpu, kind, lost, need_range(rec, "ts_ns", where, -INT64, INT64 - 1))
 
 
 # ---- events of the other channels (kmsg, uevents, npu-smi, ...): already normalized -----------------------
@@ -480,9 +480,9 @@ def decode_events(rec: Dict[str, Any], offset: int) -> List[NpuEvent]:
         )  # fmt: skip
         if not ok:
             raise fail(where, f"row {i} has a field of the wrong type or an unknown kind ({kind!r})")
-        if not (-INT64 <= ts < INT64 and -1 <= pid < 1 << 31 and -1 <= cpu < MAX_CPU
-                and (dev is None or -1 <= dev < 1 << 31)):  # fmt: skip
-            raise fail(where, f"row {i} has a stamp, pid, CPU or device out of range")
+        if not (-INT64 <= ts < INT64 and -(1 << 31) <= pid < 1 << 31 and -MAX_CPU <= cpu < MAX_CPU
+                and (dev is None or -INT64 <= dev < INT64)):  # fmt: skip
+            raise fail(where, f"row {i} has a stamp, pid, CPU or device out of what its column holds")
         out.append(NpuEvent(ts, kind, dev, op, pid, cpu, args))
     return out
 
