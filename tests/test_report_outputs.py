@@ -92,6 +92,8 @@ def test_a_report_is_written_whole_and_private_as_its_recording(tmp_path: Any) -
     assert cli("check", "-q", "--json", str(out), a).returncode == 1
     assert out.read_text().startswith("{") and oct(os.stat(out).st_mode & 0o777) == "0o640"
     assert sorted(os.listdir(tmp_path)) == ["a.npt", "b.npt", "r.json"]
+    proc = cli("check", "-q", "--json", "-", a, cwd=str(tmp_path))  # `-`: the standard output, no file named -
+    assert proc.returncode == 1 and proc.stdout.startswith("{") and not os.path.exists(tmp_path / "-")
 
 
 def test_a_gates_bound_that_is_not_a_number_is_refused() -> None:

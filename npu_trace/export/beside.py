@@ -72,7 +72,12 @@ def refuse_inputs(outputs: Sequence[Optional[str]], inputs: Sequence[str]) -> No
 
 def write_report(out: str, text: str, like: Optional[str] = None) -> None:
     """A report (JSON, JUnit XML: UTF-8) written as a trace is: beside its name and moved there once whole, with
-    `like`'s permission bits at most; `-` the standard output. A write that fails is one line (InputError)."""
+    `like`'s permission bits at most; `-` the standard output (text there, a terminal too). A write that fails is
+    one line (InputError)."""
+    if out == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     try:
         with written_beside(out, True, like) as stream:
             stream.write(text.encode("utf-8"))
