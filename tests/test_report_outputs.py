@@ -188,3 +188,10 @@ def test_a_replay_stopped_by_ctrl_c_says_so_and_exits_as_stopped() -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.rstrip().endswith("; stopped by SIGINT before the end"), err
+
+
+@pytest.mark.parametrize("speed", ["nan", "inf", "0", "-1"])
+def test_a_replay_speed_that_is_not_a_positive_number_is_refused(speed: str) -> None:
+    """Before: --speed nan was taken (it compares false to the bound)."""
+    proc = cli("replay", "--headless", "--speed", speed, ECC)
+    assert proc.returncode == 2 and proc.stderr == "npu-trace: --speed must be a positive number\n"

@@ -4,6 +4,7 @@ made from the columns), at its pace or as fast as it reads (--max); or in the TU
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from typing import Any, Optional
@@ -32,8 +33,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.speed is not None and args.speed <= 0:
-        raise UsageError("--speed must be positive")
+    if args.speed is not None and not 0 < args.speed < math.inf:  # NaN too: it compares false to every bound
+        raise UsageError("--speed must be a positive number")
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Optional
@@ -57,8 +58,8 @@ def run_live(args: argparse.Namespace, options: TraceOptions) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    if args.speed is not None and args.speed <= 0:
-        raise UsageError("--speed must be positive")
+    if args.speed is not None and not 0 < args.speed < math.inf:  # NaN too
+        raise UsageError("--speed must be a positive number")
     signals = QuitSignals().install()
     speed = None if args.max else (args.speed or 1.0)
     header = ReplaySource(args.file).header  # a bad file fails here, before the UI starts
