@@ -239,3 +239,13 @@ def test_a_compressed_file_or_a_recording_is_named_as_such(tmp_path: Any, capsys
                        (rec, "already a recording: replay, check or export it")):  # fmt: skip
         assert main(["import", path, "-o", str(tmp_path / "out.npt")]) == 2
         assert capsys.readouterr().err == f"npu-trace: {path}: {said}\n"
+
+
+def test_an_input_that_cannot_be_opened_is_one_line(tmp_path: Any) -> None:
+    """The first bytes are read to tell a compressed file: a file that cannot be opened (no permission: here a
+    folder, which no open() reads either) says so in one line, as reading its text does."""
+    from npu_trace.commands.import_cmd import _not_packed
+    from npu_trace.errors import InputError
+
+    with pytest.raises(InputError, match=f"^cannot read {tmp_path}: Is a directory$"):
+        _not_packed(str(tmp_path))

@@ -356,8 +356,11 @@ _PACKED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (zstd -d)
 
 def _not_packed(path: str) -> None:
     """Refuse a compressed file or a recording (read as text, it was 'no event read', quoting its bytes)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as exc:  # as read_text says it
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
     for magic, what in _PACKED:
         if head.startswith(magic):
             raise InputError(f"{path}: {what}")
