@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 from datetime import datetime
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -19,11 +18,11 @@ from npu_trace.device.profiles import ASCEND_LAYOUTS, PROFILES
 from npu_trace.device.trace_formats import DRIVER
 from npu_trace.errors import InputError, RecordingError, UsageError
 from npu_trace.events import Loss, NpuEvent
-from npu_trace.export.beside import in_place
+from npu_trace.export.beside import file_beside, in_place, refuse_inputs
 from npu_trace.ftrace import known_formats, tracedat
 from npu_trace.ftrace.format import parse_header_page
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
-from npu_trace.process import end_on_termination, signals_held
+from npu_trace.process import end_on_termination
 from npu_trace.recording.schema import MAGIC, MAX_KALLSYMS_STORED, kallsyms_entry
 from npu_trace.recording.writer import DEFAULT_MODE, RecordingWriter
 from npu_trace.sim import synth
@@ -325,25 +324,10 @@ def _writer(args: argparse.Namespace, header: Dict[str, Any]) -> Iterator[Record
         with RecordingWriter(out, header, overwrite=True, mode=args.mode) as writer:
             yield writer
         return
-    tmp: Optional[str] = None
-    try:
-        with signals_held():  # a signal's cleanup knows the file once it exists
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial",
-                                           dir=os.path.dirname(out) or ".")  # fmt: skip
-            except OSError as exc:
-                raise InputError(f"cannot write {out}: {exc.strerror}") from None
-            os.close(fd)
+    with file_beside(out) as (fd, tmp):
+        os.close(fd)  # the writer opens the file by its name, and gives it the recording's mode
         with RecordingWriter(tmp, header, overwrite=True, mode=args.mode) as writer:
             yield writer
-        try:
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
 
 
 # files an import cannot read as text, told by their first bytes: what to do instead
@@ -374,9 +358,7 @@ def _output_checked(args: argparse.Namespace) -> None:
         raise InputError(f"cannot write {out}: Is a directory")
     if not os.path.exists(out):
         return
-    for path in [args.input, *args.app_log, *([args.formats] if args.formats else [])]:
-        if os.path.exists(path) and os.path.samefile(path, out):
-            raise UsageError(f"the output {out} is the input {path}: give another -o")
+    refuse_inputs([out], [args.input, *args.app_log, *([args.formats] if args.formats else [])], "another -o")
     if not args.overwrite and not in_place(out):
         raise RecordingError(f"{out} already exists: refusing to overwrite a recording (--overwrite replaces it)")
 

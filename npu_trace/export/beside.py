@@ -44,30 +44,42 @@ def written_beside(out: str, binary: bool, like: Optional[str] = None) -> Iterat
         with _opened(out, binary) as stream:
             yield stream
         return
+    with file_beside(out, like) as (fd, _), _stream(fd, binary) as stream:
+        yield stream
+
+
+@contextlib.contextmanager
+def file_beside(out: str, like: Optional[str] = None) -> Iterator[Tuple[int, str]]:
+    """The new file beside `out` (see the module docstring): its descriptor (the block's to close) and its path;
+    moved to `out` once the block ends whole, with `like`'s permission bits where one is given (a rename that
+    fails: InputError), removed whatever ends the block otherwise."""
     tmp: Optional[str] = None
     try:
         with signals_held():  # a signal's cleanup (Ctrl-C, SIGTERM) knows the file once it exists
             fd, tmp = _open_beside(out)
-        with _stream(fd, binary) as stream:
-            yield stream
+        yield fd, tmp
         if like is not None:
             _permissions(tmp, like)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
     except BaseException:
         if tmp is not None:
             _remove(tmp)
         raise
 
 
-def refuse_inputs(outputs: Sequence[Optional[str]], inputs: Sequence[str]) -> None:
+def refuse_inputs(outputs: Sequence[Optional[str]], inputs: Sequence[str], instead: str = "another name") -> None:
     """UsageError when an output names one of the inputs (itself, through a link, or another name of it): moved
-    over it once whole, the output would replace what it was made from. Called before the inputs are read."""
+    over it once whole, the output would replace what it was made from. Called before the inputs are read;
+    `instead`: what the message asks for (import's "another -o")."""
     for out in outputs:
         if out is None or out == STDOUT or not os.path.exists(out):
             continue
         for path in inputs:
             if os.path.exists(path) and os.path.samefile(path, out):
-                raise UsageError(f"the output {out} is the input {path}: give another name")
+                raise UsageError(f"the output {out} is the input {path}: give {instead}")
 
 
 def write_report(out: str, text: str, like: Optional[str] = None) -> None:
