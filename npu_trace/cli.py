@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import os
 import sys
 from typing import List, NoReturn, Optional
 
 from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
-from npu_trace.process import PRIORITIES, Terminated, journal_stderr
+from npu_trace.process import PRIORITIES, Terminated, journal_stderr, stdout_to_null
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
@@ -69,14 +68,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         # stdout closed early (e.g. `| head`): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        stdout_to_null()
         return 0
     except OSError as exc:
         if exc.filename is not None or exc.errno not in _FULL:
             raise
         # a write to a descriptor, not to a file the command named (it says its own): the standard output, full
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        stdout_to_null()
         print(f"npu-trace: cannot write the output: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE

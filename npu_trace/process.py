@@ -206,6 +206,12 @@ def verdict_text(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        stdout_to_null()
+
+
+def stdout_to_null() -> None:
+    """The standard output made the null device: a reader that left, or a full disk, ends what it is written
+    (nothing written after it, Python's own flush at exit included, fails again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
