@@ -128,14 +128,18 @@ def xml_attr(text: str) -> str:
     """`text` as a quoted XML attribute value, characters XML cannot hold shown as \\xNN."""
     from xml.sax.saxutils import quoteattr  # only for JUnit: it imports urllib and ssl, ~30 ms
 
-    return quoteattr(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+    return quoteattr(_xml_safe(text))
 
 
 def xml_text(text: str) -> str:
     """`text` as XML character data, characters XML cannot hold shown as \\xNN."""
     from xml.sax.saxutils import escape
 
-    return escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+    return escape(_xml_safe(text))
+
+
+def _xml_safe(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class Suite(NamedTuple):

@@ -187,7 +187,7 @@ class RecordingReader:
             else:
                 self._unreadable_end(start, why)
             return None
-        yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp)
+        yield self._skipped()
         return resumed
 
     def _resume(self, f: IO[bytes], start: int, read: int, size: int, why: str) -> Optional[int]:
@@ -288,7 +288,12 @@ class RecordingReader:
         named in `damaged`, and a loss of an unknown number of events on no CPU in particular."""
         if end != size:
             self.damaged.append(f"{size - end} bytes after the trailer (at byte {end}) not read")
-            yield "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp)
+            yield self._skipped()
+
+    def _skipped(self) -> Record:
+        """The loss of a part skipped between records (its CPUs unknown, how many events too), at the latest stamp
+        read before it."""
+        return "loss", Loss(DAMAGE_SOURCE, -1, DAMAGED, 0, self._stamp)
 
     def pages(self) -> Iterator[Tuple[int, bytes]]:
         """Every (cpu, page) of the recording in file order."""
