@@ -206,6 +206,20 @@ def test_a_syslog_log_crossing_new_year_goes_on_into_the_next_year() -> None:
     assert [p.wall_ns for p in _parsed(lines, timezone.utc, 2025)] == want
 
 
+def test_a_vllm_log_crossing_new_year_goes_on_into_the_next_year() -> None:
+    """vLLM's `MM-DD hh:mm:ss` carries no year either: the same rule as syslog's (before: Jan 1 read as a year
+    before Dec 31, so an app log's errors after midnight were placed a year early)."""
+    from datetime import timezone
+
+    from npu_trace.device.applog import AppLogParser, local_ns
+
+    lines = ["INFO 12-31 23:59:59 [worker.py:1] one", "INFO 01-01 00:00:01 [worker.py:1] two",
+             "INFO 01-02 10:00:00 [worker.py:1] three", "INFO 01-02 09:00:00 [worker.py:1] set back"]  # fmt: skip
+    parser = AppLogParser(tz=timezone.utc, year=2025)
+    days = [(2025, 12, 31, "23:59:59"), (2026, 1, 1, "00:00:01"), (2026, 1, 2, "10:00:00"), (2026, 1, 2, "09:00:00")]
+    assert [parser.read(line).wall_ns for line in lines] == [local_ns(*day, timezone.utc, 0) for day in days]
+
+
 @pytest.mark.parametrize("tz", ["+25:00", "+05:61", "8"])
 def test_a_utc_offset_out_of_range_is_one_line(tz: str, capsys: Any, tmp_path: Any) -> None:
     assert main(["import", text_file(tmp_path, TEXT), "-o", str(tmp_path / "t.npt"), "--tz", tz]) == 2

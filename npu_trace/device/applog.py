@@ -160,6 +160,7 @@ class _Block:
 
 LATEST_NS = (1 << 63) - 1  # the latest time a recording holds (2262-04-11)
 MIN_YEAR, MAX_YEAR = 1970, 2261  # the years whose times a recording holds whole
+HALF_YEAR_NS = 183 * 86_400 * S  # a year-less stamp this far before the one before it is of the next year
 
 
 def local_ns(y: int, mo: int, d: int, hms: str, tz: Optional[tzinfo], extra_ns: int) -> Optional[int]:
@@ -183,6 +184,7 @@ class AppLogParser:
         self.tz = tz
         self.year = year if year is not None else datetime.now().year
         self.block: Optional[_Block] = None
+        self.last_yearless: Optional[int] = None  # the last year-less (vLLM) stamp's wall time
         self.line_no = 0
         self.last_dev: Dict[int, int] = {}  # pid -> the last device its reports named
         self.stats: Dict[str, int] = {"lines": 0, "reports": 0, "errors": 0, "other": 0}
@@ -223,8 +225,7 @@ class AppLogParser:
         tag = tags[-1][0] if tags else ""
         m = _VLLM.search(text)
         if m:
-            wall = self._local(self.year, int(m["m"]), int(m["d"]), m["hms"], 0)
-            return tag, wall, S
+            return tag, self._yearless(int(m["m"]), int(m["d"]), m["hms"]), S
         m = _ISO.search(text)
         if m:
             frac = m["frac"] or ""
@@ -249,6 +250,17 @@ class AppLogParser:
             return None
         self.year = y
         return self._local(y, mo, d, hms, extra_ns)
+
+    def _yearless(self, mo: int, d: int, hms: str) -> Optional[int]:
+        """vLLM's `MM-DD hh:mm:ss`, of the year in force (the parser's, or the last dated line's), then of the
+        next one from the first such stamp half a year or more before the one before it (Dec 31, then Jan 1)."""
+        wall = self._local(self.year, mo, d, hms, 0)
+        last = self.last_yearless
+        if wall is not None and last is not None and wall <= last - HALF_YEAR_NS and self.year < MAX_YEAR:
+            self.year += 1
+            wall = self._local(self.year, mo, d, hms, 0)
+        self.last_yearless = wall if wall is not None else last
+        return wall
 
     def _local(self, y: int, mo: int, d: int, hms: str, extra_ns: int) -> Optional[int]:
         return local_ns(y, mo, d, hms, self.tz, extra_ns)

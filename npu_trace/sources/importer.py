@@ -33,7 +33,7 @@ from datetime import datetime, tzinfo
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import npu_trace
-from npu_trace.device.applog import MAX_YEAR, AppError, AppLogParser, app_event
+from npu_trace.device.applog import HALF_YEAR_NS, MAX_YEAR, AppError, AppLogParser, app_event
 from npu_trace.device.kernlog import KernelLine, read_line
 from npu_trace.device.kfault import FaultAssembler, fault_event
 from npu_trace.device.kmsg import KmsgMatcher, KmsgRecord, driver_suppressed, short_bdf, to_event
@@ -95,9 +95,6 @@ def read_kernel_log(lines: Sequence[str], tz: Optional[tzinfo] = None, year: Opt
         out.anchor = Anchor(both.uptime_ns or 0, both.wall_ns or 0, both.wall_res_ns, "log")
     _events(parsed, out)
     return out
-
-
-HALF_YEAR_NS = 183 * 86_400 * S
 
 
 def _parsed(lines: Sequence[str], tz: Optional[tzinfo], year: Optional[int]) -> List[KernelLine]:
