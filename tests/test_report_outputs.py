@@ -134,6 +134,20 @@ def test_a_recording_given_as_a_pipe_is_one_line() -> None:
                                                     "device): give the file itself\n")  # fmt: skip
 
 
+@pytest.mark.parametrize("command", [["check"], ["replay", "--headless"], ["export", "-o", "out.json"],
+                                     ["import", "-o", "out.npt"]])  # fmt: skip
+def test_a_fifo_no_one_writes_is_one_line_at_once(command: List[str], tmp_path: Any) -> None:
+    """A FIFO's open waits for a writer: the recording's reader opened it so and waited forever (a name given by
+    mistake hung check, replay, export, diff and cluster); import called it "no such file". Nothing writes to
+    this one: the command must answer without opening it to read."""
+    os.mkfifo(tmp_path / "fifo")
+    argv = [*command[:-2], "fifo", *command[-2:]] if len(command) > 2 else [*command, "fifo"]
+    proc = subprocess.run([*CLI, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    what = "recording fifo is" if command[0] != "import" else "fifo:"
+    assert proc.returncode == 2 and proc.stderr == (f"npu-trace: {what} not a file (a pipe, a device): give the "
+                                                    "file itself\n")  # fmt: skip
+
+
 def test_one_recording_named_two_ways_is_read_once(tmp_path: Any) -> None:
     a, _ = copies(tmp_path)
     os.symlink(a, tmp_path / "link.npt")

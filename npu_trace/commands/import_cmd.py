@@ -97,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
     for path in [args.input, *args.app_log]:
         if os.path.isdir(path):
             raise InputError(f"{path}: a directory, not a file")
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise InputError(f"{path}: no such file")
+        if not os.path.isfile(path):  # read more than once (its kind, then its text or pages)
+            raise InputError(f"{path}: not a file (a pipe, a device): give the file itself")
     _output_checked(args)
     _not_packed(args.input)
     end_on_termination()  # SIGTERM, SIGHUP: the file written beside the output removed, as on Ctrl-C

@@ -85,14 +85,15 @@ class RecordingReader:
         self._kernel: Optional[KernelText] = None
 
     def _open(self) -> IO[bytes]:
-        try:
-            f = open(self.path, "rb")  # noqa: SIM115 (returned open: the caller's `with` closes it)
+        try:  # opened without waiting: a FIFO's open waits for a writer (forever, for a name given by mistake)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise RecordingError(f"cannot open recording {self.path}: {exc.strerror}") from None
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # read more than once, and from where a skip resumes
-            f.close()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # read more than once, and from where a skip resumes
+            os.close(fd)
             raise RecordingError(f"recording {self.path} is not a file (a pipe, a device): give the file itself")
-        return f
+        os.set_blocking(fd, True)
+        return open(fd, "rb")  # returned open: the caller's `with` closes it
 
     def position(self) -> int:
         """File offset of the record being read (for progress displays)."""
