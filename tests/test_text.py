@@ -49,6 +49,7 @@ FORMATS = ("text", "ndjson")
         ((0, 0, "", [0, 0]), "addr=0x0 ret=0 name= ids=[0,0]"),
         ((1 << 63, 2**31 - 1, "a\x1b[31mb\nc", [0, 7]),
          f"addr={hex(1 << 63)} ret=2147483647 name=a\\x1b[31mb\\nc ids=[0,7]"),
+        ((0, 0, "a\u009b31mb\u0085", [1]), "addr=0x0 ret=0 name=a\\u009b31mb\\u0085 ids=[1]"),  # C1: CSI, NEL
         ((0, 0, "", []), "addr=0x0 ret=0 name= ids=[]"),  # decoded elsewhere: an array of another length
         (("not-an-int", 5, "x", [3]), "addr=not-an-int ret=5 name=x ids=[3]"),  # what the field does not declare
         ((1, 2, "short"), "addr=0x1 ret=2 name=short"),  # fewer values than fields

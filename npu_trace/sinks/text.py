@@ -44,8 +44,10 @@ IMPLEMENTATION = "c" if _lines is not None else "python"
 CommOf = Callable[[int], str]
 NS = 1_000_000_000
 
-# Control characters (ANSI escapes, newlines in kernel strings) are shown escaped, never sent to the terminal.
+# Control characters (ANSI escapes, newlines in kernel strings) are shown escaped, never sent to the terminal;
+# so are the C1 ones (U+0080-U+009F: U+009B is CSI, the escape sequence's start, to a terminal that reads them)
 _CONTROL = {i: f"\\x{i:02x}" for i in [*range(0x20), 0x7F]}
+_CONTROL.update({i: f"\\u{i:04x}" for i in range(0x80, 0xA0)})
 _CONTROL.update({ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
 
 
