@@ -74,7 +74,9 @@ class Loss(NamedTuple):
 
 
 DAMAGED = "damaged"
-UNCOUNTED = ("page_missed", DAMAGED)  # kinds whose rows may flag a loss without its number (lost 0)
+# kinds whose rows may flag a loss without its number (lost 0): a page that says events were missed, a damaged
+# part of a recording, a channel that stopped (its events from then on), a socket that overflowed (uevents)
+UNCOUNTED = ("page_missed", DAMAGED, "stopped", "overflow")
 
 
 class LossLedger:
@@ -131,6 +133,16 @@ class RawRecord(NamedTuple):
     pid: int  # -1: the record is shorter than the common fields
     id: int  # its event id (common_type)
     payload: bytes
+
+
+def event_loss(ev: NpuEvent) -> Loss:
+    """A "lost" event (`lost_event`'s) as the Loss it tells; one whose count is not a count (negative, past
+    int64, not an integer: a damaged or hand-made recording) as a damaged part, of an unknown number: it must
+    neither cancel a real loss nor hide one."""
+    source, lost = str(ev.args.get("source", "")), ev.args.get("lost")
+    if isinstance(lost, int) and not isinstance(lost, bool) and 0 <= lost <= (1 << 63) - 1:
+        return Loss(source, ev.cpu, ev.op, lost, ev.ts_ns)
+    return Loss(source, ev.cpu, DAMAGED, 0, ev.ts_ns)
 
 
 def lost_event(loss: Loss) -> NpuEvent:

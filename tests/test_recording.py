@@ -22,7 +22,7 @@ from npu_trace.ftrace.decode import build_decoders
 from npu_trace.ftrace.tracefs import parse_saved_cmdlines
 from npu_trace.pipeline import Batch
 from npu_trace.recording import RecordingReader, RecordingWriter, build_header
-from npu_trace.recording.schema import PREAMBLE, Pages, chunk_crc32
+from npu_trace.recording.schema import PREAMBLE, Pages, chunk_crc32, event_losses
 from npu_trace.recording.writer import PageCut
 from npu_trace.sources.replay_source import ReplaySource
 from reference.pages import PageDecoder, iter_events
@@ -361,6 +361,33 @@ def test_a_damaged_chunk_makes_the_ledger_incomplete_of_an_unknown_number() -> N
     assert ledger.summary() == said
     ledger.add(Loss("tracefs", 0, "overrun", 3, 6))
     assert ledger.summary().startswith("loss: 3 events lost (")
+
+
+def test_a_stopped_channel_makes_the_ledger_incomplete() -> None:
+    """A channel that stopped (kmsg's read failed) lost its events from then on, how many unknown: before, its
+    row of 0 made nothing incomplete ("loss: none", check passed)."""
+    from npu_trace.events import LossLedger
+    from npu_trace.sources.host_channels import lost_event_note
+
+    ledger = LossLedger()
+    for loss in event_losses([lost_event_note("kmsg")]):
+        ledger.add(loss)
+    assert ledger.incomplete() and "kmsg/stopped/all=unknown number (flagged)" in ledger.summary()
+
+
+@pytest.mark.parametrize("count", [-100, 1 << 63, "many", None, True, 1.5])
+def test_a_lost_event_whose_count_is_not_one_is_a_damaged_part(count: Any) -> None:
+    """A recorded "lost" event's count read as it was: -100 beside a real loss of 100 made "loss: none" (the
+    sum 0) and check passed. A count that is not one (negative, past int64, not an integer) is a damaged part
+    of an unknown number now."""
+    from npu_trace.events import LossLedger, lost_event
+
+    ledger = LossLedger()
+    ledger.add(Loss("tracefs", -1, "dropped", 100, 5))
+    bad = lost_event(Loss("tracefs", -1, "dropped", 0, 6))._replace(args={"source": "tracefs", "lost": count})
+    for loss in event_losses([bad]):
+        ledger.add(loss)
+    assert ledger.total == 100 and ledger.incomplete() and "tracefs/damaged/all=unknown number" in ledger.summary()
 
 
 # ---- errors ------------------------------------------------------------------------------------

@@ -75,3 +75,53 @@ def test_real_synthetic_uevent_is_received_and_parsed() -> None:
     ev = got[0]
     assert ev.args["ACTION"] == "change" and ev.args["SYNTH_ARG_NPTTEST"] == "1"
     assert abs(ev.ts_ns - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) < 5_000_000_000
+
+
+class _Socket:
+    """A socket whose reads give, in turn, what `reads` holds: bytes, or an OSError raised."""
+
+    def __init__(self, *reads: object) -> None:
+        self.reads = list(reads)
+
+    def recv(self, size: int) -> bytes:
+        got = self.reads.pop(0) if self.reads else BlockingIOError()
+        if isinstance(got, BaseException):
+            raise got
+        return got  # type: ignore[return-value]
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_overflowed_socket_is_a_loss_of_an_unknown_number() -> None:
+    """ENOBUFS: the kernel dropped uevents (before: a count nothing read, the loss silent); the read goes on."""
+    import errno
+
+    from npu_trace.events import LossLedger
+    from npu_trace.recording.schema import event_losses
+
+    src = UeventSource(bdf_dev={"0000:3b:00.0": 3})
+    src.sock = _Socket(OSError(errno.ENOBUFS, "No buffer space available"), PCI)  # type: ignore[assignment]
+    lost, unbind = src.read()
+    assert (lost.kind, lost.op, lost.args) == ("lost", "overflow", {"source": "uevent", "lost": 0})
+    assert (unbind.kind, unbind.dev) == ("reset_step", 3)
+    ledger = LossLedger()
+    for loss in event_losses([lost]):
+        ledger.add(loss)
+    assert ledger.incomplete() and ledger.summary() == ("loss: an unknown number of events lost "
+                                                        "(uevent/overflow/all=unknown number (flagged))")  # fmt: skip
+
+
+def test_a_socket_that_fails_otherwise_stops_the_channel_with_a_loss() -> None:
+    import errno
+
+    from npu_trace.sources.host_channels import Channels
+
+    src = UeventSource(bdf_dev={})
+    src.sock = _Socket(OSError(errno.EBADF, "Bad file descriptor"))  # type: ignore[assignment]
+    channels = Channels(["uevent"])
+    channels.uevent = src
+    (stopped,) = channels.read()
+    assert (stopped.kind, stopped.op, stopped.args["source"]) == ("lost", "stopped", "uevent")
+    assert channels.uevent is None and channels.notes == ["uevent: read failed (Bad file descriptor): uevent "
+                                                          "channel stopped"]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence, Tuple
 
 from npu_trace.detectors.base import Finding
-from npu_trace.events import Loss, LossLedger, NpuEvent
+from npu_trace.events import LossLedger, NpuEvent, event_loss
 
 
 class LossDetector:
@@ -20,10 +20,9 @@ class LossDetector:
     def feed(self, events: Sequence[NpuEvent]) -> List[Finding]:
         for ev in events:
             if ev.kind == "lost":
-                source = str(ev.args.get("source", ""))
-                lost = ev.args.get("lost", 0)
-                self.ledger.add(Loss(source, ev.cpu, ev.op, int(lost) if isinstance(lost, int) else 0, ev.ts_ns))
-                self.first_ts.setdefault((source, ev.op, ev.cpu), ev.ts_ns)
+                loss = event_loss(ev)
+                self.ledger.add(loss)
+                self.first_ts.setdefault((loss.source, loss.kind, loss.cpu), ev.ts_ns)
         return []
 
     def advance(self, now: int) -> List[Finding]:

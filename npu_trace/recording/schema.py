@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - a host without the wheel: zlib's, the 
     from zlib import crc32 as chunk_crc32
 
 from npu_trace.errors import FormatError, RecordingError
-from npu_trace.events import DAMAGED, KINDS, Loss, NpuEvent
+from npu_trace.events import DAMAGED, KINDS, Loss, NpuEvent, event_loss
 from npu_trace.ftrace.format import PageHeader, parse_header_page
 from npu_trace.ftrace.inflate import unzstd
 from npu_trace.ftrace.symbols import MAX_KALLSYMS_BYTES
@@ -489,13 +489,7 @@ def decode_events(rec: Dict[str, Any], offset: int) -> List[NpuEvent]:
 
 def event_losses(events: Sequence[NpuEvent]) -> List[Loss]:
     """The "lost" events among the other channels' events, as Loss items (for a loss ledger)."""
-    out = []
-    for ev in events:
-        if ev.kind == "lost":
-            lost = ev.args.get("lost")
-            out.append(Loss(str(ev.args.get("source", "")), ev.cpu, ev.op, lost if isinstance(lost, int) else 0,
-                            ev.ts_ns))  # fmt: skip
-    return out
+    return [event_loss(ev) for ev in events if ev.kind == "lost"]
 
 
 def _is_int(v: Any) -> bool:

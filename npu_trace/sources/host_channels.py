@@ -172,7 +172,13 @@ class Channels:
                 self.kmsg = None
                 out.append(lost_event_note("kmsg"))
         if self.uevent is not None:
-            out += self.uevent.read()
+            try:
+                out += self.uevent.read()
+            except OSError as exc:  # the socket itself failed (its overflow is a loss it counts)
+                self._note(f"uevent: read failed ({exc.strerror or exc}): uevent channel stopped")
+                self.uevent.close()
+                self.uevent = None
+                out.append(lost_event_note("uevent"))
         if self.app_log is not None:
             out += self.app_log.read(final)
         if self.bpf is not None:

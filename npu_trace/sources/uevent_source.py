@@ -9,13 +9,14 @@ CLOCK_MONOTONIC (the trace clock) at receive time, so their offset is 0 and thei
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import time
 from typing import Any, Dict, List, Optional
 
 from npu_trace.device.uevents import MAX_DATAGRAM, parse_uevent, to_event
-from npu_trace.events import NpuEvent
+from npu_trace.events import Loss, NpuEvent, lost_event
 
 KERNEL_GROUP = 1
 def sysfs_bdf_dev(root: str = "/sys/bus/pci/devices") -> Dict[str, int]:
@@ -78,8 +79,12 @@ class UeventSource:
                 data = self.sock.recv(MAX_DATAGRAM)
             except BlockingIOError:
                 break
-            except OSError:  # ENOBUFS: the socket overflowed, uevents were lost
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise  # the channel stops (npu_trace.sources.host_channels), a loss of its own
+                # the socket overflowed: uevents were lost, how many the kernel does not say
                 self.stats["dropped_overflow"] += 1
+                out.append(lost_event(Loss("uevent", -1, "overflow", 0, time.clock_gettime_ns(time.CLOCK_MONOTONIC))))
                 continue
             self._one(data, out)
         return out
