@@ -148,3 +148,16 @@ def test_render_value() -> None:
     assert hal.render_value("x32", hal.ECC_UCE_EVENT) == "0x80e01801"
     assert hal.render_value("x64", 0) == "0x0"
     assert hal.render_value("s32", -110) == "-110"
+
+
+@pytest.mark.parametrize("duration, rate, devices", [(-1, 100, 1), (float("nan"), 100, 1), (1, 0, 1), (1, 100, 0)])
+def test_a_bad_run_value_is_refused_before_the_uprobes_are_loaded(duration: float, rate: float, devices: int) -> None:
+    """`sim run --duration -1` as root loaded the simulator's uprobe events, then refused the value, leaving them
+    registered: the values are checked first now."""
+    from unittest import mock
+
+    from npu_trace import sim
+
+    with mock.patch.object(sim, "load") as load, pytest.raises(InputError):
+        sim.start_scenario("steady", 1, duration, rate, devices, fs=mock.sentinel.tracefs)
+    load.assert_not_called()

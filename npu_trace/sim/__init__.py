@@ -86,7 +86,9 @@ def start_scenario(
     """Start the executor without waiting (loading the uprobes first unless `ensure_loaded` is False); with
     `hal_lib`, its HAL calls go through that real-ABI library (the installed one: `hal_install`)."""
     from npu_trace.sim import runner
+    from npu_trace.sim.scenarios import validate
 
+    validate(name, duration_s, rate, devices, host)  # before the uprobes are loaded: a bad value changes nothing
     binary = None
     if ensure_loaded:
         binary = load(fs or Tracefs.find()).binary
