@@ -133,3 +133,35 @@ def test_both_paths_report_the_same_for_corrupted_pages(tmp_path: Any, flips: Li
     write(path, [(cpu, bytes(page)) for cpu, page in pages], chunk_bytes=4 * 4096, header=golden_header())
     fast, reference = both(path)
     assert fast == reference
+
+
+@pytest.mark.parametrize("latency", ["notanint", None, float("nan"), [1], (1 << 64) - 1, True])
+def test_a_call_whose_latency_is_not_a_time_is_no_sample(latency: Any, tmp_path: Any) -> None:
+    """A recorded call whose latency_ns is not an int64 (a hand-made or damaged recording's) was a traceback in
+    check and killed the TUI's worker, while replay printed it: it is an event without a latency sample now,
+    beside a call whose latency is one."""
+    from npu_trace.recording.writer import RecordingWriter
+
+    path = str(tmp_path / "odd.npt")
+    with RecordingWriter(path, synth_header(1)) as w:
+        w.add_events([NpuEvent(10**12, "call", 0, "halMemAlloc", 1, 0, {"latency_ns": latency}),
+                      NpuEvent(10**12 + 5, "call", 0, "halMemAlloc", 1, 0, {"latency_ns": 70})])  # fmt: skip
+    reading = analyze(path, progress=False)
+    assert reading["reading"]["events"] == 0 and reading["reading"]["channel_events"] == 2
+    hist = reading["latency"]["halMemAlloc"]
+    assert (hist.count, hist.max) == (1, 70)
+
+
+def test_a_process_name_keyed_by_a_digit_that_is_no_number_is_left_out(tmp_path: Any) -> None:
+    """str.isdigit("²") is True, int("²") a ValueError: a header's comms keyed so was a traceback in replay,
+    check and export."""
+    from npu_trace.recording.writer import RecordingWriter
+    from npu_trace.sources.replay_source import ReplaySource
+
+    header = synth_header(1)
+    header["extra"]["comms"] = {"²": "sup", "7": "ok", "٣": "three"}
+    path = str(tmp_path / "comms.npt")
+    with RecordingWriter(path, header) as w:
+        w.add_events([NpuEvent(10**12, "log", 0, "x", 7, 0, {"text": "a"})])
+    assert ReplaySource(path).comms == {7: "ok"}
+    assert analyze(path, progress=False)["reading"]["channel_events"] == 1

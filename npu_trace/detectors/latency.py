@@ -199,10 +199,17 @@ class LatencyDetector:
         return rows, lat, start
 
     def _call_samples_slow(self, nb: NormBlock, calls: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        events = [nb.event(r) for r in calls.tolist()]
-        keep = [k for k, ev in enumerate(events) if "latency_ns" in ev.args]
-        lat = [int(events[k].args["latency_ns"]) for k in keep]
-        start = [int(events[k].args.get("entry_ts_ns", events[k].ts_ns - events[k].args["latency_ns"])) for k in keep]
+        keep, lat, start = [], [], []
+        for k, r in enumerate(calls.tolist()):
+            ev = nb.event(r)
+            took, entry = ev.args.get("latency_ns"), ev.args.get("entry_ts_ns")
+            if not _int64(took):  # none, or not a time (a hand-made or damaged recording's): no sample
+                continue
+            began = entry if _int64(entry) else ev.ts_ns - int(took)
+            if _int64(began):
+                keep.append(k)
+                lat.append(took)
+                start.append(began)
         return calls[keep], np.array(lat, dtype=np.int64), np.array(start, dtype=np.int64)
 
     def _feed_samples(self, nb: NormBlock, rows: np.ndarray, lat: np.ndarray, start: np.ndarray, sources: Any,
@@ -588,3 +595,8 @@ def _hashable(value: Any) -> Any:
     """A task id as a key: itself, or its text when it is a list or a map (an array or struct field where the
     profile expects an integer: a damaged or unusual format)."""
     return repr(value) if isinstance(value, (list, dict)) else value
+
+
+def _int64(value: Any) -> bool:
+    """An integer an int64 column holds (not a bool, a float, a string, None)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63

@@ -13,6 +13,7 @@ Recordings written before marks existed have none: their timeline orders by the 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
@@ -226,7 +227,8 @@ def _comms(mapping: Any) -> Dict[int, str]:
     comms = mapping.get("comms") if isinstance(mapping, dict) else None
     if not isinstance(comms, dict):
         return {}
-    return {int(k): str(v) for k, v in comms.items() if str(k).isdigit() and isinstance(v, str)}
+    # a pid's decimal digits, ASCII ones only ("²" is a digit to str.isdigit, not to int)
+    return {int(k): v for k, v in comms.items() if re.fullmatch(r"[0-9]{1,10}", str(k)) and isinstance(v, str)}
 
 
 class Pacer:
