@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -205,7 +205,7 @@ class LatencyDetector:
             took, entry = ev.args.get("latency_ns"), ev.args.get("entry_ts_ns")
             if not _int64(took):  # none, or not a time (a hand-made or damaged recording's): no sample
                 continue
-            began = entry if _int64(entry) else ev.ts_ns - int(took)
+            began = entry if _int64(entry) else ev.ts_ns - cast(int, took)
             if _int64(began):
                 keep.append(k)
                 lat.append(took)
