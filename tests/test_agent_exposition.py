@@ -486,6 +486,11 @@ def test_temporaries_of_dead_agents_are_found(tmp_path: Any) -> None:
     (["--textfile", "/tmp/metrics.txt"], "ending in .prom"),
     (["--textfile", "/nonexistent-dir/x.prom"], "no such directory"),
     (["--textfile-interval", "0", "--textfile", "/tmp/x.prom"], "--textfile-interval must be positive"),
+    (["--textfile-interval", "nan", "--textfile", "/tmp/x.prom"], "--textfile-interval must be positive"),
+    (["--textfile-interval", "1e9", "--textfile", "/tmp/x.prom"], "at most 86400 s"),
+    (["--health-interval", "nan"], "--health-interval must be positive"),
+    (["--health-interval", "1e10"], "--health-interval 1e+10: at most 86400 s"),
+    (["--duration", "nan"], "--duration must be positive"),
     (["--flight", "30"], "--flight needs --spool"),
     (["--rules", "/nonexistent/rules.toml"], "cannot read the rules file"),
 ])  # fmt: skip

@@ -52,7 +52,7 @@ from npu_trace.sinks.live_metrics import AgentFigures, Listeners, LiveMetrics
 from npu_trace.sinks.metrics import MetricsState, SnapshotCollector
 from npu_trace.sources.comm import CommCache, saved_comms
 from npu_trace.sources.live_trace import LiveTrace
-from npu_trace.sources.options import TraceOptions
+from npu_trace.sources.options import MAX_INTERVAL_S, TraceOptions
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9834"
 DEFAULT_TEXTFILE_INTERVAL_S = 15.0
@@ -100,8 +100,8 @@ class AgentSettings:
         self.textfile: Optional[str] = args.textfile
         self.textfile_interval = float(args.textfile_interval)
         self.rules_path: Optional[str] = args.rules
-        if self.textfile_interval <= 0:
-            raise UsageError("--textfile-interval must be positive")
+        if not 0 < self.textfile_interval <= MAX_INTERVAL_S:  # NaN too (it waited forever: written only at exit)
+            raise UsageError(f"--textfile-interval must be positive, at most {MAX_INTERVAL_S} s (a day)")
         if self.metrics_addr is None and self.textfile is None:
             raise UsageError("--metrics-addr off needs --textfile PATH: the figures must go somewhere")
         if self.textfile is not None:

@@ -5,6 +5,7 @@ latency histograms on stderr."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any, Dict, Optional, Tuple
@@ -52,7 +53,7 @@ def add_parser(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> BpfConfig:
     """The BPF configuration, its scope checked as `stream`'s is (npu_trace.sources.options.TraceOptions)."""
-    if args.duration is not None and args.duration <= 0:
+    if args.duration is not None and not 0 < args.duration < math.inf:  # NaN too
         raise UsageError("--duration must be positive")
     scope = TraceOptions(pids=processes(args.pid or ()), comms=tuple(args.comm or ()),
                          devices=tuple(args.device or ()), profile_name="ascend", chip=args.chip)  # fmt: skip

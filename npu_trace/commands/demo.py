@@ -4,6 +4,7 @@ scenarios one after another (npu_trace.sim.cycle), so that each incident happens
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any, Callable, Optional, Tuple
@@ -48,7 +49,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.duration is not None and args.duration <= 0) or args.rate <= 0 or args.devices <= 0:
+    if (args.duration is not None and not 0 < args.duration < math.inf) or not 0 < args.rate < math.inf or \
+            args.devices <= 0:  # fmt: skip
         raise UsageError("--duration, --rate and --devices must be positive")
     if args.rounds < 0:
         raise UsageError("--rounds must not be negative")

@@ -18,6 +18,7 @@ on each), `hal_found` says how they were found.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
@@ -39,6 +40,7 @@ from npu_trace.sources.procs import thread_group
 from npu_trace.sources.scoping import kernel_dev_fields
 from npu_trace.sources.tracefs_source import DEFAULT_BUFFER_KB, TracefsSession, driver_systems
 
+MAX_INTERVAL_S = 86_400  # the longest wait between polls of a channel (npu-smi's), or between textfile writes
 MAX_SCOPE_VALUES = 8  # of each of --pid, --comm, --device (the BPF programs hold as many)
 Note = Callable[[str], None]
 
@@ -65,12 +67,14 @@ class TraceOptions:
     host_context: bool = False  # the host's scheduler and interrupt events beside (npu_trace.ftrace.context)
 
     def __post_init__(self) -> None:
-        if self.duration is not None and self.duration <= 0:
+        if self.duration is not None and not 0 < self.duration < math.inf:  # NaN too: false to every bound
             raise UsageError("--duration must be positive")
         if self.buffer_kb <= 0:
             raise UsageError("--buffer-kb must be positive")
-        if self.health_interval <= 0:
+        if not 0 < self.health_interval < math.inf:
             raise UsageError("--health-interval must be positive")
+        if self.health_interval > MAX_INTERVAL_S:  # a wait longer than threading's: its thread's OverflowError
+            raise UsageError(f"--health-interval {self.health_interval:g}: at most {MAX_INTERVAL_S} s (a day)")
         profile = self.profile  # an unknown profile: UsageError
         if self.channels is not None:
             parse_channels(",".join(self.channels) or "none")

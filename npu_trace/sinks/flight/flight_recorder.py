@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
@@ -98,13 +99,13 @@ class FlightSettings:
 
     def check(self) -> None:
         """A UsageError naming the first bad setting."""
-        if self.seconds <= 0:
+        if not 0 < self.seconds < math.inf:  # NaN too: false to every bound
             raise UsageError("--flight must be a positive number of seconds")
         if self.max_bytes < 1 << 20:
             raise UsageError("--flight-bytes must be at least 1M")
         for name, value in (("--after", self.after_s), ("--dump-gap", self.gap_s)):
-            if value < 0:
-                raise UsageError(f"{name} must not be negative")
+            if not 0 <= value < math.inf:
+                raise UsageError(f"{name} must not be negative" if value < 0 else f"{name} must be a number of seconds")
         if self.keep < 1:
             raise UsageError("--keep must be at least 1")
 
