@@ -10,7 +10,7 @@ from typing import List, NoReturn, Optional
 
 from npu_trace import __version__
 from npu_trace.errors import EXIT_USAGE, NpuTraceError
-from npu_trace.process import PRIORITIES, Terminated, journal_stderr, stdout_to_null
+from npu_trace.process import PRIORITIES, Terminated, journal_stderr, standard_streams, stdout_to_null
 
 # Each module in npu_trace.commands exposes add_parser(subparsers) which sets `func` (args -> exit code).
 COMMANDS = ("doctor", "sim", "demo", "live", "stream", "record", "replay", "check", "diff", "export", "import",
@@ -47,16 +47,24 @@ def command_of(argv: List[str]) -> Optional[str]:
     return first if first in COMMANDS else None
 
 
+def _parsed(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The arguments; --help and --version write here and exit: what they wrote is flushed first, so that a
+    failed write (a full device, a reader that left) is told as a command's own output's is."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit:
+        sys.stdout.flush()
+        raise
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    standard_streams()
     try:
         parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
-    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
-        return 130
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
+        args = _parsed(parser, argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         return int(args.func(args))
     except NpuTraceError as exc:
         # a service's stderr in the journal: the priority prefix journald reads, as the agent's own log lines

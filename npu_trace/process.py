@@ -209,6 +209,24 @@ def verdict_text(text: str) -> None:
         stdout_to_null()
 
 
+def standard_streams() -> None:
+    """A standard descriptor the command was started without (`>&-`) made the null device: Python leaves its
+    stream None (a print to it an AttributeError, exit 1: check's verdict for violations), and the first file
+    the command opened would take the descriptor, where a child's output would land."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (the process's own stream)
+
+
 def stdout_to_null() -> None:
     """The standard output made the null device: a reader that left, or a full disk, ends what it is written
     (nothing written after it, Python's own flush at exit included, fails again)."""

@@ -209,3 +209,29 @@ def test_a_replay_speed_that_is_not_a_positive_number_is_refused(speed: str) -> 
     """Before: --speed nan was taken (it compares false to the bound)."""
     proc = cli("replay", "--headless", "--speed", speed, ECC)
     assert proc.returncode == 2 and proc.stderr == "npu-trace: --speed must be a positive number\n"
+
+
+def test_a_closed_standard_output_is_the_null_device(tmp_path: Any) -> None:
+    """Started with its standard output closed (`>&-`), check wrote its report to None: an AttributeError
+    traceback and exit 1, check's verdict for violations, of a recording that passes. The output is discarded
+    now and the verdict stands."""
+    from npu_trace.events import NpuEvent
+    from npu_trace.recording.writer import RecordingWriter
+    from test_timeline import synth_header
+
+    path = str(tmp_path / "one.npt")
+    with RecordingWriter(path, synth_header(1)) as w:
+        w.add_events([NpuEvent(10**12, "log", 0, "x", 7, 0, {"text": "a"})])
+    assert cli("check", path).returncode == 0
+    proc = subprocess.run([*CLI, "check", path], capture_output=True, text=True, preexec_fn=lambda: os.close(1),
+                          timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["check", "--help"]])
+def test_help_to_a_full_device_is_one_line(args: List[str]) -> None:
+    """argparse writes --help and --version before the command runs, outside its handling of a full output: a
+    traceback (or Python's 'Exception ignored' at exit), exit 1."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*CLI, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, "npu-trace: cannot write the output: No space left on device\n")
