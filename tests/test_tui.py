@@ -213,3 +213,18 @@ async def test_faults_and_app_errors_are_listed_under_the_reset_sequences() -> N
         assert "host kernel soft_lockup on CPU 1 (kworker/1:0); driver: trs_chan_irq_proc" in text
         assert "npu1 app error heartbeat_lost (pid 389)" in text
         assert "a heartbeat timeout on device 1" in text
+
+
+async def test_a_device_not_ok_is_shown_whatever_its_number() -> None:
+    """The devices panel holds 8 lines: with 16 NPUs, a reset on npu15 was clipped away unsaid. The devices not
+    ok come first, and a last line says how many are left out and their states."""
+    from tui.messages import DeviceState
+    from tui.ui.widgets.lanes import ROOM, lanes_text
+
+    devices = [DeviceState(i) for i in range(16)]
+    devices[15] = DeviceState(15, "resetting", last_error="heartbeat lost")
+    lines = lanes_text(devices).plain.splitlines()
+    assert len(lines) == ROOM and lines[-1] == "+9 more devices: 9 ok"
+    assert [line.split()[0] for line in lines[:-1]] == [f"npu{i}" for i in (0, 1, 2, 3, 4, 5, 15)]
+    assert "resetting" in lines[-2] and "heartbeat lost" in lines[-2]
+    assert len(lanes_text(devices[:ROOM]).plain.splitlines()) == ROOM  # all, when they fit

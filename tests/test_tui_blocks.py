@@ -6,6 +6,7 @@ The live and replay sources hand blocks over (the fast path); `add(items)` is th
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, List
 
@@ -86,3 +87,49 @@ def test_the_filter_on_columns_selects_what_the_filter_on_events_selects(query: 
     events = [nb.event(i) for i in range(len(nb))]
     flt = LogFilter.parse(query)
     assert [events[i] for i in select_rows(flt, nb, comm).tolist()] == flt.select(events, comm)
+
+
+@pytest.mark.parametrize("query, dev, pid, text", [
+    ("dev:²", None, None, "dev:²"),  # a digit to str.isdigit, not to int: a ValueError that killed the replay
+    ("pid:٣", None, None, "pid:٣"),
+    ("dev:unp3", None, None, "dev:unp3"),  # lstrip("npu") read it as 3
+    ("dev:npu3 pid:12", 3, 12, ""),
+])  # fmt: skip
+def test_a_filter_reads_ascii_numbers_only(query: str, dev: Any, pid: Any, text: str) -> None:
+    flt = LogFilter.parse(query)
+    assert (flt.dev, flt.pid, flt.text) == (dev, pid, text)
+
+
+def test_a_cut_recording_is_said_cut_in_the_status(tmp_path: Any) -> None:
+    """replay's summary and check name a recording cut short (a crash's); the TUI's status said 'end of
+    recording' as of a whole one."""
+    import os
+
+    from tui.worker.replay_feed import ReplayFeedSource
+
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
+    with open(demo, "rb") as f:
+        data = f.read()
+    cut = tmp_path / "cut.npt"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    whole, part = ReplayFeedSource(demo, None), ReplayFeedSource(str(cut), None)
+    for source in (whole, part):
+        for _ in source.replay.batches():
+            pass
+    assert "cut" not in whole.detail() and part.detail().endswith(", the file is cut (its end is missing)")
+
+
+@pytest.mark.parametrize("start, steps, want", [
+    (None, [2, 0.5, 0.5], [math.inf, 64.0, 32.0]),  # + at max stays max (it slowed the replay to 64x)
+    (1000.0, [0.5, 2], [500.0, math.inf]),  # past the fastest step: max
+    (0.001, [0.5, 2], [0.001, 0.002]),  # - below the slowest stays (it sped it up to 0.125x)
+    (32.0, [2, 2], [64.0, math.inf]),
+])  # fmt: skip
+def test_a_speed_step_never_goes_the_other_way(start: Any, steps: List[float], want: List[float]) -> None:
+    import os
+
+    from tui.worker.replay_feed import ReplayFeedSource
+
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
+    source = ReplayFeedSource(demo, start)
+    assert [source.set_speed(step) for step in steps] == want

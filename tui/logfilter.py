@@ -3,6 +3,7 @@ rows that reached the screen), so a filter shows the newest matching events what
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -25,10 +26,11 @@ class LogFilter:
         dev, pid, comm, kinds, words = None, None, "", [], []
         for tok in query.split():
             key, _, value = tok.partition(":")
-            if key == "dev" and value.lstrip("npu").isdigit():
-                dev = int(value.lstrip("npu"))
-            elif key == "pid" and value.isdigit():
-                pid = int(value)
+            number = _number(value[3:] if key == "dev" and value.startswith("npu") else value)  # dev:npu3, dev:3
+            if key == "dev" and number is not None:
+                dev = number
+            elif key == "pid" and number is not None:
+                pid = number
             elif key == "kind" and value:
                 kinds.append(value)
             elif key == "comm" and value:
@@ -65,3 +67,8 @@ class LogFilter:
         if self.text:
             out = [ev for ev in out if self.text in row_plain(log_row(ev, comm_of(ev.pid))).lower()]
         return list(out)
+
+
+def _number(text: str) -> Optional[int]:
+    """A device or process number: ASCII digits ("²" and "٣" are digits to str.isdigit, not to int)."""
+    return int(text) if re.fullmatch(r"[0-9]{1,10}", text) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import threading
 import time
@@ -305,7 +306,8 @@ class NpuTraceApp(App[None]):
 
     def action_speed(self, factor: float) -> None:
         def done(speed: Any, error: str) -> None:
-            self.notify(f"speed {speed:g}x" if speed else error or "speed: replay only", markup=False)
+            shown = "speed max" if speed == math.inf else f"speed {speed:g}x"  # as fast as it reads
+            self.notify(shown if speed else error or "speed: replay only", markup=False)
 
         self._ask("set_speed", factor, then=done)
 

@@ -156,8 +156,8 @@ class Feed:
     def _call(self, rid: int, name: str, args: Tuple[Any, ...]) -> None:
         try:
             if name == "filter":
-                self.query = str(args[0])
-                value: Any = self.collector.set_filter(self.query)
+                value: Any = self.collector.set_filter(str(args[0]))
+                self.query = str(args[0])  # applied again after a seek: only a query that was taken
             elif name in SOURCE_CALLS:
                 value = getattr(self.source, name)(*args)
             else:

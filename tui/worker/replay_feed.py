@@ -8,6 +8,7 @@ right. Built and run in the worker process (`SourceSpec(ReplayFeedSource, (path,
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Optional
 
@@ -42,10 +43,21 @@ class ReplayFeedSource(BaseSource):
         return True
 
     def set_speed(self, factor: float) -> Optional[float]:
-        current = self.speed or SPEEDS[-1]
-        self.speed = min(SPEEDS[-1], max(SPEEDS[0], current * factor))
-        self.replay.set_speed(self.speed)
-        return self.speed
+        """The pace times `factor`, within SPEEDS: past the fastest, as fast as it reads (returned as inf); a
+        step never goes the other way (+ at max slowed it to 64x; - at --speed 0.001 sped it up to 0.125x)."""
+        current: Optional[float] = self.speed
+        if current is None:  # as fast as it reads
+            if factor >= 1:
+                return math.inf
+            current = SPEEDS[-1] / factor  # one step slower: the fastest pace
+        new: Optional[float] = current * factor
+        if factor > 1 and current * factor > SPEEDS[-1]:
+            new = None if current >= SPEEDS[-1] else SPEEDS[-1]
+        elif factor < 1 and current * factor < SPEEDS[0]:
+            new = min(current, SPEEDS[0])
+        self.speed = new
+        self.replay.set_speed(new)
+        return math.inf if new is None else new
 
     def seek(self, delta_s: float) -> bool:
         self._seek_s += delta_s
@@ -61,7 +73,8 @@ class ReplayFeedSource(BaseSource):
         state = "paused" if replay.paused else "end of recording" if self.finished else "playing"
         if replay.target_ns is not None:
             state = "seeking"
-        return f"{state} {speed} at {pos:.1f} s"
+        cut = ", the file is cut (its end is missing)" if replay.reader.truncated else ""  # as replay's summary says
+        return f"{state} {speed} at {pos:.1f} s{cut}"
 
     # ---- worker --------------------------------------------------------------------------------
     def run(self, sink: UpdateSink, stop: StopFlag) -> None:
