@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, List
@@ -117,6 +118,13 @@ def test_diff_verdicts() -> None:
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("4k", 4096), ("2M", 2 << 20), ("1.5GiB", 3 << 29)])
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["0.1", "0", "0.5", "x", ""])
+def test_a_size_of_no_byte_is_refused(text: str) -> None:
+    """0.1 passed the positive check as a float and was 0 bytes once made whole (--keep-bytes 0.1: keep none)."""
+    with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
+        parse_size(text)
 
 
 def test_the_readme_rules_example_is_valid() -> None:

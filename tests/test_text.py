@@ -125,3 +125,13 @@ def test_a_percent_in_a_name_or_a_value_is_text_not_a_template() -> None:
     for fmt in FORMATS:
         for block in (objects_block([ev]), records_of([ev], plans([odd]))):
             assert production([block], fmt) == reference([ev], fmt)
+
+
+def test_a_loss_of_no_one_cpu_prints_dashes() -> None:
+    """A loss of cpu -1 (a recording's damaged part, a dropped count of all CPUs) printed as [-01]."""
+    from npu_trace.events import Loss
+    from npu_trace.sinks.text import loss_text
+
+    assert loss_text(Loss("tracefs", -1, "dropped", 3, 10**9)) == "     1.000000000 [---] !! LOST 3 events " \
+                                                                   "(tracefs/dropped)"  # fmt: skip
+    assert loss_text(Loss("tracefs", 2, "overrun", 0, 10**9)).startswith("     1.000000000 [002] !! LOST an")

@@ -38,9 +38,10 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 def parse_size(text: str) -> int:
     m = _SIZE_RE.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
+    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()]) if m else 0
+    if size <= 0:  # 0.1 was 0 bytes (a positive number, truncated)
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G, 100000)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return size
 
 
 def parse_mode(text: str) -> int:

@@ -580,4 +580,5 @@ def loss_dict(loss: Loss) -> Dict[str, Any]:
 def loss_text(loss: Loss) -> str:
     secs, nsecs = divmod(loss.ts_ns, NS)
     count = str(loss.lost) if loss.lost else "an unknown number of"
-    return f"{secs:6d}.{nsecs:09d} [{loss.cpu:03d}] !! LOST {count} events ({loss.source}/{loss.kind})"
+    cpu = f"{loss.cpu:03d}" if loss.cpu >= 0 else "---"  # -1: not one CPU's (as a channel's line says)
+    return f"{secs:6d}.{nsecs:09d} [{cpu}] !! LOST {count} events ({loss.source}/{loss.kind})"

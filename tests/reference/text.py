@@ -216,4 +216,5 @@ class StreamPrinter:
     def _loss_text(loss: Loss) -> str:
         secs, nsecs = divmod(loss.ts_ns, 1_000_000_000)
         count = str(loss.lost) if loss.lost else "an unknown number of"
-        return f"{secs:6d}.{nsecs:09d} [{loss.cpu:03d}] !! LOST {count} events ({loss.source}/{loss.kind})"
+        cpu = f"{loss.cpu:03d}" if loss.cpu >= 0 else "---"
+        return f"{secs:6d}.{nsecs:09d} [{cpu}] !! LOST {count} events ({loss.source}/{loss.kind})"
