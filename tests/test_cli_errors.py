@@ -218,3 +218,13 @@ def test_bad_rules_file_exits_2_with_file_and_line(tmp_path: Any) -> None:
 def test_record_refuses_a_bad_size() -> None:
     proc = run_cli(["record", "-o", "/tmp/x.npt", "--max-size", "lots"])
     assert proc.returncode == 2 and "not a size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, text", [(["replay", "npu_trace/data/demo.npt"], "give --headless for text"),
+                                        (["demo"], "give --headless for text")])  # fmt: skip
+def test_the_terminal_ui_without_a_terminal_is_one_line(args: List[str], text: str) -> None:
+    """Without a terminal (a pipe, a file, /dev/null), the UI wrote escape sequences into the output and waited
+    for a key nobody could press, forever."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = run_cli(args, cwd=root, stdin=subprocess.DEVNULL)
+    assert_one_line_error(proc, 2, "the terminal UI needs a terminal", text)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
 
-        return tui_entry("run_demo")(args)
+        return tui_entry("run_demo", screenshot=args.screenshot is not None)(args)
     fs = Tracefs.find()
     was_loaded = sim.is_loaded(fs)
     sim.load(fs)

@@ -9,7 +9,7 @@ import sys
 from typing import Any, Callable
 
 from npu_trace.commands.trace_options import add_trace_options, options_from_args
-from npu_trace.errors import EXIT_PRIVILEGE
+from npu_trace.errors import EXIT_PRIVILEGE, UsageError
 
 MISSING = "npu-trace: the TUI needs textual: pip install npu-trace[tui]"
 
@@ -23,8 +23,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def tui_entry(name: str) -> Callable[..., int]:
-    """tui.ui.launch.<name>, or exit 3 with one clear line when textual (or the tui package) is missing."""
+def tui_entry(name: str, screenshot: bool = False, text: str = "give --headless for text") -> Callable[..., int]:
+    """tui.ui.launch.<name>, or exit 3 with one clear line when textual (or the tui package) is missing; a
+    UsageError when the standard input or output is not a terminal (the UI drew escape sequences into a file
+    and waited for a key nobody could press), but for a run that saves a screenshot."""
+    if not screenshot and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(f"the terminal UI needs a terminal (its standard input and output): {text}")
     try:
         module = importlib.import_module("tui.ui.launch")
     except ImportError:
@@ -36,4 +40,4 @@ def tui_entry(name: str) -> Callable[..., int]:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)  # a bad option is one line before the TUI (and textual) is even imported
-    return tui_entry("run_live")(args, options)
+    return tui_entry("run_live", text="npu-trace stream prints the same trace as text")(args, options)
