@@ -176,6 +176,19 @@ def test_the_collector_applies_the_sources_scope_and_takes_a_batch_all_out_of_it
     assert scope.dropped == {"device": 1}
 
 
+def test_the_collectors_total_counts_events_not_losses() -> None:
+    """The status's total counted a loss record as an event (a damaged recording: 3,227 total where replay said
+    3,225 events); losses are said apart, as replay's summary says them."""
+    from npu_trace.device.profiles import get_profile
+    from npu_trace.events import Loss, NpuEvent
+    from tui.worker.collector import Collector
+
+    col = Collector(get_profile("sim"), lambda pid: "x")
+    col.add([Loss("recording", 0, "damaged", 0, 5), NpuEvent(10, "timeout", 0, "cq_wait", 5, 0, {"source": "kmsg"}),
+             Loss("tracefs", 1, "overrun", 3, 15)], now=20)  # fmt: skip
+    assert col.total == 1
+
+
 S = 1_000_000_000
 
 

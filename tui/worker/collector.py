@@ -21,7 +21,7 @@ from npu_trace.events import NpuEvent
 from npu_trace.pipeline.blocks import Block, objects_block
 from npu_trace.pipeline.order import member_of, sorted_distinct
 from npu_trace.pipeline.scope import ScopeFilter
-from npu_trace.pipeline.vnormalize import KIND_CODE, NormBlock, kind_in
+from npu_trace.pipeline.vnormalize import KIND_CODE, LOST, NormBlock, kind_in
 from tui.fmt import log_row, row_plain
 from tui.logfilter import LogFilter
 from tui.messages import (
@@ -162,7 +162,7 @@ class Collector:
         self.rows.add_block(nb, rows)
         self.interval_matched += len(rows)
         self.interval_events += n
-        self.total += n
+        self.total += n - int(np.count_nonzero(nb.kind == LOST))  # events, as replay counts them (losses apart)
         self.last_ts = max(self.last_ts, int(nb.block.ts[-1]))
         if int(nb.dev.max()) < 4096:  # devices are small numbers (-1: none): counted over their range
             per_dev = np.bincount(nb.dev + 1)
