@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
 
+        ReplaySource(args.file)  # a file that cannot be read is said before the lack of a terminal
         return tui_entry("run_replay")(args)
     speed = None if args.max else (args.speed or 1.0)
     source = ReplaySource(args.file, speed=speed)
