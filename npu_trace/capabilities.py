@@ -66,6 +66,9 @@ CAP_PERFMON = 38
 CAP_BPF = 39
 
 FIX_SETUP = "run scripts/setup"
+# a check that needs tracefs, where there is none to use: the tracefs line says why (not mounted, not readable
+# without root, not in the kernel) and its fix
+FIX_TRACEFS = "fix the tracefs line first"
 FIX_DRIVER = "load the Ascend driver (asdrv_trsbase, asdrv_trs) or use the simulator: npu-trace sim load"
 
 
@@ -248,7 +251,7 @@ def check_tracefs(host: Host, fs: Optional[Tracefs]) -> Check:
 
 def check_trace_clock(fs: Optional[Tracefs]) -> Check:
     if fs is None:
-        return Check("trace clock", False, "no tracefs", "mount tracefs first")
+        return Check("trace clock", False, "no tracefs", FIX_TRACEFS)
     try:
         clocks = fs.trace_clocks()
     except NpuTraceError as exc:
@@ -259,7 +262,7 @@ def check_trace_clock(fs: Optional[Tracefs]) -> Check:
 
 def check_uprobes(fs: Optional[Tracefs]) -> Check:
     if fs is None:
-        return Check("uprobe events", False, "no tracefs", "mount tracefs first")
+        return Check("uprobe events", False, "no tracefs", FIX_TRACEFS)
     if os.path.exists(fs.path("uprobe_events")):
         return Check("uprobe events", True, f"{fs.path('uprobe_events')} present")
     return Check("uprobe events", False, "no uprobe_events file", "a kernel with CONFIG_UPROBE_EVENTS is needed")
@@ -427,7 +430,7 @@ def check_driver_events(events: List[str]) -> Check:
 def check_scoping(fs: Optional[Tracefs]) -> Check:
     """What --pid, --comm and --device (and the ascend profile's interrupt scoping) can push into the kernel."""
     if fs is None:
-        return Check("kernel scoping", False, "no tracefs", FIX_SETUP)
+        return Check("kernel scoping", False, "no tracefs", FIX_TRACEFS)
     pids = os.path.exists(fs.path("set_event_pid"))
     fork = os.path.exists(fs.path("options/event-fork"))
     filters = bool(glob.glob(fs.path("events/*/*/filter")))
@@ -479,7 +482,7 @@ def check_kernel_layout(fs: Optional[Tracefs]) -> Check:
     is tested on (npu_trace.ftrace.layouts): which it equals, or what in it no tested kernel has."""
     name = "ring-buffer layout"
     if fs is None:
-        return Check(name, False, "no tracefs", "mount tracefs first")
+        return Check(name, False, "no tracefs", FIX_TRACEFS)
     try:
         running = layouts.layout_of(fs.header_page(), fs.header_event(), _layout_format(fs))
     except FormatError as exc:

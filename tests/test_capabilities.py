@@ -327,3 +327,13 @@ def test_a_missing_header_is_said_not_raised(tmp_path: Path) -> None:
     (tmp_path / "sys/kernel/tracing/events/header_event").unlink()
     found = by_name(doctor.run_checks(fake_host(tmp_path)))["ring-buffer layout"]
     assert not found.ok and "header_event" in found.detail
+
+
+def test_the_checks_that_need_tracefs_point_at_the_tracefs_line() -> None:
+    """As a user who cannot read a mounted tracefs, doctor's tracefs line said 'run as root', the lines that
+    need it 'mount tracefs first': a fix for a problem the host does not have."""
+    from npu_trace import capabilities as caps
+
+    for check in (caps.check_trace_clock(None), caps.check_uprobes(None), caps.check_scoping(None),
+                  caps.check_kernel_layout(None)):  # fmt: skip
+        assert (check.ok, check.detail, check.fix) == (False, "no tracefs", "fix the tracefs line first"), check
