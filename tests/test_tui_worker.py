@@ -294,3 +294,14 @@ async def test_replies_come_back_on_the_ui_thread_in_order() -> None:
         await wait_for(pilot, lambda: len(answers) == 3)
         assert answers[:2] == [(None, ""), (None, "")]  # the fake source has no speed
         assert answers[2][0] is None and "unknown request" in answers[2][1]
+
+
+async def test_a_speed_key_on_a_source_without_a_pace_is_said_so() -> None:
+    """The fake source, as the live one, has no pace: '+' is told it, not a TypeError of formatting None."""
+    app = fake_app(batches(mixed_events()))
+    shown: List[str] = []
+    app.notify = lambda message, **kw: shown.append(str(message))  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("plus")
+        await wait_for(pilot, lambda: bool(shown))
+        assert shown == ["speed: replay only"] and not app.error

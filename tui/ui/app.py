@@ -306,8 +306,10 @@ class NpuTraceApp(App[None]):
 
     def action_speed(self, factor: float) -> None:
         def done(speed: Any, error: str) -> None:
-            shown = "speed max" if speed == math.inf else f"speed {speed:g}x"  # as fast as it reads
-            self.notify(shown if speed else error or "speed: replay only", markup=False)
+            if not speed:  # a live source's: no pace to set
+                self.notify(error or "speed: replay only", markup=False)
+            else:  # inf: as fast as it reads
+                self.notify("speed max" if speed == math.inf else f"speed {speed:g}x", markup=False)
 
         self._ask("set_speed", factor, then=done)
 
