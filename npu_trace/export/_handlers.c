@@ -126,8 +126,8 @@ static PyObject *py_pairs(PyObject *self, PyObject *args)
         if (!wrong[ln[i]] && en[i])
             top[ln[i]]++; /* for now: the line's entries */
     for (Py_ssize_t l = 0; l < lines; l++) {
-        if (hold[l] < 0) {
-            PyErr_SetString(PyExc_ValueError, "a line holds fewer than no entries");
+        if (hold[l] < 0 || hold[l] > (PY_SSIZE_T_MAX / 8 - 1) - room - top[l]) { /* the stack's size: no wrap */
+            PyErr_SetString(PyExc_ValueError, "a line holds fewer than no entries, or more than memory");
             goto done;
         }
         int64_t size = wrong[l] ? 0 : hold[l] + top[l];

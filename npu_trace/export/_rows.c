@@ -84,7 +84,7 @@ static PyObject *py_fill(PyObject *self, PyObject *args)
     int ok = parsed != NULL && held != NULL;
     if (!ok)
         PyErr_NoMemory();
-    if (ok && (width < 1 || ncols > width || out.len % (width * 8) || where.len % 8)) {
+    if (ok && (width < 1 || width > PY_SSIZE_T_MAX / 8 || ncols > width || out.len % (width * 8) || where.len % 8)) {
         PyErr_SetString(PyExc_ValueError, "the rows' width, the columns or the arrays' sizes do not agree");
         ok = 0;
     }

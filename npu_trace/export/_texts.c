@@ -59,7 +59,7 @@ static int inside(const Py_buffer *held, Py_ssize_t nbufs, const int64_t *buf, c
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t b = buf[i], s = start[i], l = length[i];
-        if (b < 0 || b >= nbufs || s < 0 || l < 0 || s + l > held[b].len)
+        if (b < 0 || b >= nbufs || s < 0 || l < 0 || s > held[b].len || l > held[b].len - s) /* no sum: no wrap */
             return 0;
     }
     return 1;

@@ -444,7 +444,7 @@ static int check_sizes(Py_buffer *prog, Py_buffer *starts, Py_buffer *which, Py_
     }
     j->ntemplates = starts->len / 4 - 1;
     j->n = which->len / 4;
-    if (j->ncols < 0 || cols->len / 8 != j->ncols * j->n) {
+    if (j->ncols < 0 || (j->n && j->ncols > cols->len / 8 / j->n) || cols->len / 8 != j->ncols * j->n) {
         PyErr_SetString(PyExc_ValueError, "cols must hold ncols columns of one value per row");
         return 0;
     }

@@ -445,7 +445,7 @@ static PyObject *py_interleave(PyObject *self, PyObject *args)
             goto done;
         }
         PyObject *off = PyTuple_GET_ITEM(offsets, w[i]), *chunk = PyTuple_GET_ITEM(chunks, w[i]);
-        if (!PyBytes_Check(off) || !PyBytes_Check(chunk) || (at[i] + 2) * 8 > PyBytes_GET_SIZE(off)) {
+        if (!PyBytes_Check(off) || !PyBytes_Check(chunk) || at[i] > PyBytes_GET_SIZE(off) / 8 - 2) {
             PyErr_SetString(PyExc_ValueError, "interleave: a line that is not there");
             goto done;
         }
