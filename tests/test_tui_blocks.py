@@ -7,6 +7,7 @@ The live and replay sources hand blocks over (the fast path); `add(items)` is th
 from __future__ import annotations
 
 import math
+import os
 import random
 from typing import Any, List
 
@@ -25,6 +26,7 @@ from tui.messages import Counters
 from tui.worker.collector import Collector, select_rows
 
 PROFILE = PROFILES["sim"]
+DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
 PLANS = plans(formats().values(), layouts=PROFILE.layouts)
 COMMS = {4242: "python3"}  # the synthesizer's process
 
@@ -103,16 +105,13 @@ def test_a_filter_reads_ascii_numbers_only(query: str, dev: Any, pid: Any, text:
 def test_a_cut_recording_is_said_cut_in_the_status(tmp_path: Any) -> None:
     """replay's summary and check name a recording cut short (a crash's); the TUI's status said 'end of
     recording' as of a whole one."""
-    import os
-
     from tui.worker.replay_feed import ReplayFeedSource
 
-    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
-    with open(demo, "rb") as f:
+    with open(DEMO, "rb") as f:
         data = f.read()
     cut = tmp_path / "cut.npt"
     cut.write_bytes(data[: len(data) * 2 // 3])
-    whole, part = ReplayFeedSource(demo, None), ReplayFeedSource(str(cut), None)
+    whole, part = ReplayFeedSource(DEMO, None), ReplayFeedSource(str(cut), None)
     for source in (whole, part):
         for _ in source.replay.batches():
             pass
@@ -126,10 +125,7 @@ def test_a_cut_recording_is_said_cut_in_the_status(tmp_path: Any) -> None:
     (32.0, [2, 2], [64.0, math.inf]),
 ])  # fmt: skip
 def test_a_speed_step_never_goes_the_other_way(start: Any, steps: List[float], want: List[float]) -> None:
-    import os
-
     from tui.worker.replay_feed import ReplayFeedSource
 
-    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "npu_trace", "data", "demo.npt")
-    source = ReplayFeedSource(demo, start)
+    source = ReplayFeedSource(DEMO, start)
     assert [source.set_speed(step) for step in steps] == want

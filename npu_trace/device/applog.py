@@ -163,6 +163,12 @@ MIN_YEAR, MAX_YEAR = 1970, 2261  # the years whose times a recording holds whole
 HALF_YEAR_NS = 183 * 86_400 * S  # a year-less stamp this far before the one before it is of the next year
 
 
+def rolls_over(wall: Optional[int], last: Optional[int], year: int) -> bool:
+    """Whether a year-less stamp (syslog's, vLLM's), read as of `year`, is of the next year: it falls half a year
+    or more before the year-less stamp before it (Dec 31, then Jan 1)."""
+    return wall is not None and last is not None and wall <= last - HALF_YEAR_NS and year < MAX_YEAR
+
+
 def local_ns(y: int, mo: int, d: int, hms: str, tz: Optional[tzinfo], extra_ns: int) -> Optional[int]:
     """A log's local date and time (`tz`, else this host's zone, daylight saving included) as ns since the epoch;
     None for a time that does not exist or that a recording cannot hold (before 1970, after 2262)."""
@@ -256,7 +262,7 @@ class AppLogParser:
         next one from the first such stamp half a year or more before the one before it (Dec 31, then Jan 1)."""
         wall = self._local(self.year, mo, d, hms, 0)
         last = self.last_yearless
-        if wall is not None and last is not None and wall <= last - HALF_YEAR_NS and self.year < MAX_YEAR:
+        if rolls_over(wall, last, self.year):
             self.year += 1
             wall = self._local(self.year, mo, d, hms, 0)
         self.last_yearless = wall if wall is not None else last

@@ -33,7 +33,7 @@ from datetime import datetime, tzinfo
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import npu_trace
-from npu_trace.device.applog import HALF_YEAR_NS, MAX_YEAR, AppError, AppLogParser, app_event
+from npu_trace.device.applog import AppError, AppLogParser, app_event, rolls_over
 from npu_trace.device.kernlog import KernelLine, read_line
 from npu_trace.device.kfault import FaultAssembler, fault_event
 from npu_trace.device.kmsg import KmsgMatcher, KmsgRecord, driver_suppressed, short_bdf, to_event
@@ -105,7 +105,7 @@ def _parsed(lines: Sequence[str], tz: Optional[tzinfo], year: Optional[int]) -> 
     for text in lines:
         p = read_line(text, tz, year)
         if p.form == "syslog" and p.wall_ns is not None:
-            if last is not None and p.wall_ns <= last - HALF_YEAR_NS and year < MAX_YEAR:
+            if rolls_over(p.wall_ns, last, year):
                 year += 1
                 p = read_line(text, tz, year)
             last = p.wall_ns if p.wall_ns is not None else last
