@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless:
         from npu_trace.commands.live import tui_entry  # the TUI, imported lazily (npu_trace stays headless)
 
-        ReplaySource(args.file)  # a file that cannot be read is said before the lack of a terminal
-        return tui_entry("run_replay")(args)
+        header = ReplaySource(args.file).header  # a file that cannot be read is said before the lack of a terminal
+        return tui_entry("run_replay")(args, header)
     speed = None if args.max else (args.speed or 1.0)
     source = ReplaySource(args.file, speed=speed)
     printer = StreamPrinter(sys.stdout, args.format, source.comm, source.reader.kernel_text())

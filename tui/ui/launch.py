@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from npu_trace import sim
 from npu_trace.device.profiles import get_profile
@@ -14,7 +14,6 @@ from npu_trace.ftrace.tracefs import Tracefs
 from npu_trace.process import tune_gc
 from npu_trace.sim.side_channels import SideChannels
 from npu_trace.sources.options import TraceOptions
-from npu_trace.sources.replay_source import ReplaySource
 from tui.messages import SourceSpec
 from tui.ui.app import NpuTraceApp
 from tui.ui.terminal import QuitSignals
@@ -56,11 +55,11 @@ def run_live(args: argparse.Namespace, options: TraceOptions) -> int:
     return _run(_app(spec, options.profile_name, signals, getattr(args, "record_dir", ".")))
 
 
-def run_replay(args: argparse.Namespace) -> int:
-    """`replay` without --headless (npu_trace.commands.replay.run, which checked its options)."""
+def run_replay(args: argparse.Namespace, header: Dict[str, Any]) -> int:
+    """`replay` without --headless (npu_trace.commands.replay.run, which checked its options and read the
+    recording's header: a bad file fails before the UI starts)."""
     signals = QuitSignals().install()
     speed = None if args.max else (args.speed or 1.0)
-    header = ReplaySource(args.file).header  # a bad file fails here, before the UI starts
     spec = SourceSpec(REPLAY, (args.file, speed), label="replay")
     return _run(_app(spec, str(header.get("profile", "sim")) or "sim", signals))
 
