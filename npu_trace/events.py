@@ -135,12 +135,19 @@ class RawRecord(NamedTuple):
     payload: bytes
 
 
+def int64_of(value: Any) -> Optional[int]:
+    """`value` when it is an integer an int64 column holds, else None (a bool, a float, a string, None, past it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63:
+        return value
+    return None
+
+
 def event_loss(ev: NpuEvent) -> Loss:
     """A "lost" event (`lost_event`'s) as the Loss it tells; one whose count is not a count (negative, past
     int64, not an integer: a damaged or hand-made recording) as a damaged part, of an unknown number: it must
     neither cancel a real loss nor hide one."""
-    source, lost = str(ev.args.get("source", "")), ev.args.get("lost")
-    if isinstance(lost, int) and not isinstance(lost, bool) and 0 <= lost <= (1 << 63) - 1:
+    source, lost = str(ev.args.get("source", "")), int64_of(ev.args.get("lost"))
+    if lost is not None and lost >= 0:
         return Loss(source, ev.cpu, ev.op, lost, ev.ts_ns)
     return Loss(source, ev.cpu, DAMAGED, 0, ev.ts_ns)
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from npu_trace.detectors.base import Finding
 from npu_trace.detectors.histogram import Histogram, bucket_indices
-from npu_trace.events import NpuEvent
+from npu_trace.events import NpuEvent, int64_of
 from npu_trace.pipeline.order import KeyPacking, member_of, previous_of, stable_order
 from npu_trace.pipeline.vnormalize import KIND_CODE, MISSING, NormBlock, rows_of
 
@@ -202,11 +202,11 @@ class LatencyDetector:
         keep, lat, start = [], [], []
         for k, r in enumerate(calls.tolist()):
             ev = nb.event(r)
-            took, entry = ev.args.get("latency_ns"), ev.args.get("entry_ts_ns")
-            if not _int64(took):  # none, or not a time (a hand-made or damaged recording's): no sample
+            took, entry = int64_of(ev.args.get("latency_ns")), int64_of(ev.args.get("entry_ts_ns"))
+            if took is None:  # none, or not a time (a hand-made or damaged recording's): no sample
                 continue
-            began = entry if _int64(entry) else ev.ts_ns - cast(int, took)
-            if _int64(began):
+            began = entry if entry is not None else ev.ts_ns - took
+            if int64_of(began) is not None:
                 keep.append(k)
                 lat.append(took)
                 start.append(began)
@@ -595,8 +595,3 @@ def _hashable(value: Any) -> Any:
     """A task id as a key: itself, or its text when it is a list or a map (an array or struct field where the
     profile expects an integer: a damaged or unusual format)."""
     return repr(value) if isinstance(value, (list, dict)) else value
-
-
-def _int64(value: Any) -> bool:
-    """An integer an int64 column holds (not a bool, a float, a string, None)."""
-    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
